@@ -1,0 +1,1 @@
+//! The `#[job]` attribute of harel-jobs.

@@ -1,0 +1,213 @@
+//! Connecting to PostgreSQL, waiting for it when it is not up yet.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::error::{ConnectError, DatabaseError};
+
+/// How [`connect_with`] builds the pool and how long it waits for the server.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// Pool size (default 10).
+    pub max_connections: u32,
+    /// Connections kept open when idle (default 0).
+    pub min_connections: u32,
+    /// How long to keep trying before giving up (default 30 s).
+    pub wait: Duration,
+    /// First pause between attempts (default 100 ms), doubled each time…
+    pub initial_backoff: Duration,
+    /// …up to this (default 5 s).
+    pub max_backoff: Duration,
+    /// How long one pool checkout may wait later on (default 30 s).
+    pub acquire_timeout: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 10,
+            min_connections: 0,
+            wait: Duration::from_secs(30),
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Connects a pool to the database at `url`, waiting up to 30 s for the server to answer.
+///
+/// See [`connect_with`].
+///
+/// ```no_run
+/// # async fn example() -> Result<(), harel_jobs::ConnectError> {
+/// let pool = harel_jobs::connect("postgres://postgres@127.0.0.1:5432/postgres").await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// As [`connect_with`].
+pub async fn connect(url: &str) -> Result<PgPool, ConnectError> {
+    connect_with(url, &ConnectOptions::default()).await
+}
+
+/// Connects a pool to the database at `url` (`postgres://user:password@host:port/db?…`).
+///
+/// While the server cannot be reached, or answers that it is starting up, shutting down or
+/// out of connections, it retries with exponential backoff until `options.wait` has passed,
+/// logging each failure; so a worker started alongside its database waits instead of
+/// crashing. Errors that retrying cannot cure (a wrong password, an unknown database) end
+/// it at once. Neither errors nor logs ever contain the password.
+///
+/// # Errors
+/// [`ConnectError::InvalidUrl`], [`ConnectError::InvalidOptions`],
+/// [`ConnectError::Unreachable`] after `options.wait`, [`ConnectError::Refused`].
+pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<PgPool, ConnectError> {
+    let connect_options = parse_url(url)?;
+    connect_options_with(connect_options, options).await
+}
+
+/// As [`connect_with`], from already-parsed options.
+///
+/// # Errors
+/// As [`connect_with`].
+pub async fn connect_options_with(
+    connect_options: PgConnectOptions,
+    options: &ConnectOptions,
+) -> Result<PgPool, ConnectError> {
+    if options.max_connections == 0 {
+        return Err(ConnectError::InvalidOptions(
+            "max_connections must be at least 1",
+        ));
+    }
+    if options.min_connections > options.max_connections {
+        return Err(ConnectError::InvalidOptions(
+            "min_connections must not exceed max_connections",
+        ));
+    }
+    let connect_options = if connect_options.get_application_name().is_none() {
+        connect_options.application_name("harel-jobs")
+    } else {
+        connect_options
+    };
+    let target = describe(&connect_options);
+    let started = Instant::now();
+    let mut backoff = options.initial_backoff.max(Duration::from_millis(1));
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let result = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .min_connections(options.min_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect_options.clone())
+            .await;
+        let error = match result {
+            Ok(pool) => return Ok(pool),
+            Err(error) => DatabaseError::new(error),
+        };
+        if !error.is_connection() {
+            return Err(ConnectError::Refused {
+                target,
+                source: error,
+            });
+        }
+        let waited = started.elapsed();
+        if waited + backoff > options.wait {
+            return Err(ConnectError::Unreachable {
+                target,
+                attempts,
+                waited,
+                last_error: error,
+            });
+        }
+        tracing::warn!(
+            target: "harel_jobs::connect",
+            database = %target,
+            attempt = attempts,
+            retry_in_ms = backoff.as_millis() as u64,
+            error = %error,
+            "database not reachable yet, retrying"
+        );
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(options.max_backoff.max(options.initial_backoff));
+    }
+}
+
+/// Parses a connection URL without ever repeating it (it may hold a password).
+pub(crate) fn parse_url(url: &str) -> Result<PgConnectOptions, ConnectError> {
+    PgConnectOptions::from_str(url).map_err(|error| ConnectError::InvalidUrl {
+        reason: scrub(&error.to_string(), url),
+    })
+}
+
+/// `user@host:port/database`: enough to recognise the target, never the password.
+pub(crate) fn describe(options: &PgConnectOptions) -> String {
+    format!(
+        "{}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or(options.get_username())
+    )
+}
+
+/// Removes the URL's password from a message, in case a parser echoed it.
+fn scrub(message: &str, url: &str) -> String {
+    match url_password(url) {
+        Some(password) if !password.is_empty() => message.replace(password, "***"),
+        _ => message.to_owned(),
+    }
+}
+
+/// The password part of `scheme://user:password@host…`, if any.
+fn url_password(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let userinfo = rest.rsplit_once('@')?.0;
+    Some(userinfo.split_once(':')?.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_without_password() {
+        let options = parse_url("postgres://app:s3cret@db.example:6543/jobs").unwrap();
+        let target = describe(&options);
+        assert_eq!(target, "app@db.example:6543/jobs");
+        assert!(!format!("{target}").contains("s3cret"));
+    }
+
+    #[test]
+    fn invalid_url_does_not_echo_password() {
+        let url = "postgres://app:s3cret@db.example:notaport/jobs";
+        let error = parse_url(url).unwrap_err();
+        let text = format!("{error} {error:?}");
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(matches!(error, ConnectError::InvalidUrl { .. }));
+    }
+
+    #[test]
+    fn finds_the_password_part() {
+        assert_eq!(url_password("postgres://u:p@h/d"), Some("p"));
+        assert_eq!(url_password("postgres://u:p:q@h/d"), Some("p:q"));
+        assert_eq!(url_password("postgres://u@h/d"), None);
+        assert_eq!(url_password("postgres://h/d"), None);
+    }
+
+    #[tokio::test]
+    async fn rejects_zero_pool() {
+        let options = ConnectOptions {
+            max_connections: 0,
+            ..Default::default()
+        };
+        let error = connect_with("postgres://u@127.0.0.1:1/d", &options)
+            .await
+            .unwrap_err();
+        assert!(matches!(error, ConnectError::InvalidOptions(_)));
+    }
+}

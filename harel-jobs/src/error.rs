@@ -1,0 +1,280 @@
+//! Error types: one `#[non_exhaustive]` enum per public surface.
+//!
+//! Database failures are wrapped in [`DatabaseError`] rather than exposing `sqlx::Error`
+//! in our enums, so the public API does not change when sqlx does. Messages are lowercase
+//! and never contain a password or a job's payload.
+
+use std::fmt;
+
+/// A failure reported by PostgreSQL or by the connection to it.
+///
+/// Wraps the driver's error (available through [`std::error::Error::source`]) and answers
+/// the questions a caller asks of it: is it worth retrying, and which SQLSTATE was it.
+pub struct DatabaseError {
+    inner: sqlx::Error,
+}
+
+impl DatabaseError {
+    pub(crate) fn new(inner: sqlx::Error) -> Self {
+        Self { inner }
+    }
+
+    /// The SQLSTATE code PostgreSQL reported, if the server answered at all.
+    pub fn code(&self) -> Option<String> {
+        match &self.inner {
+            sqlx::Error::Database(db) => db.code().map(|code| code.into_owned()),
+            _ => None,
+        }
+    }
+
+    /// Whether the failure is about reaching the server (refused, reset, timed out, the pool
+    /// closed, the server shutting down or starting up, too many connections): the kind of
+    /// error that retrying later can cure.
+    pub fn is_connection(&self) -> bool {
+        match &self.inner {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(_) => {
+                // 08: connection exception, 57P01..57P03: admin/crash shutdown, cannot
+                // connect now, 53300: too many connections
+                self.code().is_some_and(|code| {
+                    code.starts_with("08")
+                        || matches!(code.as_str(), "57P01" | "57P02" | "57P03" | "53300")
+                })
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether PostgreSQL refused the operation for lack of privileges (SQLSTATE 42501).
+    pub fn is_permission_denied(&self) -> bool {
+        self.code().as_deref() == Some("42501")
+    }
+}
+
+impl fmt::Display for DatabaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            sqlx::Error::Database(db) => {
+                write!(f, "{}", db.message())?;
+                if let Some(code) = db.code() {
+                    write!(f, " (SQLSTATE {code})")?;
+                }
+                Ok(())
+            }
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
+impl fmt::Debug for DatabaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DatabaseError")
+            .field("message", &self.to_string())
+            .field("connection", &self.is_connection())
+            .finish()
+    }
+}
+
+impl std::error::Error for DatabaseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.inner)
+    }
+}
+
+impl From<sqlx::Error> for DatabaseError {
+    fn from(inner: sqlx::Error) -> Self {
+        Self::new(inner)
+    }
+}
+
+/// A message that [`publish`](crate::transport::Transport::publish) refused before
+/// writing anything.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidMessage {
+    /// The group id is the empty string.
+    #[error("group id is empty")]
+    EmptyGroup,
+    /// The group id is longer than [`MAX_GROUP_BYTES`](crate::transport::MAX_GROUP_BYTES).
+    #[error("group id is {len} bytes long, more than the limit of {max}")]
+    GroupTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The group id contains a NUL character, which PostgreSQL text cannot store.
+    #[error("group id contains a NUL character")]
+    NulInGroup,
+    /// The job kind is empty, too long, or contains a NUL character.
+    #[error("job kind must be 1 to {max} bytes without NUL characters")]
+    InvalidKind {
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The serialised payload is larger than
+    /// [`MAX_PAYLOAD_BYTES`](crate::transport::MAX_PAYLOAD_BYTES).
+    #[error("payload is {len} bytes of JSON, more than the limit of {max}")]
+    PayloadTooLarge {
+        /// Its size in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The payload is not one JSON value.
+    #[error("payload is not a JSON value: {0}")]
+    PayloadNotJson(#[source] serde_json::Error),
+    /// The delay does not fit in PostgreSQL's interval arithmetic (over about 290,000 years).
+    #[error("delay is too long")]
+    DelayTooLong,
+}
+
+/// Why publishing (enqueueing) failed. Nothing was written in either case.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The message was refused before reaching the database.
+    #[error("invalid message: {0}")]
+    Invalid(#[from] InvalidMessage),
+    /// The job could not be serialised to JSON.
+    #[error("job could not be serialised: {0}")]
+    Serialize(#[source] serde_json::Error),
+    /// The database failed or refused the write.
+    #[error("publish failed: {0}")]
+    Database(#[from] DatabaseError),
+}
+
+impl From<sqlx::Error> for PublishError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Database(DatabaseError::new(e))
+    }
+}
+
+/// Why a transport operation (claim, ack, nack, extend) failed.
+///
+/// Losing a lease is not an error: it is reported in the operation's outcome.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The database failed or refused the operation.
+    #[error("queue operation failed: {0}")]
+    Database(#[from] DatabaseError),
+    /// An argument is out of range (for example a zero lease).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+}
+
+impl From<sqlx::Error> for TransportError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Database(DatabaseError::new(e))
+    }
+}
+
+impl TransportError {
+    /// Whether retrying later can cure it (see [`DatabaseError::is_connection`]).
+    pub fn is_connection(&self) -> bool {
+        matches!(self, Self::Database(e) if e.is_connection())
+    }
+}
+
+/// Why [`migrate`](crate::migrate()) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MigrateError {
+    /// The database failed or refused a migration statement.
+    #[error("migration {version} ({name}) failed: {source}")]
+    Migration {
+        /// The migration's version number.
+        version: i32,
+        /// Its name.
+        name: &'static str,
+        /// What the database said.
+        #[source]
+        source: DatabaseError,
+    },
+    /// Reaching the database, taking the migration lock or reading the bookkeeping failed.
+    #[error("migrating failed: {0}")]
+    Database(#[from] DatabaseError),
+    /// The database has migrations this version of harel-jobs does not know: it was
+    /// migrated by a newer release.
+    #[error("schema is at version {found}, newer than this release of harel-jobs knows ({known})")]
+    NewerSchema {
+        /// The newest version applied to the database.
+        found: i32,
+        /// The newest version this release has.
+        known: i32,
+    },
+}
+
+impl From<sqlx::Error> for MigrateError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Database(DatabaseError::new(e))
+    }
+}
+
+/// Why [`connect`](crate::connect()) gave up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The connection string could not be parsed. The string itself is not repeated here,
+    /// since it may hold a password.
+    #[error("invalid database url: {reason}")]
+    InvalidUrl {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The options are inconsistent (for example a zero pool size).
+    #[error("invalid connect options: {0}")]
+    InvalidOptions(&'static str),
+    /// The server did not answer within the configured time.
+    #[error(
+        "database at {target} unreachable after {attempts} attempts over {waited:?}: {last_error}"
+    )]
+    Unreachable {
+        /// `host:port/database` as user@ (no password).
+        target: String,
+        /// How many times we tried.
+        attempts: u32,
+        /// How long we tried for.
+        waited: std::time::Duration,
+        /// The last failure.
+        #[source]
+        last_error: DatabaseError,
+    },
+    /// The server answered and refused us for a reason retrying cannot cure (wrong password,
+    /// unknown database or role, …).
+    #[error("database at {target} refused the connection: {source}")]
+    Refused {
+        /// `user@host:port/database` (no password).
+        target: String,
+        /// What the server said.
+        #[source]
+        source: DatabaseError,
+    },
+}
+
+/// A configuration value that is out of range, reported by a builder's `build`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A schema name that is not a lowercase SQL identifier of at most 48 bytes.
+    #[error(
+        "invalid schema name {0:?}: use 1 to 48 lowercase ASCII letters, digits or '_', not starting with a digit"
+    )]
+    InvalidSchemaName(String),
+    /// A priority outside 0..=4.
+    #[error("invalid priority {0}: priorities are 0 (lowest) to 4 (highest)")]
+    InvalidPriority(i64),
+    /// Another out-of-range setting.
+    #[error("invalid setting {name}: {reason}")]
+    Invalid {
+        /// The setting.
+        name: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}

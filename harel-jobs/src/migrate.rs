@@ -1,0 +1,143 @@
+//! Creating and upgrading the queue's schema.
+//!
+//! The migrations are the `.sql` files of the repository's `migrations/` folder, embedded
+//! at compile time. Their bookkeeping lives in `<schema>._migrations`, not in sqlx's
+//! `_sqlx_migrations`, so they never mix with the application's own migrations.
+
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::error::{DatabaseError, MigrateError};
+use crate::schema::Schema;
+
+/// One embedded migration.
+struct Migration {
+    version: i32,
+    name: &'static str,
+    sql: &'static str,
+}
+
+/// Every migration, oldest first. Versions are never reused or edited once released.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "transport",
+    sql: include_str!("../../migrations/0001_transport.sql"),
+}];
+
+/// The newest schema version this release knows.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Creates or upgrades the queue in the default schema (`harel`).
+///
+/// Safe to call from every worker at start-up: see [`migrate_schema`].
+///
+/// ```no_run
+/// # async fn example(pool: sqlx::PgPool) -> Result<(), harel_jobs::MigrateError> {
+/// harel_jobs::migrate(&pool).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// See [`migrate_schema`].
+pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
+    migrate_schema(pool, &Schema::default()).await
+}
+
+/// Creates or upgrades the queue in `schema`.
+///
+/// All pending migrations run in one transaction under a transaction-level advisory lock
+/// keyed on the schema name, each with its bookkeeping row: any number of processes may
+/// call this at once, one does the work and the others find it done. The schema itself is
+/// created (`CREATE SCHEMA IF NOT EXISTS`) under the same lock.
+///
+/// # Errors
+/// [`MigrateError::Migration`] if a statement fails (nothing of the run is kept),
+/// [`MigrateError::NewerSchema`] if a newer release already migrated this schema,
+/// [`MigrateError::Database`] if the database cannot be reached or refuses the lock.
+pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateError> {
+    let mut tx = pool.begin().await?;
+
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(format!("harel-jobs migrate {}", schema.name()))
+        .execute(&mut *tx)
+        .await?;
+
+    let setup = schema.render(
+        "CREATE SCHEMA IF NOT EXISTS @schema@;
+         CREATE TABLE IF NOT EXISTS @schema@._migrations (
+             version    INT         PRIMARY KEY,
+             name       TEXT        NOT NULL,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now());",
+    );
+    sqlx::raw_sql(AssertSqlSafe(setup))
+        .execute(&mut *tx)
+        .await?;
+
+    let applied: i32 = sqlx::query_scalar(AssertSqlSafe(
+        schema.render("SELECT COALESCE(max(version), 0) FROM @schema@._migrations"),
+    ))
+    .fetch_one(&mut *tx)
+    .await?;
+    if applied > SCHEMA_VERSION {
+        return Err(MigrateError::NewerSchema {
+            found: applied,
+            known: SCHEMA_VERSION,
+        });
+    }
+
+    for migration in MIGRATIONS.iter().filter(|m| m.version > applied) {
+        let failed = |source: sqlx::Error| MigrateError::Migration {
+            version: migration.version,
+            name: migration.name,
+            source: DatabaseError::new(source),
+        };
+        sqlx::raw_sql(AssertSqlSafe(schema.render(migration.sql)))
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        sqlx::query(AssertSqlSafe(schema.render(
+            "INSERT INTO @schema@._migrations (version, name) VALUES ($1, $2)",
+        )))
+        .bind(migration.version)
+        .bind(migration.name)
+        .execute(&mut *tx)
+        .await
+        .map_err(failed)?;
+        tracing::info!(
+            schema = schema.name(),
+            version = migration.version,
+            name = migration.name,
+            "harel-jobs migration applied"
+        );
+    }
+
+    tx.commit().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_dense_and_end_at_schema_version() {
+        for (index, migration) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(migration.version, index as i32 + 1, "{}", migration.name);
+        }
+        assert_eq!(MIGRATIONS.last().map(|m| m.version), Some(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn every_object_is_schema_qualified() {
+        // an unqualified table or function would land in the caller's search_path (indexes
+        // always go to their table's schema)
+        for migration in MIGRATIONS {
+            for line in migration.sql.lines() {
+                let line = line.trim_start();
+                let creates = ["CREATE TABLE", "CREATE OR REPLACE FUNCTION", "ALTER TABLE"];
+                if creates.iter().any(|c| line.starts_with(c)) {
+                    assert!(line.contains("@schema@."), "unqualified: {line}");
+                }
+            }
+        }
+    }
+}

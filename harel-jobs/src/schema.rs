@@ -1,0 +1,143 @@
+//! The PostgreSQL schema everything of harel-jobs lives in.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::ConfigError;
+
+/// The name of the PostgreSQL schema holding the queue's tables and functions.
+///
+/// Default `harel`. Keeping the queue in its own schema means it never clashes with the
+/// application's tables, and several independent queues can share one database.
+///
+/// Identifiers cannot be bound as query parameters, so the name is validated instead: 1 to
+/// 48 lowercase ASCII letters, digits or `_`, not starting with a digit. It is always
+/// double-quoted where it appears in SQL.
+///
+/// ```
+/// use harel_jobs::Schema;
+/// assert_eq!(Schema::default().name(), "harel");
+/// assert!(Schema::new("billing_jobs").is_ok());
+/// assert!(Schema::new("Robert'); DROP TABLE students;--").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Schema {
+    name: Arc<str>,
+}
+
+/// The longest schema name accepted (PostgreSQL allows 63; the NOTIFY channel adds a suffix).
+pub const MAX_SCHEMA_NAME_BYTES: usize = 48;
+
+impl Schema {
+    /// The default schema name.
+    pub const DEFAULT_NAME: &'static str = "harel";
+
+    /// Validates a schema name.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidSchemaName`] if it is not a plain lowercase identifier.
+    pub fn new(name: &str) -> Result<Self, ConfigError> {
+        let bytes = name.as_bytes();
+        let valid = !bytes.is_empty()
+            && bytes.len() <= MAX_SCHEMA_NAME_BYTES
+            && !bytes[0].is_ascii_digit()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_');
+        if valid {
+            Ok(Self { name: name.into() })
+        } else {
+            Err(ConfigError::InvalidSchemaName(name.to_owned()))
+        }
+    }
+
+    /// The bare name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name as a quoted SQL identifier.
+    pub(crate) fn quoted(&self) -> String {
+        // validated: no quote can occur inside
+        format!("\"{}\"", self.name)
+    }
+
+    /// The LISTEN/NOTIFY channel on which enqueues wake idle workers.
+    pub fn channel(&self) -> String {
+        format!("{}_harel_jobs", self.name)
+    }
+
+    /// Fills the `@schema@` and `@channel@` placeholders of a SQL template.
+    pub(crate) fn render(&self, template: &str) -> String {
+        template
+            .replace("@schema@", &self.quoted())
+            .replace("@channel@", &format!("'{}'", self.channel()))
+    }
+}
+
+impl Default for Schema {
+    fn default() -> Self {
+        Self {
+            name: Self::DEFAULT_NAME.into(),
+        }
+    }
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Schema({:?})", &*self.name)
+    }
+}
+
+impl fmt::Display for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl TryFrom<&str> for Schema {
+    type Error = ConfigError;
+    fn try_from(name: &str) -> Result<Self, ConfigError> {
+        Self::new(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_plain_identifiers() {
+        for name in ["harel", "_q", "jobs_2", &"a".repeat(48)] {
+            assert!(Schema::new(name).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn rejects_anything_else() {
+        for name in [
+            "",
+            "1jobs",
+            "Jobs",
+            "jobs-x",
+            "jobs x",
+            "a\"b",
+            "é",
+            &"a".repeat(49),
+        ] {
+            assert_eq!(
+                Schema::new(name),
+                Err(ConfigError::InvalidSchemaName(name.to_owned()))
+            );
+        }
+    }
+
+    #[test]
+    fn renders_placeholders() {
+        let schema = Schema::new("q1").unwrap();
+        assert_eq!(
+            schema.render("SELECT @schema@.f(@channel@)"),
+            "SELECT \"q1\".f('q1_harel_jobs')"
+        );
+    }
+}

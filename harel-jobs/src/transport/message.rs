@@ -1,0 +1,337 @@
+//! Messages on their way in: validation and scheduling.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ConfigError, InvalidMessage};
+
+/// The longest group id accepted, in bytes (it is indexed; PostgreSQL's B-tree entries are
+/// limited to about 2.7 kB).
+pub const MAX_GROUP_BYTES: usize = 1024;
+/// The longest job kind accepted, in bytes.
+pub const MAX_KIND_BYTES: usize = 255;
+/// The largest payload accepted, in bytes of JSON text (4 MiB). Queues carry references to
+/// large data, not the data.
+pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+
+/// A group's priority: 0 (lowest) to 4 (highest).
+///
+/// Claims serve the highest priority first and round-robin among the groups of one
+/// priority; a worker may also set a floor below which it takes nothing. A group's priority
+/// is the one of the message that created it; messages published into an existing group
+/// do not change it.
+///
+/// ```
+/// use harel_jobs::Priority;
+/// assert_eq!(Priority::default(), Priority::NORMAL);
+/// assert_eq!(Priority::new(4).unwrap(), Priority::HIGHEST);
+/// assert!(Priority::new(5).is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct Priority(u8);
+
+impl Priority {
+    /// 0, the lowest.
+    pub const LOWEST: Priority = Priority(0);
+    /// 2, the default.
+    pub const NORMAL: Priority = Priority(2);
+    /// 4, the highest.
+    pub const HIGHEST: Priority = Priority(4);
+
+    /// A priority from 0 to 4.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidPriority`] above 4.
+    pub const fn new(value: u8) -> Result<Self, ConfigError> {
+        if value <= 4 {
+            Ok(Self(value))
+        } else {
+            Err(ConfigError::InvalidPriority(value as i64))
+        }
+    }
+
+    /// Its value, 0 to 4.
+    pub const fn get(self) -> u8 {
+        self.0
+    }
+
+    pub(crate) fn from_db(value: i16) -> Self {
+        Self(value.clamp(0, 4) as u8)
+    }
+}
+
+impl Default for Priority {
+    fn default() -> Self {
+        Self::NORMAL
+    }
+}
+
+impl TryFrom<u8> for Priority {
+    type Error = ConfigError;
+    fn try_from(value: u8) -> Result<Self, ConfigError> {
+        Self::new(value)
+    }
+}
+
+impl From<Priority> for u8 {
+    fn from(p: Priority) -> u8 {
+        p.0
+    }
+}
+
+/// When a message may start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Schedule {
+    /// As soon as a worker is free.
+    #[default]
+    Now,
+    /// After this long, measured on the database's clock from the publishing transaction.
+    After(Duration),
+    /// Not before this time (the caller's clock, compared with the database's).
+    At(DateTime<Utc>),
+}
+
+/// A message to publish: a group, a job kind, a JSON payload, a priority and a schedule.
+///
+/// ```
+/// use harel_jobs::transport::OutgoingMessage;
+/// use harel_jobs::Priority;
+/// use std::time::Duration;
+///
+/// let message = OutgoingMessage::new("user-42", "send_welcome_email", r#"{"user_id":42}"#)
+///     .priority(Priority::HIGHEST)
+///     .delay(Duration::from_secs(60));
+/// assert!(message.validate().is_ok());
+/// assert!(OutgoingMessage::new("", "k", "{}").validate().is_err());
+/// ```
+#[derive(Clone, Debug)]
+pub struct OutgoingMessage {
+    pub(crate) group: String,
+    pub(crate) kind: String,
+    pub(crate) payload: String,
+    pub(crate) priority: Priority,
+    pub(crate) schedule: Schedule,
+    /// The payload came from `serde_json` and needs no second parse.
+    pub(crate) payload_is_json: bool,
+}
+
+impl OutgoingMessage {
+    /// A message with a raw JSON payload, due now, at the default priority. The payload is
+    /// checked to be one JSON value when published.
+    pub fn new(
+        group: impl Into<String>,
+        kind: impl Into<String>,
+        payload: impl Into<String>,
+    ) -> Self {
+        Self {
+            group: group.into(),
+            kind: kind.into(),
+            payload: payload.into(),
+            priority: Priority::default(),
+            schedule: Schedule::Now,
+            payload_is_json: false,
+        }
+    }
+
+    /// A message whose payload is `value` serialised with `serde_json`.
+    ///
+    /// # Errors
+    /// The serialiser's error (a map with non-string keys, a failing `Serialize` impl, …).
+    pub fn serialize<T: Serialize + ?Sized>(
+        group: impl Into<String>,
+        kind: impl Into<String>,
+        value: &T,
+    ) -> Result<Self, serde_json::Error> {
+        let payload = serde_json::to_string(value)?;
+        Ok(Self {
+            payload_is_json: true,
+            ..Self::new(group, kind, payload)
+        })
+    }
+
+    /// Sets the priority (used if this message creates its group).
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Lets the message start only after `delay` (database clock).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.schedule = Schedule::After(delay);
+        self
+    }
+
+    /// Lets the message start only at or after `at`.
+    pub fn not_before(mut self, at: DateTime<Utc>) -> Self {
+        self.schedule = Schedule::At(at);
+        self
+    }
+
+    /// Replaces the schedule.
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    /// The group id.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The job kind.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The JSON payload.
+    pub fn payload(&self) -> &str {
+        &self.payload
+    }
+
+    /// Checks everything [`publish`](super::Transport::publish) checks, without the database.
+    ///
+    /// # Errors
+    /// The first problem found, as an [`InvalidMessage`].
+    pub fn validate(&self) -> Result<(), InvalidMessage> {
+        validate_group(&self.group)?;
+        if self.kind.is_empty() || self.kind.len() > MAX_KIND_BYTES || self.kind.contains('\0') {
+            return Err(InvalidMessage::InvalidKind {
+                max: MAX_KIND_BYTES,
+            });
+        }
+        if self.payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(InvalidMessage::PayloadTooLarge {
+                len: self.payload.len(),
+                max: MAX_PAYLOAD_BYTES,
+            });
+        }
+        if !self.payload_is_json {
+            serde_json::from_str::<serde::de::IgnoredAny>(&self.payload)
+                .map_err(InvalidMessage::PayloadNotJson)?;
+        }
+        if let Schedule::After(delay) = self.schedule {
+            delay_millis(delay)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a group id: 1 to [`MAX_GROUP_BYTES`] bytes, no NUL.
+fn validate_group(group: &str) -> Result<(), InvalidMessage> {
+    if group.is_empty() {
+        return Err(InvalidMessage::EmptyGroup);
+    }
+    if group.len() > MAX_GROUP_BYTES {
+        return Err(InvalidMessage::GroupTooLong {
+            len: group.len(),
+            max: MAX_GROUP_BYTES,
+        });
+    }
+    if group.contains('\0') {
+        return Err(InvalidMessage::NulInGroup);
+    }
+    Ok(())
+}
+
+/// A delay in whole milliseconds, rounded up so a delay is never shortened.
+pub(crate) fn delay_millis(delay: Duration) -> Result<i64, InvalidMessage> {
+    // PostgreSQL intervals hold about 290,000 years; keep well inside them
+    const MAX_MILLIS: u128 = 100 * 365 * 24 * 3600 * 1000;
+    let millis = delay.as_nanos().div_ceil(1_000_000);
+    if millis > MAX_MILLIS {
+        return Err(InvalidMessage::DelayTooLong);
+    }
+    Ok(millis as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(group: &str, payload: &str) -> OutgoingMessage {
+        OutgoingMessage::new(group, "kind", payload)
+    }
+
+    #[test]
+    fn group_limits() {
+        assert!(matches!(
+            message("", "{}").validate(),
+            Err(InvalidMessage::EmptyGroup)
+        ));
+        assert!(
+            message(&"g".repeat(MAX_GROUP_BYTES), "{}")
+                .validate()
+                .is_ok()
+        );
+        assert!(matches!(
+            message(&"g".repeat(MAX_GROUP_BYTES + 1), "{}").validate(),
+            Err(InvalidMessage::GroupTooLong { len, .. }) if len == MAX_GROUP_BYTES + 1
+        ));
+        assert!(matches!(
+            message("a\0b", "{}").validate(),
+            Err(InvalidMessage::NulInGroup)
+        ));
+        assert!(
+            message("'; DROP TABLE x; -- \\ % 🦀", "{}")
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn payload_must_be_one_json_value() {
+        for ok in [
+            "{}",
+            "[1,2]",
+            "\"s\"",
+            "3",
+            "null",
+            " {\"a\": \"\\u0000\"} ",
+        ] {
+            assert!(message("g", ok).validate().is_ok(), "{ok}");
+        }
+        for bad in ["", "{", "{} {}", "nope", "{'a': 1}"] {
+            assert!(
+                matches!(
+                    message("g", bad).validate(),
+                    Err(InvalidMessage::PayloadNotJson(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn payload_size_limit() {
+        let big = format!("\"{}\"", "x".repeat(MAX_PAYLOAD_BYTES));
+        assert!(matches!(
+            message("g", &big).validate(),
+            Err(InvalidMessage::PayloadTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn kind_limits() {
+        for bad in ["", "a\0", &"k".repeat(MAX_KIND_BYTES + 1)] {
+            assert!(OutgoingMessage::new("g", bad, "{}").validate().is_err());
+        }
+    }
+
+    #[test]
+    fn delays_round_up_and_are_bounded() {
+        assert_eq!(delay_millis(Duration::from_micros(1)).unwrap(), 1);
+        assert_eq!(delay_millis(Duration::from_secs(2)).unwrap(), 2000);
+        assert!(delay_millis(Duration::from_secs(u64::MAX)).is_err());
+    }
+
+    #[test]
+    fn priority_range() {
+        assert_eq!(Priority::new(0).unwrap(), Priority::LOWEST);
+        assert!(Priority::new(5).is_err());
+        assert!(serde_json::from_str::<Priority>("7").is_err());
+        assert_eq!(serde_json::to_string(&Priority::HIGHEST).unwrap(), "4");
+    }
+}

@@ -1,0 +1,529 @@
+//! The per-group PostgreSQL transport: publish, claim, ack, nack, extend.
+//!
+//! Messages are FIFO within a *group* (an execution id). A claim leases a whole group, so
+//! one group has at most one consumer at a time, while different groups are claimed in
+//! parallel by any number of workers (`FOR NO KEY UPDATE SKIP LOCKED` on the group row).
+//! Every operation is one round trip to a PL/pgSQL function of the queue's schema
+//! (`harel_publish`, `harel_claim`, `harel_ack`, `harel_nack`, `harel_extend`); the batch
+//! forms are the same round trip with more elements.
+//!
+//! This is the layer under [`Worker`](crate::Worker) and [`Job`](crate::Job); use it
+//! directly to move raw JSON messages.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use harel_jobs::transport::{ClaimRequest, OutgoingMessage, Transport};
+//!
+//! # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! let transport = Transport::default();
+//! let mut tx = pool.begin().await?;
+//! transport.publish(&mut *tx, &OutgoingMessage::new("order-7", "ship", r#"{"id":7}"#)).await?;
+//! tx.commit().await?; // visible to claimers from here on
+//!
+//! if let Some(message) = transport.claim(&pool, &ClaimRequest::new(Duration::from_secs(30))).await? {
+//!     // … do the work …
+//!     let outcome = transport.ack(&pool, &message.lease).await?;
+//!     assert!(outcome.is_applied(), "lease lost: another worker may have run it");
+//! }
+//! # Ok(()) }
+//! ```
+
+mod lease;
+mod message;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{AssertSqlSafe, PgExecutor};
+use uuid::Uuid;
+
+pub use lease::{ClaimedMessage, Completion, Lease, LeaseOutcome, LeaseToken, Nack};
+pub(crate) use message::delay_millis;
+pub use message::{
+    MAX_GROUP_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, OutgoingMessage, Priority, Schedule,
+};
+
+use crate::error::{PublishError, TransportError};
+use crate::schema::Schema;
+
+/// What a claim asks for.
+#[derive(Clone, Debug)]
+pub struct ClaimRequest {
+    /// The fencing token the leases will carry.
+    pub token: LeaseToken,
+    /// How long the leases last unless extended (database clock).
+    pub lease: Duration,
+    /// Take no group whose priority is below this.
+    pub min_priority: Priority,
+    /// How many groups to lease at most (one head message each).
+    pub limit: u32,
+}
+
+impl ClaimRequest {
+    /// One group, a fresh token, any priority.
+    pub fn new(lease: Duration) -> Self {
+        Self {
+            token: LeaseToken::new(),
+            lease,
+            min_priority: Priority::LOWEST,
+            limit: 1,
+        }
+    }
+
+    /// Sets the most groups to lease.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Sets the priority floor.
+    pub fn min_priority(mut self, min_priority: Priority) -> Self {
+        self.min_priority = min_priority;
+        self
+    }
+
+    /// Sets the token.
+    pub fn token(mut self, token: LeaseToken) -> Self {
+        self.token = token;
+        self
+    }
+}
+
+/// The SQL of each operation, rendered once for a schema.
+#[derive(Debug)]
+struct Statements {
+    publish: Arc<str>,
+    claim: Arc<str>,
+    ack: Arc<str>,
+    nack: Arc<str>,
+    extend: Arc<str>,
+}
+
+impl Statements {
+    fn new(schema: &Schema) -> Self {
+        let render = |sql: &str| Arc::<str>::from(schema.render(sql));
+        Self {
+            publish: render("SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6) AS s"),
+            claim: render(
+                "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at \
+                 FROM @schema@.harel_claim($1, $2, $3, $4)",
+            ),
+            ack: render("SELECT seq, acked FROM @schema@.harel_ack($1, $2, $3, $4)"),
+            nack: render("SELECT seq, nacked FROM @schema@.harel_nack($1, $2, $3, $4, $5, $6)"),
+            extend: render("SELECT group_id, seq FROM @schema@.harel_extend($1, $2, $3, $4)"),
+        }
+    }
+}
+
+/// The transport of one schema. Cheap to clone; holds no connection: every operation takes
+/// an executor (a pool, a connection, or an open transaction).
+#[derive(Clone, Debug)]
+pub struct Transport {
+    schema: Schema,
+    sql: Arc<Statements>,
+}
+
+impl Default for Transport {
+    fn default() -> Self {
+        Self::new(Schema::default())
+    }
+}
+
+type ClaimRow = (String, i64, String, String, i32, i16, DateTime<Utc>);
+
+impl Transport {
+    /// The transport of the queue in `schema` (see [`migrate_schema`](crate::migrate_schema)).
+    pub fn new(schema: Schema) -> Self {
+        let sql = Arc::new(Statements::new(&schema));
+        Self { schema, sql }
+    }
+
+    /// The schema it works in.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// Appends a message to its group, creating the group if it has no messages.
+    ///
+    /// Runs on whatever executor it is given: inside the caller's transaction, the message
+    /// exists if and only if that transaction commits. Publishing into a group that is
+    /// leased or parked leaves its lease and its priority alone. Idle workers are woken by a
+    /// `NOTIFY` sent on commit. Returns the message's sequence number.
+    ///
+    /// # Errors
+    /// [`PublishError::Invalid`] for a message [`OutgoingMessage::validate`] refuses (nothing
+    /// is sent), [`PublishError::Database`] if the write fails.
+    pub async fn publish<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        message: &OutgoingMessage,
+    ) -> Result<i64, PublishError> {
+        let seqs = self
+            .publish_many(executor, std::slice::from_ref(message))
+            .await?;
+        seqs.into_iter().next().ok_or_else(|| {
+            PublishError::Database(crate::error::DatabaseError::new(sqlx::Error::RowNotFound))
+        })
+    }
+
+    /// Publishes many messages in one round trip, in order: messages of one group keep
+    /// their order in the slice. All are validated first; one invalid message and none is
+    /// written. Returns the sequence numbers in the slice's order.
+    ///
+    /// # Errors
+    /// As [`publish`](Self::publish).
+    pub async fn publish_many<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        messages: &[OutgoingMessage],
+    ) -> Result<Vec<i64>, PublishError> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = messages.len();
+        let mut groups = Vec::with_capacity(n);
+        let mut kinds = Vec::with_capacity(n);
+        let mut payloads = Vec::with_capacity(n);
+        let mut priorities = Vec::with_capacity(n);
+        let mut not_before: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(n);
+        let mut delays: Vec<Option<i64>> = Vec::with_capacity(n);
+        for message in messages {
+            message.validate()?;
+            groups.push(message.group.as_str());
+            kinds.push(message.kind.as_str());
+            payloads.push(message.payload.as_str());
+            priorities.push(i16::from(message.priority.get()));
+            match message.schedule {
+                Schedule::Now => {
+                    not_before.push(None);
+                    delays.push(None);
+                }
+                Schedule::After(delay) => {
+                    not_before.push(None);
+                    delays.push(Some(delay_millis(delay)?));
+                }
+                Schedule::At(at) => {
+                    not_before.push(Some(at));
+                    delays.push(None);
+                }
+            }
+        }
+        let seqs = sqlx::query_scalar(AssertSqlSafe(self.sql.publish.clone()))
+            .bind(groups)
+            .bind(kinds)
+            .bind(payloads)
+            .bind(priorities)
+            .bind(not_before)
+            .bind(delays)
+            .fetch_all(executor)
+            .await?;
+        Ok(seqs)
+    }
+
+    /// Leases one group and returns its head message, or `None` when nothing is claimable
+    /// at or above the request's priority floor. One round trip.
+    ///
+    /// # Errors
+    /// [`TransportError::InvalidArgument`] for a zero lease, [`TransportError::Database`].
+    pub async fn claim<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        request: &ClaimRequest,
+    ) -> Result<Option<ClaimedMessage>, TransportError> {
+        let request = ClaimRequest {
+            limit: 1,
+            ..request.clone()
+        };
+        Ok(self
+            .claim_many(executor, &request)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// Leases up to `request.limit` different groups and returns the head message of each,
+    /// highest priority first, then the group that has waited longest. One round trip.
+    ///
+    /// # Errors
+    /// As [`claim`](Self::claim); also a zero limit.
+    pub async fn claim_many<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        request: &ClaimRequest,
+    ) -> Result<Vec<ClaimedMessage>, TransportError> {
+        if request.limit == 0 {
+            return Err(TransportError::InvalidArgument(
+                "claim limit must be at least 1",
+            ));
+        }
+        let lease_ms = lease_millis(request.lease)?;
+        let rows: Vec<ClaimRow> = sqlx::query_as(AssertSqlSafe(self.sql.claim.clone()))
+            .bind(request.token.as_uuid())
+            .bind(lease_ms)
+            .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
+            .bind(i32::from(request.min_priority.get()))
+            .fetch_all(executor)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(group, seq, kind, payload, attempt, priority, enqueued_at)| ClaimedMessage {
+                    lease: Lease {
+                        group,
+                        seq,
+                        token: request.token,
+                    },
+                    kind,
+                    payload,
+                    attempt: attempt.max(1) as u32,
+                    priority: Priority::from_db(priority),
+                    enqueued_at,
+                },
+            )
+            .collect())
+    }
+
+    /// Completes a leased message: deletes it and moves its group on (freed behind every
+    /// waiting group, or deleted once drained). One round trip; fenced on the lease token.
+    ///
+    /// # Errors
+    /// [`TransportError::Database`]. A lost lease is an outcome, not an error.
+    pub async fn ack<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        lease: &Lease,
+    ) -> Result<LeaseOutcome, TransportError> {
+        let outcomes = self
+            .complete_many(executor, &[Completion::Ack(lease.clone())])
+            .await?;
+        Ok(outcomes[0])
+    }
+
+    /// Acks many leased messages in one round trip; one outcome per lease, in order.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack).
+    pub async fn ack_many<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        leases: &[Lease],
+    ) -> Result<Vec<LeaseOutcome>, TransportError> {
+        let completions: Vec<Completion> = leases.iter().cloned().map(Completion::Ack).collect();
+        self.complete_many(executor, &completions).await
+    }
+
+    /// Moves a leased message to the dead-letter table with `error`, and its group on.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack).
+    pub async fn dead_letter<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        lease: &Lease,
+        error: &str,
+    ) -> Result<LeaseOutcome, TransportError> {
+        let completion = Completion::DeadLetter(lease.clone(), error.to_owned());
+        Ok(self.complete_many(executor, &[completion]).await?[0])
+    }
+
+    /// Acks and dead-letters many leased messages in one round trip; one outcome per
+    /// completion, in order.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack).
+    pub async fn complete_many<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        completions: &[Completion],
+    ) -> Result<Vec<LeaseOutcome>, TransportError> {
+        if completions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = completions.len();
+        let mut groups = Vec::with_capacity(n);
+        let mut seqs = Vec::with_capacity(n);
+        let mut tokens = Vec::with_capacity(n);
+        let mut errors: Vec<Option<&str>> = Vec::with_capacity(n);
+        for completion in completions {
+            let lease = completion.lease();
+            groups.push(lease.group.as_str());
+            seqs.push(lease.seq);
+            tokens.push(lease.token.as_uuid());
+            errors.push(match completion {
+                Completion::Ack(_) => None,
+                Completion::DeadLetter(_, error) => Some(error.as_str()),
+            });
+        }
+        let has_errors = errors.iter().any(Option::is_some);
+        let rows: Vec<(i64, bool)> = sqlx::query_as(AssertSqlSafe(self.sql.ack.clone()))
+            .bind(groups)
+            .bind(&seqs)
+            .bind(tokens)
+            .bind(has_errors.then_some(errors))
+            .fetch_all(executor)
+            .await?;
+        Ok(outcomes_in_order(&seqs, &rows))
+    }
+
+    /// Gives a leased message back (see [`Nack`]): park its group for `delay`, or free it.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack).
+    pub async fn nack<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        nack: &Nack,
+    ) -> Result<LeaseOutcome, TransportError> {
+        Ok(self.nack_many(executor, std::slice::from_ref(nack)).await?[0])
+    }
+
+    /// Gives many leased messages back in one round trip; one outcome per nack, in order.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack); [`TransportError::InvalidArgument`] for an absurd delay.
+    pub async fn nack_many<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        nacks: &[Nack],
+    ) -> Result<Vec<LeaseOutcome>, TransportError> {
+        if nacks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = nacks.len();
+        let mut groups = Vec::with_capacity(n);
+        let mut seqs = Vec::with_capacity(n);
+        let mut tokens: Vec<Uuid> = Vec::with_capacity(n);
+        let mut delays = Vec::with_capacity(n);
+        let mut errors: Vec<Option<&str>> = Vec::with_capacity(n);
+        let mut counted = Vec::with_capacity(n);
+        for nack in nacks {
+            groups.push(nack.lease.group.as_str());
+            seqs.push(nack.lease.seq);
+            tokens.push(nack.lease.token.as_uuid());
+            delays.push(
+                delay_millis(nack.delay)
+                    .map_err(|_| TransportError::InvalidArgument("nack delay is too long"))?,
+            );
+            errors.push(nack.error.as_deref());
+            counted.push(nack.count_attempt);
+        }
+        let rows: Vec<(i64, bool)> = sqlx::query_as(AssertSqlSafe(self.sql.nack.clone()))
+            .bind(groups)
+            .bind(&seqs)
+            .bind(tokens)
+            .bind(delays)
+            .bind(errors)
+            .bind(counted)
+            .fetch_all(executor)
+            .await?;
+        Ok(outcomes_in_order(&seqs, &rows))
+    }
+
+    /// The heartbeat: pushes a lease's end to now + `lease` (database clock).
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack); [`TransportError::InvalidArgument`] for a zero lease.
+    pub async fn extend<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        lease: &Lease,
+        duration: Duration,
+    ) -> Result<LeaseOutcome, TransportError> {
+        let lost = self
+            .extend_many(executor, std::slice::from_ref(lease), duration)
+            .await?;
+        Ok(LeaseOutcome::from_applied(lost.is_empty()))
+    }
+
+    /// Extends many leases in one round trip. Returns the ones that were lost.
+    ///
+    /// # Errors
+    /// As [`extend`](Self::extend).
+    pub async fn extend_many<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        leases: &[Lease],
+        duration: Duration,
+    ) -> Result<Vec<Lease>, TransportError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lease_ms = lease_millis(duration)?;
+        let groups: Vec<&str> = leases.iter().map(|l| l.group.as_str()).collect();
+        let seqs: Vec<i64> = leases.iter().map(|l| l.seq).collect();
+        let tokens: Vec<Uuid> = leases.iter().map(|l| l.token.as_uuid()).collect();
+        let lost: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(self.sql.extend.clone()))
+            .bind(groups)
+            .bind(seqs)
+            .bind(tokens)
+            .bind(lease_ms)
+            .fetch_all(executor)
+            .await?;
+        Ok(leases
+            .iter()
+            .filter(|lease| {
+                lost.iter()
+                    .any(|(group, seq)| *seq == lease.seq && *group == lease.group)
+            })
+            .cloned()
+            .collect())
+    }
+}
+
+/// A lease length in milliseconds: at least 1 ms, at most a year.
+fn lease_millis(lease: Duration) -> Result<i64, TransportError> {
+    const YEAR_MS: u128 = 365 * 24 * 3600 * 1000;
+    let millis = lease.as_millis();
+    if millis == 0 || millis > YEAR_MS {
+        return Err(TransportError::InvalidArgument(
+            "lease must be between 1 ms and one year",
+        ));
+    }
+    Ok(millis as i64)
+}
+
+/// Maps the function's `(seq, applied)` rows back onto the input order.
+fn outcomes_in_order(seqs: &[i64], rows: &[(i64, bool)]) -> Vec<LeaseOutcome> {
+    // the functions return one row per input, in input order; fall back to a lookup
+    if rows.len() == seqs.len() && rows.iter().zip(seqs).all(|((s, _), seq)| s == seq) {
+        return rows
+            .iter()
+            .map(|(_, applied)| LeaseOutcome::from_applied(*applied))
+            .collect();
+    }
+    seqs.iter()
+        .map(|seq| {
+            let applied = rows.iter().any(|(s, applied)| s == seq && *applied);
+            LeaseOutcome::from_applied(applied)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_bounds() {
+        assert!(lease_millis(Duration::ZERO).is_err());
+        assert!(lease_millis(Duration::from_micros(999)).is_err());
+        assert_eq!(lease_millis(Duration::from_secs(30)).unwrap(), 30_000);
+        assert!(lease_millis(Duration::from_secs(400 * 24 * 3600)).is_err());
+    }
+
+    #[test]
+    fn outcomes_follow_input_order() {
+        let outcomes = outcomes_in_order(&[3, 1, 2], &[(3, true), (1, false), (2, true)]);
+        assert_eq!(
+            outcomes,
+            [
+                LeaseOutcome::Applied,
+                LeaseOutcome::LeaseLost,
+                LeaseOutcome::Applied
+            ]
+        );
+        let shuffled = outcomes_in_order(&[3, 1], &[(1, true)]);
+        assert_eq!(shuffled, [LeaseOutcome::LeaseLost, LeaseOutcome::Applied]);
+    }
+}

@@ -1,0 +1,157 @@
+//! Shared support for the integration tests, examples and benchmarks of harel-jobs.
+//!
+//! [`TestQueue`] gives each test its own PostgreSQL schema, migrated, and drops it when the
+//! test ends, even if the test panics, so tests run in parallel and leave nothing behind.
+//! [`TestDatabase`] does the same with a whole database, for the few tests that need one.
+
+use std::time::Duration;
+
+use harel_jobs::Schema;
+use harel_jobs::transport::Transport;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, PgPool};
+
+/// The server the tests use: `DATABASE_URL`, or the local default.
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A name nobody else uses: `prefix_` and 16 hex digits.
+pub fn unique_name(prefix: &str) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}_{}", &id[..16])
+}
+
+/// A pool on the test server with room for `connections`.
+pub async fn pool_with(url: &str, connections: u32) -> PgPool {
+    let options: PgConnectOptions = url.parse().expect("DATABASE_URL must be a postgres url");
+    PgPoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(Duration::from_secs(60))
+        .connect_with(options)
+        .await
+        .expect("the test database must be reachable (see README: running the tests)")
+}
+
+/// A migrated queue in a schema of its own, dropped with the value.
+pub struct TestQueue {
+    /// A pool on the test database (20 connections).
+    pub pool: PgPool,
+    /// The queue's schema.
+    pub schema: Schema,
+    /// The transport of that schema.
+    pub transport: Transport,
+    url: String,
+}
+
+impl TestQueue {
+    /// A fresh, migrated queue.
+    pub async fn new() -> Self {
+        let queue = Self::unmigrated().await;
+        harel_jobs::migrate_schema(&queue.pool, &queue.schema)
+            .await
+            .expect("migrate");
+        queue
+    }
+
+    /// A schema name reserved for this test, nothing created yet (the drop still cleans up).
+    pub async fn unmigrated() -> Self {
+        let url = database_url();
+        let pool = pool_with(&url, 20).await;
+        let schema = Schema::new(&unique_name("t")).expect("valid schema name");
+        let transport = Transport::new(schema.clone());
+        Self {
+            pool,
+            schema,
+            transport,
+            url,
+        }
+    }
+
+    /// `sql` with `@schema@` replaced by this queue's schema, for ad-hoc test queries.
+    pub fn sql(&self, sql: &str) -> AssertSqlSafe<String> {
+        AssertSqlSafe(sql.replace("@schema@", &format!("\"{}\"", self.schema.name())))
+    }
+
+    /// Number of rows in one of the queue's tables.
+    pub async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(self.sql(&format!("SELECT count(*) FROM @schema@.{table}")))
+            .fetch_one(&self.pool)
+            .await
+            .expect("count")
+    }
+}
+
+impl Drop for TestQueue {
+    fn drop(&mut self) {
+        let statement = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema.name());
+        run_cleanup(self.url.clone(), statement);
+    }
+}
+
+/// A database of its own, dropped with the value.
+pub struct TestDatabase {
+    /// Its name.
+    pub name: String,
+    /// Its URL.
+    pub url: String,
+    admin_url: String,
+}
+
+impl TestDatabase {
+    /// Creates an empty database.
+    pub async fn new() -> Self {
+        let admin_url = database_url();
+        let name = unique_name("harel_test");
+        let admin = pool_with(&admin_url, 1).await;
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+            .execute(&admin)
+            .await
+            .expect("create database");
+        admin.close().await;
+        let options: PgConnectOptions = admin_url.parse().expect("url");
+        let url = format!(
+            "postgres://{}@{}:{}/{}",
+            options.get_username(),
+            options.get_host(),
+            options.get_port(),
+            name
+        );
+        Self {
+            name,
+            url,
+            admin_url,
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let statement = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name);
+        run_cleanup(self.admin_url.clone(), statement);
+    }
+}
+
+/// Runs one cleanup statement on its own thread and runtime: `Drop` cannot be async, and
+/// must work whether or not the test's runtime is still alive.
+fn run_cleanup(url: String, statement: String) {
+    let cleanup = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("cleanup runtime");
+        runtime.block_on(async move {
+            let pool = pool_with(&url, 1).await;
+            let _ = sqlx::query("SET lock_timeout = '30s'").execute(&pool).await;
+            if let Err(error) = sqlx::query(AssertSqlSafe(statement.clone()))
+                .execute(&pool)
+                .await
+            {
+                eprintln!("test cleanup failed ({statement}): {error}");
+            }
+            pool.close().await;
+        });
+    });
+    let _ = cleanup.join();
+}
