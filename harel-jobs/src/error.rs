@@ -128,6 +128,9 @@ pub enum InvalidMessage {
     /// The payload is not one JSON value.
     #[error("payload is not a JSON value: {0}")]
     PayloadNotJson(#[source] serde_json::Error),
+    /// A priority outside 0..=4.
+    #[error("priority {0} is out of range: priorities are 0 (lowest) to 4 (highest)")]
+    InvalidPriority(u8),
     /// The delay does not fit in PostgreSQL's interval arithmetic (over about 290,000 years).
     #[error("delay is too long")]
     DelayTooLong,

@@ -1,0 +1,255 @@
+//! Enqueueing typed jobs: [`Enqueue`] (one job, with options) and [`JobBatch`] (many).
+
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+
+use crate::error::{InvalidMessage, PublishError};
+use crate::job::Job;
+use crate::schema::Schema;
+use crate::transport::{OutgoingMessage, Priority, Schedule, Transport};
+
+/// The id of an enqueued job: its message's sequence number, unique and increasing in
+/// enqueue order. Dead letters keep it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub i64);
+
+impl JobId {
+    /// The number.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Options of one enqueue, shared by [`Enqueue`] and [`JobBatch`].
+#[derive(Clone, Debug, Default)]
+struct EnqueueOptions {
+    group: Option<String>,
+    priority: Option<u8>,
+    schedule: Schedule,
+}
+
+impl EnqueueOptions {
+    /// The message for `job`: group override, else the job's group, else a fresh one.
+    fn message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
+        let group = match &self.group {
+            Some(group) => group.clone(),
+            None => job.group().unwrap_or_else(|| fresh_group(J::KIND)),
+        };
+        let priority = match self.priority {
+            Some(p) => Priority::new(p).map_err(|_| InvalidMessage::InvalidPriority(p))?,
+            None => J::options().priority.unwrap_or_default(),
+        };
+        let message =
+            OutgoingMessage::serialize(group, J::KIND, job).map_err(PublishError::Serialize)?;
+        Ok(message.priority(priority).schedule(self.schedule))
+    }
+}
+
+/// A group of its own for a job without one: its kind and a random UUID.
+fn fresh_group(kind: &str) -> String {
+    format!("{kind}:{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The transport of the default schema, built once.
+pub(crate) fn default_transport() -> &'static Transport {
+    static DEFAULT: OnceLock<Transport> = OnceLock::new();
+    DEFAULT.get_or_init(Transport::default)
+}
+
+fn transport_for(schema: Option<&Schema>) -> Transport {
+    match schema {
+        Some(schema) if *schema != Schema::default() => Transport::new(schema.clone()),
+        _ => default_transport().clone(),
+    }
+}
+
+/// One job on its way into the queue; options first, then `.await`.
+///
+/// Created by the `enqueue` method `#[job]` generates (or [`Enqueue::new`]). Runs on the
+/// executor it was given: inside a transaction, the job exists if and only if that
+/// transaction commits.
+///
+/// ```no_run
+/// # use harel_jobs::{Enqueue, Job};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Ping;
+/// # impl Job for Ping { const KIND: &'static str = "ping"; }
+/// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// let mut tx = pool.begin().await?;
+/// let id = Enqueue::new(Ping, &mut *tx)
+///     .delay(Duration::from_secs(60))
+///     .priority(4)
+///     .group("user-42")
+///     .await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "an enqueue does nothing until awaited"]
+pub struct Enqueue<'c, J, E> {
+    job: J,
+    executor: E,
+    options: EnqueueOptions,
+    schema: Option<Schema>,
+    _connection: PhantomData<&'c ()>,
+}
+
+impl<'c, J: Job, E: PgExecutor<'c>> Enqueue<'c, J, E> {
+    /// Enqueues `job` through `executor` (a pool, a connection or a transaction).
+    pub fn new(job: J, executor: E) -> Self {
+        Self {
+            job,
+            executor,
+            options: EnqueueOptions::default(),
+            schema: None,
+            _connection: PhantomData,
+        }
+    }
+
+    /// Starts the job no sooner than `delay` from now (database clock).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.options.schedule = Schedule::After(delay);
+        self
+    }
+
+    /// Starts the job no sooner than `at`.
+    pub fn at(mut self, at: DateTime<Utc>) -> Self {
+        self.options.schedule = Schedule::At(at);
+        self
+    }
+
+    /// Sets the priority, 0 (lowest) to 4 (highest); it applies if this job creates its
+    /// group. Out of range: the await fails with [`InvalidMessage::InvalidPriority`].
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.options.priority = Some(priority);
+        self
+    }
+
+    /// Puts the job in this group instead of the one `#[group]` gives (or its own).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.options.group = Some(group.into());
+        self
+    }
+
+    /// Enqueues into the queue in `schema` instead of the default `harel`.
+    pub fn schema(mut self, schema: &Schema) -> Self {
+        self.schema = Some(schema.clone());
+        self
+    }
+}
+
+impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
+    type Output = Result<JobId, PublishError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'c>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let message = self.options.message(&self.job)?;
+            let transport = transport_for(self.schema.as_ref());
+            let seq = transport.publish(self.executor, &message).await?;
+            Ok(JobId(seq))
+        })
+    }
+}
+
+/// Many jobs, of any kinds, enqueued in one round trip.
+///
+/// ```no_run
+/// # use harel_jobs::{Job, JobBatch};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Ping(u32);
+/// # impl Job for Ping { const KIND: &'static str = "ping"; }
+/// # async fn example(pool: sqlx::PgPool) -> Result<(), harel_jobs::PublishError> {
+/// let mut batch = JobBatch::new();
+/// for n in 0..1000 {
+///     batch.push(Ping(n))?;
+/// }
+/// let ids = batch.enqueue(&pool).await?;
+/// assert_eq!(ids.len(), 1000);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+pub struct JobBatch {
+    messages: Vec<OutgoingMessage>,
+    schema: Option<Schema>,
+}
+
+impl JobBatch {
+    /// An empty batch for the default schema.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty batch for the queue in `schema`.
+    pub fn for_schema(schema: &Schema) -> Self {
+        Self {
+            messages: Vec::new(),
+            schema: Some(schema.clone()),
+        }
+    }
+
+    /// Adds a job with its own options (group, priority).
+    ///
+    /// # Errors
+    /// [`PublishError::Serialize`] if it does not serialise, [`PublishError::Invalid`] if
+    /// the message would be refused. The batch is unchanged then.
+    pub fn push<J: Job>(&mut self, job: J) -> Result<&mut Self, PublishError> {
+        let message = EnqueueOptions::default().message(&job)?;
+        message.validate()?;
+        self.messages.push(message);
+        Ok(self)
+    }
+
+    /// Adds a job into `group`, overriding its own.
+    ///
+    /// # Errors
+    /// As [`push`](Self::push).
+    pub fn push_to_group<J: Job>(
+        &mut self,
+        job: J,
+        group: impl Into<String>,
+    ) -> Result<&mut Self, PublishError> {
+        let options = EnqueueOptions {
+            group: Some(group.into()),
+            ..EnqueueOptions::default()
+        };
+        let message = options.message(&job)?;
+        message.validate()?;
+        self.messages.push(message);
+        Ok(self)
+    }
+
+    /// How many jobs it holds.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Enqueues every job in one round trip, in order (jobs of one group keep the batch's
+    /// order). Returns their ids in the same order.
+    ///
+    /// # Errors
+    /// [`PublishError::Database`]; nothing is written then.
+    pub async fn enqueue<'c, E: PgExecutor<'c>>(
+        self,
+        executor: E,
+    ) -> Result<Vec<JobId>, PublishError> {
+        let transport = transport_for(self.schema.as_ref());
+        let seqs = transport.publish_many(executor, &self.messages).await?;
+        Ok(seqs.into_iter().map(JobId).collect())
+    }
+}

@@ -1,0 +1,19 @@
+//! What `#[job]`'s expansion names. Not public API: no stability promise.
+
+pub use serde;
+
+pub use crate::job_error::IntoJobResult;
+
+/// The group id of a `#[group]` parameter: the job kind, `:`, and the value's `Display`.
+///
+/// Namespaced by kind, so `#[group] user_id` of two job types makes two groups; use
+/// `.group(…)` at enqueue to share one group across types.
+pub fn group_id<T: std::fmt::Display + ?Sized>(kind: &str, value: &T) -> String {
+    format!("{kind}:{value}")
+}
+
+/// Makes rustc point at the `#[group]` parameter when its type has no `Display`.
+pub fn assert_group_display<T: std::fmt::Display + ?Sized>() {}
+
+/// Makes rustc point at the user's return type when it is not a valid job result.
+pub fn assert_job_result<T: IntoJobResult>() {}
