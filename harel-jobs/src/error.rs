@@ -272,6 +272,9 @@ pub enum ConfigError {
     /// A priority outside 0..=4.
     #[error("invalid priority {0}: priorities are 0 (lowest) to 4 (highest)")]
     InvalidPriority(i64),
+    /// Two registered job types share one kind.
+    #[error("two registered job types have the kind {0:?}: kinds must be unique")]
+    DuplicateKind(&'static str),
     /// Another out-of-range setting.
     #[error("invalid setting {name}: {reason}")]
     Invalid {

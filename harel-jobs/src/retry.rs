@@ -28,7 +28,8 @@ pub struct Backoff {
 
 impl Backoff {
     /// 2 s doubling up to 1 h.
-    pub const DEFAULT: Backoff = Backoff::exponential(Duration::from_secs(2), Duration::from_secs(3600));
+    pub const DEFAULT: Backoff =
+        Backoff::exponential(Duration::from_secs(2), Duration::from_secs(3600));
 
     /// `base` doubling after each failed attempt, never more than `max`.
     pub const fn exponential(base: Duration, max: Duration) -> Self {
@@ -66,7 +67,11 @@ impl Backoff {
     /// point in `[¾·d, d]` (see the type's documentation).
     pub fn delay(&self, attempt: u32, random: f64) -> Duration {
         let nominal = self.nominal(attempt);
-        let random = if random.is_finite() { random.clamp(0.0, 1.0) } else { 0.0 };
+        let random = if random.is_finite() {
+            random.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
         nominal.mul_f64(0.75 + 0.25 * random)
     }
 

@@ -1,0 +1,236 @@
+//! The dead-letter table: jobs that failed for good, kept for a person to look at.
+//!
+//! A job lands here after its last attempt, at once on a permanent error
+//! ([`JobError::permanent`](crate::JobError::permanent)), or when its payload no longer
+//! decodes; its group moves on. Dead letters stay until deleted or retried.
+
+use chrono::{DateTime, Utc};
+use sqlx::{AssertSqlSafe, PgExecutor};
+
+use crate::enqueue::JobId;
+use crate::error::DatabaseError;
+use crate::job::Job;
+use crate::schema::Schema;
+use crate::transport::Priority;
+
+/// One dead job.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct DeadLetter {
+    /// Its id (the id it had in the queue).
+    pub id: JobId,
+    /// Its group.
+    pub group: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its JSON payload.
+    pub payload: String,
+    /// Its priority.
+    pub priority: Priority,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last error.
+    pub last_error: String,
+    /// When it was enqueued.
+    pub enqueued_at: DateTime<Utc>,
+    /// When it was given up on.
+    pub failed_at: DateTime<Utc>,
+}
+
+impl DeadLetter {
+    /// Decodes the payload as job type `J`.
+    ///
+    /// # Errors
+    /// The decoder's error.
+    pub fn decode<J: Job>(&self) -> Result<J, serde_json::Error> {
+        serde_json::from_str(&self.payload)
+    }
+}
+
+/// Which dead letters to list: newest first, optionally of one kind, `limit` at a time,
+/// continuing below `before`.
+#[derive(Clone, Debug)]
+pub struct DeadLetterQuery {
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only ids below this one (the last id of the previous page).
+    pub before: Option<JobId>,
+    /// At most this many (default 100).
+    pub limit: u32,
+}
+
+impl Default for DeadLetterQuery {
+    fn default() -> Self {
+        Self {
+            kind: None,
+            before: None,
+            limit: 100,
+        }
+    }
+}
+
+/// Lists, retries and deletes dead letters of one schema.
+///
+/// ```no_run
+/// use harel_jobs::{DeadLetterQuery, DeadLetters};
+/// # async fn example(pool: sqlx::PgPool) -> Result<(), harel_jobs::DatabaseError> {
+/// let dead = DeadLetters::default();
+/// for letter in dead.list(&pool, &DeadLetterQuery::default()).await? {
+///     println!("{} {} failed: {}", letter.id, letter.kind, letter.last_error);
+///     dead.retry(&pool, letter.id).await?; // back in the queue, attempts start over
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct DeadLetters {
+    schema: Schema,
+}
+
+type Row = (
+    i64,
+    String,
+    String,
+    String,
+    i16,
+    i32,
+    String,
+    DateTime<Utc>,
+    DateTime<Utc>,
+);
+
+const COLUMNS: &str = "id, group_id, kind, payload::text, priority, attempts, last_error, \
+                       enqueued_at, failed_at";
+
+impl DeadLetters {
+    /// The dead letters of the queue in `schema`.
+    pub fn new(schema: Schema) -> Self {
+        Self { schema }
+    }
+
+    fn sql(&self, template: &str) -> AssertSqlSafe<String> {
+        AssertSqlSafe(self.schema.render(&template.replace("@columns@", COLUMNS)))
+    }
+
+    /// Lists dead letters, newest first.
+    ///
+    /// # Errors
+    /// The database's error.
+    pub async fn list<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        query: &DeadLetterQuery,
+    ) -> Result<Vec<DeadLetter>, DatabaseError> {
+        let rows: Vec<Row> = sqlx::query_as(self.sql(
+            "SELECT @columns@ FROM @schema@.dead_letters
+              WHERE ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2)
+              ORDER BY id DESC LIMIT $3",
+        ))
+        .bind(query.kind.as_deref())
+        .bind(query.before.map(JobId::get))
+        .bind(i64::from(query.limit))
+        .fetch_all(executor)
+        .await?;
+        Ok(rows.into_iter().map(from_row).collect())
+    }
+
+    /// One dead letter by id.
+    ///
+    /// # Errors
+    /// The database's error.
+    pub async fn get<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: JobId,
+    ) -> Result<Option<DeadLetter>, DatabaseError> {
+        let row: Option<Row> =
+            sqlx::query_as(self.sql("SELECT @columns@ FROM @schema@.dead_letters WHERE id = $1"))
+                .bind(id.get())
+                .fetch_optional(executor)
+                .await?;
+        Ok(row.map(from_row))
+    }
+
+    /// How many dead letters there are.
+    ///
+    /// # Errors
+    /// The database's error.
+    pub async fn count<'e, E: PgExecutor<'e>>(&self, executor: E) -> Result<i64, DatabaseError> {
+        Ok(
+            sqlx::query_scalar(self.sql("SELECT count(*) FROM @schema@.dead_letters"))
+                .fetch_one(executor)
+                .await?,
+        )
+    }
+
+    /// Puts a dead letter back in the queue, atomically: same group (at its end), kind,
+    /// payload and priority, attempts starting over. Returns its new id, or `None` if there
+    /// is no dead letter with this id.
+    ///
+    /// # Errors
+    /// The database's error.
+    pub async fn retry<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: JobId,
+    ) -> Result<Option<JobId>, DatabaseError> {
+        let new_id: Option<i64> = sqlx::query_scalar(self.sql(
+            "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = $1
+                        RETURNING group_id, kind, payload, priority)
+             SELECT s FROM d, LATERAL @schema@.harel_publish(
+                 ARRAY[d.group_id], ARRAY[d.kind], ARRAY[d.payload::text], ARRAY[d.priority],
+                 ARRAY[NULL::timestamptz], ARRAY[NULL::bigint]) AS s",
+        ))
+        .bind(id.get())
+        .fetch_optional(executor)
+        .await?;
+        Ok(new_id.map(JobId))
+    }
+
+    /// Deletes a dead letter. Returns whether it existed.
+    ///
+    /// # Errors
+    /// The database's error.
+    pub async fn delete<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: JobId,
+    ) -> Result<bool, DatabaseError> {
+        let deleted = sqlx::query(self.sql("DELETE FROM @schema@.dead_letters WHERE id = $1"))
+            .bind(id.get())
+            .execute(executor)
+            .await?;
+        Ok(deleted.rows_affected() == 1)
+    }
+
+    /// Deletes the dead letters that failed before `before`. Returns how many.
+    ///
+    /// # Errors
+    /// The database's error.
+    pub async fn purge<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        before: DateTime<Utc>,
+    ) -> Result<u64, DatabaseError> {
+        let deleted =
+            sqlx::query(self.sql("DELETE FROM @schema@.dead_letters WHERE failed_at < $1"))
+                .bind(before)
+                .execute(executor)
+                .await?;
+        Ok(deleted.rows_affected())
+    }
+}
+
+fn from_row(row: Row) -> DeadLetter {
+    let (id, group, kind, payload, priority, attempts, last_error, enqueued_at, failed_at) = row;
+    DeadLetter {
+        id: JobId(id),
+        group,
+        kind,
+        payload,
+        priority: Priority::from_db(priority),
+        attempts: attempts.max(0) as u32,
+        last_error,
+        enqueued_at,
+        failed_at,
+    }
+}

@@ -1,0 +1,160 @@
+//! The completer: writes job outcomes back in batches, one or two round trips per batch.
+//!
+//! It takes whatever outcomes are waiting when it is free (group commit): one outcome when
+//! the pool is quiet, hundreds per round trip under load, without a timer adding latency.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::Shared;
+use crate::transport::{Completion, Lease, LeaseOutcome, Nack};
+
+/// What becomes of a job whose handler ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Ack it.
+    Succeeded,
+    /// Move it to the dead letters with this error.
+    DeadLetter(String),
+    /// Park its group for `delay`, recording the error; the attempt counts.
+    Retry { delay: Duration, error: String },
+    /// Park its group for this long; the attempt does not count.
+    Snooze(Duration),
+    /// Give it back at once (shutdown).
+    Release {
+        count_attempt: bool,
+        reason: &'static str,
+    },
+}
+
+/// A job's lease and outcome.
+#[derive(Debug)]
+pub(crate) struct Settlement {
+    pub lease: Lease,
+    pub outcome: Outcome,
+}
+
+/// Runs until the channel closes (every sender dropped), then flushes what is left.
+pub(crate) async fn run<S: Send + Sync + 'static>(
+    shared: Arc<Shared<S>>,
+    mut receiver: mpsc::UnboundedReceiver<Settlement>,
+) {
+    let max_batch = shared.config.ack_batch;
+    let mut batch = Vec::with_capacity(max_batch);
+    loop {
+        if receiver.recv_many(&mut batch, max_batch).await == 0 {
+            return; // closed and drained
+        }
+        flush(&shared, &mut batch).await;
+    }
+}
+
+/// Writes one batch, retrying while the database is unreachable, and wakes the fetcher:
+/// acked groups may have more messages.
+async fn flush<S: Send + Sync + 'static>(shared: &Shared<S>, batch: &mut Vec<Settlement>) {
+    let mut completions = Vec::new();
+    let mut nacks = Vec::new();
+    for settlement in batch.drain(..) {
+        match settlement.outcome {
+            Outcome::Succeeded => completions.push(Completion::Ack(settlement.lease)),
+            Outcome::DeadLetter(error) => {
+                completions.push(Completion::DeadLetter(settlement.lease, error));
+            }
+            Outcome::Retry { delay, error } => nacks.push(Nack {
+                lease: settlement.lease,
+                delay,
+                error: Some(error),
+                count_attempt: true,
+            }),
+            Outcome::Snooze(delay) => nacks.push(Nack {
+                lease: settlement.lease,
+                delay,
+                error: None,
+                count_attempt: false,
+            }),
+            Outcome::Release {
+                count_attempt,
+                reason,
+            } => nacks.push(Nack {
+                lease: settlement.lease,
+                delay: Duration::ZERO,
+                error: Some(reason.to_owned()),
+                count_attempt,
+            }),
+        }
+    }
+
+    if !completions.is_empty() {
+        let outcomes = retrying(shared, "ack", || {
+            shared.transport.complete_many(&shared.pool, &completions)
+        })
+        .await;
+        for (completion, outcome) in completions.iter().zip(outcomes) {
+            let lease = completion.lease();
+            shared.inflight.remove(lease.seq);
+            match (outcome, completion) {
+                (LeaseOutcome::Applied, Completion::Ack(_)) => shared.stats.succeeded(),
+                (LeaseOutcome::Applied, Completion::DeadLetter(..)) => shared.stats.dead_lettered(),
+                (LeaseOutcome::LeaseLost, _) => lost(shared, lease, "ack"),
+            }
+        }
+    }
+    if !nacks.is_empty() {
+        let outcomes = retrying(shared, "nack", || {
+            shared.transport.nack_many(&shared.pool, &nacks)
+        })
+        .await;
+        for (nack, outcome) in nacks.iter().zip(outcomes) {
+            shared.inflight.remove(nack.lease.seq);
+            match outcome {
+                LeaseOutcome::Applied if nack.count_attempt && nack.delay > Duration::ZERO => {
+                    shared.stats.retried();
+                }
+                LeaseOutcome::Applied if nack.delay > Duration::ZERO => shared.stats.snoozed(),
+                LeaseOutcome::Applied => shared.stats.released(),
+                LeaseOutcome::LeaseLost => lost(shared, &nack.lease, "nack"),
+            }
+        }
+    }
+    shared.wake.notify_one();
+}
+
+fn lost<S>(shared: &Shared<S>, lease: &Lease, operation: &str) {
+    shared.stats.lease_lost();
+    tracing::warn!(
+        group = %lease.group,
+        message_id = lease.seq,
+        operation,
+        "lease lost before the outcome was written: another worker may run the job again"
+    );
+}
+
+/// Runs a write until it succeeds. Connection failures are retried with backoff (up to
+/// 5 s apart) for as long as it takes: an outcome is never dropped while the worker lives.
+/// Any other error is retried too, after logging it, since dropping the outcome would only
+/// make the job run again after its lease.
+async fn retrying<S, T, F, Fut>(shared: &Shared<S>, operation: &str, mut write: F) -> Vec<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, crate::error::TransportError>>,
+{
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match write().await {
+            Ok(outcomes) => return outcomes,
+            Err(error) => {
+                shared.stats.database_error();
+                tracing::warn!(
+                    operation,
+                    error = %error,
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "writing job outcomes failed, retrying"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}

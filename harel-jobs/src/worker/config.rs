@@ -1,0 +1,181 @@
+//! The worker pool's settings, their defaults, and their validation.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+use crate::retry::Backoff;
+use crate::schema::Schema;
+use crate::transport::Priority;
+
+/// Every setting of a worker pool. Filled with the defaults below by
+/// [`Worker::builder`](super::Worker::builder), validated by `build`.
+#[derive(Clone, Debug)]
+pub(crate) struct WorkerConfig {
+    /// Handlers running at once. Default 16.
+    pub concurrency: usize,
+    /// Lease of a claimed job; extended by the heartbeat while the handler runs. Default 30 s.
+    pub lease: Duration,
+    /// Time between heartbeats. Default a third of the lease.
+    pub heartbeat: Option<Duration>,
+    /// Claim attempt when no NOTIFY arrived. Default 1 s.
+    pub poll_interval: Duration,
+    /// Attempts per job unless its type says otherwise. Default 10.
+    pub max_attempts: u32,
+    /// Backoff unless the job type says otherwise. Default 2 s doubling to 1 h.
+    pub backoff: Backoff,
+    /// Timeout of one attempt unless the job type says otherwise. Default none.
+    pub timeout: Option<Duration>,
+    /// How long shutdown lets running handlers finish. Default 30 s.
+    pub shutdown_grace: Duration,
+    /// Take no group below this priority. Default 0 (take everything).
+    pub min_priority: Priority,
+    /// Most groups claimed in one round trip. Default 64.
+    pub claim_batch: usize,
+    /// Most completions written in one round trip. Default 512.
+    pub ack_batch: usize,
+    /// Whether to LISTEN for enqueue notifications. Default true.
+    pub listen: bool,
+    /// The queue's schema. Default `harel`.
+    pub schema: Schema,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 16,
+            lease: Duration::from_secs(30),
+            heartbeat: None,
+            poll_interval: Duration::from_secs(1),
+            max_attempts: 10,
+            backoff: Backoff::DEFAULT,
+            timeout: None,
+            shutdown_grace: Duration::from_secs(30),
+            min_priority: Priority::LOWEST,
+            claim_batch: 64,
+            ack_batch: 512,
+            listen: true,
+            schema: Schema::default(),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// The heartbeat interval: the configured one, or a third of the lease.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat.unwrap_or(self.lease / 3)
+    }
+
+    /// Checks every setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |name, reason| Err(ConfigError::Invalid { name, reason });
+        if self.concurrency == 0 || self.concurrency > 10_000 {
+            return invalid("concurrency", "must be between 1 and 10,000");
+        }
+        if self.lease < Duration::from_millis(100) || self.lease > Duration::from_secs(86_400) {
+            return invalid("lease", "must be between 100 ms and 24 h");
+        }
+        let heartbeat = self.heartbeat_interval();
+        if heartbeat.is_zero() || heartbeat >= self.lease {
+            return invalid(
+                "heartbeat_interval",
+                "must be above zero and shorter than the lease",
+            );
+        }
+        if self.poll_interval < Duration::from_millis(10) {
+            return invalid("poll_interval", "must be at least 10 ms");
+        }
+        if self.max_attempts == 0 {
+            return invalid("max_attempts", "must be at least 1");
+        }
+        if self.claim_batch == 0 || self.claim_batch > 10_000 {
+            return invalid("claim_batch", "must be between 1 and 10,000");
+        }
+        if self.ack_batch == 0 || self.ack_batch > 100_000 {
+            return invalid("ack_batch", "must be between 1 and 100,000");
+        }
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            return invalid("timeout", "must be above zero");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let config = WorkerConfig::default();
+        assert!(config.validate().is_ok());
+        assert_eq!(config.heartbeat_interval(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn rejects_out_of_range() {
+        let cases: Vec<(&str, WorkerConfig)> = vec![
+            (
+                "concurrency",
+                WorkerConfig {
+                    concurrency: 0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "lease",
+                WorkerConfig {
+                    lease: Duration::from_millis(10),
+                    ..Default::default()
+                },
+            ),
+            (
+                "heartbeat_interval",
+                WorkerConfig {
+                    heartbeat: Some(Duration::from_secs(60)),
+                    ..Default::default()
+                },
+            ),
+            (
+                "poll_interval",
+                WorkerConfig {
+                    poll_interval: Duration::ZERO,
+                    ..Default::default()
+                },
+            ),
+            (
+                "max_attempts",
+                WorkerConfig {
+                    max_attempts: 0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "claim_batch",
+                WorkerConfig {
+                    claim_batch: 0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "ack_batch",
+                WorkerConfig {
+                    ack_batch: 0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "timeout",
+                WorkerConfig {
+                    timeout: Some(Duration::ZERO),
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (name, config) in cases {
+            match config.validate() {
+                Err(ConfigError::Invalid { name: got, .. }) => assert_eq!(got, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! Running one claimed job: decode, run (with timeout, panic capture and shutdown), and
+//! decide what becomes of it.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use tracing::Instrument;
+
+use super::Shared;
+use super::complete::{Outcome, Settlement};
+use crate::context::{Execution, JobContext};
+use crate::job_error::{Action, JobResult};
+use crate::retry::Backoff;
+use crate::transport::ClaimedMessage;
+
+/// Runs one claimed job to its settlement, then hands the settlement to the completer.
+/// The caller holds a concurrency permit for as long as this runs.
+pub(crate) async fn run<S: Send + Sync + 'static>(
+    shared: Arc<Shared<S>>,
+    message: ClaimedMessage,
+    completions: tokio::sync::mpsc::UnboundedSender<Settlement>,
+) {
+    let seq = message.lease.seq;
+    let cancel = shared.hard_stop.child_token();
+    shared
+        .inflight
+        .insert(message.lease.clone(), cancel.clone());
+    let span = tracing::info_span!(
+        "harel_job",
+        kind = %message.kind,
+        group = %message.lease.group,
+        message_id = seq,
+        attempt = message.attempt,
+    );
+    let outcome = decide(&shared, &message, cancel)
+        .instrument(span.clone())
+        .await;
+    let _entered = span.enter();
+    if !shared.inflight.settle(seq) {
+        // the heartbeat found the lease lost: another worker may run this job now, so its
+        // result must not be written
+        shared.inflight.remove(seq);
+        shared.stats.lease_lost();
+        tracing::warn!("lease lost while the job ran: result discarded, the job may run again");
+        return;
+    }
+    let settlement = Settlement {
+        lease: message.lease,
+        outcome,
+    };
+    if completions.send(settlement).is_err() {
+        // only after the completer stopped, which shutdown does last: the lease lapses and
+        // another worker runs the job again
+        shared.inflight.remove(seq);
+        tracing::error!("completer stopped before this job settled; it will run again");
+    }
+}
+
+/// Why an attempt ended without a result from the handler.
+enum Interrupted {
+    Panicked(String),
+    TimedOut(Duration),
+}
+
+async fn decide<S: Send + Sync + 'static>(
+    shared: &Shared<S>,
+    message: &ClaimedMessage,
+    cancel: tokio_util::sync::CancellationToken,
+) -> Outcome {
+    let config = &shared.config;
+    let attempt = message.attempt;
+    let Some(handler) = shared.registry.get(&message.kind) else {
+        // maybe a newer worker knows it (rolling deploy): retry like a failure
+        let error = format!("no handler registered for job kind {:?}", message.kind);
+        return failed(attempt, config.max_attempts, None, &config.backoff, error);
+    };
+    let options = handler.options();
+    let max_attempts = options.max_attempts.unwrap_or(config.max_attempts);
+    let backoff = options.backoff.unwrap_or(config.backoff);
+    if attempt > max_attempts {
+        let error = format!(
+            "attempt {} of {max_attempts} never reported a result (its worker stopped or crashed)",
+            attempt - 1
+        );
+        return dead(error);
+    }
+
+    let execution = Execution {
+        kind: message.kind.clone(),
+        group: message.lease.group.clone(),
+        message_id: message.lease.seq,
+        attempt,
+        max_attempts,
+        cancel: cancel.clone(),
+    };
+    let ctx = JobContext::new(Arc::clone(&shared.state), Arc::new(execution));
+    let future = match handler.start(&message.payload, ctx) {
+        Ok(future) => future,
+        Err(error) => {
+            return dead(format!(
+                "payload does not decode as job kind {:?}: {error}",
+                message.kind
+            ));
+        }
+    };
+
+    let started = Instant::now();
+    let timeout = options.timeout.or(config.timeout);
+    let guarded = async {
+        let run = AssertUnwindSafe(future).catch_unwind();
+        let result = match timeout {
+            Some(limit) => tokio::time::timeout(limit, run)
+                .await
+                .map_err(|_| Interrupted::TimedOut(limit))?,
+            None => run.await,
+        };
+        result.map_err(|panic| Interrupted::Panicked(panic_message(&*panic)))
+    };
+    let result: Result<JobResult, Interrupted> = tokio::select! {
+        biased;
+        result = guarded => result,
+        () = shared.hard_stop.cancelled() => {
+            return Outcome::Release {
+                count_attempt: true,
+                reason: "the worker shut down before the job finished",
+            };
+        }
+    };
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+
+    match result {
+        Ok(Ok(())) => {
+            tracing::debug!(elapsed_ms, "job succeeded");
+            Outcome::Succeeded
+        }
+        Ok(Err(error)) => match error.action() {
+            Action::Permanent => dead(error.chain()),
+            Action::Retry(after) => failed(attempt, max_attempts, after, &backoff, error.chain()),
+            Action::Snooze(delay) => {
+                tracing::debug!(snooze_ms = delay.as_millis() as u64, "job snoozed");
+                Outcome::Snooze(delay)
+            }
+        },
+        Err(Interrupted::Panicked(text)) => failed(
+            attempt,
+            max_attempts,
+            None,
+            &backoff,
+            format!("handler panicked: {text}"),
+        ),
+        Err(Interrupted::TimedOut(limit)) => {
+            cancel.cancel();
+            failed(
+                attempt,
+                max_attempts,
+                None,
+                &backoff,
+                format!("timed out after {limit:?}"),
+            )
+        }
+    }
+}
+
+/// A failed attempt: retried after its delay while attempts remain, else a dead letter.
+fn failed(
+    attempt: u32,
+    max_attempts: u32,
+    after: Option<Duration>,
+    backoff: &Backoff,
+    error: String,
+) -> Outcome {
+    if attempt >= max_attempts {
+        return dead(format!("{error} (attempt {attempt} of {max_attempts})"));
+    }
+    let delay = after.unwrap_or_else(|| backoff.delay_random(attempt));
+    tracing::warn!(
+        error = %error,
+        retry_in_ms = delay.as_millis() as u64,
+        "job failed, will retry"
+    );
+    Outcome::Retry { delay, error }
+}
+
+fn dead(error: String) -> Outcome {
+    tracing::error!(error = %error, "job failed for good: moved to the dead letters");
+    Outcome::DeadLetter(error)
+}
+
+/// The text of a panic payload (`&str` or `String`, as `panic!` makes them).
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_retries_until_the_last_attempt() {
+        let backoff = Backoff::fixed(Duration::from_secs(4));
+        match failed(1, 3, None, &backoff, "boom".into()) {
+            Outcome::Retry { delay, error } => {
+                assert!(delay >= Duration::from_secs(3) && delay <= Duration::from_secs(4));
+                assert_eq!(error, "boom");
+            }
+            other => panic!("{other:?}"),
+        }
+        match failed(2, 3, Some(Duration::from_millis(5)), &backoff, "x".into()) {
+            Outcome::Retry { delay, .. } => assert_eq!(delay, Duration::from_millis(5)),
+            other => panic!("{other:?}"),
+        }
+        match failed(3, 3, None, &backoff, "boom".into()) {
+            Outcome::DeadLetter(error) => assert_eq!(error, "boom (attempt 3 of 3)"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn panic_messages() {
+        let caught = std::panic::catch_unwind(|| panic!("plain")).unwrap_err();
+        assert_eq!(panic_message(&*caught), "plain");
+        let caught = std::panic::catch_unwind(|| panic!("formatted {}", 7)).unwrap_err();
+        assert_eq!(panic_message(&*caught), "formatted 7");
+    }
+}

@@ -1,0 +1,131 @@
+//! The fetcher: claims batches of groups as capacity frees up, and starts their jobs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio_util::task::TaskTracker;
+
+use super::complete::Settlement;
+use super::{Shared, execute};
+use crate::transport::{ClaimRequest, LeaseToken, Nack};
+
+/// Claims and starts jobs until told to stop claiming.
+///
+/// Each round waits for at least one free slot, takes every free slot (up to the claim
+/// batch), and claims that many groups in one round trip. A full batch means more work is
+/// likely waiting: claim again at once. A short batch means the queue is drained for now:
+/// wait for a NOTIFY, a completed batch of acks (which may have freed groups), or the poll
+/// interval.
+pub(crate) async fn run<S: Send + Sync + 'static>(
+    shared: Arc<Shared<S>>,
+    jobs: TaskTracker,
+    completions: mpsc::UnboundedSender<Settlement>,
+) {
+    let semaphore = Arc::clone(&shared.slots);
+    let mut error_backoff = Duration::from_millis(100);
+    loop {
+        let mut permits: OwnedSemaphorePermit = tokio::select! {
+            biased;
+            () = shared.stop_claiming.cancelled() => return,
+            permit = Arc::clone(&semaphore).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return, // closed: shutting down
+            },
+        };
+        let extra = semaphore
+            .available_permits()
+            .min(shared.config.claim_batch.saturating_sub(1));
+        if extra > 0 {
+            if let Ok(more) = Arc::clone(&semaphore).try_acquire_many_owned(extra as u32) {
+                permits.merge(more);
+            }
+        }
+        let wanted = permits.num_permits();
+        let request = ClaimRequest {
+            token: LeaseToken::new(),
+            lease: shared.config.lease,
+            min_priority: shared.config.min_priority,
+            limit: wanted as u32,
+        };
+
+        let claimed = match shared.transport.claim_many(&shared.pool, &request).await {
+            Ok(claimed) => {
+                error_backoff = Duration::from_millis(100);
+                claimed
+            }
+            Err(error) => {
+                drop(permits);
+                shared.stats.database_error();
+                tracing::warn!(
+                    error = %error,
+                    retry_in_ms = error_backoff.as_millis() as u64,
+                    "claiming jobs failed, retrying"
+                );
+                tokio::select! {
+                    () = shared.stop_claiming.cancelled() => return,
+                    () = tokio::time::sleep(error_backoff) => {}
+                }
+                error_backoff = (error_backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+
+        let got = claimed.len();
+        if shared.stop_claiming.is_cancelled() {
+            // claimed while shutdown began: give them straight back, attempt uncounted
+            release_unstarted(&shared, claimed).await;
+            return;
+        }
+        shared.stats.claimed(got as u64);
+        for message in claimed {
+            let Some(permit) = permits.split(1) else {
+                break; // cannot happen: the claim returns at most `wanted` messages
+            };
+            let shared = Arc::clone(&shared);
+            let completions = completions.clone();
+            jobs.spawn(async move {
+                execute::run(shared, message, completions).await;
+                drop(permit);
+            });
+        }
+        drop(permits);
+
+        if got < wanted {
+            tokio::select! {
+                biased;
+                () = shared.stop_claiming.cancelled() => return,
+                () = shared.wake.notified() => {}
+                () = tokio::time::sleep(shared.config.poll_interval) => {}
+            }
+        }
+    }
+}
+
+/// Gives back jobs claimed but never started.
+async fn release_unstarted<S: Send + Sync + 'static>(
+    shared: &Shared<S>,
+    claimed: Vec<crate::transport::ClaimedMessage>,
+) {
+    if claimed.is_empty() {
+        return;
+    }
+    let nacks: Vec<Nack> = claimed
+        .into_iter()
+        .map(|message| Nack {
+            count_attempt: false,
+            ..Nack::now(message.lease)
+        })
+        .collect();
+    match shared.transport.nack_many(&shared.pool, &nacks).await {
+        Ok(_) => {
+            for _ in &nacks {
+                shared.stats.released();
+            }
+        }
+        Err(error) => tracing::warn!(
+            error = %error,
+            "could not give back jobs claimed during shutdown; they run again after their lease"
+        ),
+    }
+}

@@ -1,0 +1,97 @@
+//! The leases this worker holds right now, for the heartbeat and for shutdown.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::transport::Lease;
+
+/// Where a held job is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Its handler runs: the heartbeat extends its lease.
+    Running,
+    /// Its handler ended and its completion is being written; still extended, but a lost
+    /// lease is reported by the completion, not here.
+    Settling,
+    /// The heartbeat found the lease lost: never ack it.
+    Lost,
+}
+
+struct Entry {
+    lease: Lease,
+    cancel: CancellationToken,
+    phase: Phase,
+}
+
+/// Leases held by this worker, by message seq.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    entries: Mutex<HashMap<i64, Entry>>,
+}
+
+impl InFlight {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Entry>> {
+        // a panic while holding this lock cannot leave the map inconsistent (single inserts
+        // and removes), so a poisoned lock is still usable
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn insert(&self, lease: Lease, cancel: CancellationToken) {
+        let entry = Entry {
+            lease,
+            cancel,
+            phase: Phase::Running,
+        };
+        self.entries().insert(entry.lease.seq, entry);
+    }
+
+    /// The handler ended. Returns false if the lease was already found lost.
+    pub fn settle(&self, seq: i64) -> bool {
+        match self.entries().get_mut(&seq) {
+            Some(entry) if entry.phase == Phase::Lost => false,
+            Some(entry) => {
+                entry.phase = Phase::Settling;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn remove(&self, seq: i64) {
+        self.entries().remove(&seq);
+    }
+
+    /// Every lease to extend.
+    pub fn leases(&self) -> Vec<Lease> {
+        self.entries()
+            .values()
+            .filter(|entry| entry.phase != Phase::Lost)
+            .map(|entry| entry.lease.clone())
+            .collect()
+    }
+
+    /// The heartbeat found these leases lost: cancel their handlers. Returns the ones whose
+    /// handler was still running (the others are being completed and will be told).
+    pub fn mark_lost(&self, lost: &[Lease]) -> Vec<Lease> {
+        let mut entries = self.entries();
+        let mut running = Vec::new();
+        for lease in lost {
+            if let Some(entry) = entries.get_mut(&lease.seq) {
+                if entry.phase == Phase::Running {
+                    entry.phase = Phase::Lost;
+                    entry.cancel.cancel();
+                    running.push(lease.clone());
+                }
+            }
+        }
+        running
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries().len()
+    }
+}

@@ -1,0 +1,72 @@
+//! LISTEN for enqueue notifications, so idle workers start at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+
+use super::Shared;
+
+/// Keeps a LISTEN connection on the queue's channel until `stop` fires, waking the fetcher
+/// on every notification. Reconnects with backoff when the connection is lost, and wakes
+/// the fetcher after each reconnect, since notifications sent meanwhile are gone.
+pub(crate) async fn run<S: Send + Sync + 'static>(
+    shared: Arc<Shared<S>>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let channel = shared.config.schema.channel();
+    let mut backoff = Duration::from_millis(100);
+    let mut connected_before = false;
+    loop {
+        let listener = async {
+            let mut listener = PgListener::connect_with(&shared.pool).await?;
+            listener.ignore_pool_close_event(true);
+            listener.listen(&channel).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let result = tokio::select! {
+            () = stop.cancelled() => return,
+            result = listener => result,
+        };
+        match result {
+            Ok(mut listener) => {
+                if connected_before {
+                    tracing::info!(channel = %channel, "notification listener reconnected");
+                }
+                connected_before = true;
+                backoff = Duration::from_millis(100);
+                shared.wake.notify_one();
+                loop {
+                    let received = tokio::select! {
+                        () = stop.cancelled() => return,
+                        received = listener.try_recv() => received,
+                    };
+                    match received {
+                        Ok(Some(_)) => shared.wake.notify_one(),
+                        Ok(None) => {
+                            tracing::warn!(channel = %channel, "notification listener lost its connection");
+                            break;
+                        }
+                        Err(error) => {
+                            tracing::warn!(channel = %channel, error = %error, "notification listener failed");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(
+                    channel = %channel,
+                    error = %crate::error::DatabaseError::new(error),
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "notification listener cannot connect, polling meanwhile"
+                );
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,384 @@
+//! The embedded worker pool: claims jobs, runs their handlers, writes their outcomes.
+//!
+//! One pool is a handful of tokio tasks around a shared state:
+//! - the **fetcher** claims as many groups as there are free slots, in one round trip,
+//!   and spawns a task per job (`fetch.rs`);
+//! - each **job task** decodes the payload, runs the handler with its timeout, catches
+//!   panics, and decides the outcome (`execute.rs`);
+//! - the **completer** writes outcomes in batches (`complete.rs`);
+//! - the **heartbeat** extends every held lease in one round trip per beat (`heartbeat.rs`);
+//! - the **listener** wakes the fetcher on `NOTIFY` (`listen.rs`);
+//! - the **supervisor** below starts them and runs the graceful shutdown.
+
+mod complete;
+mod config;
+mod execute;
+mod fetch;
+mod heartbeat;
+mod inflight;
+mod listen;
+mod registry;
+mod stats;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use stats::WorkerStats;
+
+use crate::error::ConfigError;
+use crate::job::Handler;
+use crate::retry::Backoff;
+use crate::schema::Schema;
+use crate::transport::{Priority, Transport};
+use config::WorkerConfig;
+use inflight::InFlight;
+use registry::Registry;
+use stats::Stats;
+
+/// What every task of one pool shares.
+pub(crate) struct Shared<S> {
+    pool: PgPool,
+    transport: Transport,
+    state: Arc<S>,
+    registry: Registry<S>,
+    config: WorkerConfig,
+    /// One permit per handler allowed to run.
+    slots: Arc<Semaphore>,
+    inflight: InFlight,
+    stats: Stats,
+    /// Wakes the fetcher: a NOTIFY arrived, or acks may have freed groups.
+    wake: Notify,
+    /// Shutdown has begun: claim nothing more.
+    stop_claiming: CancellationToken,
+    /// The grace period is over: abandon running handlers (they are released).
+    hard_stop: CancellationToken,
+}
+
+/// A configured worker pool, ready to [`start`](Worker::start).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use harel_jobs::{Job, Handler, JobContext, JobResult, Worker};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct Ping;
+/// # impl Job for Ping { const KIND: &'static str = "ping"; }
+/// # impl Handler<()> for Ping { async fn handle(self, _: JobContext<()>) -> JobResult { Ok(()) } }
+///
+/// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// let worker = Worker::builder(pool, ())
+///     .register::<Ping>()
+///     .concurrency(16)
+///     .lease(Duration::from_secs(60))
+///     .build()?;
+/// let handle = worker.start();
+/// tokio::signal::ctrl_c().await?;
+/// handle.shutdown().await?; // finish running jobs, give back the rest
+/// # Ok(()) }
+/// ```
+pub struct Worker<S> {
+    shared: Arc<Shared<S>>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<S> fmt::Debug for Worker<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // not the pool: its connect options hold the password
+        f.debug_struct("Worker")
+            .field("config", &self.shared.config)
+            .field("kinds", &self.shared.registry.kinds().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Send + Sync + 'static> Worker<S> {
+    /// A builder for a pool on `pool`, whose handlers share `state`.
+    ///
+    /// The pool's defaults: concurrency 16, lease 30 s with a heartbeat every 10 s, poll
+    /// every 1 s when no notification comes, 10 attempts, backoff 2 s doubling to 1 h, no
+    /// timeout, 30 s shutdown grace, claims of up to 64 groups, schema `harel`.
+    ///
+    /// The database pool should have a few connections for the worker (claims, outcomes and
+    /// heartbeats each use one at a time; the listener has its own) besides what handlers use.
+    pub fn builder(pool: PgPool, state: S) -> WorkerBuilder<S> {
+        WorkerBuilder {
+            pool,
+            state: Arc::new(state),
+            registry: Registry::new(),
+            config: WorkerConfig::default(),
+            duplicate: None,
+        }
+    }
+
+    /// Starts the pool's tasks on the runtime `build` was called in. Returns at once.
+    pub fn start(self) -> WorkerHandle {
+        let shared = self.shared;
+        let stats = Arc::clone(&shared);
+        let stop = shared.stop_claiming.clone();
+        let supervisor = self.runtime.spawn(supervise(shared));
+        WorkerHandle {
+            stop,
+            supervisor: Some(supervisor),
+            stats: Box::new(move || stats.stats.snapshot()),
+        }
+    }
+}
+
+/// Configures a [`Worker`]; see [`Worker::builder`] for the defaults.
+pub struct WorkerBuilder<S> {
+    pool: PgPool,
+    state: Arc<S>,
+    registry: Registry<S>,
+    config: WorkerConfig,
+    duplicate: Option<&'static str>,
+}
+
+impl<S: Send + Sync + 'static> WorkerBuilder<S> {
+    /// Handles jobs of type `J` (its [`Job::KIND`](crate::Job::KIND)).
+    pub fn register<J: Handler<S>>(mut self) -> Self {
+        if !self.registry.register::<J>() {
+            self.duplicate.get_or_insert(J::KIND);
+        }
+        self
+    }
+
+    /// How many handlers run at once (default 16).
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.config.concurrency = concurrency;
+        self
+    }
+
+    /// How long a claim holds a job before another worker may take it, unless the
+    /// heartbeat extends it (default 30 s; 100 ms to 24 h). It bounds how long a job of a
+    /// crashed worker waits before it runs again.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// Time between lease extensions while handlers run (default a third of the lease).
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.config.heartbeat = Some(interval);
+        self
+    }
+
+    /// How often to look for jobs when no notification arrives (default 1 s). Delayed and
+    /// retried jobs, which send no notification, start within this of their time.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.config.poll_interval = interval;
+        self
+    }
+
+    /// Attempts per job for types that do not set their own (default 10).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.config.max_attempts = attempts;
+        self
+    }
+
+    /// Backoff for types that do not set their own (default 2 s doubling to 1 h).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.config.backoff = backoff;
+        self
+    }
+
+    /// Timeout of one attempt for types that do not set their own (default none).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.timeout = Some(timeout);
+        self
+    }
+
+    /// How long shutdown waits for running handlers before giving their jobs back
+    /// (default 30 s).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.config.shutdown_grace = grace;
+        self
+    }
+
+    /// Takes only groups of this priority or higher (default: all).
+    pub fn min_priority(mut self, priority: Priority) -> Self {
+        self.config.min_priority = priority;
+        self
+    }
+
+    /// Most groups claimed per round trip (default 64).
+    pub fn claim_batch(mut self, batch: usize) -> Self {
+        self.config.claim_batch = batch;
+        self
+    }
+
+    /// Most outcomes written per round trip (default 512).
+    pub fn ack_batch(mut self, batch: usize) -> Self {
+        self.config.ack_batch = batch;
+        self
+    }
+
+    /// Whether to LISTEN for enqueue notifications (default true). Without, idle workers
+    /// find new jobs by polling only.
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.config.listen = listen;
+        self
+    }
+
+    /// Works on the queue in `schema` (default `harel`).
+    pub fn schema(mut self, schema: Schema) -> Self {
+        self.config.schema = schema;
+        self
+    }
+
+    /// Checks the configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for an out-of-range setting, no registered job type, two
+    /// job types with one kind, or no Tokio runtime to start on.
+    pub fn build(self) -> Result<Worker<S>, ConfigError> {
+        self.config.validate()?;
+        if self.registry.is_empty() {
+            return Err(ConfigError::Invalid {
+                name: "register",
+                reason: "no job type registered",
+            });
+        }
+        if let Some(kind) = self.duplicate {
+            return Err(ConfigError::DuplicateKind(kind));
+        }
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::Invalid {
+            name: "runtime",
+            reason: "build the worker inside a Tokio runtime",
+        })?;
+        let shared = Shared {
+            pool: self.pool,
+            transport: Transport::new(self.config.schema.clone()),
+            state: self.state,
+            registry: self.registry,
+            slots: Arc::new(Semaphore::new(self.config.concurrency)),
+            config: self.config,
+            inflight: InFlight::default(),
+            stats: Stats::default(),
+            wake: Notify::new(),
+            stop_claiming: CancellationToken::new(),
+            hard_stop: CancellationToken::new(),
+        };
+        Ok(Worker {
+            shared: Arc::new(shared),
+            runtime,
+        })
+    }
+}
+
+/// A running worker pool. Dropping it starts a graceful shutdown without waiting for it;
+/// prefer [`shutdown`](WorkerHandle::shutdown).
+pub struct WorkerHandle {
+    stop: CancellationToken,
+    supervisor: Option<tokio::task::JoinHandle<()>>,
+    stats: Box<dyn Fn() -> WorkerStats + Send + Sync>,
+}
+
+impl fmt::Debug for WorkerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerHandle")
+            .field("stopping", &self.stop.is_cancelled())
+            .field("stats", &(self.stats)())
+            .finish()
+    }
+}
+
+/// Why a worker pool did not shut down cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// An internal task of the pool panicked (a bug: please report it).
+    #[error("a worker task panicked: {0}")]
+    Panicked(String),
+}
+
+impl WorkerHandle {
+    /// What the pool did so far.
+    pub fn stats(&self) -> WorkerStats {
+        (self.stats)()
+    }
+
+    /// Shuts down gracefully: claims nothing more, lets running handlers finish within the
+    /// grace period, gives back (nack now) whatever did not finish, writes every outcome,
+    /// then returns the final counters. Nothing is lost, and nothing waits for a lease to
+    /// lapse.
+    ///
+    /// # Errors
+    /// [`WorkerError::Panicked`] if an internal task panicked.
+    pub async fn shutdown(mut self) -> Result<WorkerStats, WorkerError> {
+        self.stop.cancel();
+        if let Some(supervisor) = self.supervisor.take() {
+            supervisor
+                .await
+                .map_err(|error| WorkerError::Panicked(error.to_string()))?;
+        }
+        Ok(self.stats())
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Starts the pool's tasks and, once shutdown begins, stops them in order.
+async fn supervise<S: Send + Sync + 'static>(shared: Arc<Shared<S>>) {
+    let jobs = TaskTracker::new();
+    let background = CancellationToken::new();
+    let (completions, receiver) = mpsc::unbounded_channel();
+
+    let completer = tokio::spawn(complete::run(Arc::clone(&shared), receiver));
+    let heartbeat = tokio::spawn(heartbeat::run(Arc::clone(&shared), background.clone()));
+    let listener = shared
+        .config
+        .listen
+        .then(|| tokio::spawn(listen::run(Arc::clone(&shared), background.clone())));
+    let fetcher = tokio::spawn(fetch::run(Arc::clone(&shared), jobs.clone(), completions));
+    tracing::info!(
+        schema = shared.config.schema.name(),
+        concurrency = shared.config.concurrency,
+        kinds = ?shared.registry.kinds().collect::<Vec<_>>(),
+        "worker pool started"
+    );
+
+    shared.stop_claiming.cancelled().await;
+    tracing::info!(running = shared.inflight.len(), "worker pool shutting down");
+    let _ = fetcher.await;
+    jobs.close();
+    if tokio::time::timeout(shared.config.shutdown_grace, jobs.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            running = shared.inflight.len(),
+            "shutdown grace period over: giving back the jobs still running"
+        );
+        shared.hard_stop.cancel();
+        jobs.wait().await;
+    }
+
+    // Every job task has ended and dropped its sender: the completer writes what is left
+    // and stops. The heartbeat keeps the leases meanwhile. If the database stays away, give
+    // up after a while: those jobs run again once their leases lapse.
+    let mut completer = completer;
+    if tokio::time::timeout(Duration::from_secs(30), &mut completer)
+        .await
+        .is_err()
+    {
+        completer.abort();
+        tracing::error!(
+            unwritten = shared.inflight.len(),
+            "could not write the last job outcomes: those jobs will run again after their lease"
+        );
+    }
+    background.cancel();
+    let _ = heartbeat.await;
+    if let Some(listener) = listener {
+        let _ = listener.await;
+    }
+    tracing::info!(stats = ?shared.stats.snapshot(), "worker pool stopped");
+}
