@@ -778,3 +778,20 @@ trait EnqueueIn: Job + Sized {
 }
 
 impl<J: Job> EnqueueIn for J {}
+
+#[tokio::test]
+async fn a_retry_starts_when_its_backoff_ends_without_waiting_for_a_poll() {
+    let queue = TestQueue::new().await;
+    let ledger = Arc::new(Ledger::default());
+    let handle = builder(&queue, 0, &ledger)
+        .poll_interval(Duration::from_secs(3600))
+        .build()
+        .unwrap()
+        .start();
+    FlakyOnce { key: 1, panic: false }.enqueue_in(&queue).await;
+    // with an hour between polls, only the worker's own wake-up at the end of the
+    // backoff can start the retry within this limit
+    wait_until_idle(&queue, Duration::from_secs(20)).await;
+    let stats = handle.shutdown().await.unwrap();
+    assert_eq!((stats.retried, stats.succeeded), (1, 1));
+}

@@ -108,6 +108,9 @@ async fn flush<S: Send + Sync + 'static>(shared: &Shared<S>, batch: &mut Vec<Set
         .await;
         for (nack, outcome) in nacks.iter().zip(outcomes) {
             shared.inflight.remove(nack.lease.seq);
+            if outcome.is_applied() && !nack.delay.is_zero() {
+                shared.wake_after(nack.delay);
+            }
             match outcome {
                 LeaseOutcome::Applied if nack.count_attempt && nack.delay > Duration::ZERO => {
                     shared.stats.retried();

@@ -96,7 +96,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 biased;
                 () = shared.stop_claiming.cancelled() => return,
                 () = shared.wake.notified() => {}
-                () = tokio::time::sleep(shared.config.poll_interval) => {}
+                () = tokio::time::sleep_until(shared.next_look()) => {}
             }
         }
     }

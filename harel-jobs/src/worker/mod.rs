@@ -54,6 +54,9 @@ pub(crate) struct Shared<S> {
     stats: Stats,
     /// Wakes the fetcher: a NOTIFY arrived, or acks may have freed groups.
     wake: Notify,
+    /// The earliest time a group this worker parked (retry, snooze) becomes claimable:
+    /// the fetcher wakes then rather than at the next poll.
+    next_due: std::sync::Mutex<Option<tokio::time::Instant>>,
     /// Shutdown has begun: claim nothing more.
     stop_claiming: CancellationToken,
     /// The grace period is over: abandon running handlers (they are released).
@@ -259,6 +262,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             inflight: InFlight::default(),
             stats: Stats::default(),
             wake: Notify::new(),
+            next_due: std::sync::Mutex::new(None),
             stop_claiming: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
         };
@@ -322,6 +326,32 @@ impl WorkerHandle {
 impl Drop for WorkerHandle {
     fn drop(&mut self) {
         self.stop.cancel();
+    }
+}
+
+impl<S> Shared<S> {
+    /// Remembers that a group becomes claimable after `delay`.
+    fn wake_after(&self, delay: Duration) {
+        let due = tokio::time::Instant::now() + delay;
+        let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
+        if next.is_none_or(|current| due < current) {
+            *next = Some(due);
+        }
+    }
+
+    /// When the fetcher, finding the queue drained, should look again: at the next poll,
+    /// or earlier when a group this worker parked becomes due.
+    fn next_look(&self) -> tokio::time::Instant {
+        let poll = tokio::time::Instant::now() + self.config.poll_interval;
+        let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
+        match *next {
+            Some(due) if due <= poll => {
+                *next = None;
+                // a little after: the database's clock decides, ours only estimates it
+                due + Duration::from_millis(5)
+            }
+            _ => poll,
+        }
     }
 }
 
