@@ -196,7 +196,8 @@ BEGIN
     -- look again at p_retry_at rather than spin on an empty group.
     UPDATE @schema@.transport_groups g
        SET locked_by = NULL, head_seq = NULL, head_attempts = 0,
-           available_at = CASE WHEN g.group_id = ANY (v_lockable) THEN now() ELSE p_retry_at END
+           available_at = CASE WHEN g.group_id = ANY (v_lockable) THEN statement_timestamp()
+                               ELSE p_retry_at END
      WHERE g.group_id = ANY (p_groups)
        AND g.group_id <> ALL (COALESCE(v_deleted, '{}'));
 END
@@ -211,8 +212,11 @@ $$;
 -- FOR NO KEY UPDATE SKIP LOCKED: concurrent claimers skip each other's rows and so lease
 -- different groups without waiting; the lock does not conflict with a publisher's KEY SHARE.
 --
--- The lease ends at now() + p_lease_ms on the DATABASE clock: workers pass durations, never
--- times, so a worker whose clock is off cannot shorten or stretch anyone's lease.
+-- The lease ends at statement_timestamp() + p_lease_ms on the DATABASE clock: workers pass
+-- durations, never times, so a worker whose clock is off cannot shorten or stretch anyone's
+-- lease. Not now(): that is the start of the transaction, and a claim made late in a long
+-- transaction would get a lease that is over before anyone can see it. (The same holds for
+-- ack, nack and extend below.)
 -- The attempt number is counted here, in the database, before the handler runs.
 CREATE OR REPLACE FUNCTION @schema@.harel_claim(
     p_token        UUID,
@@ -231,19 +235,20 @@ CREATE OR REPLACE FUNCTION @schema@.harel_claim(
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_now       TIMESTAMPTZ := now();
-    v_expiry    TIMESTAMPTZ := now() + p_lease_ms * interval '1 millisecond';
-    v_need      INT := p_limit;
-    v_rounds    INT := 0;
-    v_groups    TEXT[];
-    v_seqs      BIGINT[];
-    v_kinds     TEXT[];
-    v_payloads  TEXT[];
-    v_attempts  INT[];
-    v_priority  SMALLINT[];
-    v_enqueued  TIMESTAMPTZ[];
-    v_empty     TEXT[];
-    v_not_due   INT;
+    v_now        TIMESTAMPTZ := statement_timestamp();
+    v_expiry     TIMESTAMPTZ := statement_timestamp() + p_lease_ms * interval '1 millisecond';
+    v_need       INT := p_limit;
+    v_rounds     INT := 0;
+    v_groups     TEXT[];
+    v_seqs       BIGINT[];
+    v_kinds      TEXT[];
+    v_payloads   TEXT[];
+    v_attempts   INT[];
+    v_priority   SMALLINT[];
+    v_enqueued   TIMESTAMPTZ[];
+    v_candidates TEXT[];
+    v_empty      TEXT[];
+    v_not_due    INT;
 BEGIN
     IF p_limit < 1 OR p_lease_ms < 1 OR p_min_priority NOT BETWEEN 0 AND 4 THEN
         RAISE EXCEPTION 'harel_claim: need p_limit >= 1, p_lease_ms >= 1, p_min_priority in 0..4'
@@ -253,22 +258,36 @@ BEGIN
     LOOP
         v_rounds := v_rounds + 1;
 
-        -- Lock candidates, read each one's head, and settle every candidate in one statement:
-        -- a due head is leased; an empty group is kept aside for the drop below; a group whose
-        -- head is not due yet (a delayed message became head) sleeps until it is.
+        -- Lock candidates. This statement only locks: its snapshot may predate the commit
+        -- of a transaction that completed a candidate's head (a late ack, or a claim and
+        -- ack in one transaction), and the row lock then follows the row to its newest
+        -- version, which can be claimable again. The heads must be read by a statement
+        -- that starts after the locks are granted.
+        SELECT array_agg(c.group_id ORDER BY c.level DESC, c.available_at)
+          INTO v_candidates
+          FROM (SELECT p.level, c.group_id, c.available_at
+                  FROM generate_series(4, p_min_priority, -1) AS p(level)
+                 CROSS JOIN LATERAL (
+                        SELECT g.group_id, g.available_at
+                          FROM @schema@.transport_groups g
+                         WHERE g.priority = p.level AND g.available_at <= v_now
+                         ORDER BY g.available_at
+                         LIMIT v_need
+                           FOR NO KEY UPDATE SKIP LOCKED) AS c
+                 LIMIT v_need) AS c;
+        EXIT WHEN v_candidates IS NULL;
+
+        -- A new statement, whose snapshot sees every commit made before our locks were
+        -- granted: read each candidate's head and settle every candidate. A due head is
+        -- leased; an empty group is kept aside for the drop below; a group whose head is not
+        -- due yet (a delayed message became head) sleeps until it is.
         WITH candidate AS (
-            SELECT c.group_id, c.head_seq, c.head_attempts
-              FROM generate_series(4, p_min_priority, -1) AS p(level)
-             CROSS JOIN LATERAL (
-                    SELECT g.group_id, g.head_seq, g.head_attempts
-                      FROM @schema@.transport_groups g
-                     WHERE g.priority = p.level AND g.available_at <= v_now
-                     ORDER BY g.available_at
-                     LIMIT v_need
-                       FOR NO KEY UPDATE SKIP LOCKED) AS c
-             LIMIT v_need
+            SELECT g.group_id, g.head_seq, g.head_attempts, k.ord
+              FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
+              JOIN @schema@.transport_groups g ON g.group_id = k.group_id
         ), head AS (
-            SELECT c.group_id, m.seq, m.kind, m.payload, m.priority, m.enqueued_at, m.not_before,
+            SELECT c.group_id, c.ord, m.seq, m.kind, m.payload, m.priority, m.enqueued_at,
+                   m.not_before,
                    m.seq IS NOT NULL AND (m.not_before IS NULL OR m.not_before <= v_now) AS due,
                    CASE WHEN m.seq = c.head_seq THEN c.head_attempts ELSE m.attempts END + 1
                        AS attempt
@@ -283,24 +302,22 @@ BEGIN
         ), settled AS (
             UPDATE @schema@.transport_groups g
                SET locked_by     = CASE WHEN h.due THEN p_token END,
-                   available_at  = CASE WHEN h.due THEN v_expiry
-                                        WHEN h.seq IS NULL THEN g.available_at
-                                        ELSE h.not_before END,
+                   available_at  = CASE WHEN h.due THEN v_expiry ELSE h.not_before END,
                    head_seq      = CASE WHEN h.due THEN h.seq ELSE g.head_seq END,
                    head_attempts = CASE WHEN h.due THEN h.attempt ELSE g.head_attempts END
               FROM head h
              WHERE g.group_id = h.group_id
                AND h.seq IS NOT NULL
         )
-        SELECT array_agg(h.group_id)    FILTER (WHERE h.due),
-               array_agg(h.seq)         FILTER (WHERE h.due),
-               array_agg(h.kind)        FILTER (WHERE h.due),
-               array_agg(h.payload::text) FILTER (WHERE h.due),
-               array_agg(h.attempt)     FILTER (WHERE h.due),
-               array_agg(h.priority)    FILTER (WHERE h.due),
-               array_agg(h.enqueued_at) FILTER (WHERE h.due),
-               array_agg(h.group_id)    FILTER (WHERE h.seq IS NULL),
-               count(*)                 FILTER (WHERE h.seq IS NOT NULL AND NOT h.due)
+        SELECT array_agg(h.group_id      ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.seq           ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.kind          ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.payload::text ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.attempt       ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.priority      ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.enqueued_at   ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.group_id)                     FILTER (WHERE h.seq IS NULL),
+               count(*) FILTER (WHERE h.seq IS NOT NULL AND NOT h.due)
           INTO v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority, v_enqueued,
                v_empty, v_not_due
           FROM head h;
@@ -330,9 +347,11 @@ $$;
 -- Fenced per message: a message is completed only if its group is still leased to the token
 -- that claimed it, at that message. A message with a non-NULL entry in p_errors goes to the
 -- dead-letter table with that error instead (a permanent failure, or out of attempts). Each
--- completed group moves on: freed with available_at = now() (behind every waiting group:
--- round-robin) if it has more messages, its row deleted if it is drained.
--- Returns one row per input message: whether it was completed (false: the lease was lost).
+-- completed group moves on: freed with available_at = the ack's time (behind every waiting
+-- group: round-robin) if it has more messages, its row deleted if it is drained.
+-- Returns one row per input message, in input order: whether it was completed (false: the
+-- lease was lost). The outcome is per lease (message AND token): a batch may hold a stale
+-- lease and the current lease of one message.
 CREATE OR REPLACE FUNCTION @schema@.harel_ack(
     p_groups TEXT[],
     p_seqs   BIGINT[],
@@ -342,18 +361,19 @@ CREATE OR REPLACE FUNCTION @schema@.harel_ack(
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_now      TIMESTAMPTZ := now();
+    v_now      TIMESTAMPTZ := statement_timestamp();
     v_groups   TEXT[];
     v_seqs     BIGINT[];
+    v_tokens   UUID[];
     v_attempts INT[];
     v_errors   TEXT[];
     v_drained  TEXT[];
 BEGIN
     -- the fence, and the row locks we need to move the groups on (sorted: no deadlocks)
-    SELECT array_agg(f.group_id), array_agg(f.seq), array_agg(f.head_attempts),
-           array_agg(f.error)
-      INTO v_groups, v_seqs, v_attempts, v_errors
-      FROM (SELECT g.group_id, x.seq, g.head_attempts, x.error
+    SELECT array_agg(f.group_id), array_agg(f.seq), array_agg(f.token),
+           array_agg(f.head_attempts), array_agg(f.error)
+      INTO v_groups, v_seqs, v_tokens, v_attempts, v_errors
+      FROM (SELECT g.group_id, x.seq, x.token, g.head_attempts, x.error
               FROM unnest(p_groups, p_seqs, p_tokens, p_errors) AS x(group_id, seq, token, error)
               JOIN @schema@.transport_groups g
                 ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
@@ -403,20 +423,21 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    SELECT x.seq, done.seq IS NOT NULL
-      FROM unnest(p_seqs) WITH ORDINALITY AS x(seq, ord)
-      LEFT JOIN unnest(v_seqs) AS done(seq) ON done.seq = x.seq
+    SELECT x.seq, EXISTS (SELECT 1 FROM unnest(v_seqs, v_tokens) AS done(seq, token)
+                           WHERE done.seq = x.seq AND done.token = x.token)
+      FROM unnest(p_seqs, p_tokens) WITH ORDINALITY AS x(seq, token, ord)
      ORDER BY x.ord;
 END
 $$;
 
 -- harel_nack: give leased messages back, fenced like harel_ack, one round trip for a batch.
 --
--- p_delay_ms > 0 parks the group until now() + delay, keeping the token (a retry backoff:
--- later messages of the group wait, so FIFO holds). p_delay_ms <= 0 frees it at once.
+-- p_delay_ms > 0 parks the group until the nack's time + delay, keeping the token (a retry
+-- backoff: later messages of the group wait, so FIFO holds). p_delay_ms <= 0 frees it at once.
 -- p_count_attempt = false gives the attempt back (a job released before it started).
 -- p_errors records the failure on the message (and its attempt count, which survives the
--- message being displaced as head).
+-- message being displaced as head). Returns one row per input, in input order, per lease
+-- like harel_ack.
 CREATE OR REPLACE FUNCTION @schema@.harel_nack(
     p_groups        TEXT[],
     p_seqs          BIGINT[],
@@ -428,8 +449,9 @@ CREATE OR REPLACE FUNCTION @schema@.harel_nack(
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_now TIMESTAMPTZ := now();
-    v_seqs BIGINT[];
+    v_now    TIMESTAMPTZ := statement_timestamp();
+    v_seqs   BIGINT[];
+    v_tokens UUID[];
 BEGIN
     WITH parked AS (
         UPDATE @schema@.transport_groups g
@@ -440,50 +462,55 @@ BEGIN
           FROM unnest(p_groups, p_seqs, p_tokens, p_delay_ms, p_count_attempt)
                AS x(group_id, seq, token, delay_ms, count_attempt)
          WHERE g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
-        RETURNING g.group_id, g.head_seq, g.head_attempts
+        RETURNING g.group_id, g.head_seq, g.head_attempts, x.token
     ), recorded AS (
         UPDATE @schema@.transport_messages m
            SET attempts = p.head_attempts, last_error = e.error
           FROM parked p
-          JOIN unnest(p_seqs, p_errors) AS e(seq, error) ON e.seq = p.head_seq
+          JOIN unnest(p_seqs, p_tokens, p_errors) AS e(seq, token, error)
+            ON e.seq = p.head_seq AND e.token = p.token
          WHERE m.group_id = p.group_id AND m.seq = p.head_seq AND e.error IS NOT NULL
     )
-    SELECT array_agg(p.head_seq) INTO v_seqs FROM parked p;
+    SELECT array_agg(p.head_seq), array_agg(p.token) INTO v_seqs, v_tokens FROM parked p;
 
     RETURN QUERY
-    SELECT x.seq, done.seq IS NOT NULL
-      FROM unnest(p_seqs) WITH ORDINALITY AS x(seq, ord)
-      LEFT JOIN unnest(v_seqs) AS done(seq) ON done.seq = x.seq
+    SELECT x.seq, EXISTS (SELECT 1 FROM unnest(v_seqs, v_tokens) AS done(seq, token)
+                           WHERE done.seq = x.seq AND done.token = x.token)
+      FROM unnest(p_seqs, p_tokens) WITH ORDINALITY AS x(seq, token, ord)
      ORDER BY x.ord;
 END
 $$;
 
 -- harel_extend: the heartbeat. Pushes the lease of each (group, message, token) still held
--- to now() + p_lease_ms, one round trip for a batch. Returns the groups whose lease was lost.
+-- to the extension's time + p_lease_ms, one round trip for a batch. Returns one row per
+-- input, in input order, per lease like harel_ack: whether it was extended (false: the lease
+-- was lost).
 CREATE OR REPLACE FUNCTION @schema@.harel_extend(
     p_groups   TEXT[],
     p_seqs     BIGINT[],
     p_tokens   UUID[],
     p_lease_ms BIGINT
-) RETURNS TABLE (group_id TEXT, seq BIGINT)
+) RETURNS TABLE (seq BIGINT, extended BOOLEAN)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_expiry TIMESTAMPTZ := now() + p_lease_ms * interval '1 millisecond';
+    v_expiry TIMESTAMPTZ := statement_timestamp() + p_lease_ms * interval '1 millisecond';
     v_seqs   BIGINT[];
+    v_tokens UUID[];
 BEGIN
     WITH extended AS (
         UPDATE @schema@.transport_groups g
            SET available_at = v_expiry
           FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
          WHERE g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
-        RETURNING g.head_seq
+        RETURNING g.head_seq, x.token
     )
-    SELECT array_agg(e.head_seq) INTO v_seqs FROM extended e;
+    SELECT array_agg(e.head_seq), array_agg(e.token) INTO v_seqs, v_tokens FROM extended e;
 
     RETURN QUERY
-    SELECT x.group_id, x.seq
-      FROM unnest(p_groups, p_seqs) AS x(group_id, seq)
-     WHERE x.seq <> ALL (COALESCE(v_seqs, '{}'));
+    SELECT x.seq, EXISTS (SELECT 1 FROM unnest(v_seqs, v_tokens) AS done(seq, token)
+                           WHERE done.seq = x.seq AND done.token = x.token)
+      FROM unnest(p_seqs, p_tokens) WITH ORDINALITY AS x(seq, token, ord)
+     ORDER BY x.ord;
 END
 $$;

@@ -3,8 +3,8 @@
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions as _, Connection as _, PgPool};
 
 use crate::error::{ConnectError, DatabaseError};
 
@@ -99,13 +99,13 @@ pub async fn connect_options_with(
     let mut attempts = 0u32;
     loop {
         attempts += 1;
-        let result = PgPoolOptions::new()
-            .max_connections(options.max_connections)
-            .min_connections(options.min_connections)
-            .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect_options.clone())
-            .await;
-        let error = match result {
+        // Each attempt is bounded by what is left of the wait (but gets at least a second).
+        let left = options.wait.saturating_sub(started.elapsed());
+        let attempt_timeout = left.clamp(
+            MIN_ATTEMPT_TIME,
+            options.acquire_timeout.max(MIN_ATTEMPT_TIME),
+        );
+        let error = match connect_once(&connect_options, options, attempt_timeout).await {
             Ok(pool) => return Ok(pool),
             Err(error) => DatabaseError::new(error),
         };
@@ -135,6 +135,40 @@ pub async fn connect_options_with(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(options.max_backoff.max(options.initial_backoff));
     }
+}
+
+/// The least time one connection attempt is given, however little is left of the wait.
+const MIN_ATTEMPT_TIME: Duration = Duration::from_secs(1);
+
+/// One attempt: a single connection first, then the pool.
+///
+/// The probe is one plain connection, which fails at once with the real cause when the
+/// server is down. Building the pool directly would not: the pool retries a refused
+/// connection by itself until its `acquire_timeout` (30 s by default) and then reports only
+/// that it timed out, so our own `wait`, backoff and logging would never apply.
+async fn connect_once(
+    connect_options: &PgConnectOptions,
+    options: &ConnectOptions,
+    timeout: Duration,
+) -> Result<PgPool, sqlx::Error> {
+    let timed_out = || {
+        sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {timeout:?}"),
+        ))
+    };
+    let probe = tokio::time::timeout(timeout, connect_options.connect())
+        .await
+        .map_err(|_| timed_out())??;
+    let _ = probe.close().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(options.max_connections)
+        .min_connections(options.min_connections)
+        .acquire_timeout(options.acquire_timeout)
+        .connect_with(connect_options.clone());
+    tokio::time::timeout(timeout, pool)
+        .await
+        .map_err(|_| timed_out())?
 }
 
 /// Parses a connection URL without ever repeating it (it may hold a password).
@@ -179,7 +213,7 @@ mod tests {
         let options = parse_url("postgres://app:s3cret@db.example:6543/jobs").unwrap();
         let target = describe(&options);
         assert_eq!(target, "app@db.example:6543/jobs");
-        assert!(!format!("{target}").contains("s3cret"));
+        assert!(!target.contains("s3cret"));
     }
 
     #[test]

@@ -111,7 +111,7 @@ impl Statements {
             ),
             ack: render("SELECT seq, acked FROM @schema@.harel_ack($1, $2, $3, $4)"),
             nack: render("SELECT seq, nacked FROM @schema@.harel_nack($1, $2, $3, $4, $5, $6)"),
-            extend: render("SELECT group_id, seq FROM @schema@.harel_extend($1, $2, $3, $4)"),
+            extend: render("SELECT seq, extended FROM @schema@.harel_extend($1, $2, $3, $4)"),
         }
     }
 }
@@ -453,20 +453,19 @@ impl Transport {
         let groups: Vec<&str> = leases.iter().map(|l| l.group.as_str()).collect();
         let seqs: Vec<i64> = leases.iter().map(|l| l.seq).collect();
         let tokens: Vec<Uuid> = leases.iter().map(|l| l.token.as_uuid()).collect();
-        let lost: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(self.sql.extend.clone()))
+        let rows: Vec<(i64, bool)> = sqlx::query_as(AssertSqlSafe(self.sql.extend.clone()))
             .bind(groups)
-            .bind(seqs)
+            .bind(&seqs)
             .bind(tokens)
             .bind(lease_ms)
             .fetch_all(executor)
             .await?;
+        // one row per lease, in order: a stale and a current lease of one message differ
         Ok(leases
             .iter()
-            .filter(|lease| {
-                lost.iter()
-                    .any(|(group, seq)| *seq == lease.seq && *group == lease.group)
-            })
-            .cloned()
+            .zip(outcomes_in_order(&seqs, &rows))
+            .filter(|(_, outcome)| !outcome.is_applied())
+            .map(|(lease, _)| lease.clone())
             .collect())
     }
 }

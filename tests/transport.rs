@@ -1,0 +1,1126 @@
+//! Integration tests of the per-group PostgreSQL transport, one guarantee per test, each in
+//! a migrated schema of its own on a real server (see `harel_jobs_suite::TestQueue`).
+//!
+//! Concurrency and races are in `transport_races.rs`; plans, clock skew, connecting and
+//! migrating in `transport_env.rs`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use harel_jobs::transport::{
+    ClaimRequest, ClaimedMessage, Completion, Lease, LeaseOutcome, LeaseToken, MAX_GROUP_BYTES,
+    MAX_PAYLOAD_BYTES, Nack, OutgoingMessage,
+};
+use harel_jobs::{InvalidMessage, Priority, PublishError};
+use harel_jobs_suite::TestQueue;
+use uuid::Uuid;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn message(group: &str, payload: &str) -> OutgoingMessage {
+    OutgoingMessage::new(group, "test", payload)
+}
+
+fn at(group: &str, priority: u8) -> OutgoingMessage {
+    message(group, "{}").priority(Priority::new(priority).unwrap())
+}
+
+async fn claim(q: &TestQueue, lease: Duration) -> Option<ClaimedMessage> {
+    q.transport
+        .claim(&q.pool, &ClaimRequest::new(lease))
+        .await
+        .expect("claim")
+}
+
+async fn claim_floor(q: &TestQueue, floor: u8) -> Option<ClaimedMessage> {
+    let request = ClaimRequest::new(LONG).min_priority(Priority::new(floor).unwrap());
+    q.transport.claim(&q.pool, &request).await.expect("claim")
+}
+
+async fn ack(q: &TestQueue, lease: &Lease) -> LeaseOutcome {
+    q.transport.ack(&q.pool, lease).await.expect("ack")
+}
+
+/// Claims and acks until nothing is claimable; returns what was claimed, in order.
+async fn drain(q: &TestQueue) -> Vec<ClaimedMessage> {
+    let mut claimed = Vec::new();
+    while let Some(m) = claim(q, LONG).await {
+        assert_eq!(ack(q, &m.lease).await, LeaseOutcome::Applied);
+        claimed.push(m);
+    }
+    claimed
+}
+
+/// The group's row: (priority, available_at, locked_by, head_seq, head_attempts).
+type GroupRow = (i16, DateTime<Utc>, Option<Uuid>, Option<i64>, i32);
+
+async fn group_row(q: &TestQueue, group: &str) -> Option<GroupRow> {
+    sqlx::query_as(q.sql(
+        "SELECT priority, available_at, locked_by, head_seq, head_attempts \
+         FROM @schema@.transport_groups WHERE group_id = $1",
+    ))
+    .bind(group)
+    .fetch_optional(&q.pool)
+    .await
+    .expect("group row")
+}
+
+/// The message's row: (group_id, kind, payload, priority, attempts, last_error).
+type MessageRow = (String, String, String, i16, i32, Option<String>);
+
+async fn message_row(q: &TestQueue, seq: i64) -> Option<MessageRow> {
+    sqlx::query_as(q.sql(
+        "SELECT group_id, kind, payload::text, priority, attempts, last_error \
+         FROM @schema@.transport_messages WHERE seq = $1",
+    ))
+    .bind(seq)
+    .fetch_optional(&q.pool)
+    .await
+    .expect("message row")
+}
+
+/// The database's clock.
+async fn db_now(q: &TestQueue) -> DateTime<Utc> {
+    sqlx::query_scalar("SELECT now()")
+        .fetch_one(&q.pool)
+        .await
+        .expect("now")
+}
+
+/// Claims until something comes (polling), for waits whose end the database decides.
+async fn claim_eventually(q: &TestQueue, lease: Duration) -> ClaimedMessage {
+    for _ in 0..300 {
+        if let Some(m) = claim(q, lease).await {
+            return m;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("nothing became claimable within 30 s");
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. transactional publish
+
+#[tokio::test]
+async fn publish_in_a_transaction_is_claimable_only_after_commit() {
+    let q = TestQueue::new().await;
+    let mut tx = q.pool.begin().await.unwrap();
+    let seq = q
+        .transport
+        .publish(&mut *tx, &message("g", r#"{"n":1}"#))
+        .await
+        .unwrap();
+
+    assert!(claim(&q, LONG).await.is_none(), "visible before commit");
+    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("transport_groups").await, 0);
+
+    tx.commit().await.unwrap();
+    let m = claim(&q, LONG).await.expect("visible after commit");
+    assert_eq!((m.lease.group.as_str(), m.lease.seq), ("g", seq));
+    assert_eq!(m.payload, r#"{"n":1}"#);
+}
+
+#[tokio::test]
+async fn rolled_back_publish_leaves_no_message_and_no_group() {
+    let q = TestQueue::new().await;
+    let mut tx = q.pool.begin().await.unwrap();
+    q.transport
+        .publish_many(
+            &mut *tx,
+            &[message("g", "1"), message("g", "2"), message("h", "3")],
+        )
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("transport_groups").await, 0);
+    assert!(claim(&q, LONG).await.is_none());
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. FIFO
+
+#[tokio::test]
+async fn messages_of_a_group_are_claimed_in_publish_order() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    // single publishes, a batch interleaving groups (several messages of one group in it),
+    // then single publishes again
+    t.publish(&q.pool, &message("a", "0")).await.unwrap();
+    t.publish(&q.pool, &message("b", "0")).await.unwrap();
+    t.publish(&q.pool, &message("a", "1")).await.unwrap();
+    let batch = [
+        message("a", "2"),
+        message("b", "1"),
+        message("a", "3"),
+        message("c", "0"),
+        message("a", "4"),
+        message("b", "2"),
+        message("c", "1"),
+    ];
+    let seqs = t.publish_many(&q.pool, &batch).await.unwrap();
+    assert_eq!(seqs.len(), batch.len());
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "batch seqs follow slice order: {seqs:?}"
+    );
+    t.publish(&q.pool, &message("a", "5")).await.unwrap();
+    t.publish(&q.pool, &message("c", "2")).await.unwrap();
+
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for m in drain(&q).await {
+        seen.entry(m.lease.group.clone())
+            .or_default()
+            .push(m.payload);
+    }
+    let expected = |n: usize| (0..n).map(|i| i.to_string()).collect::<Vec<_>>();
+    assert_eq!(seen["a"], expected(6));
+    assert_eq!(seen["b"], expected(3));
+    assert_eq!(seen["c"], expected(3));
+    assert_eq!(q.count("transport_groups").await, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. round-robin
+
+#[tokio::test]
+async fn a_long_group_cannot_starve_groups_published_after_it() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let big: Vec<_> = (0..1000).map(|i| message("big", &i.to_string())).collect();
+    t.publish_many(&q.pool, &big).await.unwrap();
+    for i in 0..10 {
+        t.publish(&q.pool, &message(&format!("small-{i}"), "{}"))
+            .await
+            .unwrap();
+    }
+
+    let mut claimed = Vec::new();
+    for _ in 0..20 {
+        let m = claim(&q, LONG).await.expect("work left");
+        assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::Applied);
+        claimed.push(m.lease.group);
+    }
+    let small: HashSet<_> = claimed.iter().filter(|g| g.starts_with("small-")).collect();
+    assert_eq!(small.len(), 10, "first 20 claims: {claimed:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. priority
+
+#[tokio::test]
+async fn higher_priority_groups_come_first_round_robin_within_a_priority() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let groups = [
+        ("low-a", 0),
+        ("mid-a", 2),
+        ("high-a", 4),
+        ("high-b", 4),
+        ("mid-b", 2),
+        ("low-b", 0),
+    ];
+    for round in 0..2 {
+        for (group, priority) in groups {
+            let m = message(group, &round.to_string()).priority(Priority::new(priority).unwrap());
+            t.publish(&q.pool, &m).await.unwrap();
+        }
+    }
+    let order: Vec<String> = drain(&q)
+        .await
+        .into_iter()
+        .map(|m| format!("{}:{}", m.lease.group, m.payload))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "high-a:0", "high-b:0", "high-a:1", "high-b:1", "mid-a:0", "mid-b:0", "mid-a:1",
+            "mid-b:1", "low-a:0", "low-b:0", "low-a:1", "low-b:1",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_priority_floor_excludes_lower_groups() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    for (group, priority) in [("p0", 0), ("p1", 1), ("p3", 3)] {
+        t.publish(&q.pool, &at(group, priority)).await.unwrap();
+    }
+    let got = |m: Option<ClaimedMessage>| m.map(|m| m.lease.group);
+    assert_eq!(got(claim_floor(&q, 3).await).as_deref(), Some("p3"));
+    assert_eq!(got(claim_floor(&q, 3).await), None);
+    assert_eq!(got(claim_floor(&q, 4).await), None);
+    assert_eq!(got(claim_floor(&q, 1).await).as_deref(), Some("p1"));
+    assert_eq!(got(claim_floor(&q, 1).await), None);
+    assert_eq!(got(claim_floor(&q, 0).await).as_deref(), Some("p0"));
+}
+
+#[tokio::test]
+async fn a_group_keeps_the_priority_of_its_first_publish() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &at("g", 0)).await.unwrap();
+    t.publish(&q.pool, &at("g", 4)).await.unwrap();
+    assert_eq!(group_row(&q, "g").await.unwrap().0, 0);
+    assert!(claim_floor(&q, 1).await.is_none(), "g must stay at 0");
+
+    t.publish(&q.pool, &at("other", 1)).await.unwrap();
+    let first = claim(&q, LONG).await.unwrap();
+    assert_eq!(first.lease.group, "other");
+    assert_eq!(first.priority, Priority::new(1).unwrap());
+    assert_eq!(ack(&q, &first.lease).await, LeaseOutcome::Applied);
+
+    let head = claim(&q, LONG).await.unwrap();
+    assert_eq!(
+        (head.lease.group.as_str(), head.priority),
+        ("g", Priority::LOWEST)
+    );
+    assert_eq!(ack(&q, &head.lease).await, LeaseOutcome::Applied);
+    // the p4 message is now the head, the group is still 0
+    assert_eq!(group_row(&q, "g").await.unwrap().0, 0);
+    t.publish(&q.pool, &at("later", 1)).await.unwrap();
+    assert_eq!(claim(&q, LONG).await.unwrap().lease.group, "later");
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. fencing
+
+#[tokio::test]
+async fn a_lapsed_lease_is_fenced_off_after_takeover() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let seq = t.publish(&q.pool, &message("g", "{}")).await.unwrap();
+    let first = claim(&q, Duration::from_millis(300)).await.unwrap();
+    assert_eq!(first.attempt, 1);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+
+    let second = claim(&q, LONG).await.expect("lapsed lease is claimable");
+    assert_eq!(second.lease.seq, seq);
+    assert_eq!(second.attempt, 2);
+    assert_ne!(second.lease.token, first.lease.token);
+
+    let group_before = group_row(&q, "g").await.unwrap();
+    let message_before = message_row(&q, seq).await.unwrap();
+    assert_eq!(ack(&q, &first.lease).await, LeaseOutcome::LeaseLost);
+    let late_nack = Nack {
+        error: Some("late".into()),
+        ..Nack::now(first.lease.clone())
+    };
+    assert_eq!(
+        t.nack(&q.pool, &late_nack).await.unwrap(),
+        LeaseOutcome::LeaseLost
+    );
+    let late_dead = t.dead_letter(&q.pool, &first.lease, "late").await.unwrap();
+    assert_eq!(late_dead, LeaseOutcome::LeaseLost);
+    assert_eq!(
+        t.extend(&q.pool, &first.lease, Duration::from_secs(600))
+            .await
+            .unwrap(),
+        LeaseOutcome::LeaseLost
+    );
+    assert_eq!(group_row(&q, "g").await.unwrap(), group_before);
+    assert_eq!(message_row(&q, seq).await.unwrap(), message_before);
+    assert_eq!(q.count("dead_letters").await, 0);
+    assert!(
+        claim(&q, LONG).await.is_none(),
+        "still leased to the second"
+    );
+
+    assert_eq!(ack(&q, &second.lease).await, LeaseOutcome::Applied);
+    assert_eq!(q.count("transport_messages").await, 0);
+}
+
+#[tokio::test]
+async fn acking_an_acked_message_is_lease_lost() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish_many(&q.pool, &[message("g", "1"), message("g", "2")])
+        .await
+        .unwrap();
+    let m = claim(&q, LONG).await.unwrap();
+    assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::Applied);
+    assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::LeaseLost);
+    // the group moved on: its next message is untouched by the second ack
+    let next = claim(&q, LONG).await.unwrap();
+    assert_eq!(next.payload, "2");
+    // a forged lease on the right group and message, with a wrong token, is lost too
+    let forged = Lease {
+        token: LeaseToken::new(),
+        ..next.lease.clone()
+    };
+    assert_eq!(ack(&q, &forged).await, LeaseOutcome::LeaseLost);
+    assert_eq!(ack(&q, &next.lease).await, LeaseOutcome::Applied);
+    assert_eq!(ack(&q, &next.lease).await, LeaseOutcome::LeaseLost);
+    assert_eq!(q.count("transport_groups").await, 0);
+}
+
+#[tokio::test]
+async fn a_batch_ack_reports_each_lease_in_input_order() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    for g in ["a", "b", "c"] {
+        t.publish(&q.pool, &message(g, "{}")).await.unwrap();
+    }
+    let claimed = t
+        .claim_many(&q.pool, &ClaimRequest::new(LONG).limit(3))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    assert_eq!(ack(&q, &claimed[1].lease).await, LeaseOutcome::Applied);
+    let leases: Vec<Lease> = claimed.iter().rev().map(|m| m.lease.clone()).collect();
+    let outcomes = t.ack_many(&q.pool, &leases).await.unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            LeaseOutcome::Applied,
+            LeaseOutcome::LeaseLost,
+            LeaseOutcome::Applied
+        ]
+    );
+    assert_eq!(q.count("transport_messages").await, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. nack
+
+#[tokio::test]
+async fn nack_with_a_delay_parks_the_whole_group_until_it_passes() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let seqs = t
+        .publish_many(&q.pool, &[message("g", "1"), message("g", "2")])
+        .await
+        .unwrap();
+    let m = claim(&q, LONG).await.unwrap();
+    assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1));
+
+    let delay = Duration::from_secs(3);
+    let nack = Nack {
+        delay,
+        error: Some("boom: try later".into()),
+        ..Nack::now(m.lease.clone())
+    };
+    assert_eq!(t.nack(&q.pool, &nack).await.unwrap(), LeaseOutcome::Applied);
+    let (_, park_end, ..) = group_row(&q, "g").await.unwrap();
+
+    // neither the nacked message nor the one behind it
+    assert!(claim(&q, LONG).await.is_none(), "parked group was claimed");
+    let (_, _, _, _, attempts, last_error) = message_row(&q, seqs[0]).await.unwrap();
+    assert_eq!(attempts, 1);
+    assert_eq!(last_error.as_deref(), Some("boom: try later"));
+
+    let again = claim_eventually(&q, LONG).await;
+    assert_eq!((again.lease.seq, again.attempt), (seqs[0], 2));
+    // the claim happened no earlier than the park's end (both on the database clock)
+    let (_, lease_end, ..) = group_row(&q, "g").await.unwrap();
+    let claimed_at = lease_end - chrono::Duration::from_std(LONG).unwrap();
+    assert!(
+        claimed_at >= park_end,
+        "claimed at {claimed_at}, park ended at {park_end}"
+    );
+}
+
+#[tokio::test]
+async fn nack_without_delay_frees_the_group_at_once_and_counts_the_attempt() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let seq = t.publish(&q.pool, &message("g", "{}")).await.unwrap();
+    let m = claim(&q, LONG).await.unwrap();
+    assert_eq!(
+        t.nack(&q.pool, &Nack::now(m.lease.clone())).await.unwrap(),
+        LeaseOutcome::Applied
+    );
+    let again = claim(&q, LONG).await.expect("freed at once");
+    assert_eq!((again.lease.seq, again.attempt), (seq, 2));
+    // the old lease is gone with the nack
+    assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::LeaseLost);
+    assert_eq!(ack(&q, &again.lease).await, LeaseOutcome::Applied);
+}
+
+#[tokio::test]
+async fn nack_without_counting_gives_the_attempt_back() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let seq = t.publish(&q.pool, &message("g", "{}")).await.unwrap();
+    for _ in 0..3 {
+        let m = claim(&q, LONG).await.unwrap();
+        assert_eq!((m.lease.seq, m.attempt), (seq, 1));
+        let nack = Nack {
+            count_attempt: false,
+            ..Nack::now(m.lease)
+        };
+        assert_eq!(t.nack(&q.pool, &nack).await.unwrap(), LeaseOutcome::Applied);
+    }
+    let m = claim(&q, LONG).await.unwrap();
+    assert_eq!(m.attempt, 1);
+    assert_eq!(
+        t.nack(&q.pool, &Nack::now(m.lease)).await.unwrap(),
+        LeaseOutcome::Applied
+    );
+    assert_eq!(claim(&q, LONG).await.unwrap().attempt, 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. extend
+
+#[tokio::test]
+async fn an_extended_lease_outlives_its_original_end() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &message("g", "{}")).await.unwrap();
+    let m = claim(&q, Duration::from_millis(500)).await.unwrap();
+    assert_eq!(
+        t.extend(&q.pool, &m.lease, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        LeaseOutcome::Applied
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        claim(&q, LONG).await.is_none(),
+        "claimed after the original end"
+    );
+    assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::Applied);
+}
+
+#[tokio::test]
+async fn extend_after_takeover_is_lease_lost() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &message("g", "{}")).await.unwrap();
+    let first = claim(&q, Duration::from_millis(300)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let second = claim(&q, Duration::from_secs(5)).await.unwrap();
+    let before = group_row(&q, "g").await.unwrap();
+    assert_eq!(
+        t.extend(&q.pool, &first.lease, Duration::from_secs(600))
+            .await
+            .unwrap(),
+        LeaseOutcome::LeaseLost
+    );
+    assert_eq!(group_row(&q, "g").await.unwrap(), before);
+    assert_eq!(ack(&q, &second.lease).await, LeaseOutcome::Applied);
+}
+
+/// A worker may hold the stale lease and the current lease of one message at once (its
+/// first attempt overran the lease and it claimed the message again): batch operations
+/// must tell them apart by token, not by message.
+#[tokio::test]
+async fn batch_outcomes_tell_a_stale_lease_from_the_current_lease_of_the_same_message() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    for g in ["e", "n", "a"] {
+        t.publish(&q.pool, &message(g, "{}")).await.unwrap();
+    }
+    let stale = t
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_millis(300)).limit(3),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let current = t
+        .claim_many(&q.pool, &ClaimRequest::new(LONG).limit(3))
+        .await
+        .unwrap();
+    let pair = |group: &str| -> [Lease; 2] {
+        let find = |ms: &[ClaimedMessage]| {
+            ms.iter()
+                .find(|m| m.lease.group == group)
+                .expect("claimed")
+                .lease
+                .clone()
+        };
+        [find(&stale), find(&current)]
+    };
+
+    let [stale_e, current_e] = pair("e");
+    assert_eq!(stale_e.seq, current_e.seq);
+    let lost = t
+        .extend_many(&q.pool, &[stale_e.clone(), current_e.clone()], LONG)
+        .await
+        .unwrap();
+    assert_eq!(lost, [stale_e]);
+
+    let [stale_n, current_n] = pair("n");
+    let with_error = |lease: &Lease, error: &str| Nack {
+        error: Some(error.into()),
+        ..Nack::now(lease.clone())
+    };
+    let outcomes = t
+        .nack_many(
+            &q.pool,
+            &[
+                with_error(&stale_n, "from the stale lease"),
+                with_error(&current_n, "from the current lease"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcomes, [LeaseOutcome::LeaseLost, LeaseOutcome::Applied]);
+    let (.., last_error) = message_row(&q, current_n.seq).await.unwrap();
+    assert_eq!(last_error.as_deref(), Some("from the current lease"));
+
+    let [stale_a, current_a] = pair("a");
+    let outcomes = t.ack_many(&q.pool, &[stale_a, current_a]).await.unwrap();
+    assert_eq!(outcomes, [LeaseOutcome::LeaseLost, LeaseOutcome::Applied]);
+    let outcomes = t
+        .complete_many(
+            &q.pool,
+            &[Completion::DeadLetter(current_e.clone(), "x".into())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcomes, [LeaseOutcome::Applied]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. stale empty groups
+
+#[tokio::test]
+async fn a_claim_deletes_a_stale_empty_group_and_still_returns_work() {
+    let q = TestQueue::new().await;
+    // first in line: the highest priority, waiting for an hour, and no message
+    sqlx::query(q.sql(
+        "INSERT INTO @schema@.transport_groups (group_id, priority, available_at) \
+         VALUES ('stale', 4, now() - interval '1 hour')",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    q.transport.publish(&q.pool, &at("real", 0)).await.unwrap();
+
+    let m = claim(&q, LONG).await.expect("the claim still returns work");
+    assert_eq!(m.lease.group, "real");
+    assert!(group_row(&q, "stale").await.is_none(), "stale row kept");
+}
+
+// ---------------------------------------------------------------------------------------
+// 11. dead letters
+
+#[tokio::test]
+async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let first =
+        OutgoingMessage::new("g", "send_mail", r#"{"to": "a@b"}"#).priority(Priority::HIGHEST);
+    let seqs = t
+        .publish_many(&q.pool, &[first, message("g", "2")])
+        .await
+        .unwrap();
+    let m = claim(&q, LONG).await.unwrap();
+    let nack = Nack {
+        error: Some("first failure".into()),
+        ..Nack::now(m.lease)
+    };
+    assert_eq!(t.nack(&q.pool, &nack).await.unwrap(), LeaseOutcome::Applied);
+    let m = claim(&q, LONG).await.unwrap();
+    assert_eq!(m.attempt, 2);
+    assert_eq!(
+        t.dead_letter(&q.pool, &m.lease, "gave up: 550 no such user")
+            .await
+            .unwrap(),
+        LeaseOutcome::Applied
+    );
+
+    let row: (
+        i64,
+        String,
+        String,
+        String,
+        i16,
+        i32,
+        String,
+        DateTime<Utc>,
+        DateTime<Utc>,
+    ) = sqlx::query_as(q.sql(
+        "SELECT id, group_id, kind, payload::text, priority, attempts, last_error, \
+                    enqueued_at, failed_at FROM @schema@.dead_letters",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    let (id, group, kind, payload, priority, attempts, error, enqueued_at, failed_at) = row;
+    assert_eq!(id, seqs[0]);
+    assert_eq!((group.as_str(), kind.as_str()), ("g", "send_mail"));
+    assert_eq!(payload, r#"{"to": "a@b"}"#);
+    assert_eq!((priority, attempts), (4, 2));
+    assert_eq!(error, "gave up: 550 no such user");
+    assert_eq!(enqueued_at, m.enqueued_at);
+    assert!(failed_at >= enqueued_at);
+    assert!(message_row(&q, seqs[0]).await.is_none());
+
+    let next = claim(&q, LONG).await.expect("the group moves on");
+    assert_eq!((next.lease.seq, next.attempt), (seqs[1], 1));
+    assert_eq!(
+        t.dead_letter(&q.pool, &next.lease, "x").await.unwrap(),
+        LeaseOutcome::Applied
+    );
+    assert_eq!(q.count("dead_letters").await, 2);
+    assert_eq!(q.count("transport_groups").await, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// 13. input
+
+async fn assert_nothing_written(q: &TestQueue) {
+    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("transport_groups").await, 0);
+}
+
+#[tokio::test]
+async fn invalid_messages_are_refused_and_nothing_is_written() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let too_long_group = "g".repeat(MAX_GROUP_BYTES + 1);
+    let too_large = format!("\"{}\"", "x".repeat(MAX_PAYLOAD_BYTES));
+    type Expected = fn(&InvalidMessage) -> bool;
+    let cases: Vec<(OutgoingMessage, Expected)> = vec![
+        (message("", "{}"), |e| {
+            matches!(e, InvalidMessage::EmptyGroup)
+        }),
+        (message(&too_long_group, "{}"), |e| {
+            matches!(e, InvalidMessage::GroupTooLong { .. })
+        }),
+        (message("a\0b", "{}"), |e| {
+            matches!(e, InvalidMessage::NulInGroup)
+        }),
+        (message("g", &too_large), |e| {
+            matches!(e, InvalidMessage::PayloadTooLarge { .. })
+        }),
+        (message("g", "{not json"), |e| {
+            matches!(e, InvalidMessage::PayloadNotJson(_))
+        }),
+        (message("g", "{} {}"), |e| {
+            matches!(e, InvalidMessage::PayloadNotJson(_))
+        }),
+        (message("g", ""), |e| {
+            matches!(e, InvalidMessage::PayloadNotJson(_))
+        }),
+    ];
+    for (bad, expected) in &cases {
+        match t.publish(&q.pool, bad).await {
+            Err(PublishError::Invalid(e)) => assert!(expected(&e), "unexpected error {e:?}"),
+            other => panic!("expected an invalid message, got {other:?}"),
+        }
+        assert_nothing_written(&q).await;
+        // one bad message spoils its batch: none of it is written
+        let batch = [message("ok", "{}"), bad.clone(), message("ok2", "1")];
+        assert!(matches!(
+            t.publish_many(&q.pool, &batch).await,
+            Err(PublishError::Invalid(_))
+        ));
+        assert_nothing_written(&q).await;
+    }
+}
+
+#[tokio::test]
+async fn awkward_group_ids_are_stored_and_matched_exactly() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let longest_ascii = "x".repeat(MAX_GROUP_BYTES);
+    let longest_emoji = "🦀".repeat(MAX_GROUP_BYTES / 4);
+    assert_eq!(longest_emoji.len(), MAX_GROUP_BYTES);
+    let ids: Vec<String> = [
+        "abc",
+        "a%",
+        "a_c",
+        "%",
+        "_",
+        "ab",
+        "it's",
+        "\"quoted\"",
+        "back\\slash",
+        "\\",
+        "'; DROP TABLE x; --",
+        "@schema@",
+        "$1",
+        "🦀 crab",
+        " leading and trailing ",
+        "tab\there",
+        "line\nbreak",
+        "ABC",
+        "abc ",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([longest_ascii, longest_emoji])
+    .collect();
+    for (i, id) in ids.iter().enumerate() {
+        t.publish(&q.pool, &message(id, &i.to_string()))
+            .await
+            .unwrap();
+    }
+    assert_eq!(q.count("transport_groups").await, ids.len() as i64);
+
+    let claimed = t
+        .claim_many(&q.pool, &ClaimRequest::new(LONG).limit(100))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), ids.len());
+    for m in &claimed {
+        let i: usize = m.payload.parse().unwrap();
+        assert_eq!(m.lease.group, ids[i], "group id changed on the way");
+    }
+
+    // a lease naming a LIKE-ish pattern of another group matches nothing
+    let abc = claimed.iter().find(|m| m.lease.group == "abc").unwrap();
+    for pattern in ["a%", "a_c", "%", "_", "ABC", "abc "] {
+        let lease = Lease {
+            group: pattern.into(),
+            ..abc.lease.clone()
+        };
+        assert_eq!(ack(&q, &lease).await, LeaseOutcome::LeaseLost, "{pattern}");
+    }
+    assert!(message_row(&q, abc.lease.seq).await.is_some());
+    assert_eq!(
+        t.ack_many(
+            &q.pool,
+            &claimed.iter().map(|m| m.lease.clone()).collect::<Vec<_>>()
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|o| o.is_applied())
+        .count(),
+        ids.len()
+    );
+    assert_nothing_written(&q).await;
+}
+
+#[tokio::test]
+async fn payloads_round_trip_byte_for_byte() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let mib = format!("{{\"blob\": \"{}\"}}", "é🦀x".repeat(1024 * 1024 / 7));
+    assert!(mib.len() >= 1024 * 1024 - 16);
+    let payloads = [
+        r#"{"text": "héllo wörld ✓ 你好 🦀"}"#.to_owned(),
+        r#"{"nul": "a\u0000b", "esc": "\u00e9\ud83e\udd80\n\t\"\\"}"#.to_owned(),
+        " { \"spaced\" :  [1, 2.50, 1e3] , \"dup\": 1, \"dup\": 2 } ".to_owned(),
+        "\"just a string\"".to_owned(),
+        "null".to_owned(),
+        "12345678901234567890123456789".to_owned(),
+        mib,
+    ];
+    for (i, payload) in payloads.iter().enumerate() {
+        t.publish(&q.pool, &message(&format!("g{i}"), payload))
+            .await
+            .unwrap();
+    }
+    // also through serde_json
+    let value = serde_json::json!({"nul": "a\u{0}b", "crab": "🦀", "n": [1, 2, 3]});
+    let typed = OutgoingMessage::serialize("typed", "test", &value).unwrap();
+    t.publish(&q.pool, &typed).await.unwrap();
+
+    for m in drain(&q).await {
+        if m.lease.group == "typed" {
+            let back: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+            assert_eq!(back, value);
+            continue;
+        }
+        let i: usize = m.lease.group[1..].parse().unwrap();
+        assert!(m.payload == payloads[i], "payload {i} changed");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 15 (a). the database clock
+
+#[tokio::test]
+async fn a_lease_ends_a_lease_length_after_the_claim_on_the_database_clock() {
+    let q = TestQueue::new().await;
+    q.transport
+        .publish(&q.pool, &message("g", "{}"))
+        .await
+        .unwrap();
+    claim(&q, Duration::from_secs(60)).await.unwrap();
+    let remaining: f64 = sqlx::query_scalar(q.sql(
+        "SELECT extract(epoch FROM available_at - now())::float8 \
+         FROM @schema@.transport_groups WHERE group_id = 'g'",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    assert!(
+        (55.0..=60.0).contains(&remaining),
+        "lease ends {remaining} s from now"
+    );
+}
+
+/// Leases and parks taken late in a long transaction last their whole length, counted from
+/// the operation, not from the start of the transaction (when they would be over before
+/// anyone could see them).
+#[tokio::test]
+async fn leases_taken_late_in_a_transaction_last_their_full_length() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let four = Duration::from_secs(4);
+    let left = |q: &TestQueue| {
+        q.sql(
+            "SELECT extract(epoch FROM available_at - clock_timestamp())::float8 \
+             FROM @schema@.transport_groups WHERE group_id = 'g'",
+        )
+    };
+    t.publish(&q.pool, &message("g", "{}")).await.unwrap();
+    let mut tx = q.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_sleep(5)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+
+    let held = t
+        .claim(&mut *tx, &ClaimRequest::new(four))
+        .await
+        .unwrap()
+        .unwrap();
+    let lease_left: f64 = sqlx::query_scalar(left(&q))
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert!(
+        lease_left > 0.0,
+        "the lease was over {} s before it was taken",
+        -lease_left
+    );
+
+    assert!(
+        t.extend(&mut *tx, &held.lease, four)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let extended_left: f64 = sqlx::query_scalar(left(&q))
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert!(
+        extended_left > 0.0,
+        "the extension was over {} s before it was made",
+        -extended_left
+    );
+
+    let park = Nack {
+        delay: four,
+        ..Nack::now(held.lease.clone())
+    };
+    assert!(t.nack(&mut *tx, &park).await.unwrap().is_applied());
+    tx.commit().await.unwrap();
+    let park_left: f64 = sqlx::query_scalar(left(&q))
+        .fetch_one(&q.pool)
+        .await
+        .unwrap();
+    assert!(
+        park_left > 0.0,
+        "the park was over {} s before it was visible",
+        -park_left
+    );
+    assert!(
+        claim(&q, LONG).await.is_none(),
+        "a parked group was claimed"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// scheduling and wake-ups
+
+#[tokio::test]
+async fn a_delayed_message_waits_for_its_time_and_holds_back_its_group() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let delay = Duration::from_secs(3);
+    let seqs = t
+        .publish_many(
+            &q.pool,
+            &[
+                message("delayed-head", "1").delay(delay),
+                message("delayed-head", "2"),
+                message("due-head", "1"),
+                message("due-head", "2").delay(delay),
+            ],
+        )
+        .await
+        .unwrap();
+    let not_before: DateTime<Utc> = sqlx::query_scalar(
+        q.sql("SELECT not_before FROM @schema@.transport_messages WHERE seq = $1"),
+    )
+    .bind(seqs[0])
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+
+    let first = claim(&q, LONG).await.unwrap();
+    assert_eq!(
+        first.lease.seq, seqs[2],
+        "only due-head's first message is due"
+    );
+    assert_eq!(ack(&q, &first.lease).await, LeaseOutcome::Applied);
+    assert!(claim(&q, LONG).await.is_none(), "a message started early");
+
+    let mut claimed = Vec::new();
+    while claimed.len() < 2 {
+        let m = claim_eventually(&q, LONG).await;
+        let (_, lease_end, ..) = group_row(&q, &m.lease.group).await.unwrap();
+        let claimed_at = lease_end - chrono::Duration::from_std(LONG).unwrap();
+        assert!(claimed_at >= not_before, "{} started early", m.lease.seq);
+        assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::Applied);
+        claimed.push(m.lease.seq);
+    }
+    claimed.sort();
+    assert_eq!(claimed, [seqs[0], seqs[3]]);
+    let last = claim(&q, LONG)
+        .await
+        .expect("the message behind the delayed head");
+    assert_eq!(last.lease.seq, seqs[1]);
+}
+
+#[tokio::test]
+async fn publishing_wakes_listeners_on_commit_and_only_for_due_messages() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&q.pool)
+        .await
+        .unwrap();
+    listener.listen(&q.schema.channel()).await.unwrap();
+    let quiet = Duration::from_millis(300);
+
+    let mut tx = q.pool.begin().await.unwrap();
+    t.publish(&mut *tx, &message("g", "{}")).await.unwrap();
+    t.publish(&mut *tx, &message("h", "{}")).await.unwrap();
+    assert!(
+        tokio::time::timeout(quiet, listener.recv()).await.is_err(),
+        "woken before commit"
+    );
+    tx.commit().await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+        .await
+        .expect("not woken by the commit")
+        .unwrap();
+    assert_eq!(woken.channel(), q.schema.channel());
+    assert!(
+        tokio::time::timeout(quiet, listener.recv()).await.is_err(),
+        "one transaction, more than one wake-up"
+    );
+
+    let mut tx = q.pool.begin().await.unwrap();
+    t.publish(&mut *tx, &message("g", "{}")).await.unwrap();
+    tx.rollback().await.unwrap();
+    t.publish(&q.pool, &message("g", "{}").delay(LONG))
+        .await
+        .unwrap();
+    assert!(
+        tokio::time::timeout(quiet, listener.recv()).await.is_err(),
+        "woken by a rolled back or a delayed message"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 17. publishing into a leased or parked group
+
+#[tokio::test]
+async fn publish_into_a_leased_group_keeps_its_lease_and_priority() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &at("g", 1)).await.unwrap();
+    let m = claim(&q, LONG).await.unwrap();
+    let before = group_row(&q, "g").await.unwrap();
+
+    t.publish(&q.pool, &at("g", 4)).await.unwrap();
+    t.publish_many(&q.pool, &[at("g", 3), at("g", 0)])
+        .await
+        .unwrap();
+    assert_eq!(group_row(&q, "g").await.unwrap(), before);
+    assert!(claim(&q, LONG).await.is_none(), "a second consumer got in");
+
+    assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::Applied);
+    let next = claim(&q, LONG).await.unwrap();
+    assert_eq!(next.attempt, 1);
+    assert_eq!(group_row(&q, "g").await.unwrap().0, 1);
+}
+
+#[tokio::test]
+async fn publish_into_a_parked_group_does_not_unpark_it() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &message("g", "1")).await.unwrap();
+    let m = claim(&q, LONG).await.unwrap();
+    let park = Nack {
+        delay: Duration::from_secs(600),
+        ..Nack::now(m.lease)
+    };
+    assert_eq!(t.nack(&q.pool, &park).await.unwrap(), LeaseOutcome::Applied);
+    let before = group_row(&q, "g").await.unwrap();
+
+    t.publish(&q.pool, &message("g", "2")).await.unwrap();
+    assert_eq!(group_row(&q, "g").await.unwrap(), before);
+    assert!(claim(&q, LONG).await.is_none(), "parked group was claimed");
+    assert!(before.1 > db_now(&q).await + chrono::Duration::seconds(500));
+}
+
+// ---------------------------------------------------------------------------------------
+// 18. claim_many
+
+#[tokio::test]
+async fn claim_many_leases_distinct_groups_and_one_message_each() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let mut batch = Vec::new();
+    for round in 0..3 {
+        for g in 0..10 {
+            batch.push(message(&format!("g{g}"), &round.to_string()));
+        }
+    }
+    t.publish_many(&q.pool, &batch).await.unwrap();
+
+    let mut held: Vec<ClaimedMessage> = Vec::new();
+    for (limit, expected) in [(4, 4), (100, 6), (5, 0)] {
+        let got = t
+            .claim_many(&q.pool, &ClaimRequest::new(LONG).limit(limit))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), expected);
+        held.extend(got);
+    }
+    let groups: HashSet<&str> = held.iter().map(|m| m.lease.group.as_str()).collect();
+    assert_eq!(groups.len(), 10, "a group was leased twice");
+    assert!(held.iter().all(|m| m.payload == "0"), "not the heads");
+
+    let leases: Vec<Lease> = held.iter().map(|m| m.lease.clone()).collect();
+    assert!(
+        t.ack_many(&q.pool, &leases)
+            .await
+            .unwrap()
+            .iter()
+            .all(|o| o.is_applied())
+    );
+    let next = t
+        .claim_many(&q.pool, &ClaimRequest::new(LONG).limit(100))
+        .await
+        .unwrap();
+    assert_eq!(next.len(), 10);
+    assert!(next.iter().all(|m| m.payload == "1"));
+}
+
+#[tokio::test]
+async fn claim_rejects_nonsense_requests() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &message("g", "{}")).await.unwrap();
+    assert!(
+        t.claim_many(&q.pool, &ClaimRequest::new(LONG).limit(0))
+            .await
+            .is_err()
+    );
+    assert!(
+        t.claim(&q.pool, &ClaimRequest::new(Duration::ZERO))
+            .await
+            .is_err()
+    );
+    // nothing was leased by the refused requests
+    assert!(claim(&q, LONG).await.is_some());
+}

@@ -1,0 +1,468 @@
+//! Concurrency tests of the per-group transport: racing claimers, publishers racing the
+//! acks that drain their group, and a claim racing a commit that moves a group on.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use harel_jobs::transport::{ClaimRequest, ClaimedMessage, LeaseOutcome, OutgoingMessage};
+use harel_jobs_suite::TestQueue;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn message(group: &str, payload: &str) -> OutgoingMessage {
+    OutgoingMessage::new(group, "test", payload)
+}
+
+async fn claim(q: &TestQueue) -> Option<ClaimedMessage> {
+    q.transport
+        .claim(&q.pool, &ClaimRequest::new(LONG))
+        .await
+        .expect("claim")
+}
+
+/// Messages whose group has no row: such a message would never be claimed.
+async fn orphans(q: &TestQueue) -> i64 {
+    sqlx::query_scalar(q.sql(
+        "SELECT count(*) FROM @schema@.transport_messages m \
+         LEFT JOIN @schema@.transport_groups g ON g.group_id = m.group_id \
+         WHERE g.group_id IS NULL",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .expect("orphans")
+}
+
+/// Claims until something comes: a group freed while a publisher was still open is looked
+/// at again a little later (harel_drop_empty_groups), not at once.
+async fn claim_eventually(q: &TestQueue) -> ClaimedMessage {
+    for _ in 0..300 {
+        if let Some(m) = claim(q).await {
+            return m;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("nothing became claimable within 15 s: a message was orphaned");
+}
+
+/// Claims until the queue has no group row left (claims drop empty groups).
+async fn claim_until_no_groups(q: &TestQueue) {
+    for _ in 0..300 {
+        assert!(claim(q).await.is_none(), "unexpected work");
+        if q.count("transport_groups").await == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("an empty group row was never cleaned up");
+}
+
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(120), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within 120 s (blocked?)"))
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. racing claimers
+
+#[derive(Default)]
+struct Observed {
+    in_flight: HashSet<String>,
+    max_in_flight: usize,
+    processed: HashMap<String, Vec<i64>>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_claimers_never_share_a_group_and_process_each_message_once_in_order() {
+    const GROUPS: usize = 200;
+    const PER_GROUP: usize = 5;
+    const CLAIMERS: usize = 8;
+    let q = Arc::new(TestQueue::new().await);
+
+    // published round by round: every group's messages are spread over the whole queue
+    let mut expected: HashMap<String, Vec<i64>> = HashMap::new();
+    for round in 0..PER_GROUP {
+        let batch: Vec<_> = (0..GROUPS)
+            .map(|g| message(&format!("g{g:03}"), &round.to_string()))
+            .collect();
+        let seqs = q.transport.publish_many(&q.pool, &batch).await.unwrap();
+        for (m, seq) in batch.iter().zip(seqs) {
+            expected.entry(m.group().to_owned()).or_default().push(seq);
+        }
+    }
+    let total = GROUPS * PER_GROUP;
+
+    let observed = Arc::new(Mutex::new(Observed::default()));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..CLAIMERS {
+        let (q, observed, done) = (q.clone(), observed.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut conn = q.pool.acquire().await.unwrap();
+            while done.load(Ordering::SeqCst) < total {
+                let request = ClaimRequest::new(LONG);
+                let Some(m) = q.transport.claim(&mut *conn, &request).await.unwrap() else {
+                    // every remaining group is in flight elsewhere
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                };
+                {
+                    let mut o = observed
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    assert!(
+                        o.in_flight.insert(m.lease.group.clone()),
+                        "group {} leased twice at once",
+                        m.lease.group
+                    );
+                    o.max_in_flight = o.max_in_flight.max(o.in_flight.len());
+                }
+                // the "work": long enough for other claimers to overlap
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                {
+                    // before the ack: once it commits, another claimer may take the group
+                    let mut o = observed
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    o.in_flight.remove(&m.lease.group);
+                    o.processed
+                        .entry(m.lease.group.clone())
+                        .or_default()
+                        .push(m.lease.seq);
+                }
+                let outcome = q.transport.ack(&mut *conn, &m.lease).await.unwrap();
+                assert_eq!(outcome, LeaseOutcome::Applied);
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    within("the claimers", async {
+        for task in tasks {
+            task.await.expect("claimer panicked");
+        }
+    })
+    .await;
+
+    let o = std::mem::take(
+        &mut *observed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    assert_eq!(
+        o.processed, expected,
+        "a message was lost, repeated or processed out of order"
+    );
+    assert!(
+        o.max_in_flight > 1,
+        "claims were serialized: never two groups in flight"
+    );
+    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("transport_groups").await, 0);
+}
+
+#[tokio::test]
+async fn a_claim_skips_a_group_locked_by_another_claim_instead_of_waiting() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &message("first", "{}")).await.unwrap();
+    t.publish(&q.pool, &message("second", "{}")).await.unwrap();
+
+    // a claim whose transaction is still open holds the row lock of the first group
+    let mut open = q.pool.begin().await.unwrap();
+    let first = t
+        .claim(&mut *open, &ClaimRequest::new(LONG))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.lease.group, "first");
+
+    let Ok(second) = tokio::time::timeout(Duration::from_secs(20), claim(&q)).await else {
+        open.rollback().await.unwrap();
+        panic!("the claim waited for another claimer's lock");
+    };
+    let second = second.expect("the second group is free");
+    assert_eq!(second.lease.group, "second");
+
+    // rolled back: the first group was never leased
+    open.rollback().await.unwrap();
+    assert_eq!(claim(&q).await.unwrap().lease.group, "first");
+}
+
+// ---------------------------------------------------------------------------------------
+// 10. publish racing the ack that drains the group
+
+#[tokio::test]
+async fn a_message_published_while_its_group_drains_is_not_orphaned() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &message("g", "1")).await.unwrap();
+    let in_flight = claim(&q).await.unwrap();
+
+    let mut tx = q.pool.begin().await.unwrap();
+    let seq = t.publish(&mut *tx, &message("g", "2")).await.unwrap();
+    // the ack cannot see the uncommitted message: in its view the group is drained
+    let outcome = within("the ack", t.ack(&q.pool, &in_flight.lease)).await;
+    assert_eq!(outcome.unwrap(), LeaseOutcome::Applied);
+    tx.commit().await.unwrap();
+
+    assert_eq!(orphans(&q).await, 0, "the message lost its group row");
+    let m = claim_eventually(&q).await;
+    assert_eq!((m.lease.group.as_str(), m.lease.seq), ("g", seq));
+    assert_eq!(
+        t.ack(&q.pool, &m.lease).await.unwrap(),
+        LeaseOutcome::Applied
+    );
+    claim_until_no_groups(&q).await;
+}
+
+#[tokio::test]
+async fn a_rolled_back_publish_into_a_draining_group_leaves_no_row_forever() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &message("g", "1")).await.unwrap();
+    let in_flight = claim(&q).await.unwrap();
+
+    let mut tx = q.pool.begin().await.unwrap();
+    t.publish(&mut *tx, &message("g", "2")).await.unwrap();
+    let outcome = within("the ack", t.ack(&q.pool, &in_flight.lease)).await;
+    assert_eq!(outcome.unwrap(), LeaseOutcome::Applied);
+    tx.rollback().await.unwrap();
+
+    assert_eq!(q.count("transport_messages").await, 0);
+    // the row the publisher protected may outlive it, but a claim cleans it up
+    claim_until_no_groups(&q).await;
+}
+
+#[tokio::test]
+async fn a_publish_waiting_on_a_draining_ack_recreates_the_group() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &message("g", "1")).await.unwrap();
+    let in_flight = claim(&q).await.unwrap();
+
+    // the ack's transaction deletes the drained group's row and stays open…
+    let mut acking = q.pool.begin().await.unwrap();
+    let outcome = t.ack(&mut *acking, &in_flight.lease).await.unwrap();
+    assert_eq!(outcome, LeaseOutcome::Applied);
+    // …while a publisher into that group waits for it
+    let publisher = {
+        let (pool, transport) = (q.pool.clone(), q.transport.clone());
+        tokio::spawn(async move { transport.publish(&pool, &message("g", "2")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    acking.commit().await.unwrap();
+    let seq = within("the publisher", publisher)
+        .await
+        .unwrap()
+        .expect("publish");
+
+    assert_eq!(orphans(&q).await, 0, "the message lost its group row");
+    let m = claim_eventually(&q).await;
+    assert_eq!(m.lease.seq, seq);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_publishers_and_draining_claimers_lose_no_message() {
+    const PUBLISHERS: u64 = 4;
+    const TRANSACTIONS: usize = 60;
+    const CLAIMERS: usize = 4;
+    let q = Arc::new(TestQueue::new().await);
+    let publishing = Arc::new(AtomicUsize::new(PUBLISHERS as usize));
+    let committed = Arc::new(Mutex::new(HashSet::<String>::new()));
+    let claimed = Arc::new(Mutex::new(Vec::<String>::new()));
+
+    let mut publishers = Vec::new();
+    for p in 0..PUBLISHERS {
+        let (q, publishing, committed) = (q.clone(), publishing.clone(), committed.clone());
+        publishers.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(p);
+            for i in 0..TRANSACTIONS {
+                let mut tx = q.pool.begin().await.unwrap();
+                let mut ids = Vec::new();
+                let mut batch = Vec::new();
+                for j in 0..rng.random_range(1..=3) {
+                    let id = format!("{p}-{i}-{j}");
+                    // few groups, so publishes keep meeting the acks that drain them
+                    let group = format!("hot-{}", rng.random_range(0..3));
+                    batch.push(message(&group, &format!("\"{id}\"")));
+                    ids.push(id);
+                }
+                // one call per transaction: it creates the group rows in a fixed order, so
+                // two publishers creating the same new groups cannot deadlock (separate
+                // publishes into new groups in opposite orders could, like any two
+                // transactions inserting the same keys in opposite orders)
+                q.transport.publish_many(&mut *tx, &batch).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..8))).await;
+                if rng.random_range(0..5) == 0 {
+                    tx.rollback().await.unwrap();
+                } else {
+                    tx.commit().await.unwrap();
+                    committed.lock().unwrap().extend(ids);
+                }
+            }
+            publishing.fetch_sub(1, Ordering::SeqCst);
+        }));
+    }
+
+    let stop_monitor = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let (q, stop) = (q.clone(), stop_monitor.clone());
+        tokio::spawn(async move {
+            let mut checks = 0;
+            while !stop.load(Ordering::SeqCst) {
+                assert_eq!(orphans(&q).await, 0, "a message without a group row");
+                checks += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            checks
+        })
+    };
+
+    let mut claimers = Vec::new();
+    for _ in 0..CLAIMERS {
+        let (q, publishing, claimed) = (q.clone(), publishing.clone(), claimed.clone());
+        claimers.push(tokio::spawn(async move {
+            let mut conn = q.pool.acquire().await.unwrap();
+            loop {
+                let request = ClaimRequest::new(LONG);
+                match q.transport.claim(&mut *conn, &request).await.unwrap() {
+                    Some(m) => {
+                        let id: String = serde_json::from_str(&m.payload).unwrap();
+                        claimed.lock().unwrap().push(id);
+                        let outcome = q.transport.ack(&mut *conn, &m.lease).await.unwrap();
+                        assert_eq!(outcome, LeaseOutcome::Applied);
+                    }
+                    None => {
+                        if publishing.load(Ordering::SeqCst) == 0
+                            && q.count("transport_messages").await == 0
+                        {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+            }
+        }));
+    }
+
+    within("publishers and claimers", async {
+        for task in publishers.into_iter().chain(claimers) {
+            task.await.expect("task panicked");
+        }
+    })
+    .await;
+    stop_monitor.store(true, Ordering::SeqCst);
+    let checks = monitor.await.expect("monitor panicked");
+    assert!(checks > 0);
+
+    let claimed = claimed.lock().unwrap().clone();
+    let unique: HashSet<String> = claimed.iter().cloned().collect();
+    assert_eq!(unique.len(), claimed.len(), "a message was claimed twice");
+    assert_eq!(unique, *committed.lock().unwrap(), "committed ≠ claimed");
+    assert_eq!(orphans(&q).await, 0);
+    claim_until_no_groups(&q).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// a claim racing a commit that completes the group's head
+
+/// A claim that locks a group row only after a transaction which completed the group's
+/// head committed must not hand out that head again: its statement snapshot predates the
+/// commit, so the head has to be read after the lock is granted.
+///
+/// To make the race certain rather than lucky, the claim first has to skip many locked
+/// rows of a higher priority; the completing transaction commits while it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_completed_during_a_claim_is_not_handed_out_again() {
+    const FILLERS: i64 = 200_000;
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let seqs = t
+        .publish_many(&q.pool, &[message("g", "1"), message("g", "2")])
+        .await
+        .unwrap();
+
+    // T: claims and completes g's head in one transaction (its own writes with the job's)
+    let mut completing = q.pool.begin().await.unwrap();
+    let head = t
+        .claim(&mut *completing, &ClaimRequest::new(LONG))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(head.lease.seq, seqs[0]);
+    assert_eq!(
+        t.ack(&mut *completing, &head.lease).await.unwrap(),
+        LeaseOutcome::Applied
+    );
+
+    // higher-priority groups, all locked by another transaction: a claim skips them one by one
+    sqlx::query(q.sql(
+        "INSERT INTO @schema@.transport_groups (group_id, priority, available_at) \
+         SELECT 'filler-' || i, 4, now() - interval '1 hour' FROM generate_series(1, $1) i",
+    ))
+    .bind(FILLERS)
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let mut holder = q.pool.begin().await.unwrap();
+    sqlx::query(q.sql(
+        "SELECT count(*) FROM (SELECT 1 FROM @schema@.transport_groups \
+         WHERE priority = 4 FOR UPDATE) AS locked",
+    ))
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+
+    let mut claimer_conn = q.pool.acquire().await.unwrap();
+    let claimer_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *claimer_conn)
+        .await
+        .unwrap();
+    let claimer = {
+        let transport = t.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let got = transport
+                .claim(&mut *claimer_conn, &ClaimRequest::new(LONG))
+                .await
+                .unwrap();
+            (got, started.elapsed())
+        })
+    };
+    // as soon as the claim runs (its snapshot taken), commit T
+    let mut polls = 0;
+    loop {
+        let active: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 \
+             AND state = 'active' AND query LIKE '%harel_claim%')",
+        )
+        .bind(claimer_pid)
+        .fetch_one(&q.pool)
+        .await
+        .unwrap();
+        if active || claimer.is_finished() {
+            break;
+        }
+        polls += 1;
+        assert!(polls < 10_000, "the claim never showed up as active");
+    }
+    completing.commit().await.unwrap();
+    let (got, took) = within("the claim", claimer).await.unwrap();
+    holder.rollback().await.unwrap();
+    eprintln!(
+        "claim took {took:?}, got {:?}",
+        got.as_ref().map(|m| m.lease.seq)
+    );
+
+    if let Some(m) = got {
+        assert_ne!(
+            m.lease.seq, seqs[0],
+            "the completed message was handed out again"
+        );
+        assert_eq!(m.lease.seq, seqs[1]);
+    }
+}
