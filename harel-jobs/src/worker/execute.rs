@@ -41,9 +41,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let _entered = span.enter();
     if !shared.inflight.settle(seq) {
         // the heartbeat found the lease lost: another worker may run this job now, so its
-        // result must not be written
+        // result must not be written (the heartbeat already counted the lost lease)
         shared.inflight.remove(seq);
-        shared.stats.lease_lost();
         tracing::warn!("lease lost while the job ran: result discarded, the job may run again");
         return;
     }

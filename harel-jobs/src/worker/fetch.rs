@@ -36,10 +36,10 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         let extra = semaphore
             .available_permits()
             .min(shared.config.claim_batch.saturating_sub(1));
-        if extra > 0 {
-            if let Ok(more) = Arc::clone(&semaphore).try_acquire_many_owned(extra as u32) {
-                permits.merge(more);
-            }
+        if extra > 0
+            && let Ok(more) = Arc::clone(&semaphore).try_acquire_many_owned(extra as u32)
+        {
+            permits.merge(more);
         }
         let wanted = permits.num_permits();
         let request = ClaimRequest {

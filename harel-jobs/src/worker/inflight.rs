@@ -80,12 +80,12 @@ impl InFlight {
         let mut entries = self.entries();
         let mut running = Vec::new();
         for lease in lost {
-            if let Some(entry) = entries.get_mut(&lease.seq) {
-                if entry.phase == Phase::Running {
-                    entry.phase = Phase::Lost;
-                    entry.cancel.cancel();
-                    running.push(lease.clone());
-                }
+            if let Some(entry) = entries.get_mut(&lease.seq)
+                && entry.phase == Phase::Running
+            {
+                entry.phase = Phase::Lost;
+                entry.cancel.cancel();
+                running.push(lease.clone());
             }
         }
         running
