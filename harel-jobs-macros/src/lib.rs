@@ -1,8 +1,146 @@
-//! The `#[job]` attribute of harel-jobs (placeholder: see the `harel-jobs` docs).
+//! The `#[job]` attribute of [harel-jobs](https://docs.rs/harel-jobs).
+//!
+//! Use it through `harel_jobs::job`; this crate is an implementation detail of harel-jobs
+//! and its version moves with it. The attribute's reference is on [`macro@job`].
+//!
+//! The crate is thin: `args` parses the attribute, `signature` checks the function and takes
+//! its parameters apart, `expand` writes the generated items.
+#![warn(missing_docs)]
+
+mod args;
+mod diagnostic;
+mod expand;
+mod signature;
+
 use proc_macro::TokenStream;
 
-/// Turns an `async fn` into a typed job (not yet implemented).
+/// Turns an `async fn` into a typed job of harel-jobs: a struct of its arguments that can be
+/// enqueued (in the caller's transaction) and run by a worker pool.
+///
+/// *The examples here are `ignore`d: this crate cannot depend on harel-jobs for doctests.
+/// The same code is compiled by the tests of `harel-jobs-macros` (`tests/expand.rs`,
+/// `tests/ui/pass/`).*
+///
+/// ```ignore
+/// use harel_jobs::{job, JobContext, JobResult};
+///
+/// /// Sends the welcome mail.
+/// #[job(max_attempts = 5, priority = 3, timeout = "30s")]
+/// async fn send_welcome_email(
+///     ctx: JobContext<AppState>,
+///     #[group] user_id: i64,
+///     template: String,
+/// ) -> JobResult {
+///     ctx.state().mailer.send(user_id, &template).await?;
+///     Ok(())
+/// }
+///
+/// // Inside the application's transaction: the job exists if and only if it commits.
+/// let id = SendWelcomeEmail { user_id: 42, template: "hi".into() }
+///     .enqueue(&mut *tx)
+///     .await?;
+/// // With options, on a pool:
+/// SendWelcomeEmail { user_id: 42, template: "hi".into() }
+///     .enqueue(&pool)
+///     .delay(Duration::from_secs(60))
+///     .priority(4)
+///     .await?;
+/// // Many in one round trip:
+/// let ids = SendWelcomeEmail::enqueue_many(&pool, jobs).await?;
+/// ```
+///
+/// # The function
+///
+/// - It must be `async`, not generic, without `self`.
+/// - Its first parameter may be the job context, `JobContext<S>` (recognised by the last
+///   segment of its type path, so `harel_jobs::JobContext<S>` works too): `S` is the worker
+///   pool's shared state, and the job runs only on a pool whose state is `S`. Without a
+///   context parameter the job runs on a pool of any state.
+/// - Every other parameter is a plain name with an owned, serialisable type (no
+///   references: take `String`, not `&str`). Each becomes a field of the job struct, stored
+///   as JSON with the job. To add a parameter to a job that may already be queued, make it
+///   an `Option<T>`: stored jobs without it read back as `None`. Removing one is safe.
+/// - It returns `()`, `JobResult`, or any `Result<(), E>` with `E: Into<JobError>` (any
+///   error type, or `JobError` for "do not retry", "retry after", "snooze"). An `Err` is a
+///   failed attempt.
+/// - It stays an ordinary function: call it directly in unit tests, e.g. with
+///   `JobContext::for_test(state)`.
+///
+/// # Arguments
+///
+/// | key | value | default |
+/// | --- | --- | --- |
+/// | `max_attempts` | integer, at least 1 | the pool's default |
+/// | `priority` | integer from 0 (lowest) to 4 (highest); applies when the job creates its group | 2 (`Priority::NORMAL`) |
+/// | `timeout` | duration string, longer than zero | the pool's default |
+/// | `backoff` | duration string: the first retry delay, doubling after each failed attempt | the pool's default, `"2s"` |
+/// | `backoff_max` | duration string: the cap of the doubling | `"1h"` |
+/// | `kind` | string, 1 to 255 bytes | the function's name |
+/// | `crate` | path to harel-jobs | `::harel_jobs` |
+///
+/// Durations are one or more `<integer><unit>` with the units `ms`, `s`, `m`, `h`, added up:
+/// `"500ms"`, `"30s"`, `"5m"`, `"1h30m"`. Giving `backoff` or `backoff_max` sets both, the
+/// other to its default (2 s, 1 h); `backoff_max` must be at least `backoff`. The delay
+/// after failed attempt `n` is `min(backoff_max, backoff × 2^(n−1))`, with jitter (see
+/// `harel_jobs::Backoff`).
+///
+/// `kind` is the name the job is stored under and its handler found by. It must stay the
+/// same while jobs of the old name may be queued: renaming the function changes the
+/// default, so set `kind` explicitly before renaming (`kind = "send_welcome_email"`).
+///
+/// `crate` is for code that reaches harel-jobs under another name (a re-export, a renamed
+/// dependency): every generated path starts with it, including serde and sqlx, which are
+/// reached through harel-jobs so the calling crate needs neither.
+///
+/// ```ignore
+/// #[job(kind = "billing.charge", backoff = "10s", backoff_max = "10m", crate = my_app::jobs)]
+/// async fn charge(invoice_id: i64) -> Result<(), BillingError> { /* … */ }
+/// ```
+///
+/// # Groups
+///
+/// Jobs of one group run one at a time, in enqueue order; different groups run in parallel.
+/// Mark at most one parameter `#[group]`; its type must implement `Display`, and the job's
+/// group is `"<kind>:<value>"` (for the example above, `"send_welcome_email:42"`), so that
+/// two job types grouping by `user_id` do not share a group. Without `#[group]`, each job is
+/// a group of its own. `.group("…")` at enqueue overrides either, and is how several job
+/// types share one group.
+///
+/// # Generated items
+///
+/// For `async fn send_welcome_email(ctx: JobContext<AppState>, #[group] user_id: i64,
+/// template: String)`:
+///
+/// - the function itself, unchanged but for `#[group]`;
+/// - `struct SendWelcomeEmail { pub user_id: i64, pub template: String }`, with the
+///   function's visibility, its doc comments and `#[cfg]`s, and serde's `Serialize` and
+///   `Deserialize` (no other derive: a job may hold secrets, so it does not need `Debug`);
+/// - `impl Job for SendWelcomeEmail`: `KIND`, `options()` from the arguments, and `group()`
+///   from the `#[group]` parameter;
+/// - `impl Handler<AppState> for SendWelcomeEmail`, which calls the function with the
+///   context and the fields (`impl<S: Send + Sync + 'static> Handler<S>` without a context
+///   parameter). The function's future must be `Send`;
+/// - inherent methods, usable without importing a trait:
+///   - `fn enqueue<'c, E: PgExecutor<'c>>(self, executor: E) -> Enqueue<'c, Self, E>`:
+///     options (`delay`, `at`, `priority`, `group`, `schema`), then `.await` for the
+///     `JobId`;
+///   - `async fn enqueue_many<'c, E: PgExecutor<'c>>(executor: E, jobs: impl
+///     IntoIterator<Item = Self>) -> Result<Vec<JobId>, PublishError>`: one round trip.
+///
+/// The struct is named after the function in camel case (`send_welcome_email` becomes
+/// `SendWelcomeEmail`); a function without parameters gives an empty struct, built as
+/// `Ping {}`.
+///
+/// # Errors
+///
+/// Mistakes are compile errors at the offending token: a function that is not `async`, takes
+/// `self`, is generic, has two `#[group]` parameters, a context parameter that is not first
+/// or marked `#[group]`, a parameter that is a pattern or a reference; an unknown (the
+/// message lists the valid keys) or repeated key, an out-of-range number, a malformed
+/// duration. A return type that is not a job result, or a `#[group]` type without `Display`,
+/// is reported at that type. All are reported at once, and the function is still emitted, so
+/// an IDE keeps working while the attribute is wrong.
 #[proc_macro_attribute]
-pub fn job(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn job(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::job(args.into(), item.into()).into()
 }

@@ -1,5 +1,57 @@
 //! harel-jobs: a job queue on PostgreSQL.
+//!
+//! Jobs are `async fn`s marked [`#[job]`](macro@job), enqueued inside the application's own
+//! sqlx transaction (a job exists if and only if that transaction commits), and run by an
+//! embedded [`Worker`] pool with leases, heartbeats, retries with backoff, dead letters and
+//! graceful shutdown. Jobs sharing a *group* run one at a time, in order; different groups
+//! run in parallel on any number of worker processes against one database.
+//!
+//! ```no_run
+//! use harel_jobs::{job, JobContext, JobResult, Worker};
+//!
+//! /// Sends the welcome mail.
+//! #[job(max_attempts = 5)]
+//! async fn send_welcome_email(ctx: JobContext<()>, #[group] user_id: i64) -> JobResult {
+//!     println!("welcome, user {user_id} (attempt {})", ctx.attempt());
+//!     Ok(())
+//! }
+//!
+//! # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! harel_jobs::migrate(&pool).await?;
+//! let mut tx = pool.begin().await?;
+//! SendWelcomeEmail { user_id: 42 }.enqueue(&mut *tx).await?;
+//! tx.commit().await?;
+//!
+//! let handle = Worker::builder(pool, ()).register::<SendWelcomeEmail>().build()?.start();
+//! // … until it is time to stop:
+//! handle.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layers
+//!
+//! - **Jobs**: [`Job`] (a serialisable value with a stable [`Job::KIND`]) and [`Handler`]
+//!   (what runs it), both implemented by [`#[job]`](macro@job); [`JobContext`], [`JobError`],
+//!   [`JobOptions`], [`Backoff`]; enqueueing with [`Enqueue`] and [`JobBatch`].
+//! - **The worker pool**: [`Worker`], [`WorkerBuilder`], [`WorkerHandle`]; the
+//!   [`DeadLetters`] table; [`QueueStats`].
+//! - **The transport** ([`transport`]): raw JSON messages in groups; publish, claim, ack,
+//!   nack and extend, each one round trip through a PL/pgSQL function.
+//! - **Setup**: [`connect`] (waits for the database), [`migrate`] (safe from every process
+//!   at once), [`Schema`].
+//!
+//! # Errors
+//!
+//! Each surface has its own `#[non_exhaustive]` error enum ([`PublishError`],
+//! [`TransportError`], [`MigrateError`], [`ConnectError`], [`ConfigError`],
+//! [`WorkerError`]); database failures are wrapped in [`DatabaseError`]. A lost lease is not
+//! an error but an outcome ([`transport::LeaseOutcome`]).
 #![warn(missing_docs)]
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
 
 mod connect;
 mod context;

@@ -1,6 +1,9 @@
 //! What `#[job]`'s expansion names. Not public API: no stability promise.
 
 pub use serde;
+/// For the `PgExecutor` bound of the generated `enqueue` methods (so the user's crate need
+/// not depend on sqlx).
+pub use sqlx;
 
 pub use crate::job_error::IntoJobResult;
 
@@ -17,3 +20,12 @@ pub fn assert_group_display<T: std::fmt::Display + ?Sized>() {}
 
 /// Makes rustc point at the user's return type when it is not a valid job result.
 pub fn assert_job_result<T: IntoJobResult>() {}
+
+/// The priority of `#[job(priority = N)]`. The macro checks `N <= 4` at compile time, so
+/// the panic is unreachable from generated code.
+pub fn priority(value: u8) -> crate::Priority {
+    match crate::Priority::new(value) {
+        Ok(priority) => priority,
+        Err(error) => panic!("#[job]: {error}"),
+    }
+}

@@ -1,0 +1,158 @@
+//! The quickstart: enqueue a few jobs inside one transaction, run the worker pool until
+//! they are done, print what happened.
+//!
+//! ```text
+//! cargo run --example quickstart
+//! ```
+//!
+//! Connects to `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`) and
+//! works in its own schema, `harel_quickstart`, which it leaves empty when it exits.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use harel_jobs::{JobContext, JobError, JobResult, QueueStats, Schema, Worker, job};
+
+/// What the handlers share: here, a way to report, and a count of finished jobs.
+#[derive(Default)]
+struct AppState {
+    lines: Mutex<Vec<String>>,
+    finished: AtomicUsize,
+}
+
+impl AppState {
+    fn say(&self, line: String) {
+        println!("  {line}");
+        self.lines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(line);
+    }
+}
+
+/// Sends the welcome mail (here: prints it).
+#[job(max_attempts = 5, priority = 3)]
+async fn send_welcome_email(
+    ctx: JobContext<AppState>,
+    #[group] user_id: i64,
+    template: String,
+) -> JobResult {
+    ctx.state()
+        .say(format!("mail {template:?} sent to user {user_id}"));
+    ctx.state().finished.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// One step of an order's fulfilment. `#[group] order_id`: the steps of one order run one
+/// at a time, in the order they were enqueued.
+#[job]
+async fn fulfil_order(
+    ctx: JobContext<AppState>,
+    #[group] order_id: i64,
+    step: u32,
+    action: String,
+) -> JobResult {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    ctx.state()
+        .say(format!("order {order_id}: step {step} ({action}) done"));
+    ctx.state().finished.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Syncs with a partner whose API fails the first time: retried after a short backoff.
+#[job(max_attempts = 3, backoff = "300ms")]
+async fn sync_partner(ctx: JobContext<AppState>, partner: String) -> JobResult {
+    if ctx.attempt() == 1 {
+        ctx.state().say(format!(
+            "partner {partner}: attempt 1 failed (timeout), retrying after the backoff"
+        ));
+        return Err(JobError::retry("partner API timed out"));
+    }
+    ctx.state().say(format!(
+        "partner {partner}: synced on attempt {}",
+        ctx.attempt()
+    ));
+    ctx.state().finished.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "error".into()),
+        )
+        .init();
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let started = Instant::now();
+
+    // Connect (waiting for the database if it is starting) and create the queue's schema.
+    let pool = harel_jobs::connect(&url).await?;
+    let schema = Schema::new("harel_quickstart")?;
+    harel_jobs::migrate_schema(&pool, &schema).await?;
+
+    // Enqueue inside one transaction: the jobs exist if and only if it commits.
+    let mut tx = pool.begin().await?;
+    SendWelcomeEmail {
+        user_id: 42,
+        template: "welcome".into(),
+    }
+    .enqueue(&mut *tx)
+    .schema(&schema)
+    .await?;
+    for (step, action) in [(1, "reserve stock"), (2, "charge card"), (3, "ship")] {
+        FulfilOrder {
+            order_id: 7,
+            step,
+            action: action.into(),
+        }
+        .enqueue(&mut *tx)
+        .schema(&schema)
+        .await?;
+    }
+    SyncPartner {
+        partner: "acme".into(),
+    }
+    .enqueue(&mut *tx)
+    .schema(&schema)
+    .await?;
+    tx.commit().await?;
+    let expected = 5;
+    println!("harel-jobs quickstart: {expected} jobs enqueued in one transaction");
+
+    // Run the embedded worker pool until every job is done.
+    let worker = Worker::builder(pool.clone(), AppState::default())
+        .schema(schema.clone())
+        .register::<SendWelcomeEmail>()
+        .register::<FulfilOrder>()
+        .register::<SyncPartner>()
+        .concurrency(8)
+        .build()?;
+    let handle = worker.start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let queue = QueueStats::fetch(&pool, &schema).await?;
+        if queue.is_idle() {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("jobs still queued after 30 s: {queue:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stats = handle.shutdown().await?;
+    println!(
+        "done in {:.1} s: {} succeeded, {} retried, {} dead",
+        started.elapsed().as_secs_f64(),
+        stats.succeeded,
+        stats.retried,
+        stats.dead_lettered
+    );
+    if stats.succeeded as usize != expected || stats.dead_lettered != 0 {
+        return Err("not every job succeeded".into());
+    }
+    Ok(())
+}

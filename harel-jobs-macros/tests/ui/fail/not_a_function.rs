@@ -1,0 +1,8 @@
+use harel_jobs::job;
+
+#[job]
+struct SendEmail {
+    user_id: i64,
+}
+
+fn main() {}

@@ -1,0 +1,52 @@
+//! The README's first command, `cargo run --example quickstart`, must work: run the built
+//! example against the test database and check what it reports.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `target/<profile>/examples/<name>`, built by `cargo test` along with the tests.
+fn example_binary(name: &str) -> PathBuf {
+    let test_binary = std::env::current_exe().expect("test binary path");
+    let profile_dir = test_binary
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} not built: run the tests with `cargo test --workspace` (it builds the examples)",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn quickstart_runs_every_job_and_exits_zero() {
+    let output = Command::new(example_binary("quickstart"))
+        .env("DATABASE_URL", harel_jobs_suite::database_url())
+        .output()
+        .expect("quickstart starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "quickstart failed:\n{stdout}\n{stderr}"
+    );
+    for expected in [
+        "5 jobs enqueued in one transaction",
+        "mail \"welcome\" sent to user 42",
+        "order 7: step 3 (ship) done",
+        "partner acme: attempt 1 failed",
+        "partner acme: synced on attempt 2",
+        "5 succeeded, 1 retried, 0 dead",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    // the steps of order 7 ran in order (one group)
+    let position = |needle: &str| stdout.find(needle).expect(needle);
+    assert!(position("step 1 (") < position("step 2 ("));
+    assert!(position("step 2 (") < position("step 3 ("));
+}
