@@ -788,10 +788,100 @@ async fn a_retry_starts_when_its_backoff_ends_without_waiting_for_a_poll() {
         .build()
         .unwrap()
         .start();
-    FlakyOnce { key: 1, panic: false }.enqueue_in(&queue).await;
+    FlakyOnce {
+        key: 1,
+        panic: false,
+    }
+    .enqueue_in(&queue)
+    .await;
     // with an hour between polls, only the worker's own wake-up at the end of the
     // backoff can start the retry within this limit
     wait_until_idle(&queue, Duration::from_secs(20)).await;
     let stats = handle.shutdown().await.unwrap();
     assert_eq!((stats.retried, stats.succeeded), (1, 1));
+}
+
+/// Snoozes twice (100 ms each), then succeeds: snoozes use no attempt.
+#[derive(Serialize, Deserialize)]
+struct Sleepy {
+    key: u64,
+}
+
+impl Job for Sleepy {
+    const KIND: &'static str = "sleepy";
+    fn options() -> JobOptions {
+        JobOptions::new().max_attempts(1)
+    }
+}
+
+impl Handler<Shared> for Sleepy {
+    async fn handle(self, ctx: JobContext<Shared>) -> JobResult {
+        ctx.state().record(&ctx, self.key, async {}).await;
+        let runs = ctx.state().ledger.runs.lock().unwrap().len();
+        if runs < 3 {
+            return Err(JobError::snooze(Duration::from_millis(100)));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_snooze_runs_the_job_again_without_using_an_attempt() {
+    let queue = TestQueue::new().await;
+    let ledger = Arc::new(Ledger::default());
+    let handle = builder(&queue, 0, &ledger)
+        .register::<Sleepy>()
+        .build()
+        .unwrap()
+        .start();
+    Sleepy { key: 1 }.enqueue_in(&queue).await;
+    wait_until_idle(&queue, Duration::from_secs(20)).await;
+    let stats = handle.shutdown().await.unwrap();
+    // max_attempts is 1: had a snooze counted, the second run would have been the last
+    assert_eq!(
+        (stats.snoozed, stats.succeeded, stats.dead_lettered),
+        (2, 1, 0)
+    );
+    let attempts: Vec<u32> = ledger
+        .runs
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.attempt)
+        .collect();
+    assert_eq!(attempts, [1, 1, 1]);
+}
+
+#[tokio::test]
+async fn a_pool_with_a_priority_floor_takes_nothing_below_it() {
+    let queue = TestQueue::new().await;
+    harel_jobs::Enqueue::new(work(1), &queue.pool)
+        .schema(&queue.schema)
+        .priority(1)
+        .await
+        .unwrap();
+    harel_jobs::Enqueue::new(work(2), &queue.pool)
+        .schema(&queue.schema)
+        .priority(3)
+        .await
+        .unwrap();
+    let ledger = Arc::new(Ledger::default());
+    let handle = builder(&queue, 0, &ledger)
+        .min_priority(harel_jobs::Priority::new(3).unwrap())
+        .build()
+        .unwrap()
+        .start();
+    wait_for(Duration::from_secs(10), || {
+        !ledger.runs.lock().unwrap().is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    handle.shutdown().await.unwrap();
+    let keys: Vec<u64> = ledger.runs.lock().unwrap().iter().map(|r| r.key).collect();
+    assert_eq!(keys, [2], "only the priority-3 job ran");
+    assert_eq!(
+        queue.count("transport_messages").await,
+        1,
+        "the priority-1 job waits"
+    );
 }
