@@ -353,10 +353,13 @@ $$;
 -- lease was lost). The outcome is per lease (message AND token): a batch may hold a stale
 -- lease and the current lease of one message.
 CREATE OR REPLACE FUNCTION @schema@.harel_ack(
-    p_groups TEXT[],
-    p_seqs   BIGINT[],
-    p_tokens UUID[],
-    p_errors TEXT[] DEFAULT NULL
+    p_groups   TEXT[],
+    p_seqs     BIGINT[],
+    p_tokens   UUID[],
+    p_errors   TEXT[] DEFAULT NULL,
+    -- attempts to record with a dead letter instead of the claim count: a worker that gives
+    -- up on a job without running it (out of attempts) did not make the last claim's attempt
+    p_attempts INT[] DEFAULT NULL
 ) RETURNS TABLE (seq BIGINT, acked BOOLEAN)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -373,8 +376,10 @@ BEGIN
     SELECT array_agg(f.group_id), array_agg(f.seq), array_agg(f.token),
            array_agg(f.head_attempts), array_agg(f.error)
       INTO v_groups, v_seqs, v_tokens, v_attempts, v_errors
-      FROM (SELECT g.group_id, x.seq, x.token, g.head_attempts, x.error
-              FROM unnest(p_groups, p_seqs, p_tokens, p_errors) AS x(group_id, seq, token, error)
+      FROM (SELECT g.group_id, x.seq, x.token, COALESCE(x.attempts, g.head_attempts) AS head_attempts,
+                   x.error
+              FROM unnest(p_groups, p_seqs, p_tokens, p_errors, p_attempts)
+                   AS x(group_id, seq, token, error, attempts)
               JOIN @schema@.transport_groups g
                 ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
              ORDER BY g.group_id

@@ -885,3 +885,132 @@ async fn a_pool_with_a_priority_floor_takes_nothing_below_it() {
         "the priority-1 job waits"
     );
 }
+
+/// The state of a handler that holds a pooled connection for its whole run.
+#[derive(Clone)]
+struct Hog {
+    pool: sqlx::PgPool,
+    inner: Shared,
+}
+
+/// Holds one of its worker's pooled connections for 1.5 s (3× the lease).
+#[derive(Serialize, Deserialize)]
+struct HogsConnection {
+    key: u64,
+}
+
+impl Job for HogsConnection {
+    const KIND: &'static str = "hogs_connection";
+}
+
+impl Handler<Hog> for HogsConnection {
+    async fn handle(self, ctx: JobContext<Hog>) -> JobResult {
+        let hog = ctx.state();
+        let connection = hog.pool.acquire().await?;
+        let ledger = &hog.inner.ledger;
+        ledger
+            .running_groups
+            .lock()
+            .unwrap()
+            .insert(ctx.group().to_owned());
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        ledger.running_groups.lock().unwrap().remove(ctx.group());
+        ledger.runs.lock().unwrap().push(Run {
+            key: self.key,
+            group: ctx.group().to_owned(),
+            worker: hog.inner.worker,
+            attempt: ctx.attempt(),
+            started,
+            ended: Instant::now(),
+        });
+        drop(connection);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn handlers_holding_every_pooled_connection_cannot_starve_the_heartbeat() {
+    let queue = TestQueue::new().await;
+    let ledger = Arc::new(Ledger::default());
+    let start = |n: usize, pool: sqlx::PgPool| {
+        let state = Hog {
+            pool: pool.clone(),
+            inner: Shared {
+                worker: n,
+                ledger: Arc::clone(&ledger),
+            },
+        };
+        Worker::builder(pool, state)
+            .schema(queue.schema.clone())
+            .register::<HogsConnection>()
+            .concurrency(3)
+            .lease(Duration::from_millis(500))
+            .heartbeat_interval(Duration::from_millis(100))
+            .poll_interval(Duration::from_millis(50))
+            .build()
+            .unwrap()
+            .start()
+    };
+    // worker 0: three handlers, three pooled connections, all held by the handlers
+    let small = harel_jobs_suite::pool_with(&harel_jobs_suite::database_url(), 3).await;
+    let hogging = start(0, small);
+    enqueue_all(&queue, (0..3).map(|key| HogsConnection { key })).await;
+    wait_for(Duration::from_secs(10), || {
+        ledger.running_groups.lock().unwrap().len() == 3
+    })
+    .await;
+    // worker 1 would take over any lease that lapses
+    let rival = start(
+        1,
+        harel_jobs_suite::pool_with(&harel_jobs_suite::database_url(), 5).await,
+    );
+    wait_until_idle(&queue, Duration::from_secs(30)).await;
+    let (a, b) = (
+        hogging.shutdown().await.unwrap(),
+        rival.shutdown().await.unwrap(),
+    );
+    let runs = ledger.runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 3, "each job ran once: {runs:?}");
+    assert!(runs.iter().all(|r| r.worker == 0));
+    assert_eq!(a.leases_lost + b.leases_lost, 0);
+}
+
+#[tokio::test]
+async fn a_job_whose_workers_keep_vanishing_is_dead_after_its_attempts_without_running_again() {
+    let queue = TestQueue::new().await;
+    let id = AlwaysFails { key: 9 }.enqueue_in(&queue).await; // max_attempts = 2
+    for _ in 0..2 {
+        // a worker claims it and dies: the attempt counts
+        let claimed = queue
+            .transport
+            .claim(&queue.pool, &ClaimRequest::new(Duration::from_millis(200)))
+            .await
+            .unwrap()
+            .expect("claimable again once the lease lapsed");
+        assert_eq!(claimed.lease.seq, id.get());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let ledger = Arc::new(Ledger::default());
+    let handle = builder(&queue, 0, &ledger).build().unwrap().start();
+    wait_until_idle(&queue, Duration::from_secs(10)).await;
+    let stats = handle.shutdown().await.unwrap();
+    assert_eq!(stats.dead_lettered, 1);
+    assert!(
+        ledger.runs.lock().unwrap().is_empty(),
+        "not run a third time"
+    );
+    let letter = DeadLetters::new(queue.schema.clone())
+        .get(&queue.pool, id)
+        .await
+        .unwrap()
+        .expect("dead letter");
+    assert_eq!(letter.attempts, 2, "the attempts made, not the claims");
+    assert!(
+        letter
+            .last_error
+            .contains("attempt 2 of 2 never reported a result"),
+        "{}",
+        letter.last_error
+    );
+}

@@ -49,11 +49,18 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
 /// call this at once, one does the work and the others find it done. The schema itself is
 /// created (`CREATE SCHEMA IF NOT EXISTS`) under the same lock.
 ///
+/// When the schema is already current, this only reads `<schema>._migrations` and changes
+/// nothing, so a worker whose role may not create anything (see RELIABILITY.md, least
+/// privilege) can still call it at start-up, given `SELECT` on that table.
+///
 /// # Errors
 /// [`MigrateError::Migration`] if a statement fails (nothing of the run is kept),
 /// [`MigrateError::NewerSchema`] if a newer release already migrated this schema,
 /// [`MigrateError::Database`] if the database cannot be reached or refuses the lock.
 pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateError> {
+    if applied_version(pool, schema).await? == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
     let mut tx = pool.begin().await?;
 
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
@@ -112,6 +119,27 @@ pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), Migrat
 
     tx.commit().await?;
     Ok(())
+}
+
+/// The newest migration applied to `schema`, without taking any lock; `None` if the
+/// schema or its bookkeeping table does not exist yet or cannot be read.
+async fn applied_version(pool: &PgPool, schema: &Schema) -> Result<Option<i32>, MigrateError> {
+    let read = sqlx::query_scalar(AssertSqlSafe(
+        schema.render("SELECT max(version) FROM @schema@._migrations"),
+    ))
+    .fetch_one(pool)
+    .await;
+    match read {
+        Ok(version) => Ok(version),
+        Err(error) => {
+            let error = DatabaseError::new(error);
+            // undefined schema or table, or no right to read it: let the full path decide
+            match error.code().as_deref() {
+                Some("3F000" | "42P01" | "42501") => Ok(None),
+                _ => Err(MigrateError::Database(error)),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -104,13 +104,18 @@ pub enum Completion {
     Ack(Lease),
     /// Failed for good: move it to the dead-letter table with this error, then move on.
     DeadLetter(Lease, String),
+    /// As `DeadLetter`, recording this many attempts instead of the claims counted: for a job
+    /// given up on without running it (its claim found it out of attempts).
+    DeadLetterAfter(Lease, String, u32),
 }
 
 impl Completion {
     /// The lease it settles.
     pub fn lease(&self) -> &Lease {
         match self {
-            Self::Ack(lease) | Self::DeadLetter(lease, _) => lease,
+            Self::Ack(lease) | Self::DeadLetter(lease, _) | Self::DeadLetterAfter(lease, _, _) => {
+                lease
+            }
         }
     }
 }

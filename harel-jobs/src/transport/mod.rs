@@ -109,7 +109,7 @@ impl Statements {
                 "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at \
                  FROM @schema@.harel_claim($1, $2, $3, $4)",
             ),
-            ack: render("SELECT seq, acked FROM @schema@.harel_ack($1, $2, $3, $4)"),
+            ack: render("SELECT seq, acked FROM @schema@.harel_ack($1, $2, $3, $4, $5)"),
             nack: render("SELECT seq, nacked FROM @schema@.harel_nack($1, $2, $3, $4, $5, $6)"),
             extend: render("SELECT seq, extended FROM @schema@.harel_extend($1, $2, $3, $4)"),
         }
@@ -345,22 +345,31 @@ impl Transport {
         let mut seqs = Vec::with_capacity(n);
         let mut tokens = Vec::with_capacity(n);
         let mut errors: Vec<Option<&str>> = Vec::with_capacity(n);
+        let mut attempts: Vec<Option<i32>> = Vec::with_capacity(n);
         for completion in completions {
             let lease = completion.lease();
             groups.push(lease.group.as_str());
             seqs.push(lease.seq);
             tokens.push(lease.token.as_uuid());
-            errors.push(match completion {
-                Completion::Ack(_) => None,
-                Completion::DeadLetter(_, error) => Some(error.as_str()),
-            });
+            let (error, made) = match completion {
+                Completion::Ack(_) => (None, None),
+                Completion::DeadLetter(_, error) => (Some(error.as_str()), None),
+                Completion::DeadLetterAfter(_, error, made) => (
+                    Some(error.as_str()),
+                    Some(i32::try_from(*made).unwrap_or(i32::MAX)),
+                ),
+            };
+            errors.push(error);
+            attempts.push(made);
         }
         let has_errors = errors.iter().any(Option::is_some);
+        let has_attempts = attempts.iter().any(Option::is_some);
         let rows: Vec<(i64, bool)> = sqlx::query_as(AssertSqlSafe(self.sql.ack.clone()))
             .bind(groups)
             .bind(&seqs)
             .bind(tokens)
             .bind(has_errors.then_some(errors))
+            .bind(has_attempts.then_some(attempts))
             .fetch_all(executor)
             .await?;
         Ok(outcomes_in_order(&seqs, &rows))

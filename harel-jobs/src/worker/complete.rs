@@ -18,6 +18,8 @@ pub(crate) enum Outcome {
     Succeeded,
     /// Move it to the dead letters with this error.
     DeadLetter(String),
+    /// Move it to the dead letters without having run it now: this many attempts were made.
+    GiveUp { error: String, attempts: u32 },
     /// Park its group for `delay`, recording the error; the attempt counts.
     Retry { delay: Duration, error: String },
     /// Park its group for this long; the attempt does not count.
@@ -62,6 +64,13 @@ async fn flush<S: Send + Sync + 'static>(shared: &Shared<S>, batch: &mut Vec<Set
             Outcome::DeadLetter(error) => {
                 completions.push(Completion::DeadLetter(settlement.lease, error));
             }
+            Outcome::GiveUp { error, attempts } => {
+                completions.push(Completion::DeadLetterAfter(
+                    settlement.lease,
+                    error,
+                    attempts,
+                ));
+            }
             Outcome::Retry { delay, error } => nacks.push(Nack {
                 lease: settlement.lease,
                 delay,
@@ -96,7 +105,7 @@ async fn flush<S: Send + Sync + 'static>(shared: &Shared<S>, batch: &mut Vec<Set
             shared.inflight.remove(lease.seq);
             match (outcome, completion) {
                 (LeaseOutcome::Applied, Completion::Ack(_)) => shared.stats.succeeded(),
-                (LeaseOutcome::Applied, Completion::DeadLetter(..)) => shared.stats.dead_lettered(),
+                (LeaseOutcome::Applied, _) => shared.stats.dead_lettered(),
                 (LeaseOutcome::LeaseLost, _) => lost(shared, lease, "ack"),
             }
         }

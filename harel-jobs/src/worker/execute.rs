@@ -80,11 +80,15 @@ async fn decide<S: Send + Sync + 'static>(
     let max_attempts = options.max_attempts.unwrap_or(config.max_attempts);
     let backoff = options.backoff.unwrap_or(config.backoff);
     if attempt > max_attempts {
+        let made = attempt - 1;
         let error = format!(
-            "attempt {} of {max_attempts} never reported a result (its worker stopped or crashed)",
-            attempt - 1
+            "attempt {made} of {max_attempts} never reported a result (its worker stopped or crashed)"
         );
-        return dead(error);
+        tracing::error!(error = %error, "job failed for good: moved to the dead letters");
+        return Outcome::GiveUp {
+            error,
+            attempts: made,
+        };
     }
 
     let execution = Execution {

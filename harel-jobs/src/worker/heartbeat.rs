@@ -2,10 +2,16 @@
 
 use std::sync::Arc;
 
+use sqlx::{ConnectOptions as _, PgConnection};
+
 use super::Shared;
 
 /// Extends held leases every heartbeat interval until `stop` fires. A lease found lost
 /// cancels its job's context, and its result will not be written.
+///
+/// The heartbeat keeps a connection of its own, outside the pool: handlers that hold every
+/// pooled connection must not be able to starve it, or leases would lapse under load and
+/// jobs run twice. If that connection cannot be made, it falls back to the pool.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     stop: tokio_util::sync::CancellationToken,
@@ -13,6 +19,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let mut ticks = tokio::time::interval(shared.config.heartbeat_interval());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await; // the first tick is immediate
+    let mut connection: Option<PgConnection> = None;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -22,11 +29,25 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         if leases.is_empty() {
             continue;
         }
-        match shared
-            .transport
-            .extend_many(&shared.pool, &leases, shared.config.lease)
-            .await
-        {
+        if connection.is_none() {
+            connection = shared.pool.connect_options().connect().await.ok();
+        }
+        let lease = shared.config.lease;
+        let extended = match connection.as_mut() {
+            Some(connection) => {
+                shared
+                    .transport
+                    .extend_many(connection, &leases, lease)
+                    .await
+            }
+            None => {
+                shared
+                    .transport
+                    .extend_many(&shared.pool, &leases, lease)
+                    .await
+            }
+        };
+        match extended {
             Ok(lost) if lost.is_empty() => {}
             Ok(lost) => {
                 for lease in shared.inflight.mark_lost(&lost) {
@@ -39,6 +60,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 }
             }
             Err(error) => {
+                // a broken connection is replaced at the next beat
+                connection = None;
                 shared.stats.database_error();
                 tracing::warn!(error = %error, held = leases.len(), "extending leases failed");
             }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 
 use super::Shared;
 
@@ -15,11 +15,16 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     stop: tokio_util::sync::CancellationToken,
 ) {
     let channel = shared.config.schema.channel();
+    // A pool of one connection of its own: PgListener keeps the connection it listens on
+    // for good, which must not shrink the pool the handlers and the worker share.
+    let own_pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with((*shared.pool.connect_options()).clone());
     let mut backoff = Duration::from_millis(100);
     let mut connected_before = false;
     loop {
         let listener = async {
-            let mut listener = PgListener::connect_with(&shared.pool).await?;
+            let mut listener = PgListener::connect_with(&own_pool).await?;
             listener.ignore_pool_close_event(true);
             listener.listen(&channel).await?;
             Ok::<_, sqlx::Error>(listener)
