@@ -196,7 +196,10 @@ async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
     );
     let abort = letter("poison-abort");
     assert_eq!(abort.kind, Aborts::KIND);
-    assert_eq!(abort.attempts, MAX_ATTEMPTS, "the attempts made, not the claims");
+    assert_eq!(
+        abort.attempts, MAX_ATTEMPTS,
+        "the attempts made, not the claims"
+    );
     assert!(
         abort.last_error.contains("never reported a result"),
         "{}",

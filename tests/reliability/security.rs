@@ -77,10 +77,12 @@ fn db_publish(error: PublishError) -> DatabaseError {
 /// drain a group), dead-letter. `admin` publishes the messages first.
 async fn worker_ops(admin: &PgPool, pool: &PgPool) -> Result<(), DatabaseError> {
     // a worker calls migrate at start-up: on a current schema it only reads the bookkeeping
-    harel_jobs::migrate(pool).await.map_err(|error| match error {
-        MigrateError::Database(e) | MigrateError::Migration { source: e, .. } => e,
-        other => panic!("migrate: {other}"),
-    })?;
+    harel_jobs::migrate(pool)
+        .await
+        .map_err(|error| match error {
+            MigrateError::Database(e) | MigrateError::Migration { source: e, .. } => e,
+            other => panic!("migrate: {other}"),
+        })?;
     let t = Transport::default();
     for group in ["ops-a", "ops-b", "ops-c"] {
         t.publish(admin, &OutgoingMessage::new(group, "work", "{\"key\": 1}"))
@@ -276,7 +278,10 @@ async fn security_least_privilege_roles_need_exactly_the_documented_grants() {
     assert_eq!(counts.queue_left, 0);
     assert_eq!(fleet.procs[0].stat("succeeded"), 20);
     assert_eq!(fleet.procs[0].stat("database_errors"), 0, "{worker_log}");
-    assert!(migrate_denied, "migrate as a role without grants: {migrate:?}");
+    assert!(
+        migrate_denied,
+        "migrate as a role without grants: {migrate:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
