@@ -35,6 +35,8 @@ pub(crate) struct WorkerConfig {
     pub ack_batch: usize,
     /// Whether to LISTEN for enqueue notifications. Default true.
     pub listen: bool,
+    /// Whether to vacuum the queue tables when autovacuum is off. Default true.
+    pub maintenance: bool,
     /// The queue's schema. Default `harel`.
     pub schema: Schema,
 }
@@ -54,6 +56,7 @@ impl Default for WorkerConfig {
             claim_batch: 64,
             ack_batch: 512,
             listen: true,
+            maintenance: true,
             schema: Schema::default(),
         }
     }

@@ -8,6 +8,8 @@
 //! - the **completer** writes outcomes in batches (`complete.rs`);
 //! - the **heartbeat** extends every held lease in one round trip per beat (`heartbeat.rs`);
 //! - the **listener** wakes the fetcher on `NOTIFY` (`listen.rs`);
+//! - **maintenance** vacuums the queue tables when the server's autovacuum is off
+//!   (`maintain.rs`);
 //! - the **supervisor** below starts them and runs the graceful shutdown.
 
 mod complete;
@@ -17,6 +19,7 @@ mod fetch;
 mod heartbeat;
 mod inflight;
 mod listen;
+mod maintain;
 mod registry;
 mod stats;
 
@@ -226,6 +229,14 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         self
     }
 
+    /// Whether this pool vacuums the queue tables when the server's autovacuum is off
+    /// (default true). One worker per schema does it at a time; it needs the right to vacuum
+    /// them (their owner), and logs a warning once if it lacks it.
+    pub fn maintenance(mut self, maintenance: bool) -> Self {
+        self.config.maintenance = maintenance;
+        self
+    }
+
     /// Works on the queue in `schema` (default `harel`).
     pub fn schema(mut self, schema: Schema) -> Self {
         self.config.schema = schema;
@@ -367,6 +378,10 @@ async fn supervise<S: Send + Sync + 'static>(shared: Arc<Shared<S>>) {
         .config
         .listen
         .then(|| tokio::spawn(listen::run(Arc::clone(&shared), background.clone())));
+    let maintenance = shared
+        .config
+        .maintenance
+        .then(|| tokio::spawn(maintain::run(Arc::clone(&shared), background.clone())));
     let fetcher = tokio::spawn(fetch::run(Arc::clone(&shared), jobs.clone(), completions));
     tracing::info!(
         schema = shared.config.schema.name(),
@@ -407,8 +422,8 @@ async fn supervise<S: Send + Sync + 'static>(shared: Arc<Shared<S>>) {
     }
     background.cancel();
     let _ = heartbeat.await;
-    if let Some(listener) = listener {
-        let _ = listener.await;
+    for task in [listener, maintenance].into_iter().flatten() {
+        let _ = task.await;
     }
     tracing::info!(stats = ?shared.stats.snapshot(), "worker pool stopped");
 }
