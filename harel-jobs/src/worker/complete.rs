@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::Shared;
+use super::connection::OwnConnection;
+use crate::error::TransportError;
 use crate::transport::{Completion, Lease, LeaseOutcome, Nack};
 
 /// What becomes of a job whose handler ended.
@@ -45,17 +47,21 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 ) {
     let max_batch = shared.config.ack_batch;
     let mut batch = Vec::with_capacity(max_batch);
-    loop {
-        if receiver.recv_many(&mut batch, max_batch).await == 0 {
-            return; // closed and drained
-        }
-        flush(&shared, &mut batch).await;
+    let mut connection = OwnConnection::new(&shared.pool);
+    while receiver.recv_many(&mut batch, max_batch).await > 0 {
+        flush(&shared, &mut connection, &mut batch).await;
     }
+    // closed and drained
+    connection.close().await;
 }
 
 /// Writes one batch, retrying while the database is unreachable, and wakes the fetcher:
 /// acked groups may have more messages.
-async fn flush<S: Send + Sync + 'static>(shared: &Shared<S>, batch: &mut Vec<Settlement>) {
+async fn flush<S: Send + Sync + 'static>(
+    shared: &Shared<S>,
+    connection: &mut OwnConnection,
+    batch: &mut Vec<Settlement>,
+) {
     let mut completions = Vec::new();
     let mut nacks = Vec::new();
     for settlement in batch.drain(..) {
@@ -96,10 +102,7 @@ async fn flush<S: Send + Sync + 'static>(shared: &Shared<S>, batch: &mut Vec<Set
     }
 
     if !completions.is_empty() {
-        let outcomes = retrying(shared, "ack", || {
-            shared.transport.complete_many(&shared.pool, &completions)
-        })
-        .await;
+        let outcomes = write(shared, connection, Write::Complete(&completions)).await;
         for (completion, outcome) in completions.iter().zip(outcomes) {
             let lease = completion.lease();
             shared.inflight.remove(lease.seq);
@@ -111,10 +114,7 @@ async fn flush<S: Send + Sync + 'static>(shared: &Shared<S>, batch: &mut Vec<Set
         }
     }
     if !nacks.is_empty() {
-        let outcomes = retrying(shared, "nack", || {
-            shared.transport.nack_many(&shared.pool, &nacks)
-        })
-        .await;
+        let outcomes = write(shared, connection, Write::Nack(&nacks)).await;
         for (nack, outcome) in nacks.iter().zip(outcomes) {
             shared.inflight.remove(nack.lease.seq);
             if outcome.is_applied() && !nack.delay.is_zero() {
@@ -143,23 +143,57 @@ fn lost<S>(shared: &Shared<S>, lease: &Lease, operation: &str) {
     );
 }
 
+/// One batch write of the completer.
+#[derive(Clone, Copy)]
+enum Write<'a> {
+    Complete(&'a [Completion]),
+    Nack(&'a [Nack]),
+}
+
+impl Write<'_> {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Complete(_) => "ack",
+            Self::Nack(_) => "nack",
+        }
+    }
+
+    async fn apply<S>(
+        self,
+        shared: &Shared<S>,
+        connection: &mut OwnConnection,
+    ) -> Result<Vec<LeaseOutcome>, TransportError> {
+        let connection = connection.get().await?;
+        match self {
+            Self::Complete(completions) => {
+                shared
+                    .transport
+                    .complete_many(connection, completions)
+                    .await
+            }
+            Self::Nack(nacks) => shared.transport.nack_many(connection, nacks).await,
+        }
+    }
+}
+
 /// Runs a write until it succeeds. Connection failures are retried with backoff (up to
 /// 5 s apart) for as long as it takes: an outcome is never dropped while the worker lives.
 /// Any other error is retried too, after logging it, since dropping the outcome would only
 /// make the job run again after its lease.
-async fn retrying<S, T, F, Fut>(shared: &Shared<S>, operation: &str, mut write: F) -> Vec<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Vec<T>, crate::error::TransportError>>,
-{
+async fn write<S>(
+    shared: &Shared<S>,
+    connection: &mut OwnConnection,
+    write: Write<'_>,
+) -> Vec<LeaseOutcome> {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match write().await {
+        match write.apply(shared, connection).await {
             Ok(outcomes) => return outcomes,
             Err(error) => {
+                connection.reset();
                 shared.stats.database_error();
                 tracing::warn!(
-                    operation,
+                    operation = write.name(),
                     error = %error,
                     retry_in_ms = backoff.as_millis() as u64,
                     "writing job outcomes failed, retrying"

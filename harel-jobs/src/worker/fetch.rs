@@ -7,8 +7,10 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::task::TaskTracker;
 
 use super::complete::Settlement;
+use super::connection::OwnConnection;
 use super::{Shared, execute};
-use crate::transport::{ClaimRequest, LeaseToken, Nack};
+use crate::error::TransportError;
+use crate::transport::{ClaimRequest, ClaimedMessage, LeaseToken, Nack};
 
 /// Claims and starts jobs until told to stop claiming.
 ///
@@ -23,14 +25,15 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     completions: mpsc::UnboundedSender<Settlement>,
 ) {
     let semaphore = Arc::clone(&shared.slots);
+    let mut connection = OwnConnection::new(&shared.pool);
     let mut error_backoff = Duration::from_millis(100);
     loop {
         let mut permits: OwnedSemaphorePermit = tokio::select! {
             biased;
-            () = shared.stop_claiming.cancelled() => return,
+            () = shared.stop_claiming.cancelled() => break,
             permit = Arc::clone(&semaphore).acquire_owned() => match permit {
                 Ok(permit) => permit,
-                Err(_) => return, // closed: shutting down
+                Err(_) => break, // closed: shutting down
             },
         };
         let extra = semaphore
@@ -49,13 +52,14 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             limit: wanted as u32,
         };
 
-        let claimed = match shared.transport.claim_many(&shared.pool, &request).await {
+        let claimed = match claim(&shared, &mut connection, &request).await {
             Ok(claimed) => {
                 error_backoff = Duration::from_millis(100);
                 claimed
             }
             Err(error) => {
                 drop(permits);
+                connection.reset();
                 shared.stats.database_error();
                 tracing::warn!(
                     error = %error,
@@ -74,8 +78,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         let got = claimed.len();
         if shared.stop_claiming.is_cancelled() {
             // claimed while shutdown began: give them straight back, attempt uncounted
-            release_unstarted(&shared, claimed).await;
-            return;
+            release_unstarted(&shared, &mut connection, claimed).await;
+            break;
         }
         shared.stats.claimed(got as u64);
         for message in claimed {
@@ -94,18 +98,30 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         if got < wanted {
             tokio::select! {
                 biased;
-                () = shared.stop_claiming.cancelled() => return,
+                () = shared.stop_claiming.cancelled() => break,
                 () = shared.wake.notified() => {}
                 () = tokio::time::sleep_until(shared.next_look()) => {}
             }
         }
     }
+    connection.close().await;
+}
+
+/// One claim on the fetcher's own connection.
+async fn claim<S>(
+    shared: &Shared<S>,
+    connection: &mut OwnConnection,
+    request: &ClaimRequest,
+) -> Result<Vec<ClaimedMessage>, TransportError> {
+    let connection = connection.get().await?;
+    shared.transport.claim_many(connection, request).await
 }
 
 /// Gives back jobs claimed but never started.
 async fn release_unstarted<S: Send + Sync + 'static>(
     shared: &Shared<S>,
-    claimed: Vec<crate::transport::ClaimedMessage>,
+    connection: &mut OwnConnection,
+    claimed: Vec<ClaimedMessage>,
 ) {
     if claimed.is_empty() {
         return;
@@ -117,7 +133,11 @@ async fn release_unstarted<S: Send + Sync + 'static>(
             ..Nack::now(message.lease)
         })
         .collect();
-    match shared.transport.nack_many(&shared.pool, &nacks).await {
+    let released = match connection.get().await {
+        Ok(connection) => shared.transport.nack_many(connection, &nacks).await,
+        Err(error) => Err(error.into()),
+    };
+    match released {
         Ok(_) => {
             for _ in &nacks {
                 shared.stats.released();

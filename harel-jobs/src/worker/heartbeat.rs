@@ -2,16 +2,15 @@
 
 use std::sync::Arc;
 
-use sqlx::{ConnectOptions as _, PgConnection};
-
 use super::Shared;
+use super::connection::OwnConnection;
 
 /// Extends held leases every heartbeat interval until `stop` fires. A lease found lost
 /// cancels its job's context, and its result will not be written.
 ///
-/// The heartbeat keeps a connection of its own, outside the pool: handlers that hold every
+/// The heartbeat uses a connection of its own, outside the pool: handlers that hold every
 /// pooled connection must not be able to starve it, or leases would lapse under load and
-/// jobs run twice. If that connection cannot be made, it falls back to the pool.
+/// jobs run twice. If that connection cannot be opened, it falls back to the pool.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     stop: tokio_util::sync::CancellationToken,
@@ -19,28 +18,26 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let mut ticks = tokio::time::interval(shared.config.heartbeat_interval());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await; // the first tick is immediate
-    let mut connection: Option<PgConnection> = None;
+    let mut connection = OwnConnection::new(&shared.pool);
     loop {
         tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => break,
             _ = ticks.tick() => {}
         }
         let leases = shared.inflight.leases();
         if leases.is_empty() {
             continue;
         }
-        if connection.is_none() {
-            connection = shared.pool.connect_options().connect().await.ok();
-        }
         let lease = shared.config.lease;
-        let extended = match connection.as_mut() {
-            Some(connection) => {
+        let extended = match connection.get().await {
+            Ok(connection) => {
                 shared
                     .transport
                     .extend_many(connection, &leases, lease)
                     .await
             }
-            None => {
+            // cannot open our own (the server out of connections?): use the pool
+            Err(_) => {
                 shared
                     .transport
                     .extend_many(&shared.pool, &leases, lease)
@@ -61,10 +58,11 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             }
             Err(error) => {
                 // a broken connection is replaced at the next beat
-                connection = None;
+                connection.reset();
                 shared.stats.database_error();
                 tracing::warn!(error = %error, held = leases.len(), "extending leases failed");
             }
         }
     }
+    connection.close().await;
 }

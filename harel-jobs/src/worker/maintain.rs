@@ -10,9 +10,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{AssertSqlSafe, ConnectOptions as _, Connection as _, PgConnection};
+use sqlx::{AssertSqlSafe, PgPool};
 
 use super::Shared;
+use super::connection::OwnConnection;
 use crate::error::DatabaseError;
 
 /// How often the dead-row counts are read.
@@ -28,102 +29,105 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     stop: tokio_util::sync::CancellationToken,
 ) {
     let schema = shared.config.schema.clone();
-    let mut connection: Option<PgConnection> = None;
     loop {
         tokio::select! {
-            () = stop.cancelled() => break,
+            () = stop.cancelled() => return,
             () = tokio::time::sleep(CHECK_EVERY) => {}
         }
-        if connection.is_none() {
-            connection = shared.pool.connect_options().connect().await.ok();
-        }
-        let Some(conn) = connection.as_mut() else {
-            continue;
-        };
-        match vacuum_if_needed(conn, &schema).await {
-            Ok(Check::Vacuumed(tables)) => {
-                tracing::debug!(schema = schema.name(), ?tables, "vacuumed the queue tables");
-            }
-            Ok(Check::NotNeeded | Check::OtherWorker) => {}
-            Ok(Check::AutovacuumOn) => {
+        match check(&shared.pool, &schema).await {
+            Ok(Due::Nothing) => {}
+            Ok(Due::AutovacuumOn) => {
                 tracing::debug!("autovacuum is on: it maintains the queue tables");
-                break;
+                return;
             }
-            Err(error) if error.is_permission_denied() => {
-                tracing::warn!(
-                    schema = schema.name(),
-                    error = %error,
-                    "autovacuum is off and this role may not vacuum the queue tables: \
-                     vacuum them regularly (or turn autovacuum on), or claims slow down over time"
-                );
-                break;
-            }
+            Ok(Due::Tables(tables)) => match vacuum(&shared, &schema, &tables).await {
+                Ok(true) => {
+                    tracing::debug!(schema = schema.name(), ?tables, "vacuumed the queue tables");
+                }
+                Ok(false) => {} // another worker is at it
+                Err(error) if error.is_permission_denied() => {
+                    tracing::warn!(
+                        schema = schema.name(),
+                        error = %error,
+                        "autovacuum is off and this role may not vacuum the queue tables: \
+                         vacuum them regularly (or turn autovacuum on), or claims slow down"
+                    );
+                    return;
+                }
+                Err(error) => {
+                    tracing::debug!(error = %error, "vacuuming the queue tables failed");
+                }
+            },
             Err(error) => {
-                connection = None;
-                tracing::debug!(error = %error, "queue maintenance failed; trying again later");
+                tracing::debug!(error = %error, "reading the queue tables' statistics failed");
             }
         }
     }
-    if let Some(connection) = connection {
-        let _ = connection.close().await;
-    }
 }
 
-/// What one check did.
+/// What a check found.
 #[derive(Debug)]
-enum Check {
-    Vacuumed(Vec<String>),
-    NotNeeded,
-    OtherWorker,
+enum Due {
+    Nothing,
     AutovacuumOn,
+    Tables(Vec<String>),
 }
 
-async fn vacuum_if_needed(
-    connection: &mut PgConnection,
-    schema: &crate::Schema,
-) -> Result<Check, DatabaseError> {
-    let autovacuum: String = sqlx::query_scalar("SELECT current_setting('autovacuum')")
-        .fetch_one(&mut *connection)
-        .await?;
-    if autovacuum == "on" {
-        return Ok(Check::AutovacuumOn);
-    }
-    let due: Vec<String> = sqlx::query_scalar(
-        "SELECT relname::text FROM pg_stat_user_tables
-          WHERE schemaname = $1
-            AND relname IN ('transport_groups', 'transport_messages')
-            AND n_dead_tup >= $2
-            AND n_dead_tup >= $3 * n_live_tup",
+/// Reads whether autovacuum is on, and which queue tables have enough dead rows.
+async fn check(pool: &PgPool, schema: &crate::Schema) -> Result<Due, DatabaseError> {
+    let (autovacuum, due): (String, Option<Vec<String>>) = sqlx::query_as(
+        "SELECT current_setting('autovacuum'),
+                (SELECT array_agg(relname::text) FROM pg_stat_user_tables
+                  WHERE schemaname = $1
+                    AND relname IN ('transport_groups', 'transport_messages')
+                    AND n_dead_tup >= $2
+                    AND n_dead_tup >= $3 * n_live_tup)",
     )
     .bind(schema.name())
     .bind(MIN_DEAD_ROWS)
     .bind(DEAD_FRACTION)
-    .fetch_all(&mut *connection)
+    .fetch_one(pool)
     .await?;
-    if due.is_empty() {
-        return Ok(Check::NotNeeded);
-    }
+    Ok(match (autovacuum.as_str(), due) {
+        ("on", _) => Due::AutovacuumOn,
+        (_, Some(tables)) if !tables.is_empty() => Due::Tables(tables),
+        _ => Due::Nothing,
+    })
+}
+
+/// Vacuums `tables` unless another worker holds the schema's maintenance lock. Returns
+/// whether it did. Uses a connection of its own, closed afterwards: the lock is a session
+/// lock, and VACUUM cannot run inside a transaction.
+async fn vacuum<S>(
+    shared: &Shared<S>,
+    schema: &crate::Schema,
+    tables: &[String],
+) -> Result<bool, DatabaseError> {
+    let mut own = OwnConnection::new(&shared.pool);
+    let connection = own.get().await?;
     let key = format!("harel-jobs vacuum {}", schema.name());
     let elected: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
         .bind(&key)
         .fetch_one(&mut *connection)
         .await?;
     if !elected {
-        return Ok(Check::OtherWorker);
+        own.close().await;
+        return Ok(false);
     }
-    let tables: Vec<String> = due
+    // only our fixed table names, in our validated schema
+    let names: Vec<String> = tables
         .iter()
+        .filter(|t| matches!(t.as_str(), "transport_groups" | "transport_messages"))
         .map(|table| format!("{}.\"{table}\"", schema.quoted()))
         .collect();
-    // names come from our own validated schema and a fixed list of tables
-    let vacuum = format!("VACUUM (SKIP_LOCKED) {}", tables.join(", "));
-    let result = sqlx::raw_sql(AssertSqlSafe(vacuum))
-        .execute(&mut *connection)
-        .await;
-    sqlx::query("SELECT pg_advisory_unlock(hashtextextended($1, 0))")
-        .bind(&key)
-        .execute(&mut *connection)
-        .await?;
+    let result = sqlx::raw_sql(AssertSqlSafe(format!(
+        "VACUUM (SKIP_LOCKED) {}",
+        names.join(", ")
+    )))
+    .execute(&mut *connection)
+    .await;
+    // closing the session releases the advisory lock
+    own.close().await;
     result?;
-    Ok(Check::Vacuumed(due))
+    Ok(true)
 }

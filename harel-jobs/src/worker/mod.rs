@@ -14,6 +14,7 @@
 
 mod complete;
 mod config;
+mod connection;
 mod execute;
 mod fetch;
 mod heartbeat;
@@ -108,8 +109,9 @@ impl<S: Send + Sync + 'static> Worker<S> {
     /// every 1 s when no notification comes, 10 attempts, backoff 2 s doubling to 1 h, no
     /// timeout, 30 s shutdown grace, claims of up to 64 groups, schema `harel`.
     ///
-    /// The database pool should have a few connections for the worker (claims, outcomes and
-    /// heartbeats each use one at a time; the listener has its own) besides what handlers use.
+    /// The worker opens four connections of its own besides `pool` (claims, outcomes, the
+    /// heartbeat, LISTEN), so that handlers holding every pooled connection cannot starve
+    /// it; `pool` serves the handlers, through their state.
     pub fn builder(pool: PgPool, state: S) -> WorkerBuilder<S> {
         WorkerBuilder {
             pool,
