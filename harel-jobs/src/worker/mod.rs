@@ -111,7 +111,8 @@ impl<S: Send + Sync + 'static> Worker<S> {
     ///
     /// The worker opens four connections of its own besides `pool` (claims, outcomes, the
     /// heartbeat, LISTEN), so that handlers holding every pooled connection cannot starve
-    /// it; `pool` serves the handlers, through their state.
+    /// it. `pool` gives their connection settings and serves the worker's occasional
+    /// maintenance checks; share it with your handlers through `state` if they need one.
     pub fn builder(pool: PgPool, state: S) -> WorkerBuilder<S> {
         WorkerBuilder {
             pool,
