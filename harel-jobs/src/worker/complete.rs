@@ -47,7 +47,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 ) {
     let max_batch = shared.config.ack_batch;
     let mut batch = Vec::with_capacity(max_batch);
-    let mut connection = OwnConnection::new(&shared.pool);
+    // outcomes need no WAL-flush wait: see OwnConnection::without_commit_wait
+    let mut connection = OwnConnection::without_commit_wait(&shared.pool);
     while receiver.recv_many(&mut batch, max_batch).await > 0 {
         flush(&shared, &mut connection, &mut batch).await;
     }

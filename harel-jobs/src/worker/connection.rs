@@ -32,6 +32,22 @@ impl OwnConnection {
         self.connection.as_mut().ok_or(sqlx::Error::PoolClosed)
     }
 
+    /// A connection whose commits do not wait for the WAL flush (`synchronous_commit = off`).
+    ///
+    /// For the completer only. If the server crashes, its last fraction of a second of
+    /// outcomes may be lost: those jobs ran to the end and run again (at-least-once), never
+    /// alongside another execution. Claims stay durable, and WAL is flushed in order, so a
+    /// group's next job is never claimed durably while its predecessor's ack is lost.
+    pub fn without_commit_wait(pool: &PgPool) -> Self {
+        let options = (*pool.connect_options())
+            .clone()
+            .options([("synchronous_commit", "off")]);
+        Self {
+            options,
+            connection: None,
+        }
+    }
+
     /// Drops the connection after a failure; the next [`get`](Self::get) reconnects.
     pub fn reset(&mut self) {
         self.connection = None;
