@@ -1060,3 +1060,37 @@ async fn with_autovacuum_off_the_pool_vacuums_the_queue_tables_itself() {
     }
     handle.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_jobs_are_not_hoarded_by_one_worker() {
+    let queue = TestQueue::new().await;
+    let ledger = Arc::new(Ledger::default());
+    let handles: Vec<_> = (0..2)
+        .map(|n| {
+            builder(&queue, n, &ledger)
+                .concurrency(1)
+                .build()
+                .unwrap()
+                .start()
+        })
+        .collect();
+    enqueue_all(
+        &queue,
+        (0..6).map(|key| Work {
+            sleep_ms: 300,
+            ..work(key)
+        }),
+    )
+    .await;
+    wait_until_idle(&queue, Duration::from_secs(30)).await;
+    for handle in handles {
+        handle.shutdown().await.unwrap();
+    }
+    let runs = ledger.runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 6);
+    let first = runs.iter().filter(|r| r.worker == 0).count();
+    assert!(
+        (2..=4).contains(&first),
+        "a slow worker claims only what it can run: {first} of 6 on worker 0"
+    );
+}

@@ -16,8 +16,9 @@ use crate::job_error::{Action, JobResult};
 use crate::retry::Backoff;
 use crate::transport::ClaimedMessage;
 
-/// Runs one claimed job to its settlement, then hands the settlement to the completer.
-/// The caller holds a concurrency permit for as long as this runs.
+/// Waits for a handler slot, runs one claimed job to its settlement, then hands the
+/// settlement to the completer. A job still waiting for a slot when shutdown begins is given
+/// back without counting the attempt.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     message: ClaimedMessage,
@@ -35,9 +36,22 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         message_id = seq,
         attempt = message.attempt,
     );
-    let outcome = decide(&shared, &message, cancel)
-        .instrument(span.clone())
-        .await;
+    let slot = tokio::select! {
+        biased;
+        slot = Arc::clone(&shared.slots).acquire_owned() => slot.ok(),
+        () = shared.stop_claiming.cancelled() => None,
+    };
+    let outcome = match slot {
+        Some(_slot) => {
+            decide(&shared, &message, cancel)
+                .instrument(span.clone())
+                .await
+        }
+        None => Outcome::Release {
+            count_attempt: false,
+            reason: "the worker shut down before the job started",
+        },
+    };
     let _entered = span.enter();
     if !shared.inflight.settle(seq) {
         // the heartbeat found the lease lost: another worker may run this job now, so its
@@ -132,6 +146,7 @@ async fn decide<S: Send + Sync + 'static>(
             };
         }
     };
+    shared.record_run_time(started.elapsed());
     let elapsed_ms = started.elapsed().as_millis() as u64;
 
     match result {

@@ -14,8 +14,9 @@ use crate::transport::{ClaimRequest, ClaimedMessage, LeaseToken, Nack};
 
 /// Claims and starts jobs until told to stop claiming.
 ///
-/// Each round waits for at least one free slot, takes every free slot (up to the claim
-/// batch), and claims that many groups in one round trip. A full batch means more work is
+/// Each round waits until fewer jobs are claimed and unfinished than the claim limit
+/// (the concurrency, or twice it while handlers are fast: `Shared::claim_limit`), takes
+/// all the room up to the claim batch, and claims that many groups in one round trip. A full batch means more work is
 /// likely waiting: claim again at once. A short batch means the queue is drained for now:
 /// wait for a NOTIFY, a completed batch of acks (which may have freed groups), or the poll
 /// interval.
@@ -24,7 +25,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     jobs: TaskTracker,
     completions: mpsc::UnboundedSender<Settlement>,
 ) {
-    let semaphore = Arc::clone(&shared.slots);
+    let semaphore = Arc::clone(&shared.claims);
     let mut connection = OwnConnection::new(&shared.pool);
     let mut error_backoff = Duration::from_millis(100);
     loop {
@@ -36,8 +37,21 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 Err(_) => break, // closed: shutting down
             },
         };
+        // at most `claim_limit` jobs claimed and unfinished; wait for one to end if over
+        let limit = shared.claim_limit();
+        let outstanding = shared.outstanding();
+        if outstanding > limit {
+            drop(permits);
+            tokio::select! {
+                biased;
+                () = shared.stop_claiming.cancelled() => break,
+                () = shared.job_ended.notified() => {}
+            }
+            continue;
+        }
         let extra = semaphore
             .available_permits()
+            .min(limit - outstanding)
             .min(shared.config.claim_batch.saturating_sub(1));
         if extra > 0
             && let Ok(more) = Arc::clone(&semaphore).try_acquire_many_owned(extra as u32)
@@ -89,8 +103,9 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             let shared = Arc::clone(&shared);
             let completions = completions.clone();
             jobs.spawn(async move {
-                execute::run(shared, message, completions).await;
+                execute::run(Arc::clone(&shared), message, completions).await;
                 drop(permit);
+                shared.job_ended.notify_one();
             });
         }
         drop(permits);

@@ -1,8 +1,8 @@
 //! The embedded worker pool: claims jobs, runs their handlers, writes their outcomes.
 //!
 //! One pool is a handful of tokio tasks around a shared state:
-//! - the **fetcher** claims as many groups as there are free slots, in one round trip,
-//!   and spawns a task per job (`fetch.rs`);
+//! - the **fetcher** claims as many groups as there are free slots (up to twice that while
+//!   handlers are fast), in one round trip, and spawns a task per job (`fetch.rs`);
 //! - each **job task** decodes the payload, runs the handler with its timeout, catches
 //!   panics, and decides the outcome (`execute.rs`);
 //! - the **completer** writes outcomes in batches (`complete.rs`);
@@ -54,6 +54,14 @@ pub(crate) struct Shared<S> {
     config: WorkerConfig,
     /// One permit per handler allowed to run.
     slots: Arc<Semaphore>,
+    /// One permit per job claimed and not yet finished (running or waiting for a slot):
+    /// twice the concurrency, of which the fetcher uses the second half only while handlers
+    /// are fast (see `prefetch_allowed`).
+    claims: Arc<Semaphore>,
+    /// Signalled when a job task ends (a claim permit came back).
+    job_ended: Notify,
+    /// A moving average of handler run times, in microseconds (`u64::MAX`: none yet).
+    handler_micros: std::sync::atomic::AtomicU64,
     inflight: InFlight,
     stats: Stats,
     /// Wakes the fetcher: a NOTIFY arrived, or acks may have freed groups.
@@ -272,6 +280,9 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             state: self.state,
             registry: self.registry,
             slots: Arc::new(Semaphore::new(self.config.concurrency)),
+            claims: Arc::new(Semaphore::new(2 * self.config.concurrency)),
+            job_ended: Notify::new(),
+            handler_micros: std::sync::atomic::AtomicU64::new(u64::MAX),
             config: self.config,
             inflight: InFlight::default(),
             stats: Stats::default(),
@@ -343,7 +354,38 @@ impl Drop for WorkerHandle {
     }
 }
 
+/// Handlers faster than this on average let the fetcher claim ahead (prefetch).
+const PREFETCH_BELOW: Duration = Duration::from_millis(5);
+
 impl<S> Shared<S> {
+    /// Records a handler's run time in the moving average (weight 1/8).
+    fn record_run_time(&self, took: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let average = self.handler_micros.load(Relaxed);
+        self.handler_micros
+            .store(next_average(average, took), Relaxed);
+    }
+
+    /// How many jobs may be claimed and unfinished at once: twice the concurrency while
+    /// handlers are fast (a job then waits for a slot for a fraction of a millisecond, and
+    /// claims come in bigger batches), the concurrency otherwise (a buffered job would hold
+    /// its lease for a whole handler run while other workers could run it).
+    fn claim_limit(&self) -> usize {
+        let average = self
+            .handler_micros
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if average < PREFETCH_BELOW.as_micros() as u64 {
+            2 * self.config.concurrency
+        } else {
+            self.config.concurrency
+        }
+    }
+
+    /// Jobs claimed and not finished.
+    fn outstanding(&self) -> usize {
+        2 * self.config.concurrency - self.claims.available_permits()
+    }
+
     /// Remembers that a group becomes claimable after `delay`.
     fn wake_after(&self, delay: Duration) {
         let due = tokio::time::Instant::now() + delay;
@@ -366,6 +408,17 @@ impl<S> Shared<S> {
             }
             _ => poll,
         }
+    }
+}
+
+/// The moving average of run times after one more run, in microseconds (weight 1/8;
+/// `u64::MAX` means no run yet).
+fn next_average(average: u64, took: Duration) -> u64 {
+    let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX / 2);
+    if average == u64::MAX {
+        took
+    } else {
+        average - average / 8 + took / 8
     }
 }
 
@@ -429,4 +482,24 @@ async fn supervise<S: Send + Sync + 'static>(shared: Arc<Shared<S>>) {
         let _ = task.await;
     }
     tracing::info!(stats = ?shared.stats.snapshot(), "worker pool stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_time_average_follows_recent_runs() {
+        let first = next_average(u64::MAX, Duration::from_millis(40));
+        assert_eq!(first, 40_000);
+        let mut average = first;
+        for _ in 0..40 {
+            average = next_average(average, Duration::from_micros(200));
+        }
+        assert!(average < PREFETCH_BELOW.as_micros() as u64, "{average}");
+        for _ in 0..10 {
+            average = next_average(average, Duration::from_millis(50));
+        }
+        assert!(average > PREFETCH_BELOW.as_micros() as u64, "{average}");
+    }
 }
