@@ -99,7 +99,33 @@ DECLARE
     v_pending TEXT[];
     v_locked  TEXT[];
     v_due     BOOLEAN;
+    v_seq     BIGINT;
+    v_ready   TIMESTAMPTZ;
 BEGIN
+    -- One message (the common enqueue): the same steps with scalar statements, cheaper to
+    -- run than the set-based batch path below.
+    IF cardinality(p_groups) = 1 THEN
+        v_ready := COALESCE(p_not_before[1], v_now + p_delay_ms[1] * interval '1 millisecond');
+        INSERT INTO @schema@.transport_messages (group_id, kind, payload, priority, not_before)
+        VALUES (p_groups[1], p_kinds[1], p_payloads[1]::json, p_priorities[1], v_ready)
+        RETURNING seq INTO v_seq;
+        RETURN NEXT v_seq;
+        LOOP
+            INSERT INTO @schema@.transport_groups (group_id, priority, available_at)
+            VALUES (p_groups[1], p_priorities[1], GREATEST(v_now, v_ready))
+            ON CONFLICT (group_id) DO NOTHING;
+            EXIT WHEN FOUND;
+            PERFORM 1 FROM @schema@.transport_groups g
+              WHERE g.group_id = p_groups[1] FOR KEY SHARE;
+            EXIT WHEN FOUND;
+            -- deleted by a draining ack between the two statements: insert again
+        END LOOP;
+        IF v_ready IS NULL OR v_ready <= v_now THEN
+            PERFORM pg_notify(@channel@, '');
+        END IF;
+        RETURN;
+    END IF;
+
     RETURN QUERY
     INSERT INTO @schema@.transport_messages (group_id, kind, payload, priority, not_before)
     SELECT x.group_id, x.kind, x.payload::json, x.priority,
