@@ -92,7 +92,12 @@ CREATE OR REPLACE FUNCTION @schema@.harel_publish(
     p_not_before  TIMESTAMPTZ[],
     p_delay_ms    BIGINT[]
 ) RETURNS SETOF BIGINT
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Plan the statements once per session. With the default plan cache mode, PL/pgSQL keeps
+-- re-planning statements whose generic plan it estimates as costlier (array and LIMIT
+-- parameters), and planning these statements costs more than running them.
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     v_now     TIMESTAMPTZ := now();
@@ -196,7 +201,12 @@ CREATE OR REPLACE FUNCTION @schema@.harel_drop_empty_groups(
     p_groups  TEXT[],
     p_retry_at TIMESTAMPTZ
 ) RETURNS VOID
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Plan the statements once per session. With the default plan cache mode, PL/pgSQL keeps
+-- re-planning statements whose generic plan it estimates as costlier (array and LIMIT
+-- parameters), and planning these statements costs more than running them.
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     v_lockable TEXT[];
@@ -258,7 +268,12 @@ CREATE OR REPLACE FUNCTION @schema@.harel_claim(
     priority    SMALLINT,
     enqueued_at TIMESTAMPTZ
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Plan the statements once per session. With the default plan cache mode, PL/pgSQL keeps
+-- re-planning statements whose generic plan it estimates as costlier (array and LIMIT
+-- parameters), and planning these statements costs more than running them.
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     v_now        TIMESTAMPTZ := statement_timestamp();
@@ -387,7 +402,12 @@ CREATE OR REPLACE FUNCTION @schema@.harel_ack(
     -- up on a job without running it (out of attempts) did not make the last claim's attempt
     p_attempts INT[] DEFAULT NULL
 ) RETURNS TABLE (seq BIGINT, acked BOOLEAN)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Plan the statements once per session. With the default plan cache mode, PL/pgSQL keeps
+-- re-planning statements whose generic plan it estimates as costlier (array and LIMIT
+-- parameters), and planning these statements costs more than running them.
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     v_now      TIMESTAMPTZ := statement_timestamp();
@@ -477,7 +497,12 @@ CREATE OR REPLACE FUNCTION @schema@.harel_nack(
     p_errors        TEXT[],
     p_count_attempt BOOLEAN[]
 ) RETURNS TABLE (seq BIGINT, nacked BOOLEAN)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Plan the statements once per session. With the default plan cache mode, PL/pgSQL keeps
+-- re-planning statements whose generic plan it estimates as costlier (array and LIMIT
+-- parameters), and planning these statements costs more than running them.
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     v_now    TIMESTAMPTZ := statement_timestamp();
@@ -522,7 +547,12 @@ CREATE OR REPLACE FUNCTION @schema@.harel_extend(
     p_tokens   UUID[],
     p_lease_ms BIGINT
 ) RETURNS TABLE (seq BIGINT, extended BOOLEAN)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Plan the statements once per session. With the default plan cache mode, PL/pgSQL keeps
+-- re-planning statements whose generic plan it estimates as costlier (array and LIMIT
+-- parameters), and planning these statements costs more than running them.
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     v_expiry TIMESTAMPTZ := statement_timestamp() + p_lease_ms * interval '1 millisecond';
