@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Connects to `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`) and
-//! works in its own schema, `harel_quickstart`, which it leaves empty when it exits.
+//! works in its own schema, `harel_quickstart`, which it drops and creates afresh each run
+//! (so a schema left by an older release never gets in the way).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -79,10 +80,11 @@ async fn sync_partner(ctx: JobContext<AppState>, partner: String) -> JobResult {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // warnings (a retry, a lost lease, a database error) go to stderr
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .init();
     let url = std::env::var("DATABASE_URL")
@@ -92,6 +94,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Connect (waiting for the database if it is starting) and create the queue's schema.
     let pool = harel_jobs::connect(&url).await?;
     let schema = Schema::new("harel_quickstart")?;
+    sqlx::query("DROP SCHEMA IF EXISTS harel_quickstart CASCADE")
+        .execute(&pool)
+        .await?;
     harel_jobs::migrate_schema(&pool, &schema).await?;
 
     // Enqueue inside one transaction: the jobs exist if and only if it commits.

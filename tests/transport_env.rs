@@ -383,3 +383,52 @@ async fn concurrent_migrations_of_a_fresh_database_all_succeed_and_a_rerun_chang
     assert_eq!(kept, 1);
     pool.close().await;
 }
+
+#[tokio::test]
+async fn a_schema_migrated_from_a_different_migration_text_is_refused_and_left_alone() {
+    let queue = TestQueue::new().await;
+    let checksum = queue.sql("SELECT checksum FROM @schema@._migrations WHERE version = 1");
+    let recorded: Option<String> = sqlx::query_scalar(checksum)
+        .fetch_one(&queue.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        recorded.map(|c| c.len()),
+        Some(32),
+        "an md5 checksum is kept"
+    );
+
+    // as if migration 1 had been applied from another text (or before checksums existed)
+    for tamper in [
+        "UPDATE @schema@._migrations SET checksum = md5('another text')",
+        "ALTER TABLE @schema@._migrations DROP COLUMN checksum",
+    ] {
+        sqlx::query(queue.sql(tamper))
+            .execute(&queue.pool)
+            .await
+            .unwrap();
+        let error = migrate_schema(&queue.pool, &queue.schema)
+            .await
+            .expect_err("a changed migration must be refused");
+        assert!(
+            matches!(
+                error,
+                harel_jobs::MigrateError::Modified {
+                    version: 1,
+                    name: "transport"
+                }
+            ),
+            "{tamper}: {error:?}"
+        );
+        assert!(
+            error.to_string().contains("migrate a fresh schema"),
+            "{error}"
+        );
+    }
+    // nothing was applied again
+    let rows: i64 = sqlx::query_scalar(queue.sql("SELECT count(*) FROM @schema@._migrations"))
+        .fetch_one(&queue.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+}

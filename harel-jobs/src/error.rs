@@ -211,6 +211,20 @@ pub enum MigrateError {
         /// The newest version this release has.
         known: i32,
     },
+    /// A migration applied to the database differs from the one this release embeds (or
+    /// was applied before migrations were checksummed): its tables or functions may not be
+    /// what this release expects. Nothing was changed. Migrate a fresh schema (or drop
+    /// this one) instead.
+    #[error(
+        "migration {version} ({name}) applied to this schema differs from this release's: \
+         migrate a fresh schema"
+    )]
+    Modified {
+        /// The migration's version number.
+        version: i32,
+        /// Its name.
+        name: &'static str,
+    },
 }
 
 impl From<sqlx::Error> for MigrateError {

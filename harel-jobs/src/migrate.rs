@@ -58,8 +58,10 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
 /// [`MigrateError::NewerSchema`] if a newer release already migrated this schema,
 /// [`MigrateError::Database`] if the database cannot be reached or refuses the lock.
 pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateError> {
-    if applied_version(pool, schema).await? == Some(SCHEMA_VERSION) {
-        return Ok(());
+    if let Some(applied) = read_applied(pool, schema).await? {
+        if applied.check()? == SCHEMA_VERSION {
+            return Ok(());
+        }
     }
     let mut tx = pool.begin().await?;
 
@@ -73,23 +75,14 @@ pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), Migrat
          CREATE TABLE IF NOT EXISTS @schema@._migrations (
              version    INT         PRIMARY KEY,
              name       TEXT        NOT NULL,
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT now());",
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
+         ALTER TABLE @schema@._migrations ADD COLUMN IF NOT EXISTS checksum TEXT;",
     );
     sqlx::raw_sql(AssertSqlSafe(setup))
         .execute(&mut *tx)
         .await?;
 
-    let applied: i32 = sqlx::query_scalar(AssertSqlSafe(
-        schema.render("SELECT COALESCE(max(version), 0) FROM @schema@._migrations"),
-    ))
-    .fetch_one(&mut *tx)
-    .await?;
-    if applied > SCHEMA_VERSION {
-        return Err(MigrateError::NewerSchema {
-            found: applied,
-            known: SCHEMA_VERSION,
-        });
-    }
+    let applied = Applied::from(applied_query(schema).fetch_one(&mut *tx).await?).check()?;
 
     for migration in MIGRATIONS.iter().filter(|m| m.version > applied) {
         let failed = |source: sqlx::Error| MigrateError::Migration {
@@ -102,10 +95,11 @@ pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), Migrat
             .await
             .map_err(failed)?;
         sqlx::query(AssertSqlSafe(schema.render(
-            "INSERT INTO @schema@._migrations (version, name) VALUES ($1, $2)",
+            "INSERT INTO @schema@._migrations (version, name, checksum) VALUES ($1, $2, md5($3))",
         )))
         .bind(migration.version)
         .bind(migration.name)
+        .bind(migration.sql)
         .execute(&mut *tx)
         .await
         .map_err(failed)?;
@@ -121,21 +115,74 @@ pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), Migrat
     Ok(())
 }
 
-/// The newest migration applied to `schema`, without taking any lock; `None` if the
-/// schema or its bookkeeping table does not exist yet or cannot be read.
-async fn applied_version(pool: &PgPool, schema: &Schema) -> Result<Option<i32>, MigrateError> {
-    let read = sqlx::query_scalar(AssertSqlSafe(
-        schema.render("SELECT max(version) FROM @schema@._migrations"),
-    ))
-    .fetch_one(pool)
-    .await;
-    match read {
-        Ok(version) => Ok(version),
+/// What `<schema>._migrations` records.
+struct Applied {
+    /// The newest version applied (0 when none).
+    newest: i32,
+    /// The oldest applied migration whose recorded checksum is not that of this release's
+    /// text (or that has none: applied before checksums were kept).
+    modified: Option<i32>,
+}
+
+impl From<(i32, Option<i32>)> for Applied {
+    fn from((newest, modified): (i32, Option<i32>)) -> Self {
+        Self { newest, modified }
+    }
+}
+
+impl Applied {
+    /// The newest version applied, if this release can work with what is applied.
+    fn check(&self) -> Result<i32, MigrateError> {
+        if self.newest > SCHEMA_VERSION {
+            return Err(MigrateError::NewerSchema {
+                found: self.newest,
+                known: SCHEMA_VERSION,
+            });
+        }
+        match self.modified {
+            Some(version) => Err(MigrateError::Modified {
+                version,
+                name: MIGRATIONS
+                    .iter()
+                    .find(|m| m.version == version)
+                    .map_or("unknown", |m| m.name),
+            }),
+            None => Ok(self.newest),
+        }
+    }
+}
+
+/// Reads the applied versions and compares their checksums with this release's texts
+/// (md5, computed by the server on both sides).
+fn applied_query(
+    schema: &Schema,
+) -> sqlx::query::QueryAs<'static, sqlx::Postgres, (i32, Option<i32>), sqlx::postgres::PgArguments>
+{
+    let versions: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
+    let texts: Vec<&'static str> = MIGRATIONS.iter().map(|m| m.sql).collect();
+    sqlx::query_as(AssertSqlSafe(schema.render(
+        "SELECT COALESCE(max(applied.version), 0) AS newest,
+                min(applied.version) FILTER (
+                    WHERE applied.checksum IS DISTINCT FROM md5(known.sql)) AS modified
+           FROM @schema@._migrations AS applied
+           LEFT JOIN unnest($1::int[], $2::text[]) AS known (version, sql)
+                  ON known.version = applied.version",
+    )))
+    .bind(versions)
+    .bind(texts)
+}
+
+/// What is applied to `schema`, without taking any lock; `None` if the schema or its
+/// bookkeeping table does not exist yet (or predates checksums), or cannot be read.
+async fn read_applied(pool: &PgPool, schema: &Schema) -> Result<Option<Applied>, MigrateError> {
+    match applied_query(schema).fetch_one(pool).await {
+        Ok(row) => Ok(Some(Applied::from(row))),
         Err(error) => {
             let error = DatabaseError::new(error);
-            // undefined schema or table, or no right to read it: let the full path decide
+            // undefined schema, table or column, or no right to read it: let the full path
+            // decide
             match error.code().as_deref() {
-                Some("3F000" | "42P01" | "42501") => Ok(None),
+                Some("3F000" | "42P01" | "42703" | "42501") => Ok(None),
                 _ => Err(MigrateError::Database(error)),
             }
         }
