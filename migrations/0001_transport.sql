@@ -101,8 +101,10 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now     TIMESTAMPTZ := now();
-    v_pending TEXT[];
-    v_locked  TEXT[];
+    v_pending    TEXT[];
+    v_priorities SMALLINT[];
+    v_ready_at   TIMESTAMPTZ[];
+    v_count      BIGINT;
     v_due     BOOLEAN;
     v_seq     BIGINT;
     v_ready   TIMESTAMPTZ;
@@ -140,42 +142,49 @@ BEGIN
      ORDER BY x.ord
     RETURNING seq;
 
-    -- the groups, sorted so concurrent publishers take row locks in one order
-    SELECT array_agg(DISTINCT g ORDER BY g) INTO v_pending FROM unnest(p_groups) AS g;
-
-    LOOP
-        -- new groups: ready from now (or the first message's not-before time), with the
-        -- priority of their first message; existing groups keep their lease and priority
-        WITH first_message AS (
-            SELECT DISTINCT ON (x.group_id) x.group_id, x.priority,
+    -- Each group's first message of the batch, sorted by group so that concurrent
+    -- publishers take row locks in one order: the values a new group row starts with.
+    SELECT array_agg(f.group_id ORDER BY f.group_id),
+           array_agg(f.priority ORDER BY f.group_id),
+           array_agg(f.ready_at ORDER BY f.group_id)
+      INTO v_pending, v_priorities, v_ready_at
+      FROM (SELECT DISTINCT ON (x.group_id) x.group_id, x.priority,
                    GREATEST(v_now, COALESCE(x.not_before,
                                             v_now + x.delay_ms * interval '1 millisecond')) AS ready_at
               FROM unnest(p_groups, p_priorities, p_not_before, p_delay_ms)
                    WITH ORDINALITY AS x(group_id, priority, not_before, delay_ms, ord)
-             WHERE x.group_id = ANY (v_pending)
-             ORDER BY x.group_id, x.ord
-        ), inserted AS (
+             ORDER BY x.group_id, x.ord) AS f;
+
+    -- Every group needs a row that stays until we commit: insert the missing ones (with
+    -- their first message's priority; existing groups keep their lease and priority), and
+    -- KEY SHARE-lock the existing ones so a draining ack cannot delete them. A row deleted
+    -- between the two statements is inserted again in the next round. Set operations only
+    -- (hash joins), so a batch costs linear time in its size.
+    LOOP
+        WITH inserted AS (
             INSERT INTO @schema@.transport_groups AS g (group_id, priority, available_at)
-            SELECT f.group_id, f.priority, f.ready_at FROM first_message f ORDER BY f.group_id
+            SELECT u.group_id, u.priority, u.ready_at
+              FROM unnest(v_pending, v_priorities, v_ready_at) AS u(group_id, priority, ready_at)
+             ORDER BY u.group_id
             ON CONFLICT (group_id) DO NOTHING
             RETURNING g.group_id
         )
-        SELECT array_agg(i.group_id) INTO v_locked FROM inserted i;
+        SELECT count(*) INTO v_count FROM inserted;
+        EXIT WHEN v_count = cardinality(v_pending);
 
-        v_pending := ARRAY(SELECT p FROM unnest(v_pending) AS p
-                            WHERE p <> ALL (COALESCE(v_locked, '{}')));
-        EXIT WHEN cardinality(v_pending) = 0;
-
-        SELECT array_agg(k.group_id) INTO v_locked
-          FROM (SELECT g.group_id FROM @schema@.transport_groups g
-                 WHERE g.group_id = ANY (v_pending)
-                 ORDER BY g.group_id
-                   FOR KEY SHARE) AS k;
-
-        v_pending := ARRAY(SELECT p FROM unnest(v_pending) AS p
-                            WHERE p <> ALL (COALESCE(v_locked, '{}')));
-        EXIT WHEN cardinality(v_pending) = 0;
-        -- some rows were deleted by a draining ack between the two statements: insert again
+        WITH locked AS MATERIALIZED (
+            SELECT g.group_id FROM @schema@.transport_groups g
+             WHERE g.group_id IN (SELECT unnest(v_pending))
+             ORDER BY g.group_id
+               FOR KEY SHARE
+        )
+        SELECT array_agg(u.group_id ORDER BY u.group_id),
+               array_agg(u.priority ORDER BY u.group_id),
+               array_agg(u.ready_at ORDER BY u.group_id)
+          INTO v_pending, v_priorities, v_ready_at
+          FROM unnest(v_pending, v_priorities, v_ready_at) AS u(group_id, priority, ready_at)
+         WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.group_id = u.group_id);
+        EXIT WHEN v_pending IS NULL;
     END LOOP;
 
     -- wake idle workers when the transaction commits (never before; duplicates in one

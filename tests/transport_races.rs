@@ -265,6 +265,48 @@ async fn a_publish_waiting_on_a_draining_ack_recreates_the_group() {
     assert_eq!(m.lease.seq, seq);
 }
 
+#[tokio::test]
+async fn a_batch_publish_meeting_a_draining_ack_keeps_every_group_row() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &message("g", "1")).await.unwrap();
+    t.publish(&q.pool, &message("existing", "1")).await.unwrap();
+    let in_flight = claim(&q).await.unwrap();
+    assert_eq!(in_flight.lease.group, "g");
+
+    let mut acking = q.pool.begin().await.unwrap();
+    let outcome = t.ack(&mut *acking, &in_flight.lease).await.unwrap();
+    assert_eq!(outcome, LeaseOutcome::Applied);
+    // a batch into the draining group, an existing group and a new one: it waits on the
+    // draining group's row, and must end with a row for each group
+    let publisher = {
+        let (pool, transport) = (q.pool.clone(), q.transport.clone());
+        tokio::spawn(async move {
+            let batch = [
+                message("new", "2"),
+                message("g", "2"),
+                message("existing", "2"),
+                message("g", "3"),
+            ];
+            transport.publish_many(&pool, &batch).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    acking.commit().await.unwrap();
+    let seqs = within("the publisher", publisher)
+        .await
+        .unwrap()
+        .expect("publish");
+    assert_eq!(seqs.len(), 4);
+
+    assert_eq!(orphans(&q).await, 0, "a message lost its group row");
+    let groups: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.transport_groups"))
+        .fetch_one(&q.pool)
+        .await
+        .unwrap();
+    assert_eq!(groups, 3, "g, existing and new each have one row");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_publishers_and_draining_claimers_lose_no_message() {
     const PUBLISHERS: u64 = 4;
