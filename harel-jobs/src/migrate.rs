@@ -58,10 +58,10 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
 /// [`MigrateError::NewerSchema`] if a newer release already migrated this schema,
 /// [`MigrateError::Database`] if the database cannot be reached or refuses the lock.
 pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateError> {
-    if let Some(applied) = read_applied(pool, schema).await? {
-        if applied.check()? == SCHEMA_VERSION {
-            return Ok(());
-        }
+    if let Some(applied) = read_applied(pool, schema).await?
+        && applied.check()? == SCHEMA_VERSION
+    {
+        return Ok(());
     }
     let mut tx = pool.begin().await?;
 

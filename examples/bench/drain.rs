@@ -1,0 +1,136 @@
+//! Scenarios 2 and 3, drain and grouped drain: pre-enqueued no-op jobs through the worker
+//! pool; jobs/s from the pool's start to the last ack (the fill is not timed).
+
+use std::sync::atomic::Ordering;
+
+use sqlx::PgPool;
+
+use crate::db;
+use crate::jobs::Probe;
+use crate::queue::{self, expect_empty, fill_groups, fill_single, prepare};
+use crate::report::Target;
+use crate::{Ctx, Res, bail};
+
+/// The drain target (jobs/s).
+pub const DRAIN_TARGET: f64 = 35_000.0;
+
+/// How the queue is filled before a drain.
+#[derive(Clone, Copy)]
+pub enum Fill {
+    /// `n` jobs, each in a group of its own.
+    Single(u64),
+    /// `groups` FIFO chains of `per_group` jobs.
+    Groups { groups: u64, per_group: u64 },
+}
+
+impl Fill {
+    pub fn jobs(self) -> u64 {
+        match self {
+            Fill::Single(n) => n,
+            Fill::Groups { groups, per_group } => groups * per_group,
+        }
+    }
+}
+
+/// Fills fresh, drains with a pool of `concurrency` on `worker_pool`, checks that every job
+/// ran once (in order within groups) and that the queue is empty. Returns jobs/s.
+pub async fn drain_once(
+    ctx: &Ctx,
+    worker_pool: &PgPool,
+    concurrency: usize,
+    fill: Fill,
+) -> Res<f64> {
+    let n = prepare(&ctx.pool, async || match fill {
+        Fill::Single(n) => fill_single(&ctx.fill_pool, &ctx.transport, n).await,
+        Fill::Groups { groups, per_group } => {
+            fill_groups(&ctx.fill_pool, &ctx.transport, groups, per_group).await
+        }
+    })
+    .await?;
+    let probe = match fill {
+        Fill::Single(_) => Probe::new(),
+        Fill::Groups { .. } => Probe::with_fifo_check(),
+    };
+    let outcome = queue::drain(worker_pool, probe.clone(), concurrency, n).await?;
+    expect_empty(&ctx.pool, "drain").await?;
+    if probe.started() != n {
+        bail!("drain: {} handler runs for {n} jobs", probe.started());
+    }
+    let violations = probe.fifo_violations.load(Ordering::Relaxed);
+    if violations > 0 {
+        bail!("drain: {violations} jobs started before an earlier job of their group");
+    }
+    Ok(outcome.rate())
+}
+
+pub async fn run(ctx: &Ctx) -> Res<()> {
+    let n = ctx.size(100_000, 5_000);
+    let fill = Fill::Single(n);
+    let worker_pool = db::pool(&ctx.url, 8, &[]).await?;
+    let async_pool = db::pool(&ctx.url, 8, &[("synchronous_commit", "off")]).await?;
+    // warm-up (connections, plan caches, page cache), not measured
+    drain_once(ctx, &worker_pool, 64, Fill::Single(n / 5)).await?;
+    drain_once(ctx, &async_pool, 64, Fill::Single(n / 5)).await?;
+
+    let cases: [(&str, &PgPool, usize); 3] = [
+        ("drain_c16", &worker_pool, 16),
+        ("drain_c64", &worker_pool, 64),
+        ("drain_c64_sync_commit_off", &async_pool, 64),
+    ];
+    let mut samples = vec![Vec::new(); cases.len()];
+    for _ in 0..ctx.runs {
+        for (i, (_, pool, concurrency)) in cases.iter().enumerate() {
+            samples[i].push(drain_once(ctx, pool, *concurrency, fill).await?);
+        }
+    }
+    for (i, (name, _, _)) in cases.iter().enumerate() {
+        let (target, label) = if name.ends_with("sync_commit_off") {
+            (
+                None,
+                " label=\"synchronous_commit=off for the worker's sessions only\"",
+            )
+        } else {
+            (Some(Target::AtLeast(DRAIN_TARGET)), "")
+        };
+        ctx.report.figure(
+            *name,
+            "jobs/s",
+            &samples[i],
+            target,
+            format!("jobs={n} groups={n}{label}"),
+        );
+    }
+    worker_pool.close().await;
+    async_pool.close().await;
+    Ok(())
+}
+
+pub async fn run_grouped(ctx: &Ctx) -> Res<()> {
+    let groups = ctx.size(1_000, 100);
+    let per_group = ctx.size(100, 50);
+    let fill = Fill::Groups { groups, per_group };
+    let worker_pool = db::pool(&ctx.url, 8, &[]).await?;
+    drain_once(
+        ctx,
+        &worker_pool,
+        64,
+        Fill::Groups {
+            groups,
+            per_group: per_group / 5,
+        },
+    )
+    .await?;
+    let mut c16 = Vec::new();
+    let mut c64 = Vec::new();
+    for _ in 0..ctx.runs {
+        c16.push(drain_once(ctx, &worker_pool, 16, fill).await?);
+        c64.push(drain_once(ctx, &worker_pool, 64, fill).await?);
+    }
+    let extra = format!("jobs={} groups={groups} chain={per_group}", fill.jobs());
+    ctx.report
+        .figure("grouped_drain_c16", "jobs/s", &c16, None, extra.clone());
+    ctx.report
+        .figure("grouped_drain_c64", "jobs/s", &c64, None, extra);
+    worker_pool.close().await;
+    Ok(())
+}

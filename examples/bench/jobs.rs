@@ -1,0 +1,127 @@
+//! The benchmark's jobs (written by hand: `impl Job` + `impl Handler`) and the probe their
+//! handlers report to.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use harel_jobs::{Handler, Job, JobContext, JobResult};
+use serde::{Deserialize, Serialize};
+
+/// The worker pool's state: what the handlers saw.
+#[derive(Default)]
+pub struct Probe {
+    /// Handlers started.
+    pub started: AtomicU64,
+    /// Stamp the time every this many handler starts (0: never).
+    pub stamp_every: u64,
+    /// Those stamps, in order of the count.
+    pub stamps: Mutex<Vec<(u64, Instant)>>,
+    /// Check that each group's messages start in publish order.
+    pub check_fifo: bool,
+    last_seq: Mutex<HashMap<String, i64>>,
+    /// Groups whose messages started out of order.
+    pub fifo_violations: AtomicU64,
+    /// Record enqueue→start delays of [`Stamped`] jobs.
+    pub record: AtomicBool,
+    /// (enqueue instant in µs since the epoch, delay in µs)
+    pub delays: Mutex<Vec<(u64, u64)>>,
+}
+
+pub type State = Arc<Probe>;
+
+impl Probe {
+    pub fn new() -> State {
+        Arc::new(Probe::default())
+    }
+
+    pub fn with_stamps(every: u64) -> State {
+        Arc::new(Probe {
+            stamp_every: every,
+            ..Probe::default()
+        })
+    }
+
+    pub fn with_fifo_check() -> State {
+        Arc::new(Probe {
+            check_fifo: true,
+            ..Probe::default()
+        })
+    }
+
+    pub fn started(&self) -> u64 {
+        self.started.load(Ordering::Relaxed)
+    }
+
+    fn hit(&self, ctx: &JobContext<State>) {
+        let n = self.started.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.stamp_every > 0 && n.is_multiple_of(self.stamp_every) {
+            self.stamps.lock().unwrap().push((n, Instant::now()));
+        }
+        if self.check_fifo {
+            let mut last = self.last_seq.lock().unwrap();
+            let seq = ctx.message_id();
+            match last.get_mut(ctx.group()) {
+                Some(previous) => {
+                    if seq <= *previous {
+                        self.fifo_violations.fetch_add(1, Ordering::Relaxed);
+                    }
+                    *previous = seq;
+                }
+                None => {
+                    last.insert(ctx.group().to_owned(), seq);
+                }
+            }
+        }
+    }
+}
+
+/// Microseconds since the Unix epoch (the same clock in producer and handler: one process).
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// A job that does nothing but count itself.
+#[derive(Serialize, Deserialize)]
+pub struct Noop {}
+
+impl Job for Noop {
+    const KIND: &'static str = "bench_noop";
+}
+
+impl Handler<State> for Noop {
+    async fn handle(self, ctx: JobContext<State>) -> JobResult {
+        ctx.state().hit(&ctx);
+        Ok(())
+    }
+}
+
+/// A job carrying the instant it was enqueued; its handler records the delay to its start.
+#[derive(Serialize, Deserialize)]
+pub struct Stamped {
+    pub at_us: u64,
+}
+
+impl Job for Stamped {
+    const KIND: &'static str = "bench_stamped";
+}
+
+impl Handler<State> for Stamped {
+    async fn handle(self, ctx: JobContext<State>) -> JobResult {
+        let now = now_us();
+        let probe = ctx.state();
+        probe.hit(&ctx);
+        if probe.record.load(Ordering::Relaxed) {
+            probe
+                .delays
+                .lock()
+                .unwrap()
+                .push((self.at_us, now.saturating_sub(self.at_us)));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,251 @@
+//! The harel-jobs benchmark.
+//!
+//! ```text
+//! cargo run --release --example bench -- [scenario] [--quick] [--runs N]
+//! ```
+//!
+//! Creates a database of its own on `DATABASE_URL`'s server (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`), migrates the queue into its default
+//! schema `harel`, runs the scenarios and drops the database at the end (also on an error or
+//! Ctrl-C). Every figure is one line `name=value unit=… n=… min=… max=…`: the median of
+//! `n` measured runs (after a warm-up), with the smallest and largest run. Lines starting
+//! with `#` are context (machine, server settings, checks, evidence).
+//!
+//! Scenarios (default `all`, in this order): `enqueue`, `drain`, `grouped`, `steady`,
+//! `depth`, `soak`, `ceiling`, `rss`, `profile`. See BENCHMARKS.md for what each measures.
+
+mod ceiling;
+mod db;
+mod depth;
+mod drain;
+mod enqueue;
+mod env;
+mod jobs;
+mod pgbench;
+mod profile;
+mod queue;
+mod report;
+mod rss;
+mod soak;
+mod steady;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use harel_jobs::transport::Transport;
+use sqlx::PgPool;
+
+use crate::db::BenchDb;
+use crate::report::Report;
+
+/// The error type of the whole benchmark: anything, with a message.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+/// A result with [`Error`].
+pub type Res<T> = Result<T, Error>;
+
+/// Returns an error with a formatted message.
+#[macro_export]
+macro_rules! bail {
+    ($($arg:tt)*) => {
+        return Err(format!($($arg)*).into())
+    };
+}
+
+const SCENARIOS: &[&str] = &[
+    "enqueue", "drain", "grouped", "steady", "depth", "soak", "ceiling", "rss", "profile",
+];
+
+/// What every scenario gets.
+pub struct Ctx {
+    /// The URL of the bench database.
+    pub url: String,
+    /// Its name.
+    pub db_name: String,
+    /// A general pool on it (20 connections): counts, resets, producers, measured enqueues.
+    pub pool: PgPool,
+    /// The pool the (untimed) fills use (2 connections), apart from the measured ones.
+    pub fill_pool: PgPool,
+    /// The transport of the default schema.
+    pub transport: Transport,
+    /// Small sizes, for smoke tests.
+    pub quick: bool,
+    /// Measured runs per figure.
+    pub runs: usize,
+    /// The figures printed so far.
+    pub report: Report,
+}
+
+impl Ctx {
+    /// `full` normally, `quick` with `--quick`.
+    pub fn size<T>(&self, full: T, quick: T) -> T {
+        if self.quick { quick } else { full }
+    }
+}
+
+struct Args {
+    scenarios: Vec<&'static str>,
+    quick: bool,
+    runs: usize,
+}
+
+fn usage() -> String {
+    format!(
+        "usage: bench [scenario] [--quick] [--runs N]\n  scenarios: all (default), {}\n  \
+         env: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres)",
+        SCENARIOS.join(", ")
+    )
+}
+
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let mut scenarios = Vec::new();
+    let mut quick = false;
+    let mut runs = 3;
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--runs" => {
+                runs = iter
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n| *n >= 1)
+                    .ok_or("--runs needs a number >= 1")?;
+            }
+            "-h" | "--help" => return Err(usage()),
+            "all" => scenarios.extend_from_slice(SCENARIOS),
+            name => match SCENARIOS.iter().find(|s| **s == name) {
+                Some(s) => scenarios.push(*s),
+                None => return Err(format!("unknown argument {name:?}\n{}", usage())),
+            },
+        }
+    }
+    if scenarios.is_empty() {
+        scenarios.extend_from_slice(SCENARIOS);
+    }
+    Ok(Args {
+        scenarios,
+        quick,
+        runs,
+    })
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,sqlx::query=error")),
+        )
+        .init();
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some(rss::CHILD_ARG) {
+        return rss::child_main(&argv[1..]);
+    }
+    let args = match parse_args(&argv) {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    if cfg!(debug_assertions) {
+        eprintln!("warning: a debug build: run with --release for meaningful figures");
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let admin_url = harel_jobs_suite::database_url();
+    let mut database = match runtime.block_on(BenchDb::create(&admin_url)) {
+        Ok(database) => database,
+        Err(error) => {
+            eprintln!("error: cannot create the bench database: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let started = Instant::now();
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            result = run(&database, &args) => result.map_err(|e| e.to_string()),
+            _ = tokio::signal::ctrl_c() => Err("interrupted (Ctrl-C)".to_owned()),
+        }
+    });
+    // stop whatever still runs (worker pools, pgbench) before dropping the database
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    database.drop_now();
+    match outcome {
+        Ok(()) => {
+            println!(
+                "# done in {:.0} s; database {} dropped",
+                started.elapsed().as_secs_f64(),
+                database.name
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            eprintln!("(database {} dropped)", database.name);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(database: &BenchDb, args: &Args) -> Res<()> {
+    let pool = db::pool(&database.url, 20, &[]).await?;
+    harel_jobs::migrate(&pool).await?;
+    let fill_pool = db::pool(&database.url, 2, &[]).await?;
+    let ctx = Ctx {
+        url: database.url.clone(),
+        db_name: database.name.clone(),
+        pool,
+        fill_pool,
+        transport: Transport::default(),
+        quick: args.quick,
+        runs: args.runs,
+        report: Report::default(),
+    };
+    env::print(&ctx).await?;
+    println!(
+        "# scenarios={} quick={} runs={}",
+        args.scenarios.join(","),
+        args.quick,
+        args.runs
+    );
+    for scenario in &args.scenarios {
+        let began = Instant::now();
+        println!("# --- {scenario} ---");
+        println!(
+            "# before: {}; {}; {}",
+            env::commit_probe(&ctx).await?,
+            env::cpu_sample(),
+            env::loadavg()
+        );
+        match *scenario {
+            "enqueue" => enqueue::run(&ctx).await?,
+            "drain" => drain::run(&ctx).await?,
+            "grouped" => drain::run_grouped(&ctx).await?,
+            "steady" => steady::run(&ctx).await?,
+            "depth" => depth::run(&ctx).await?,
+            "soak" => soak::run(&ctx).await?,
+            "ceiling" => ceiling::run(&ctx).await?,
+            "rss" => rss::run(&ctx).await?,
+            "profile" => profile::run(&ctx).await?,
+            other => bail!("unknown scenario {other}"),
+        }
+        println!(
+            "# {scenario} took {:.0} s; after: {}; {}",
+            began.elapsed().as_secs_f64(),
+            env::commit_probe(&ctx).await?,
+            env::loadavg()
+        );
+    }
+    ctx.report.print_summary();
+    println!(
+        "# database errors and lost leases survived by the worker pools over the whole run: {}",
+        queue::WORKER_ERRORS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    ctx.pool.close().await;
+    ctx.fill_pool.close().await;
+    Ok(())
+}

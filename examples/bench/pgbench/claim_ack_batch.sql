@@ -1,0 +1,12 @@
+-- pgbench script: one transaction = one claim of :k groups (-D k=16 or 64) and one ack of
+-- all :k messages: two round trips, as the worker pool's batched claim and batched ack.
+-- Run with -M prepared. \gset fails the client if the claim finds nothing, and the ack
+-- divides by zero unless exactly :k messages were acked, so every counted transaction
+-- completed :k real messages.
+SELECT t.token AS token, array_agg(c.group_id) AS grps, array_agg(c.seq) AS seqs
+  FROM (SELECT gen_random_uuid() AS token) AS t,
+       harel.harel_claim(t.token, 30000, :k, 0) AS c
+ GROUP BY t.token \gset
+SELECT 1 / (count(*) FILTER (WHERE a.acked) / :k::int) AS ok
+  FROM harel.harel_ack(:grps::text[], :seqs::bigint[],
+                       array_fill(:token::uuid, ARRAY[:k::int])) AS a \gset
