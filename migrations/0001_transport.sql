@@ -518,6 +518,15 @@ DECLARE
     v_seqs   BIGINT[];
     v_tokens UUID[];
 BEGIN
+    -- lock the held rows in group order first, as harel_ack and harel_extend do: batches
+    -- of one worker's heartbeat and completer touch the same rows and must not deadlock
+    PERFORM 1
+       FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
+       JOIN @schema@.transport_groups g
+         ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+      ORDER BY g.group_id
+        FOR NO KEY UPDATE OF g;
+
     WITH parked AS (
         UPDATE @schema@.transport_groups g
            SET locked_by     = CASE WHEN x.delay_ms > 0 THEN g.locked_by END,
@@ -568,6 +577,15 @@ DECLARE
     v_seqs   BIGINT[];
     v_tokens UUID[];
 BEGIN
+    -- lock the held rows in group order first, as harel_ack and harel_nack do: this
+    -- worker's completer may be acking some of these groups at the same moment
+    PERFORM 1
+       FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
+       JOIN @schema@.transport_groups g
+         ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+      ORDER BY g.group_id
+        FOR NO KEY UPDATE OF g;
+
     WITH extended AS (
         UPDATE @schema@.transport_groups g
            SET available_at = v_expiry
