@@ -1,6 +1,9 @@
 //! Scenario 8: connection exhaustion. The cluster allows 20 connections (17 for
-//! non-superusers); six workers with pools of 5 want 30. The late ones wait and retry with a
-//! clear log line, nobody crashes, and once the first workers stop the late ones take over.
+//! non-superusers); six workers with pools of 5, plus four connections of each worker's own
+//! (claims, outcomes, heartbeat, LISTEN), want 54. The late ones wait and retry with a clear
+//! log line, nobody crashes, and once the first workers stop the late ones take over, even
+//! though two of them still want more connections than the server has: a worker that cannot
+//! open its own connections borrows idle pooled ones.
 
 use std::time::Duration;
 
@@ -31,7 +34,8 @@ async fn s8_workers_beyond_max_connections_wait_and_take_over() {
         ("HAREL_FW_DSN", setup.cluster.url("app")),
         ("HAREL_FW_MIGRATE", "0".into()),
         ("HAREL_FW_POOL", "5".into()),
-        // each pool opens and keeps its 5 connections: 4 workers want 20 of the 17 slots
+        // each pool opens and keeps its 5 connections, and each worker wants 4 more of its
+        // own: 4 workers want 36 of the 17 slots, the 2 late ones still 18
         ("HAREL_FW_MIN_POOL", "5".into()),
         ("HAREL_FW_CONCURRENCY", "3".into()),
         ms("HAREL_FW_LEASE_MS", Duration::from_secs(10)),
@@ -104,7 +108,7 @@ async fn s8_workers_beyond_max_connections_wait_and_take_over() {
         &Figures {
             scenario: "8. connection exhaustion",
             load: format!("{jobs} jobs / 100 groups; 6 procs × pool 5 (× 3 handlers)"),
-            faults: "max_connections 20 (17 for the workers' role): 30 wanted".into(),
+            faults: "max_connections 20 (17 for the workers' role): 54 wanted".into(),
             enqueued: jobs,
             completed: counts.completed,
             duplicates: counts.duplicates.to_string(),

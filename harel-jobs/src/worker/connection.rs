@@ -4,32 +4,56 @@
 //! pooled connection; the worker's own work must not queue behind them (a heartbeat that
 //! waits for a pooled connection lets leases lapse). A pooled checkout would also cost a
 //! ping round trip each time (sqlx tests connections before handing them out).
+//!
+//! When the server refuses a new connection (`max_connections` reached) while the pool has
+//! an idle one, the worker borrows that instead of stalling: a worker whose pool sits idle
+//! must not be unable to ack because its own connections count on top of the pool.
 
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool};
+use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool, Postgres};
+use tokio::time::Instant;
+
+/// How long a borrowed pool connection is kept before opening our own is tried again.
+const BORROW_FOR: Duration = Duration::from_secs(10);
+
+/// Where the current connection comes from.
+enum Held {
+    Own(PgConnection),
+    Borrowed {
+        connection: PoolConnection<Postgres>,
+        since: Instant,
+    },
+}
 
 /// One connection, opened on first use and again after a failure.
 pub(crate) struct OwnConnection {
     options: PgConnectOptions,
-    connection: Option<PgConnection>,
+    /// The pool to borrow from when our own cannot be opened; `None` to never borrow.
+    fallback: Option<PgPool>,
+    held: Option<Held>,
 }
 
 impl OwnConnection {
-    /// A connection to the pool's database (not taken from the pool).
+    /// A connection to the pool's database (not taken from the pool, unless the server
+    /// refuses a new one and the pool has one idle).
     pub fn new(pool: &PgPool) -> Self {
         Self {
             options: (*pool.connect_options()).clone(),
-            connection: None,
+            fallback: Some(pool.clone()),
+            held: None,
         }
     }
 
-    /// The open connection, connecting first if needed.
-    pub async fn get(&mut self) -> Result<&mut PgConnection, sqlx::Error> {
-        if self.connection.is_none() {
-            self.connection = Some(self.options.connect().await?);
+    /// A connection of our own, never borrowed: for session state that must not leak into
+    /// the pool (advisory locks).
+    pub fn never_borrowed(pool: &PgPool) -> Self {
+        Self {
+            fallback: None,
+            ..Self::new(pool)
         }
-        // just set if it was empty
-        self.connection.as_mut().ok_or(sqlx::Error::PoolClosed)
     }
 
     /// A connection whose commits do not wait for the WAL flush (`synchronous_commit = off`).
@@ -37,26 +61,75 @@ impl OwnConnection {
     /// For the completer only. If the server crashes, its last fraction of a second of
     /// outcomes may be lost: those jobs ran to the end and run again (at-least-once), never
     /// alongside another execution. Claims stay durable, and WAL is flushed in order, so a
-    /// group's next job is never claimed durably while its predecessor's ack is lost.
+    /// group's next job is never claimed durably while its predecessor's ack is lost. (A
+    /// connection borrowed from the pool keeps the pool's setting: durable, only slower.)
     pub fn without_commit_wait(pool: &PgPool) -> Self {
         let options = (*pool.connect_options())
             .clone()
             .options([("synchronous_commit", "off")]);
         Self {
             options,
-            connection: None,
+            ..Self::new(pool)
+        }
+    }
+
+    /// The open connection, connecting first if needed.
+    pub async fn get(&mut self) -> Result<&mut PgConnection, sqlx::Error> {
+        if matches!(&self.held, Some(Held::Borrowed { since, .. }) if since.elapsed() >= BORROW_FOR)
+        {
+            // give the pool its connection back and try for our own again
+            self.held = None;
+        }
+        if self.held.is_none() {
+            self.held = Some(self.open().await?);
+        }
+        match self.held.as_mut() {
+            Some(Held::Own(connection)) => Ok(connection),
+            Some(Held::Borrowed { connection, .. }) => Ok(&mut **connection),
+            // just set
+            None => Err(sqlx::Error::PoolClosed),
+        }
+    }
+
+    async fn open(&self) -> Result<Held, sqlx::Error> {
+        match self.options.connect().await {
+            Ok(connection) => Ok(Held::Own(connection)),
+            Err(error) => {
+                let borrowed = self.fallback.as_ref().and_then(PgPool::try_acquire);
+                match borrowed {
+                    Some(connection) => {
+                        tracing::debug!(
+                            error = %crate::error::DatabaseError::new(error),
+                            "cannot open a worker connection: borrowing an idle pool connection"
+                        );
+                        Ok(Held::Borrowed {
+                            connection,
+                            since: Instant::now(),
+                        })
+                    }
+                    None => Err(error),
+                }
+            }
         }
     }
 
     /// Drops the connection after a failure; the next [`get`](Self::get) reconnects.
     pub fn reset(&mut self) {
-        self.connection = None;
+        if let Some(Held::Borrowed { mut connection, .. }) = self.held.take() {
+            // it failed: do not hand it back to the application
+            connection.close_on_drop();
+        }
     }
 
     /// Closes the connection politely.
     pub async fn close(mut self) {
-        if let Some(connection) = self.connection.take() {
-            let _ = connection.close().await;
+        match self.held.take() {
+            Some(Held::Own(connection)) => {
+                let _ = connection.close().await;
+            }
+            // back to the pool
+            Some(Held::Borrowed { connection, .. }) => drop(connection),
+            None => {}
         }
     }
 }

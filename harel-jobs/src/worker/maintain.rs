@@ -103,7 +103,7 @@ async fn vacuum<S>(
     schema: &crate::Schema,
     tables: &[String],
 ) -> Result<bool, DatabaseError> {
-    let mut own = OwnConnection::new(&shared.pool);
+    let mut own = OwnConnection::never_borrowed(&shared.pool);
     let connection = own.get().await?;
     let key = format!("harel-jobs vacuum {}", schema.name());
     let elected: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
