@@ -6,7 +6,8 @@
 //!   clients running `pgbench/claim_ack.sql`.
 //! - batched: ours = the worker pool draining at concurrency K (it claims up to K per round
 //!   trip and acks in batches, on 2 connections: the fetcher's and the completer's);
-//!   pgbench = 2 clients running `pgbench/claim_ack_batch.sql` with k = K.
+//!   pgbench = 2 clients running `pgbench/claim_ack_batch.sql` with k = K, whose acks
+//!   commit without waiting for the WAL flush, as the pool's completer's do.
 //!
 //! Every transaction of the scripts completes real messages (they fail otherwise), and the
 //! rows left are counted after each run.

@@ -3,10 +3,14 @@
 -- Run with -M prepared. \gset fails the client if the claim finds nothing, and the ack
 -- divides by zero unless exactly :k messages were acked, so every counted transaction
 -- completed :k real messages.
+-- Commits as the worker pool's do: the claim waits for the WAL flush, the ack does not
+-- (the pool's completer runs with synchronous_commit = off; here set_config(…, true) sets
+-- it for the ack's own one-statement transaction, without another round trip).
 SELECT t.token AS token, array_agg(c.group_id) AS grps, array_agg(c.seq) AS seqs
   FROM (SELECT gen_random_uuid() AS token) AS t,
        harel.harel_claim(t.token, 30000, :k, 0) AS c
  GROUP BY t.token \gset
 SELECT 1 / (count(*) FILTER (WHERE a.acked) / :k::int) AS ok
-  FROM harel.harel_ack(:grps::text[], :seqs::bigint[],
+  FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit,
+       harel.harel_ack(:grps::text[], :seqs::bigint[],
                        array_fill(:token::uuid, ARRAY[:k::int])) AS a \gset
