@@ -976,6 +976,54 @@ async fn handlers_holding_every_pooled_connection_cannot_starve_the_heartbeat() 
     assert_eq!(a.leases_lost + b.leases_lost, 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refused_connections_of_its_own_works_on_its_idle_pooled_ones() {
+    let queue = TestQueue::new().await;
+    // the role may hold 3 connections, and the worker's pool opens all 3 first: every
+    // connection the worker opens for itself (claims, outcomes, LISTEN) is refused
+    let role = harel_jobs_suite::TestRole::with_connection_limit(&queue, 3).await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(3)
+        .min_connections(3)
+        .connect(&role.url)
+        .await
+        .unwrap();
+    let held: Vec<_> = check_out(&pool, 3).await;
+    drop(held); // back to the pool, idle and open
+    let ledger = Arc::new(Ledger::default());
+    let state = Shared {
+        worker: 0,
+        ledger: Arc::clone(&ledger),
+    };
+    let handle = Worker::builder(pool.clone(), state)
+        .schema(queue.schema.clone())
+        .register::<Work>()
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    enqueue_all(&queue, (0..50).map(work)).await;
+    wait_until_idle(&queue, Duration::from_secs(30)).await;
+    let stats = handle.shutdown().await.unwrap();
+    pool.close().await;
+    assert_eq!(ledger.runs.lock().unwrap().len(), 50, "each job ran once");
+    assert_eq!(stats.succeeded, 50);
+    assert_eq!(stats.leases_lost, 0);
+}
+
+/// Checks out `n` connections of `pool` at once (so that `n` are open).
+async fn check_out(
+    pool: &sqlx::PgPool,
+    n: usize,
+) -> Vec<sqlx::pool::PoolConnection<sqlx::Postgres>> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        held.push(pool.acquire().await.unwrap());
+    }
+    held
+}
+
 #[tokio::test]
 async fn a_job_whose_workers_keep_vanishing_is_dead_after_its_attempts_without_running_again() {
     let queue = TestQueue::new().await;

@@ -133,6 +133,65 @@ impl Drop for TestDatabase {
     }
 }
 
+/// A login role of its own (not a superuser), dropped with the value.
+pub struct TestRole {
+    /// Its name.
+    pub name: String,
+    /// The test server's URL, logged in as this role.
+    pub url: String,
+    admin_url: String,
+}
+
+impl TestRole {
+    /// Creates a role that may hold at most `connection_limit` connections at once, with
+    /// the rights a worker needs on `queue`'s schema.
+    pub async fn with_connection_limit(queue: &TestQueue, connection_limit: u32) -> Self {
+        let admin_url = database_url();
+        let name = unique_name("harel_role");
+        let schema = format!("\"{}\"", queue.schema.name());
+        let admin = pool_with(&admin_url, 1).await;
+        for statement in [
+            format!("CREATE ROLE \"{name}\" LOGIN CONNECTION LIMIT {connection_limit}"),
+            format!("GRANT USAGE ON SCHEMA {schema} TO \"{name}\""),
+            format!(
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO \"{name}\""
+            ),
+            format!("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO \"{name}\""),
+        ] {
+            sqlx::query(AssertSqlSafe(statement))
+                .execute(&admin)
+                .await
+                .expect("create the test role");
+        }
+        admin.close().await;
+        let options: PgConnectOptions = admin_url.parse().expect("url");
+        let url = format!(
+            "postgres://{name}@{}:{}/{}",
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or(options.get_username())
+        );
+        Self {
+            name,
+            url,
+            admin_url,
+        }
+    }
+}
+
+impl Drop for TestRole {
+    fn drop(&mut self) {
+        run_cleanup(
+            self.admin_url.clone(),
+            format!("DROP OWNED BY \"{}\"", self.name),
+        );
+        run_cleanup(
+            self.admin_url.clone(),
+            format!("DROP ROLE IF EXISTS \"{}\"", self.name),
+        );
+    }
+}
+
 /// Runs one cleanup statement on its own thread and runtime: `Drop` cannot be async, and
 /// must work whether or not the test's runtime is still alive.
 fn run_cleanup(url: String, statement: String) {
