@@ -276,6 +276,43 @@ async fn connect_retries_an_unreachable_server_and_never_shows_the_password() {
 }
 
 #[tokio::test]
+async fn connect_gives_a_pool_it_cannot_fill_back_and_retries_instead_of_waiting_silently() {
+    // the role may open 2 connections, the pool wants to keep 3 open: every attempt's probe
+    // connects, then the pool cannot be filled. Each attempt gives up within 5 s (not after
+    // the 30 s acquire timeout, holding the connections it got) and says why.
+    let queue = harel_jobs_suite::TestQueue::new().await;
+    let role = harel_jobs_suite::TestRole::with_connection_limit(&queue, 2).await;
+    let options = ConnectOptions {
+        max_connections: 3,
+        min_connections: 3,
+        wait: Duration::from_secs(12),
+        initial_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_millis(100),
+        ..ConnectOptions::default()
+    };
+    let error = tokio::time::timeout(Duration::from_secs(60), connect_with(&role.url, &options))
+        .await
+        .expect("connect_with ignored its wait")
+        .expect_err("the pool cannot be filled");
+    match error {
+        ConnectError::Unreachable {
+            attempts,
+            last_error,
+            ..
+        } => {
+            assert!(attempts >= 2, "one attempt used the whole wait: {attempts}");
+            assert!(
+                last_error
+                    .to_string()
+                    .contains("could not open the pool's 3 connection(s)"),
+                "{last_error}"
+            );
+        }
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn connect_gives_up_at_once_on_an_unknown_database() {
     let mut url: url_parts::Url = database_url().parse().unwrap();
     url.database = harel_jobs_suite::unique_name("no_such_db");

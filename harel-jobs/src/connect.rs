@@ -59,8 +59,11 @@ pub async fn connect(url: &str) -> Result<PgPool, ConnectError> {
 /// While the server cannot be reached, or answers that it is starting up, shutting down or
 /// out of connections, it retries with exponential backoff until `options.wait` has passed,
 /// logging each failure; so a worker started alongside its database waits instead of
-/// crashing. Errors that retrying cannot cure (a wrong password, an unknown database) end
-/// it at once. Neither errors nor logs ever contain the password.
+/// crashing. An attempt that reaches the server but cannot open the pool's
+/// `min_connections` within 5 s (the server out of connections) closes what it opened and
+/// counts as a failure too, so workers started together do not each sit on part of a pool.
+/// Errors that retrying cannot cure (a wrong password, an unknown database) end it at once.
+/// Neither errors nor logs ever contain the password.
 ///
 /// # Errors
 /// [`ConnectError::InvalidUrl`], [`ConnectError::InvalidOptions`],
@@ -140,6 +143,12 @@ pub async fn connect_options_with(
 /// The least time one connection attempt is given, however little is left of the wait.
 const MIN_ATTEMPT_TIME: Duration = Duration::from_secs(1);
 
+/// The most time one attempt may spend opening the pool's `min_connections` once the probe
+/// connected. A server out of connections makes sqlx retry silently; several workers each
+/// holding part of their pool would otherwise wait on each other until `acquire_timeout`.
+/// Giving up sooner logs the wait and frees the partial pool's connections for the others.
+const MAX_POOL_OPEN_TIME: Duration = Duration::from_secs(5);
+
 /// One attempt: a single connection first, then the pool.
 ///
 /// The probe is one plain connection, which fails at once with the real cause when the
@@ -166,9 +175,19 @@ async fn connect_once(
         .min_connections(options.min_connections)
         .acquire_timeout(options.acquire_timeout)
         .connect_with(connect_options.clone());
-    tokio::time::timeout(timeout, pool)
+    let pool_timeout = timeout.min(MAX_POOL_OPEN_TIME);
+    tokio::time::timeout(pool_timeout, pool)
         .await
-        .map_err(|_| timed_out())?
+        .map_err(|_| {
+            sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "could not open the pool's {} connection(s) within {pool_timeout:?} \
+                     (is the server out of connections?)",
+                    options.min_connections.max(1)
+                ),
+            ))
+        })?
 }
 
 /// Parses a connection URL without ever repeating it (it may hold a password).
