@@ -160,15 +160,9 @@ async fn connect_once(
     options: &ConnectOptions,
     timeout: Duration,
 ) -> Result<PgPool, sqlx::Error> {
-    let timed_out = || {
-        sqlx::Error::Io(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no answer within {timeout:?}"),
-        ))
-    };
     let probe = tokio::time::timeout(timeout, connect_options.connect())
         .await
-        .map_err(|_| timed_out())??;
+        .map_err(|_| timed_out(format!("no answer within {timeout:?}")))??;
     let _ = probe.close().await;
     let pool = PgPoolOptions::new()
         .max_connections(options.max_connections)
@@ -179,15 +173,17 @@ async fn connect_once(
     tokio::time::timeout(pool_timeout, pool)
         .await
         .map_err(|_| {
-            sqlx::Error::Io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "could not open the pool's {} connection(s) within {pool_timeout:?} \
-                     (is the server out of connections?)",
-                    options.min_connections.max(1)
-                ),
+            timed_out(format!(
+                "could not open the pool's {} connection(s) within {pool_timeout:?} \
+             (is the server out of connections?)",
+                options.min_connections.max(1)
             ))
         })?
+}
+
+/// A timeout as a connection error, so the retry loop treats it as one.
+fn timed_out(message: String) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, message))
 }
 
 /// Parses a connection URL without ever repeating it (it may hold a password).

@@ -17,6 +17,20 @@ pub fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
+/// `url`'s server as another user and/or database (`None`: keep `url`'s).
+fn url_as(url: &str, user: Option<&str>, database: Option<&str>) -> String {
+    let options: PgConnectOptions = url.parse().expect("DATABASE_URL must be a postgres url");
+    let user = user.unwrap_or(options.get_username());
+    let database = database
+        .or(options.get_database())
+        .unwrap_or(options.get_username());
+    format!(
+        "postgres://{user}@{}:{}/{database}",
+        options.get_host(),
+        options.get_port()
+    )
+}
+
 /// A name nobody else uses: `prefix_` and 16 hex digits.
 pub fn unique_name(prefix: &str) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
@@ -110,14 +124,7 @@ impl TestDatabase {
             .await
             .expect("create database");
         admin.close().await;
-        let options: PgConnectOptions = admin_url.parse().expect("url");
-        let url = format!(
-            "postgres://{}@{}:{}/{}",
-            options.get_username(),
-            options.get_host(),
-            options.get_port(),
-            name
-        );
+        let url = url_as(&admin_url, None, Some(&name));
         Self {
             name,
             url,
@@ -164,13 +171,7 @@ impl TestRole {
                 .expect("create the test role");
         }
         admin.close().await;
-        let options: PgConnectOptions = admin_url.parse().expect("url");
-        let url = format!(
-            "postgres://{name}@{}:{}/{}",
-            options.get_host(),
-            options.get_port(),
-            options.get_database().unwrap_or(options.get_username())
-        );
+        let url = url_as(&admin_url, Some(&name), None);
         Self {
             name,
             url,
