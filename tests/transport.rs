@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use harel_jobs::transport::{
-    ClaimRequest, ClaimedMessage, Completion, Lease, LeaseOutcome, LeaseToken, MAX_GROUP_BYTES,
-    MAX_PAYLOAD_BYTES, Nack, OutgoingMessage,
+    ClaimRequest, ClaimedMessage, Lease, LeaseOutcome, LeaseToken, MAX_GROUP_BYTES,
+    MAX_PAYLOAD_BYTES, OutgoingMessage, Receipt, Settlement,
 };
 use harel_jobs::{InvalidMessage, Priority, PublishError};
 use harel_jobs_suite::TestQueue;
@@ -20,6 +20,16 @@ const LONG: Duration = Duration::from_secs(60);
 
 fn message(group: &str, payload: &str) -> OutgoingMessage {
     OutgoingMessage::new(group, "test", payload)
+}
+
+/// A release of the lease: the group waits `delay`, `error` is recorded, and the attempt
+/// counts unless `count_attempt` is false.
+fn release(delay: Duration, error: Option<&str>, count_attempt: bool) -> Settlement {
+    Settlement::Release {
+        delay,
+        error: error.map(str::to_owned),
+        count_attempt,
+    }
 }
 
 fn at(group: &str, priority: u8) -> OutgoingMessage {
@@ -306,12 +316,14 @@ async fn a_lapsed_lease_is_fenced_off_after_takeover() {
     let group_before = group_row(&q, "g").await.unwrap();
     let message_before = message_row(&q, seq).await.unwrap();
     assert_eq!(ack(&q, &first.lease).await, LeaseOutcome::LeaseLost);
-    let late_nack = Nack {
-        error: Some("late".into()),
-        ..Nack::now(first.lease.clone())
-    };
     assert_eq!(
-        t.nack(&q.pool, &late_nack).await.unwrap(),
+        t.settle(
+            &q.pool,
+            &first.lease,
+            release(Duration::ZERO, Some("late"), true)
+        )
+        .await
+        .unwrap(),
         LeaseOutcome::LeaseLost
     );
     let late_dead = t.dead_letter(&q.pool, &first.lease, "late").await.unwrap();
@@ -358,6 +370,66 @@ async fn acking_an_acked_message_is_lease_lost() {
     assert_eq!(q.count("transport_groups").await, 0);
 }
 
+/// A settle whose reply was lost is sent again by the worker: with the batch's receipt it
+/// is answered as already applied; without, the ended lease refuses it. Either way it is
+/// not applied twice (a snooze used to give its attempt back twice: attempt 0 next).
+#[tokio::test]
+async fn a_settle_sent_again_changes_nothing_and_with_its_receipt_says_already_applied() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let seqs = t
+        .publish_many(&q.pool, &[message("g", "1"), message("g", "2")])
+        .await
+        .unwrap();
+    let snooze = |m: &ClaimedMessage| {
+        vec![(
+            m.lease.clone(),
+            release(Duration::from_millis(1), None, false),
+        )]
+    };
+    let head_attempts = || async { group_row(&q, "g").await.expect("group row").4 };
+
+    let m = claim(&q, LONG).await.unwrap();
+    assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1));
+    let receipt = Receipt::new();
+    let first = t.settle_many(&q.pool, &snooze(&m), Some(&receipt)).await;
+    assert_eq!(first.unwrap(), [LeaseOutcome::Applied]);
+    let again = t.settle_many(&q.pool, &snooze(&m), Some(&receipt)).await;
+    assert_eq!(again.unwrap(), [LeaseOutcome::AlreadyApplied]);
+    let without_receipt = t.settle_many(&q.pool, &snooze(&m), None).await;
+    assert_eq!(without_receipt.unwrap(), [LeaseOutcome::LeaseLost]);
+    assert_eq!(
+        head_attempts().await,
+        0,
+        "the snooze gave its attempt back once"
+    );
+
+    let m = claim_eventually(&q, LONG).await;
+    assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1), "still attempt 1");
+    let next = receipt.next();
+    let ack = vec![(m.lease.clone(), Settlement::Ack)];
+    let first = t.settle_many(&q.pool, &ack, Some(&next)).await.unwrap();
+    assert_eq!(first, [LeaseOutcome::Applied]);
+    let again = t.settle_many(&q.pool, &ack, Some(&next)).await.unwrap();
+    assert_eq!(again, [LeaseOutcome::AlreadyApplied]);
+    let m = claim(&q, LONG).await.unwrap();
+    assert_eq!(m.lease.seq, seqs[1], "the second message is untouched");
+
+    // each batch forgot the one before; harel_maintain prunes what stopped workers left
+    assert_eq!(q.count("settle_receipts").await, 1);
+    sqlx::query(
+        q.sql("UPDATE @schema@.settle_receipts SET created_at = now() - interval '2 hours'"),
+    )
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let pruned: i64 = sqlx::query_scalar(q.sql("SELECT @schema@.harel_maintain()"))
+        .fetch_one(&q.pool)
+        .await
+        .unwrap();
+    assert_eq!((pruned, q.count("settle_receipts").await), (1, 0));
+}
+
 #[tokio::test]
 async fn a_batch_ack_reports_each_lease_in_input_order() {
     let q = TestQueue::new().await;
@@ -399,12 +471,11 @@ async fn nack_with_a_delay_parks_the_whole_group_until_it_passes() {
     assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1));
 
     let delay = Duration::from_secs(3);
-    let nack = Nack {
-        delay,
-        error: Some("boom: try later".into()),
-        ..Nack::now(m.lease.clone())
-    };
-    assert_eq!(t.nack(&q.pool, &nack).await.unwrap(), LeaseOutcome::Applied);
+    let nack = release(delay, Some("boom: try later"), true);
+    assert_eq!(
+        t.settle(&q.pool, &m.lease, nack).await.unwrap(),
+        LeaseOutcome::Applied
+    );
     let (_, park_end, ..) = group_row(&q, "g").await.unwrap();
 
     // neither the nacked message nor the one behind it
@@ -431,7 +502,9 @@ async fn nack_without_delay_frees_the_group_at_once_and_counts_the_attempt() {
     let seq = t.publish(&q.pool, &message("g", "{}")).await.unwrap();
     let m = claim(&q, LONG).await.unwrap();
     assert_eq!(
-        t.nack(&q.pool, &Nack::now(m.lease.clone())).await.unwrap(),
+        t.settle(&q.pool, &m.lease, Settlement::release_now())
+            .await
+            .unwrap(),
         LeaseOutcome::Applied
     );
     let again = claim(&q, LONG).await.expect("freed at once");
@@ -449,16 +522,18 @@ async fn nack_without_counting_gives_the_attempt_back() {
     for _ in 0..3 {
         let m = claim(&q, LONG).await.unwrap();
         assert_eq!((m.lease.seq, m.attempt), (seq, 1));
-        let nack = Nack {
-            count_attempt: false,
-            ..Nack::now(m.lease)
-        };
-        assert_eq!(t.nack(&q.pool, &nack).await.unwrap(), LeaseOutcome::Applied);
+        let nack = release(Duration::ZERO, None, false);
+        assert_eq!(
+            t.settle(&q.pool, &m.lease, nack).await.unwrap(),
+            LeaseOutcome::Applied
+        );
     }
     let m = claim(&q, LONG).await.unwrap();
     assert_eq!(m.attempt, 1);
     assert_eq!(
-        t.nack(&q.pool, &Nack::now(m.lease)).await.unwrap(),
+        t.settle(&q.pool, &m.lease, Settlement::release_now())
+            .await
+            .unwrap(),
         LeaseOutcome::Applied
     );
     assert_eq!(claim(&q, LONG).await.unwrap().attempt, 2);
@@ -548,17 +623,16 @@ async fn batch_outcomes_tell_a_stale_lease_from_the_current_lease_of_the_same_me
     assert_eq!(lost, [stale_e]);
 
     let [stale_n, current_n] = pair("n");
-    let with_error = |lease: &Lease, error: &str| Nack {
-        error: Some(error.into()),
-        ..Nack::now(lease.clone())
-    };
+    let with_error =
+        |lease: &Lease, error: &str| (lease.clone(), release(Duration::ZERO, Some(error), true));
     let outcomes = t
-        .nack_many(
+        .settle_many(
             &q.pool,
             &[
                 with_error(&stale_n, "from the stale lease"),
                 with_error(&current_n, "from the current lease"),
             ],
+            None,
         )
         .await
         .unwrap();
@@ -570,9 +644,10 @@ async fn batch_outcomes_tell_a_stale_lease_from_the_current_lease_of_the_same_me
     let outcomes = t.ack_many(&q.pool, &[stale_a, current_a]).await.unwrap();
     assert_eq!(outcomes, [LeaseOutcome::LeaseLost, LeaseOutcome::Applied]);
     let outcomes = t
-        .complete_many(
+        .settle_many(
             &q.pool,
-            &[Completion::DeadLetter(current_e.clone(), "x".into())],
+            &[(current_e.clone(), Settlement::dead_letter("x"))],
+            None,
         )
         .await
         .unwrap();
@@ -614,11 +689,11 @@ async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
         .await
         .unwrap();
     let m = claim(&q, LONG).await.unwrap();
-    let nack = Nack {
-        error: Some("first failure".into()),
-        ..Nack::now(m.lease)
-    };
-    assert_eq!(t.nack(&q.pool, &nack).await.unwrap(), LeaseOutcome::Applied);
+    let nack = release(Duration::ZERO, Some("first failure"), true);
+    assert_eq!(
+        t.settle(&q.pool, &m.lease, nack).await.unwrap(),
+        LeaseOutcome::Applied
+    );
     let m = claim(&q, LONG).await.unwrap();
     assert_eq!(m.attempt, 2);
     assert_eq!(
@@ -905,11 +980,13 @@ async fn leases_taken_late_in_a_transaction_last_their_full_length() {
         -extended_left
     );
 
-    let park = Nack {
-        delay: four,
-        ..Nack::now(held.lease.clone())
-    };
-    assert!(t.nack(&mut *tx, &park).await.unwrap().is_applied());
+    let park = release(four, None, true);
+    assert!(
+        t.settle(&mut *tx, &held.lease, park)
+            .await
+            .unwrap()
+            .is_applied()
+    );
     tx.commit().await.unwrap();
     let park_left: f64 = sqlx::query_scalar(left(&q))
         .fetch_one(&q.pool)
@@ -1049,11 +1126,11 @@ async fn publish_into_a_parked_group_does_not_unpark_it() {
     let t = &q.transport;
     t.publish(&q.pool, &message("g", "1")).await.unwrap();
     let m = claim(&q, LONG).await.unwrap();
-    let park = Nack {
-        delay: Duration::from_secs(600),
-        ..Nack::now(m.lease)
-    };
-    assert_eq!(t.nack(&q.pool, &park).await.unwrap(), LeaseOutcome::Applied);
+    let park = release(Duration::from_secs(600), None, true);
+    assert_eq!(
+        t.settle(&q.pool, &m.lease, park).await.unwrap(),
+        LeaseOutcome::Applied
+    );
     let before = group_row(&q, "g").await.unwrap();
 
     t.publish(&q.pool, &message("g", "2")).await.unwrap();

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use harel_jobs::transport::{ClaimRequest, ClaimedMessage, LeaseOutcome, OutgoingMessage};
+use harel_jobs::transport::{
+    ClaimRequest, ClaimedMessage, LeaseOutcome, OutgoingMessage, Settlement,
+};
 use harel_jobs_suite::TestQueue;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -511,9 +513,9 @@ async fn a_message_completed_during_a_claim_is_not_handed_out_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batch_writes_of_the_same_leases_in_opposite_orders_never_deadlock() {
-    // A worker's heartbeat (extend) and completer (nack, ack) write batches of the same
-    // group rows at once, in whatever order they hold them: the functions lock rows in
-    // group order, so the two can wait for each other but never deadlock.
+    // A worker's heartbeat (extend) and completer (settle) write batches of the same group
+    // rows at once, in whatever order they hold them: the functions lock rows in group
+    // order, so the two can wait for each other but never deadlock.
     const GROUPS: usize = 300;
     let q = Arc::new(TestQueue::new().await);
     let batch: Vec<_> = (0..GROUPS)
@@ -524,48 +526,48 @@ async fn batch_writes_of_the_same_leases_in_opposite_orders_never_deadlock() {
         limit: GROUPS as u32,
         ..ClaimRequest::new(Duration::from_secs(600))
     };
-    let claimed = q.transport.claim_many(&q.pool, &request).await.unwrap();
-    assert_eq!(claimed.len(), GROUPS);
-    let mut ascending: Vec<_> = claimed.into_iter().map(|m| m.lease).collect();
-    ascending.sort_by(|a, b| a.group.cmp(&b.group));
-    let mut descending = ascending.clone();
-    descending.reverse();
+    for _ in 0..20 {
+        let claimed = q.transport.claim_many(&q.pool, &request).await.unwrap();
+        assert_eq!(claimed.len(), GROUPS);
+        let mut ascending: Vec<_> = claimed.into_iter().map(|m| m.lease).collect();
+        ascending.sort_by(|a, b| a.group.cmp(&b.group));
+        let mut descending = ascending.clone();
+        descending.reverse();
 
-    let parker = {
-        let q = Arc::clone(&q);
-        tokio::spawn(async move {
-            let nacks: Vec<_> = ascending
-                .into_iter()
-                .map(|lease| harel_jobs::transport::Nack {
-                    delay: Duration::from_secs(3600),
-                    error: None,
-                    count_attempt: false,
-                    ..harel_jobs::transport::Nack::now(lease)
-                })
-                .collect();
-            for _ in 0..40 {
-                let outcomes = q.transport.nack_many(&q.pool, &nacks).await?;
+        let extender = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    q.transport
+                        .extend_many(&q.pool, &descending, Duration::from_secs(600))
+                        .await?;
+                }
+                Ok::<_, harel_jobs::TransportError>(())
+            })
+        };
+        let releaser = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move {
+                let releases: Vec<_> = ascending
+                    .into_iter()
+                    .map(|lease| {
+                        let release = Settlement::Release {
+                            delay: Duration::ZERO,
+                            error: None,
+                            count_attempt: false,
+                        };
+                        (lease, release)
+                    })
+                    .collect();
+                let outcomes = q.transport.settle_many(&q.pool, &releases, None).await?;
                 assert!(outcomes.iter().all(|o| o.is_applied()));
-            }
-            Ok::<_, harel_jobs::TransportError>(())
-        })
-    };
-    let extender = {
-        let q = Arc::clone(&q);
-        tokio::spawn(async move {
-            for _ in 0..40 {
-                let lost = q
-                    .transport
-                    .extend_many(&q.pool, &descending, Duration::from_secs(600))
-                    .await?;
-                assert!(lost.is_empty());
-            }
-            Ok::<_, harel_jobs::TransportError>(())
-        })
-    };
-    let parked = within("the nacks", parker).await.unwrap();
-    let extended = within("the extensions", extender).await.unwrap();
-    // a deadlock shows as SQLSTATE 40P01 in one of them
-    parked.expect("nack_many failed");
-    extended.expect("extend_many failed");
+                Ok::<_, harel_jobs::TransportError>(())
+            })
+        };
+        let released = within("the releases", releaser).await.unwrap();
+        let extended = within("the extensions", extender).await.unwrap();
+        // a deadlock shows as SQLSTATE 40P01 in one of them
+        released.expect("settle_many failed");
+        extended.expect("extend_many failed");
+    }
 }

@@ -28,10 +28,17 @@ const CLAIM_ACK_ROUND: &str = "
 SELECT gen_random_uuid() AS tok \\gset
 TRUNCATE claimed;
 INSERT INTO claimed SELECT * FROM harel.harel_claim(:'tok', 30000, 64, 0);
-SELECT count(*) FILTER (WHERE acked) AS acked
-  FROM harel.harel_ack((SELECT array_agg(group_id) FROM claimed),
-                       (SELECT array_agg(seq) FROM claimed),
-                       array_fill(:'tok'::uuid, ARRAY[(SELECT count(*) FROM claimed)::int]));
+SELECT count(*) AS n FROM claimed \\gset
+SELECT count(*) FILTER (WHERE outcome = 'applied') AS acked
+  FROM harel.harel_settle((SELECT array_agg(group_id) FROM claimed),
+                          (SELECT array_agg(seq) FROM claimed),
+                          array_fill(:'tok'::uuid, ARRAY[:n]),
+                          array_fill('ack'::text, ARRAY[:n]),
+                          array_fill(NULL::bigint, ARRAY[:n]),
+                          array_fill(NULL::text, ARRAY[:n]),
+                          array_fill(NULL::boolean, ARRAY[:n]),
+                          array_fill(NULL::int, ARRAY[:n]),
+                          gen_random_uuid(), gen_random_uuid());
 ";
 
 /// A psql script: six rounds unexplained (PL/pgSQL switches to generic plans after five

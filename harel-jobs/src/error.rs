@@ -169,6 +169,11 @@ pub enum TransportError {
     /// An argument is out of range (for example a zero lease).
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+    /// The database answered with rows that do not match the request (one row per input,
+    /// in input order): the queue's functions are not the ones this release expects. Run
+    /// [`migrate`](crate::migrate()).
+    #[error("the queue's functions answered unexpectedly: is the schema migrated by this release?")]
+    UnexpectedReply,
 }
 
 impl From<sqlx::Error> for TransportError {
@@ -198,6 +203,30 @@ pub enum MigrateError {
         /// What the database said.
         #[source]
         source: DatabaseError,
+    },
+    /// The database failed or refused a function file.
+    #[error("function {name} failed to apply: {source}")]
+    Function {
+        /// The function's name.
+        name: &'static str,
+        /// What the database said.
+        #[source]
+        source: DatabaseError,
+    },
+    /// The schema is not migrated to what this release expects (it does not exist, or
+    /// migrations or function updates are pending): run [`migrate`](crate::migrate()) (as
+    /// the queue's owner) first.
+    #[error(
+        "schema {schema:?} is not migrated for this release (applied version {applied}, \
+         expected {expected}, or its functions are older): run harel_jobs::migrate first"
+    )]
+    NotMigrated {
+        /// The schema.
+        schema: String,
+        /// The newest migration applied (0: none).
+        applied: i32,
+        /// The version this release expects.
+        expected: i32,
     },
     /// Reaching the database, taking the migration lock or reading the bookkeeping failed.
     #[error("migrating failed: {0}")]

@@ -35,8 +35,8 @@
 //!   [`JobOptions`], [`Backoff`]; enqueueing with [`Enqueue`] and [`JobBatch`].
 //! - **The worker pool**: [`Worker`], [`WorkerBuilder`], [`WorkerHandle`]; the
 //!   [`DeadLetters`] table; [`QueueStats`].
-//! - **The transport** ([`transport`]): raw JSON messages in groups; publish, claim, ack,
-//!   nack and extend, each one round trip through a PL/pgSQL function.
+//! - **The transport** ([`transport`]): raw JSON messages in groups; publish, claim, settle
+//!   and extend, each one round trip through a PL/pgSQL function.
 //! - **Setup**: [`connect`] (waits for the database), [`migrate`] (safe from every process
 //!   at once), [`Schema`].
 //!
@@ -83,7 +83,7 @@ pub use harel_jobs_macros::job;
 pub use inspect::QueueStats;
 pub use job::{Handler, Job, JobOptions};
 pub use job_error::{Action, IntoJobResult, JobError, JobResult};
-pub use migrate::{SCHEMA_VERSION, migrate, migrate_schema};
+pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
 pub use retry::Backoff;
 pub use schema::Schema;
 pub use transport::Priority;

@@ -1,30 +1,87 @@
 //! Creating and upgrading the queue's schema.
 //!
-//! The migrations are the `.sql` files of the repository's `migrations/` folder, embedded
-//! at compile time. Their bookkeeping lives in `<schema>._migrations`, not in sqlx's
-//! `_sqlx_migrations`, so they never mix with the application's own migrations.
+//! The SQL is the crate's `sql/` folder, embedded at compile time (its README states the
+//! upgrade rules): versioned migrations for tables and data, applied once each, and one
+//! file per function, re-applied whenever its text changes. The bookkeeping lives in
+//! `<schema>._migrations` and `<schema>._functions`, not in sqlx's `_sqlx_migrations`, so it
+//! never mixes with the application's own migrations.
 
-use sqlx::{AssertSqlSafe, PgPool};
+use std::collections::HashMap;
+
+use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 
 use crate::error::{DatabaseError, MigrateError};
 use crate::schema::Schema;
 
-/// One embedded migration.
+/// One versioned migration.
+#[derive(Debug)]
 struct Migration {
     version: i32,
     name: &'static str,
     sql: &'static str,
+    /// Checksums of earlier texts of this migration that created the same objects, so
+    /// that schemas they migrated are accepted (and upgraded by the later migrations).
+    also_accepts: &'static [&'static str],
 }
 
-/// Every migration, oldest first. Versions are never reused or edited once released.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "transport",
-    sql: include_str!("../../migrations/0001_transport.sql"),
-}];
+/// One function file.
+#[derive(Debug)]
+struct Function {
+    name: &'static str,
+    sql: &'static str,
+}
+
+/// Every versioned migration, oldest first. Released ones never change (sql/README.md).
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "transport",
+        sql: include_str!("../sql/migrations/0001_transport.sql"),
+        // 0001 of the first releases also held the functions (now in sql/functions/);
+        // its tables are exactly today's 0001
+        also_accepts: &["016ef39be47eb6707aa2855f8b335ea2"],
+    },
+    Migration {
+        version: 2,
+        name: "settle",
+        sql: include_str!("../sql/migrations/0002_settle.sql"),
+        also_accepts: &[],
+    },
+];
+
+/// Every function, in the order they are applied.
+const FUNCTIONS: &[Function] = &[
+    Function {
+        name: "harel_drop_empty_groups",
+        sql: include_str!("../sql/functions/harel_drop_empty_groups.sql"),
+    },
+    Function {
+        name: "harel_publish",
+        sql: include_str!("../sql/functions/harel_publish.sql"),
+    },
+    Function {
+        name: "harel_claim",
+        sql: include_str!("../sql/functions/harel_claim.sql"),
+    },
+    Function {
+        name: "harel_settle",
+        sql: include_str!("../sql/functions/harel_settle.sql"),
+    },
+    Function {
+        name: "harel_extend",
+        sql: include_str!("../sql/functions/harel_extend.sql"),
+    },
+    Function {
+        name: "harel_maintain",
+        sql: include_str!("../sql/functions/harel_maintain.sql"),
+    },
+];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
+
+/// This release, recorded with the functions it applies (see [`newer_release`]).
+const RELEASE: &str = env!("CARGO_PKG_VERSION");
 
 /// Creates or upgrades the queue in the default schema (`harel`).
 ///
@@ -44,139 +101,287 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
 
 /// Creates or upgrades the queue in `schema`.
 ///
-/// All pending migrations run in one transaction under a transaction-level advisory lock
-/// keyed on the schema name, each with its bookkeeping row: any number of processes may
-/// call this at once, one does the work and the others find it done. The schema itself is
-/// created (`CREATE SCHEMA IF NOT EXISTS`) under the same lock.
+/// Pending versioned migrations, then the function files whose text changed, run in one
+/// transaction under a transaction-level advisory lock keyed on the schema name, each with
+/// its bookkeeping row: any number of processes may call this at once, one does the work
+/// and the others find it done. The schema itself is created (`CREATE SCHEMA IF NOT
+/// EXISTS`) under the same lock. Run it as the role that is to own the queue: the functions
+/// run with their owner's rights (see the README's "Database roles").
 ///
-/// When the schema is already current, this only reads `<schema>._migrations` and changes
-/// nothing, so a worker whose role may not create anything (see RELIABILITY.md, least
-/// privilege) can still call it at start-up, given `SELECT` on that table.
+/// When the schema is already current, this only reads the bookkeeping tables (readable by
+/// every role with `USAGE` on the schema) and changes nothing, so a worker whose role may
+/// not create anything can still call it at start-up.
 ///
 /// # Errors
 /// [`MigrateError::Migration`] if a statement fails (nothing of the run is kept),
 /// [`MigrateError::NewerSchema`] if a newer release already migrated this schema,
+/// [`MigrateError::Modified`] if an applied migration differs from this release's,
 /// [`MigrateError::Database`] if the database cannot be reached or refuses the lock.
 pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateError> {
     if let Some(applied) = read_applied(pool, schema).await?
-        && applied.check()? == SCHEMA_VERSION
+        && applied.plan()?.is_empty()
     {
         return Ok(());
     }
     let mut tx = pool.begin().await?;
-
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind(format!("harel-jobs migrate {}", schema.name()))
         .execute(&mut *tx)
         .await?;
-
-    let setup = schema.render(
-        "CREATE SCHEMA IF NOT EXISTS @schema@;
-         CREATE TABLE IF NOT EXISTS @schema@._migrations (
-             version    INT         PRIMARY KEY,
-             name       TEXT        NOT NULL,
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
-         ALTER TABLE @schema@._migrations ADD COLUMN IF NOT EXISTS checksum TEXT;",
-    );
-    sqlx::raw_sql(AssertSqlSafe(setup))
+    sqlx::raw_sql(AssertSqlSafe(schema.render(BOOKKEEPING)))
         .execute(&mut *tx)
         .await?;
-
-    let applied = Applied::from(applied_query(schema).fetch_one(&mut *tx).await?).check()?;
-
-    for migration in MIGRATIONS.iter().filter(|m| m.version > applied) {
-        let failed = |source: sqlx::Error| MigrateError::Migration {
-            version: migration.version,
-            name: migration.name,
-            source: DatabaseError::new(source),
-        };
-        sqlx::raw_sql(AssertSqlSafe(schema.render(migration.sql)))
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-        sqlx::query(AssertSqlSafe(schema.render(
-            "INSERT INTO @schema@._migrations (version, name, checksum) VALUES ($1, $2, md5($3))",
-        )))
-        .bind(migration.version)
-        .bind(migration.name)
-        .bind(migration.sql)
-        .execute(&mut *tx)
+    let plan = applied_query(schema)
+        .fetch_all(&mut *tx)
         .await
-        .map_err(failed)?;
-        tracing::info!(
-            schema = schema.name(),
-            version = migration.version,
-            name = migration.name,
-            "harel-jobs migration applied"
-        );
-    }
-
+        .map(Applied::from_rows)?
+        .plan()?;
+    plan.apply(&mut tx, schema).await?;
     tx.commit().await?;
     Ok(())
 }
 
-/// What `<schema>._migrations` records.
-struct Applied {
-    /// The newest version applied (0 when none).
-    newest: i32,
-    /// The oldest applied migration whose recorded checksum is not that of this release's
-    /// text (or that has none: applied before checksums were kept).
-    modified: Option<i32>,
-}
-
-impl From<(i32, Option<i32>)> for Applied {
-    fn from((newest, modified): (i32, Option<i32>)) -> Self {
-        Self { newest, modified }
+/// Checks that `schema` is migrated to what this release expects, reading only the
+/// bookkeeping tables: for a worker at start-up.
+///
+/// # Errors
+/// [`MigrateError::NotMigrated`] if migrations or function updates are pending (or the
+/// schema does not exist), [`MigrateError::NewerSchema`] and [`MigrateError::Modified`] as
+/// for [`migrate_schema`], [`MigrateError::Database`] if it cannot be read.
+pub async fn check_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateError> {
+    let not_migrated = |applied: i32| MigrateError::NotMigrated {
+        schema: schema.name().to_owned(),
+        applied,
+        expected: SCHEMA_VERSION,
+    };
+    let Some(applied) = read_applied(pool, schema).await? else {
+        return Err(not_migrated(0));
+    };
+    let newest = applied.newest();
+    if applied.plan()?.is_empty() {
+        Ok(())
+    } else {
+        Err(not_migrated(newest))
     }
 }
 
+/// Creates the bookkeeping tables (under the migration lock).
+const BOOKKEEPING: &str = "
+    CREATE SCHEMA IF NOT EXISTS @schema@;
+    CREATE TABLE IF NOT EXISTS @schema@._migrations (
+        version    INT         PRIMARY KEY,
+        name       TEXT        NOT NULL,
+        applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
+    ALTER TABLE @schema@._migrations ADD COLUMN IF NOT EXISTS checksum TEXT;
+    CREATE TABLE IF NOT EXISTS @schema@._functions (
+        name       TEXT        PRIMARY KEY,
+        checksum   TEXT        NOT NULL,
+        release    TEXT        NOT NULL,
+        applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
+    -- versions and checksums only: every role may read them (workers check them at start-up)
+    GRANT SELECT ON @schema@._migrations, @schema@._functions TO PUBLIC;";
+
+/// What the bookkeeping records, with this release's checksums (computed by the server).
+#[derive(Debug, Default)]
+struct Applied {
+    /// Applied migration versions and their recorded checksums.
+    migrations: Vec<(i32, Option<String>)>,
+    /// Applied functions: (checksum, release).
+    functions: HashMap<String, (String, String)>,
+    /// md5 of this release's texts, by migration version and function name.
+    ours: HashMap<String, String>,
+}
+
+/// What a run has to do.
+#[derive(Debug, Default)]
+struct Plan {
+    migrations: Vec<&'static Migration>,
+    functions: Vec<&'static Function>,
+}
+
+impl Plan {
+    fn is_empty(&self) -> bool {
+        self.migrations.is_empty() && self.functions.is_empty()
+    }
+
+    async fn apply(&self, tx: &mut PgConnection, schema: &Schema) -> Result<(), MigrateError> {
+        for migration in &self.migrations {
+            let failed = |source: sqlx::Error| MigrateError::Migration {
+                version: migration.version,
+                name: migration.name,
+                source: DatabaseError::new(source),
+            };
+            sqlx::raw_sql(AssertSqlSafe(schema.render(migration.sql)))
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+            sqlx::query(AssertSqlSafe(schema.render(
+                "INSERT INTO @schema@._migrations (version, name, checksum) \
+                 VALUES ($1, $2, md5($3))",
+            )))
+            .bind(migration.version)
+            .bind(migration.name)
+            .bind(migration.sql)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+            tracing::info!(
+                schema = schema.name(),
+                version = migration.version,
+                name = migration.name,
+                "harel-jobs migration applied"
+            );
+        }
+        for function in &self.functions {
+            let failed = |source: sqlx::Error| MigrateError::Function {
+                name: function.name,
+                source: DatabaseError::new(source),
+            };
+            sqlx::raw_sql(AssertSqlSafe(schema.render(function.sql)))
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+            sqlx::query(AssertSqlSafe(schema.render(
+                "INSERT INTO @schema@._functions AS f (name, checksum, release)
+                 VALUES ($1, md5($2), $3)
+                 ON CONFLICT (name) DO UPDATE
+                    SET checksum = excluded.checksum, release = excluded.release,
+                        applied_at = now()",
+            )))
+            .bind(function.name)
+            .bind(function.sql)
+            .bind(RELEASE)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+            tracing::debug!(
+                schema = schema.name(),
+                function = function.name,
+                "harel-jobs function applied"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One row of [`applied_query`]: what it is (`m`igration, `f`unction, `o`ur checksum),
+/// its key, a checksum and (functions) the release that applied it.
+type AppliedRow = (String, String, Option<String>, Option<String>);
+
 impl Applied {
-    /// The newest version applied, if this release can work with what is applied.
-    fn check(&self) -> Result<i32, MigrateError> {
-        if self.newest > SCHEMA_VERSION {
+    fn from_rows(rows: Vec<AppliedRow>) -> Self {
+        let mut applied = Self::default();
+        for (what, key, checksum, release) in rows {
+            match what.as_str() {
+                "m" => {
+                    if let Ok(version) = key.parse() {
+                        applied.migrations.push((version, checksum));
+                    }
+                }
+                "f" => {
+                    let entry = (checksum.unwrap_or_default(), release.unwrap_or_default());
+                    applied.functions.insert(key, entry);
+                }
+                _ => {
+                    applied.ours.insert(key, checksum.unwrap_or_default());
+                }
+            }
+        }
+        applied
+    }
+
+    /// The newest version applied (0 when none).
+    fn newest(&self) -> i32 {
+        self.migrations.iter().map(|m| m.0).max().unwrap_or(0)
+    }
+
+    /// What this release has to do to the schema, if it can work with what is applied.
+    fn plan(&self) -> Result<Plan, MigrateError> {
+        let newest = self.newest();
+        if newest > SCHEMA_VERSION {
             return Err(MigrateError::NewerSchema {
-                found: self.newest,
+                found: newest,
                 known: SCHEMA_VERSION,
             });
         }
-        match self.modified {
-            Some(version) => Err(MigrateError::Modified {
-                version,
-                name: MIGRATIONS
-                    .iter()
-                    .find(|m| m.version == version)
-                    .map_or("unknown", |m| m.name),
-            }),
-            None => Ok(self.newest),
+        let mut versions: Vec<&(i32, Option<String>)> = self.migrations.iter().collect();
+        versions.sort_by_key(|m| m.0);
+        for (version, checksum) in versions {
+            let known = MIGRATIONS.iter().find(|m| m.version == *version);
+            let ours = self.ours.get(&version.to_string());
+            let accepted = match (known, checksum) {
+                (Some(migration), Some(checksum)) => {
+                    Some(checksum) == ours || migration.also_accepts.contains(&checksum.as_str())
+                }
+                _ => false,
+            };
+            if !accepted {
+                return Err(MigrateError::Modified {
+                    version: *version,
+                    name: known.map_or("unknown", |m| m.name),
+                });
+            }
+        }
+        let migrations: Vec<&'static Migration> =
+            MIGRATIONS.iter().filter(|m| m.version > newest).collect();
+        // after any versioned migration, every function again: a migration may have
+        // dropped or replaced one whose file did not change
+        let functions = FUNCTIONS
+            .iter()
+            .filter(|f| !migrations.is_empty() || self.function_is_stale(f))
+            .collect();
+        Ok(Plan {
+            migrations,
+            functions,
+        })
+    }
+
+    /// Whether `function` differs from what is applied and is ours to replace.
+    fn function_is_stale(&self, function: &Function) -> bool {
+        match self.functions.get(function.name) {
+            None => true,
+            Some((checksum, release)) => {
+                Some(checksum) != self.ours.get(function.name) && !newer_release(release, RELEASE)
+            }
         }
     }
 }
 
-/// Reads the applied versions and compares their checksums with this release's texts
-/// (md5, computed by the server on both sides).
+/// Whether release `a` is newer than `b` (`major.minor.patch`; anything unparsable is
+/// never newer).
+fn newer_release(a: &str, b: &str) -> bool {
+    fn parse(version: &str) -> Option<(u64, u64, u64)> {
+        let core = version.split(['-', '+']).next()?;
+        let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+        Some((parts.next()??, parts.next()??, parts.next()??))
+    }
+    matches!((parse(a), parse(b)), (Some(a), Some(b)) if a > b)
+}
+
+/// Reads the bookkeeping, and the checksums of this release's texts.
 fn applied_query(
     schema: &Schema,
-) -> sqlx::query::QueryAs<'static, sqlx::Postgres, (i32, Option<i32>), sqlx::postgres::PgArguments>
-{
-    let versions: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
-    let texts: Vec<&'static str> = MIGRATIONS.iter().map(|m| m.sql).collect();
+) -> sqlx::query::QueryAs<'static, sqlx::Postgres, AppliedRow, sqlx::postgres::PgArguments> {
+    let mut keys: Vec<String> = MIGRATIONS.iter().map(|m| m.version.to_string()).collect();
+    keys.extend(FUNCTIONS.iter().map(|f| f.name.to_owned()));
+    let mut texts: Vec<&'static str> = MIGRATIONS.iter().map(|m| m.sql).collect();
+    texts.extend(FUNCTIONS.iter().map(|f| f.sql));
     sqlx::query_as(AssertSqlSafe(schema.render(
-        "SELECT COALESCE(max(applied.version), 0) AS newest,
-                min(applied.version) FILTER (
-                    WHERE applied.checksum IS DISTINCT FROM md5(known.sql)) AS modified
-           FROM @schema@._migrations AS applied
-           LEFT JOIN unnest($1::int[], $2::text[]) AS known (version, sql)
-                  ON known.version = applied.version",
+        "SELECT 'm', version::text, checksum, NULL::text FROM @schema@._migrations
+         UNION ALL
+         SELECT 'f', name, checksum, release FROM @schema@._functions
+         UNION ALL
+         SELECT 'o', k.key, md5(k.sql), NULL FROM unnest($1::text[], $2::text[]) AS k (key, sql)",
     )))
-    .bind(versions)
+    .bind(keys)
     .bind(texts)
 }
 
 /// What is applied to `schema`, without taking any lock; `None` if the schema or its
-/// bookkeeping table does not exist yet (or predates checksums), or cannot be read.
+/// bookkeeping tables do not exist yet (or predate checksums), or cannot be read.
 async fn read_applied(pool: &PgPool, schema: &Schema) -> Result<Option<Applied>, MigrateError> {
-    match applied_query(schema).fetch_one(pool).await {
-        Ok(row) => Ok(Some(Applied::from(row))),
+    match applied_query(schema).fetch_all(pool).await {
+        Ok(rows) => Ok(Some(Applied::from_rows(rows))),
         Err(error) => {
             let error = DatabaseError::new(error);
             // undefined schema, table or column, or no right to read it: let the full path
@@ -187,6 +392,22 @@ async fn read_applied(pool: &PgPool, schema: &Schema) -> Result<Option<Applied>,
             }
         }
     }
+}
+
+/// Every SQL file of this release rendered for `schema`, with its path under the
+/// repository's `migrations/` folder (which holds them rendered for the default schema).
+#[cfg(test)]
+fn rendered_files(schema: &Schema) -> Vec<(String, String)> {
+    let migrations = MIGRATIONS.iter().map(|m| {
+        (
+            format!("{:04}_{}.sql", m.version, m.name),
+            schema.render(m.sql),
+        )
+    });
+    let functions = FUNCTIONS
+        .iter()
+        .map(|f| (format!("functions/{}.sql", f.name), schema.render(f.sql)));
+    migrations.chain(functions).collect()
 }
 
 #[cfg(test)]
@@ -205,14 +426,243 @@ mod tests {
     fn every_object_is_schema_qualified() {
         // an unqualified table or function would land in the caller's search_path (indexes
         // always go to their table's schema)
-        for migration in MIGRATIONS {
-            for line in migration.sql.lines() {
+        let texts = MIGRATIONS.iter().map(|m| m.sql);
+        for text in texts.chain(FUNCTIONS.iter().map(|f| f.sql)) {
+            for line in text.lines() {
                 let line = line.trim_start();
-                let creates = ["CREATE TABLE", "CREATE OR REPLACE FUNCTION", "ALTER TABLE"];
+                let creates = [
+                    "CREATE TABLE",
+                    "CREATE OR REPLACE FUNCTION",
+                    "ALTER TABLE",
+                    "DROP FUNCTION",
+                    "REVOKE",
+                ];
                 if creates.iter().any(|c| line.starts_with(c)) {
                     assert!(line.contains("@schema@."), "unqualified: {line}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn versioned_migrations_create_no_function() {
+        for migration in MIGRATIONS {
+            assert!(
+                !migration.sql.contains("CREATE OR REPLACE FUNCTION")
+                    && !migration.sql.contains("CREATE FUNCTION"),
+                "{}: functions belong in sql/functions/",
+                migration.name
+            );
+        }
+    }
+
+    /// The policy of sql/README.md ("Every function"), file by file.
+    #[test]
+    fn every_function_file_pins_search_path_runs_as_owner_and_revokes_public() {
+        for function in FUNCTIONS {
+            let sql = function.sql;
+            let header = format!("CREATE OR REPLACE FUNCTION @schema@.{}(", function.name);
+            assert_eq!(sql.matches(&header).count(), 1, "{}", function.name);
+            assert_eq!(
+                sql.matches("CREATE OR REPLACE FUNCTION").count(),
+                1,
+                "{}: one function per file",
+                function.name
+            );
+            for setting in [
+                "\nSECURITY DEFINER\n",
+                "\nSET search_path = pg_catalog, pg_temp\n",
+                "\nSET plan_cache_mode = force_generic_plan\n",
+            ] {
+                assert!(
+                    sql.contains(setting),
+                    "{}: missing {setting:?}",
+                    function.name
+                );
+            }
+            let revoke = format!("REVOKE ALL ON FUNCTION @schema@.{}(", function.name);
+            assert!(
+                sql.contains(&revoke) && sql.trim_end().ends_with("FROM PUBLIC;"),
+                "{}: must end by revoking EXECUTE from PUBLIC",
+                function.name
+            );
+        }
+    }
+
+    #[test]
+    fn function_files_are_named_after_their_function() {
+        let mut names: Vec<&str> = FUNCTIONS.iter().map(|f| f.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), FUNCTIONS.len());
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/functions");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .expect("sql/functions")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        files.sort_unstable();
+        let expected: Vec<String> = names.iter().map(|n| format!("{n}.sql")).collect();
+        assert_eq!(
+            files, expected,
+            "every file in sql/functions/ must be listed"
+        );
+    }
+
+    fn applied(migrations: &[(i32, &str)], functions: &[(&str, &str, &str)]) -> Applied {
+        let mut applied = Applied::default();
+        for migration in MIGRATIONS {
+            applied.ours.insert(
+                migration.version.to_string(),
+                format!("m{}", migration.version),
+            );
+        }
+        for function in FUNCTIONS {
+            applied
+                .ours
+                .insert(function.name.to_owned(), format!("f-{}", function.name));
+        }
+        applied.migrations = migrations
+            .iter()
+            .map(|(v, c)| (*v, Some((*c).to_owned())))
+            .collect();
+        applied.functions = functions
+            .iter()
+            .map(|(n, c, r)| ((*n).to_owned(), ((*c).to_owned(), (*r).to_owned())))
+            .collect();
+        applied
+    }
+
+    fn current() -> Applied {
+        let migrations: Vec<(i32, String)> = MIGRATIONS
+            .iter()
+            .map(|m| (m.version, format!("m{}", m.version)))
+            .collect();
+        let functions: Vec<(&str, String)> = FUNCTIONS
+            .iter()
+            .map(|f| (f.name, format!("f-{}", f.name)))
+            .collect();
+        let m: Vec<(i32, &str)> = migrations.iter().map(|(v, c)| (*v, c.as_str())).collect();
+        let f: Vec<(&str, &str, &str)> = functions
+            .iter()
+            .map(|(n, c)| (*n, c.as_str(), RELEASE))
+            .collect();
+        applied(&m, &f)
+    }
+
+    #[test]
+    fn a_current_schema_needs_nothing() {
+        assert!(current().plan().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_fresh_schema_needs_everything() {
+        let plan = applied(&[], &[]).plan().unwrap();
+        assert_eq!(plan.migrations.len(), MIGRATIONS.len());
+        assert_eq!(plan.functions.len(), FUNCTIONS.len());
+    }
+
+    #[test]
+    fn a_changed_function_file_is_applied_again_alone() {
+        let mut applied = current();
+        applied.functions.insert(
+            "harel_claim".to_owned(),
+            ("old".to_owned(), RELEASE.to_owned()),
+        );
+        let plan = applied.plan().unwrap();
+        assert!(plan.migrations.is_empty());
+        let names: Vec<&str> = plan.functions.iter().map(|f| f.name).collect();
+        assert_eq!(names, ["harel_claim"]);
+    }
+
+    #[test]
+    fn a_function_applied_by_a_newer_release_is_left_alone() {
+        let mut applied = current();
+        applied.functions.insert(
+            "harel_claim".to_owned(),
+            ("newer".to_owned(), "99.0.0".to_owned()),
+        );
+        assert!(applied.plan().unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_first_releases_0001_is_accepted_and_upgraded() {
+        let legacy = MIGRATIONS[0].also_accepts[0];
+        let plan = applied(&[(1, legacy)], &[]).plan().unwrap();
+        let versions: Vec<i32> = plan.migrations.iter().map(|m| m.version).collect();
+        assert_eq!(versions, (2..=SCHEMA_VERSION).collect::<Vec<_>>());
+        assert_eq!(plan.functions.len(), FUNCTIONS.len());
+    }
+
+    #[test]
+    fn a_modified_or_newer_migration_is_refused() {
+        assert!(matches!(
+            applied(&[(1, "something else")], &[]).plan(),
+            Err(MigrateError::Modified { version: 1, .. })
+        ));
+        assert!(matches!(
+            applied(&[(SCHEMA_VERSION + 1, "x")], &[]).plan(),
+            Err(MigrateError::NewerSchema { .. })
+        ));
+    }
+
+    #[test]
+    fn release_order() {
+        assert!(newer_release("0.2.0", "0.1.9"));
+        assert!(newer_release("1.0.0", "0.99.99"));
+        assert!(!newer_release("0.1.0", "0.1.0"));
+        assert!(!newer_release("0.1.0-rc.1", "0.1.0"));
+        assert!(!newer_release("garbage", "0.1.0"));
+        assert!(!newer_release("0.1.0", "garbage"));
+    }
+
+    /// The repository's top-level `migrations/` folder holds these files rendered for the
+    /// default schema, for other tools; `HAREL_BLESS=1` rewrites it. (Skipped where the
+    /// folder is absent: in the published crate.)
+    #[test]
+    fn the_top_level_migrations_folder_is_this_release_rendered() {
+        let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations"));
+        if !root.is_dir() {
+            return;
+        }
+        let files = rendered_files(&Schema::default());
+        let bless = std::env::var_os("HAREL_BLESS").is_some();
+        let mut stale = Vec::new();
+        for (path, text) in &files {
+            let path = root.join(path);
+            if bless {
+                std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+                std::fs::write(&path, text).expect("write");
+            } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                stale.push(path.display().to_string());
+            }
+        }
+        // and nothing else but its README
+        let mut found = Vec::new();
+        let mut folders = vec![root.to_path_buf()];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).expect("read migrations/") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else if let Ok(relative) = path.strip_prefix(root) {
+                    found.push(relative.to_string_lossy().into_owned());
+                }
+            }
+        }
+        for path in found {
+            if path != "README.md" && !files.iter().any(|(known, _)| *known == path) {
+                stale.push(format!("{path} (not a file of this release: delete it)"));
+            }
+        }
+        assert!(
+            stale.is_empty(),
+            "stale (run `HAREL_BLESS=1 cargo test -p harel-jobs --lib migrate`): {stale:?}"
+        );
     }
 }

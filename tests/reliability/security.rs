@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use harel_jobs::transport::{ClaimRequest, Completion, Nack, OutgoingMessage, Transport};
+use harel_jobs::transport::{ClaimRequest, OutgoingMessage, Settlement, Transport};
 use harel_jobs::{DatabaseError, Enqueue, MigrateError, PublishError, TransportError};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
@@ -15,33 +15,18 @@ use crate::cluster::ClusterOptions;
 use crate::jobs::Work;
 use crate::{Setup, expect_keys, ms, serial};
 
-/// What a worker role needs (with EXECUTE revoked from PUBLIC on the queue's functions).
+/// What a worker role needs: the functions run as their owner, so no table rights.
 pub const WORKER_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA harel",
-    "SELECT ON harel._migrations",
     "EXECUTE ON FUNCTION harel.harel_claim",
-    "EXECUTE ON FUNCTION harel.harel_ack",
-    "EXECUTE ON FUNCTION harel.harel_nack",
+    "EXECUTE ON FUNCTION harel.harel_settle",
     "EXECUTE ON FUNCTION harel.harel_extend",
-    "EXECUTE ON FUNCTION harel.harel_drop_empty_groups",
-    "SELECT ON harel.transport_groups",
-    "UPDATE ON harel.transport_groups",
-    "DELETE ON harel.transport_groups",
-    "SELECT ON harel.transport_messages",
-    "UPDATE ON harel.transport_messages",
-    "DELETE ON harel.transport_messages",
-    "INSERT ON harel.dead_letters",
 ];
 
 /// What a producer (enqueueing) role needs.
 pub const PRODUCER_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA harel",
     "EXECUTE ON FUNCTION harel.harel_publish",
-    "SELECT ON harel.transport_messages",
-    "INSERT ON harel.transport_messages",
-    "SELECT ON harel.transport_groups",
-    "INSERT ON harel.transport_groups",
-    "UPDATE ON harel.transport_groups",
 ];
 
 async fn role_pool(setup: &Setup, role: &str) -> PgPool {
@@ -73,7 +58,7 @@ fn db_publish(error: PublishError) -> DatabaseError {
     }
 }
 
-/// Everything a worker does, through `pool`: claim, extend, nack with an error, ack (and
+/// Everything a worker does, through `pool`: claim, extend, release with an error, ack (and
 /// drain a group), dead-letter. `admin` publishes the messages first.
 async fn worker_ops(admin: &PgPool, pool: &PgPool) -> Result<(), DatabaseError> {
     // a worker calls migrate at start-up: on a current schema it only reads the bookkeeping
@@ -99,18 +84,22 @@ async fn worker_ops(admin: &PgPool, pool: &PgPool) -> Result<(), DatabaseError> 
         .map_err(db)?;
     assert!(lost.is_empty());
     let by_group = |g: &str| leases.iter().find(|l| l.group == g).unwrap().clone();
-    let nack = Nack {
-        error: Some("try again".into()),
-        ..Nack::now(by_group("ops-a"))
-    };
-    assert!(t.nack(pool, &nack).await.map_err(db)?.is_applied());
     let done = t
-        .complete_many(
+        .settle_many(
             pool,
             &[
-                Completion::Ack(by_group("ops-b")),
-                Completion::DeadLetter(by_group("ops-c"), "gave up".into()),
+                (
+                    by_group("ops-a"),
+                    Settlement::Release {
+                        delay: Duration::ZERO,
+                        error: Some("try again".into()),
+                        count_attempt: true,
+                    },
+                ),
+                (by_group("ops-b"), Settlement::Ack),
+                (by_group("ops-c"), Settlement::dead_letter("gave up")),
             ],
+            None,
         )
         .await
         .map_err(db)?;
@@ -119,7 +108,7 @@ async fn worker_ops(admin: &PgPool, pool: &PgPool) -> Result<(), DatabaseError> 
         .claim(pool, &ClaimRequest::new(Duration::from_secs(30)))
         .await
         .map_err(db)?
-        .expect("the nacked message");
+        .expect("the released message");
     assert!(t.ack(pool, &again.lease).await.map_err(db)?.is_applied());
     Ok(())
 }
@@ -188,13 +177,6 @@ async fn security_least_privilege_roles_need_exactly_the_documented_grants() {
     let _serial = serial();
     let setup = Setup::new(ClusterOptions::default()).await;
     let admin = setup.admin.clone();
-    // functions are executable by PUBLIC by default; a locked-down install revokes that
-    exec(
-        &admin,
-        "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA harel FROM PUBLIC".into(),
-    )
-    .await;
-
     let admin_for_ops = admin.clone();
     check_grants(&setup, "harel_worker", WORKER_GRANTS, move |pool| {
         let admin = admin_for_ops.clone();

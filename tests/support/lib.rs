@@ -149,22 +149,48 @@ pub struct TestRole {
     admin_url: String,
 }
 
+/// What the README's "Database roles" grants a producer, `@schema@` standing for the queue's
+/// schema.
+pub const PRODUCER_GRANTS: &[&str] = &[
+    "USAGE ON SCHEMA @schema@",
+    "EXECUTE ON FUNCTION @schema@.harel_publish",
+];
+
+/// What the README's "Database roles" grants a worker.
+pub const WORKER_GRANTS: &[&str] = &[
+    "USAGE ON SCHEMA @schema@",
+    "EXECUTE ON FUNCTION @schema@.harel_claim",
+    "EXECUTE ON FUNCTION @schema@.harel_settle",
+    "EXECUTE ON FUNCTION @schema@.harel_extend",
+    "EXECUTE ON FUNCTION @schema@.harel_maintain",
+];
+
 impl TestRole {
-    /// Creates a role that may hold at most `connection_limit` connections at once, with
-    /// the rights a worker needs on `queue`'s schema.
+    /// Creates a login role with exactly `grants` on `queue`'s schema (see
+    /// [`PRODUCER_GRANTS`], [`WORKER_GRANTS`]).
+    pub async fn with_grants(queue: &TestQueue, grants: &[&str]) -> Self {
+        Self::create(queue, grants, None).await
+    }
+
+    /// Creates a role with a worker's grants that may hold at most `connection_limit`
+    /// connections at once.
     pub async fn with_connection_limit(queue: &TestQueue, connection_limit: u32) -> Self {
+        Self::create(queue, WORKER_GRANTS, Some(connection_limit)).await
+    }
+
+    async fn create(queue: &TestQueue, grants: &[&str], connection_limit: Option<u32>) -> Self {
         let admin_url = database_url();
         let name = unique_name("harel_role");
         let schema = format!("\"{}\"", queue.schema.name());
         let admin = pool_with(&admin_url, 1).await;
-        for statement in [
-            format!("CREATE ROLE \"{name}\" LOGIN CONNECTION LIMIT {connection_limit}"),
-            format!("GRANT USAGE ON SCHEMA {schema} TO \"{name}\""),
-            format!(
-                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO \"{name}\""
-            ),
-            format!("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO \"{name}\""),
-        ] {
+        let limit = connection_limit.map_or(String::new(), |n| format!(" CONNECTION LIMIT {n}"));
+        let mut statements = vec![format!("CREATE ROLE \"{name}\" LOGIN{limit}")];
+        statements.extend(
+            grants
+                .iter()
+                .map(|grant| format!("GRANT {} TO \"{name}\"", grant.replace("@schema@", &schema))),
+        );
+        for statement in statements {
             sqlx::query(AssertSqlSafe(statement))
                 .execute(&admin)
                 .await

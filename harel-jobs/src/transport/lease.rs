@@ -77,15 +77,18 @@ pub struct ClaimedMessage {
 pub enum LeaseOutcome {
     /// The lease was still held: the write happened.
     Applied,
+    /// The write had already happened: the same settle batch was sent again under its
+    /// [`Receipt`](super::Receipt) (its first reply was lost), and nothing changed this time.
+    AlreadyApplied,
     /// The group is no longer leased to this token at this message (the lease lapsed and
-    /// another worker claimed it, or the message was already completed): nothing changed.
+    /// another worker claimed it, or the message was already settled): nothing changed.
     LeaseLost,
 }
 
 impl LeaseOutcome {
-    /// Whether the write happened.
+    /// Whether the write happened (now, or when the batch was first sent).
     pub fn is_applied(self) -> bool {
-        self == Self::Applied
+        matches!(self, Self::Applied | Self::AlreadyApplied)
     }
 
     pub(crate) fn from_applied(applied: bool) -> Self {
@@ -93,55 +96,6 @@ impl LeaseOutcome {
             Self::Applied
         } else {
             Self::LeaseLost
-        }
-    }
-}
-
-/// How to finish a leased message, for [`Transport::complete_many`](super::Transport::complete_many).
-#[derive(Clone, Debug)]
-pub enum Completion {
-    /// Done: remove it and move its group on.
-    Ack(Lease),
-    /// Failed for good: move it to the dead-letter table with this error, then move on.
-    DeadLetter(Lease, String),
-    /// As `DeadLetter`, recording this many attempts instead of the claims counted: for a job
-    /// given up on without running it (its claim found it out of attempts).
-    DeadLetterAfter(Lease, String, u32),
-}
-
-impl Completion {
-    /// The lease it settles.
-    pub fn lease(&self) -> &Lease {
-        match self {
-            Self::Ack(lease) | Self::DeadLetter(lease, _) | Self::DeadLetterAfter(lease, _, _) => {
-                lease
-            }
-        }
-    }
-}
-
-/// How to give a leased message back, for [`Transport::nack_many`](super::Transport::nack_many).
-#[derive(Clone, Debug)]
-pub struct Nack {
-    /// The lease to give back.
-    pub lease: Lease,
-    /// Zero frees the group at once; more parks it (and its later messages) that long.
-    pub delay: std::time::Duration,
-    /// Recorded on the message as its last error.
-    pub error: Option<String>,
-    /// `false` gives the attempt back: the job never started (for example it was still
-    /// buffered when the worker shut down).
-    pub count_attempt: bool,
-}
-
-impl Nack {
-    /// Give back at once, counting the attempt, no error.
-    pub fn now(lease: Lease) -> Self {
-        Self {
-            lease,
-            delay: std::time::Duration::ZERO,
-            error: None,
-            count_attempt: true,
         }
     }
 }

@@ -1,10 +1,10 @@
-//! The per-group PostgreSQL transport: publish, claim, ack, nack, extend.
+//! The per-group PostgreSQL transport: publish, claim, settle, extend.
 //!
 //! Messages are FIFO within a *group* (an execution id). A claim leases a whole group, so
 //! one group has at most one consumer at a time, while different groups are claimed in
 //! parallel by any number of workers (`FOR NO KEY UPDATE SKIP LOCKED` on the group row).
 //! Every operation is one round trip to a PL/pgSQL function of the queue's schema
-//! (`harel_publish`, `harel_claim`, `harel_ack`, `harel_nack`, `harel_extend`); the batch
+//! (`harel_publish`, `harel_claim`, `harel_settle`, `harel_extend`); the batch
 //! forms are the same round trip with more elements.
 //!
 //! This is the layer under [`Worker`](crate::Worker) and [`Job`](crate::Job); use it
@@ -30,19 +30,24 @@
 
 mod lease;
 mod message;
+mod settlement;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{AssertSqlSafe, PgExecutor};
+use sqlx::postgres::PgArguments;
+use sqlx::query::QueryAs;
+use sqlx::{AssertSqlSafe, PgExecutor, Postgres};
 use uuid::Uuid;
 
-pub use lease::{ClaimedMessage, Completion, Lease, LeaseOutcome, LeaseToken, Nack};
+pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseToken};
 pub(crate) use message::delay_millis;
 pub use message::{
     MAX_GROUP_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, OutgoingMessage, Priority, Schedule,
 };
+pub use settlement::{MAX_ERROR_BYTES, Receipt, Settlement, storable_error};
 
 use crate::error::{PublishError, TransportError};
 use crate::schema::Schema;
@@ -95,8 +100,7 @@ impl ClaimRequest {
 struct Statements {
     publish: Arc<str>,
     claim: Arc<str>,
-    ack: Arc<str>,
-    nack: Arc<str>,
+    settle: Arc<str>,
     extend: Arc<str>,
 }
 
@@ -109,8 +113,10 @@ impl Statements {
                 "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at \
                  FROM @schema@.harel_claim($1, $2, $3, $4)",
             ),
-            ack: render("SELECT seq, acked FROM @schema@.harel_ack($1, $2, $3, $4, $5)"),
-            nack: render("SELECT seq, nacked FROM @schema@.harel_nack($1, $2, $3, $4, $5, $6)"),
+            settle: render(
+                "SELECT seq, outcome \
+                 FROM @schema@.harel_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            ),
             extend: render("SELECT seq, extended FROM @schema@.harel_extend($1, $2, $3, $4)"),
         }
     }
@@ -284,8 +290,8 @@ impl Transport {
             .collect())
     }
 
-    /// Completes a leased message: deletes it and moves its group on (freed behind every
-    /// waiting group, or deleted once drained). One round trip; fenced on the lease token.
+    /// Completes a leased message: deletes it and moves its group on (claimable at once if
+    /// it has more messages, deleted once drained). One round trip; fenced on the lease.
     ///
     /// # Errors
     /// [`TransportError::Database`]. A lost lease is an outcome, not an error.
@@ -294,139 +300,137 @@ impl Transport {
         executor: E,
         lease: &Lease,
     ) -> Result<LeaseOutcome, TransportError> {
-        let outcomes = self
-            .complete_many(executor, &[Completion::Ack(lease.clone())])
-            .await?;
-        Ok(outcomes[0])
+        self.settle(executor, lease, Settlement::Ack).await
     }
 
     /// Acks many leased messages in one round trip; one outcome per lease, in order.
     ///
     /// # Errors
-    /// As [`ack`](Self::ack).
+    /// As [`settle_many`](Self::settle_many).
     pub async fn ack_many<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
         leases: &[Lease],
     ) -> Result<Vec<LeaseOutcome>, TransportError> {
-        let completions: Vec<Completion> = leases.iter().cloned().map(Completion::Ack).collect();
-        self.complete_many(executor, &completions).await
+        let settlements: Vec<(Lease, Settlement)> = leases
+            .iter()
+            .map(|lease| (lease.clone(), Settlement::Ack))
+            .collect();
+        self.settle_many(executor, &settlements, None).await
     }
 
     /// Moves a leased message to the dead-letter table with `error`, and its group on.
     ///
     /// # Errors
-    /// As [`ack`](Self::ack).
+    /// As [`settle_many`](Self::settle_many).
     pub async fn dead_letter<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
         lease: &Lease,
         error: &str,
     ) -> Result<LeaseOutcome, TransportError> {
-        let completion = Completion::DeadLetter(lease.clone(), error.to_owned());
-        Ok(self.complete_many(executor, &[completion]).await?[0])
+        self.settle(executor, lease, Settlement::dead_letter(error))
+            .await
     }
 
-    /// Acks and dead-letters many leased messages in one round trip; one outcome per
-    /// completion, in order.
+    /// Settles one leased message (see [`Settlement`]). One round trip.
     ///
     /// # Errors
-    /// As [`ack`](Self::ack).
-    pub async fn complete_many<'e, E: PgExecutor<'e>>(
+    /// As [`settle_many`](Self::settle_many).
+    pub async fn settle<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
-        completions: &[Completion],
+        lease: &Lease,
+        settlement: Settlement,
+    ) -> Result<LeaseOutcome, TransportError> {
+        let outcomes = self
+            .settle_many(executor, &[(lease.clone(), settlement)], None)
+            .await?;
+        outcomes
+            .into_iter()
+            .next()
+            .ok_or(TransportError::UnexpectedReply)
+    }
+
+    /// Settles many leased messages, any mix of acks, dead letters and releases, in one
+    /// round trip through `harel_settle`; one outcome per settlement, in order.
+    ///
+    /// Each write is fenced on its lease: it applies only while the group is still leased
+    /// to that token at that message, and applying it ends the lease, so the same batch
+    /// sent again changes nothing. With a [`Receipt`], such a resend also reports
+    /// [`LeaseOutcome::AlreadyApplied`] for what the first send applied (without one, it
+    /// reports [`LeaseOutcome::LeaseLost`]). Error texts are stored as
+    /// [`storable_error`] makes them.
+    ///
+    /// # Errors
+    /// [`TransportError::InvalidArgument`] for one lease named twice (a stale and the
+    /// current lease of one message are two leases) or a delay over 100
+    /// years (nothing is sent), [`TransportError::Database`],
+    /// [`TransportError::UnexpectedReply`].
+    pub async fn settle_many<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        settlements: &[(Lease, Settlement)],
+        receipt: Option<&Receipt>,
     ) -> Result<Vec<LeaseOutcome>, TransportError> {
-        if completions.is_empty() {
+        if settlements.is_empty() {
             return Ok(Vec::new());
         }
-        let n = completions.len();
-        let mut groups = Vec::with_capacity(n);
-        let mut seqs = Vec::with_capacity(n);
-        let mut tokens = Vec::with_capacity(n);
-        let mut errors: Vec<Option<&str>> = Vec::with_capacity(n);
+        let n = settlements.len();
+        let mut seen = HashSet::with_capacity(n);
+        let leases = LeaseColumns::new(settlements.iter().map(|(lease, _)| lease));
+        let mut actions = Vec::with_capacity(n);
+        let mut delays: Vec<Option<i64>> = Vec::with_capacity(n);
+        let mut errors: Vec<Option<String>> = Vec::with_capacity(n);
+        let mut counted: Vec<Option<bool>> = Vec::with_capacity(n);
         let mut attempts: Vec<Option<i32>> = Vec::with_capacity(n);
-        for completion in completions {
-            let lease = completion.lease();
-            groups.push(lease.group.as_str());
-            seqs.push(lease.seq);
-            tokens.push(lease.token.as_uuid());
-            let (error, made) = match completion {
-                Completion::Ack(_) => (None, None),
-                Completion::DeadLetter(_, error) => (Some(error.as_str()), None),
-                Completion::DeadLetterAfter(_, error, made) => (
-                    Some(error.as_str()),
-                    Some(i32::try_from(*made).unwrap_or(i32::MAX)),
+        for (lease, settlement) in settlements {
+            if !seen.insert(lease) {
+                return Err(TransportError::InvalidArgument(
+                    "a batch may settle each lease once",
+                ));
+            }
+            actions.push(settlement.action());
+            errors.push(settlement.error());
+            let (delay, count, made) = match settlement {
+                Settlement::Ack => (None, None, None),
+                Settlement::DeadLetter { attempts, .. } => (
+                    None,
+                    None,
+                    attempts.map(|a| i32::try_from(a).unwrap_or(i32::MAX)),
                 ),
+                Settlement::Release {
+                    delay,
+                    count_attempt,
+                    ..
+                } => {
+                    let millis = delay_millis(*delay).map_err(|_| {
+                        TransportError::InvalidArgument("release delay is over 100 years")
+                    })?;
+                    (Some(millis), Some(*count_attempt), None)
+                }
             };
-            errors.push(error);
+            delays.push(delay);
+            counted.push(count);
             attempts.push(made);
         }
-        let has_errors = errors.iter().any(Option::is_some);
-        let has_attempts = attempts.iter().any(Option::is_some);
-        let rows: Vec<(i64, bool)> = sqlx::query_as(AssertSqlSafe(self.sql.ack.clone()))
-            .bind(groups)
-            .bind(&seqs)
-            .bind(tokens)
-            .bind(has_errors.then_some(errors))
-            .bind(has_attempts.then_some(attempts))
-            .fetch_all(executor)
-            .await?;
-        Ok(outcomes_in_order(&seqs, &rows))
-    }
-
-    /// Gives a leased message back (see [`Nack`]): park its group for `delay`, or free it.
-    ///
-    /// # Errors
-    /// As [`ack`](Self::ack).
-    pub async fn nack<'e, E: PgExecutor<'e>>(
-        &self,
-        executor: E,
-        nack: &Nack,
-    ) -> Result<LeaseOutcome, TransportError> {
-        Ok(self.nack_many(executor, std::slice::from_ref(nack)).await?[0])
-    }
-
-    /// Gives many leased messages back in one round trip; one outcome per nack, in order.
-    ///
-    /// # Errors
-    /// As [`ack`](Self::ack); [`TransportError::InvalidArgument`] for an absurd delay.
-    pub async fn nack_many<'e, E: PgExecutor<'e>>(
-        &self,
-        executor: E,
-        nacks: &[Nack],
-    ) -> Result<Vec<LeaseOutcome>, TransportError> {
-        if nacks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let n = nacks.len();
-        let mut groups = Vec::with_capacity(n);
-        let mut seqs = Vec::with_capacity(n);
-        let mut tokens: Vec<Uuid> = Vec::with_capacity(n);
-        let mut delays = Vec::with_capacity(n);
-        let mut errors: Vec<Option<&str>> = Vec::with_capacity(n);
-        let mut counted = Vec::with_capacity(n);
-        for nack in nacks {
-            groups.push(nack.lease.group.as_str());
-            seqs.push(nack.lease.seq);
-            tokens.push(nack.lease.token.as_uuid());
-            delays.push(
-                delay_millis(nack.delay)
-                    .map_err(|_| TransportError::InvalidArgument("nack delay is too long"))?,
-            );
-            errors.push(nack.error.as_deref());
-            counted.push(nack.count_attempt);
-        }
-        let rows: Vec<(i64, bool)> = sqlx::query_as(AssertSqlSafe(self.sql.nack.clone()))
-            .bind(groups)
-            .bind(&seqs)
-            .bind(tokens)
+        let rows: Vec<(i64, String)> = leases
+            .bind(sqlx::query_as(AssertSqlSafe(self.sql.settle.clone())))
+            .bind(actions)
             .bind(delays)
             .bind(errors)
             .bind(counted)
+            .bind(attempts)
+            .bind(receipt.map(|r| r.id))
+            .bind(receipt.and_then(|r| r.forget))
             .fetch_all(executor)
             .await?;
-        Ok(outcomes_in_order(&seqs, &rows))
+        in_input_order(&leases.seqs, rows, |outcome| match outcome.as_str() {
+            "applied" => Some(LeaseOutcome::Applied),
+            "replayed" => Some(LeaseOutcome::AlreadyApplied),
+            "lost" => Some(LeaseOutcome::LeaseLost),
+            _ => None,
+        })
     }
 
     /// The heartbeat: pushes a lease's end to now + `lease` (database clock).
@@ -459,21 +463,17 @@ impl Transport {
             return Ok(Vec::new());
         }
         let lease_ms = lease_millis(duration)?;
-        let groups: Vec<&str> = leases.iter().map(|l| l.group.as_str()).collect();
-        let seqs: Vec<i64> = leases.iter().map(|l| l.seq).collect();
-        let tokens: Vec<Uuid> = leases.iter().map(|l| l.token.as_uuid()).collect();
-        let rows: Vec<(i64, bool)> = sqlx::query_as(AssertSqlSafe(self.sql.extend.clone()))
-            .bind(groups)
-            .bind(&seqs)
-            .bind(tokens)
+        let columns = LeaseColumns::new(leases.iter());
+        let rows: Vec<(i64, bool)> = columns
+            .bind(sqlx::query_as(AssertSqlSafe(self.sql.extend.clone())))
             .bind(lease_ms)
             .fetch_all(executor)
             .await?;
-        // one row per lease, in order: a stale and a current lease of one message differ
+        let extended = in_input_order(&columns.seqs, rows, Some)?;
         Ok(leases
             .iter()
-            .zip(outcomes_in_order(&seqs, &rows))
-            .filter(|(_, outcome)| !outcome.is_applied())
+            .zip(extended)
+            .filter(|(_, extended)| !extended)
             .map(|(lease, _)| lease.clone())
             .collect())
     }
@@ -491,20 +491,57 @@ fn lease_millis(lease: Duration) -> Result<i64, TransportError> {
     Ok(millis as i64)
 }
 
-/// Maps the function's `(seq, applied)` rows back onto the input order.
-fn outcomes_in_order(seqs: &[i64], rows: &[(i64, bool)]) -> Vec<LeaseOutcome> {
-    // the functions return one row per input, in input order; fall back to a lookup
-    if rows.len() == seqs.len() && rows.iter().zip(seqs).all(|((s, _), seq)| s == seq) {
-        return rows
-            .iter()
-            .map(|(_, applied)| LeaseOutcome::from_applied(*applied))
-            .collect();
+/// The lease columns of a fenced write: groups, seqs and tokens, one element per lease.
+struct LeaseColumns<'a> {
+    groups: Vec<&'a str>,
+    seqs: Vec<i64>,
+    tokens: Vec<Uuid>,
+}
+
+impl<'a> LeaseColumns<'a> {
+    fn new(leases: impl ExactSizeIterator<Item = &'a Lease>) -> Self {
+        let mut columns = Self {
+            groups: Vec::with_capacity(leases.len()),
+            seqs: Vec::with_capacity(leases.len()),
+            tokens: Vec::with_capacity(leases.len()),
+        };
+        for lease in leases {
+            columns.groups.push(&lease.group);
+            columns.seqs.push(lease.seq);
+            columns.tokens.push(lease.token.as_uuid());
+        }
+        columns
     }
-    seqs.iter()
-        .map(|seq| {
-            let applied = rows.iter().any(|(s, applied)| s == seq && *applied);
-            LeaseOutcome::from_applied(applied)
-        })
+
+    /// Binds the three columns, as the functions' first three parameters.
+    fn bind<'q, O>(
+        &self,
+        query: QueryAs<'q, Postgres, O, PgArguments>,
+    ) -> QueryAs<'q, Postgres, O, PgArguments>
+    where
+        'a: 'q,
+    {
+        query
+            .bind(self.groups.clone())
+            .bind(self.seqs.clone())
+            .bind(self.tokens.clone())
+    }
+}
+
+/// A fenced write's `(seq, result)` rows as one value per input: the functions return one
+/// row per input, in input order. Anything else (a row missing, a seq out of place, a
+/// result this release does not know) is an error, never a guess: a stale lease and the
+/// current lease of one message share their seq.
+fn in_input_order<R, T>(
+    seqs: &[i64],
+    rows: Vec<(i64, R)>,
+    parse: impl Fn(R) -> Option<T>,
+) -> Result<Vec<T>, TransportError> {
+    if rows.len() != seqs.len() || rows.iter().zip(seqs).any(|((s, _), seq)| s != seq) {
+        return Err(TransportError::UnexpectedReply);
+    }
+    rows.into_iter()
+        .map(|(_, result)| parse(result).ok_or(TransportError::UnexpectedReply))
         .collect()
 }
 
@@ -521,17 +558,23 @@ mod tests {
     }
 
     #[test]
-    fn outcomes_follow_input_order() {
-        let outcomes = outcomes_in_order(&[3, 1, 2], &[(3, true), (1, false), (2, true)]);
+    fn rows_must_match_the_input_exactly() {
+        let parse = |applied: bool| Some(LeaseOutcome::from_applied(applied));
+        let outcomes = in_input_order(&[3, 1, 2], vec![(3, true), (1, false), (2, true)], parse);
         assert_eq!(
-            outcomes,
+            outcomes.unwrap(),
             [
                 LeaseOutcome::Applied,
                 LeaseOutcome::LeaseLost,
                 LeaseOutcome::Applied
             ]
         );
-        let shuffled = outcomes_in_order(&[3, 1], &[(1, true)]);
-        assert_eq!(shuffled, [LeaseOutcome::LeaseLost, LeaseOutcome::Applied]);
+        for rows in [vec![(1, true)], vec![(1, true), (3, true)], vec![]] {
+            assert!(matches!(
+                in_input_order(&[3, 1], rows, parse),
+                Err(TransportError::UnexpectedReply)
+            ));
+        }
+        assert!(in_input_order(&[1], vec![(1, "maybe")], |_| None::<bool>).is_err());
     }
 }

@@ -10,8 +10,7 @@ use tokio::sync::mpsc;
 
 use super::Shared;
 use super::connection::OwnConnection;
-use crate::error::TransportError;
-use crate::transport::{Completion, Lease, LeaseOutcome, Nack};
+use crate::transport::{Lease, LeaseOutcome, Settlement};
 
 /// What becomes of a job whose handler ended.
 #[derive(Debug)]
@@ -35,7 +34,7 @@ pub(crate) enum Outcome {
 
 /// A job's lease and outcome.
 #[derive(Debug)]
-pub(crate) struct Settlement {
+pub(crate) struct Finished {
     pub lease: Lease,
     pub outcome: Outcome,
 }
@@ -43,7 +42,7 @@ pub(crate) struct Settlement {
 /// Runs until the channel closes (every sender dropped), then flushes what is left.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
-    mut receiver: mpsc::UnboundedReceiver<Settlement>,
+    mut receiver: mpsc::UnboundedReceiver<Finished>,
 ) {
     let max_batch = shared.config.ack_batch;
     let mut batch = Vec::with_capacity(max_batch);
@@ -61,74 +60,66 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 async fn flush<S: Send + Sync + 'static>(
     shared: &Shared<S>,
     connection: &mut OwnConnection,
-    batch: &mut Vec<Settlement>,
+    batch: &mut Vec<Finished>,
 ) {
-    let mut completions = Vec::new();
-    let mut nacks = Vec::new();
-    for settlement in batch.drain(..) {
-        match settlement.outcome {
-            Outcome::Succeeded => completions.push(Completion::Ack(settlement.lease)),
-            Outcome::DeadLetter(error) => {
-                completions.push(Completion::DeadLetter(settlement.lease, error));
-            }
-            Outcome::GiveUp { error, attempts } => {
-                completions.push(Completion::DeadLetterAfter(
-                    settlement.lease,
+    let settlements: Vec<(Lease, Settlement)> = batch
+        .drain(..)
+        .map(|settled| {
+            let settlement = match settled.outcome {
+                Outcome::Succeeded => Settlement::Ack,
+                Outcome::DeadLetter(error) => Settlement::dead_letter(error),
+                Outcome::GiveUp { error, attempts } => Settlement::DeadLetter {
                     error,
-                    attempts,
-                ));
-            }
-            Outcome::Retry { delay, error } => nacks.push(Nack {
-                lease: settlement.lease,
-                delay,
-                error: Some(error),
-                count_attempt: true,
-            }),
-            Outcome::Snooze(delay) => nacks.push(Nack {
-                lease: settlement.lease,
-                delay,
-                error: None,
-                count_attempt: false,
-            }),
-            Outcome::Release {
-                count_attempt,
-                reason,
-            } => nacks.push(Nack {
-                lease: settlement.lease,
-                delay: Duration::ZERO,
-                error: Some(reason.to_owned()),
-                count_attempt,
-            }),
-        }
-    }
-
-    if !completions.is_empty() {
-        let outcomes = write(shared, connection, Write::Complete(&completions)).await;
-        for (completion, outcome) in completions.iter().zip(outcomes) {
-            let lease = completion.lease();
-            shared.inflight.remove(lease.seq);
-            match (outcome, completion) {
-                (LeaseOutcome::Applied, Completion::Ack(_)) => shared.stats.succeeded(),
-                (LeaseOutcome::Applied, _) => shared.stats.dead_lettered(),
-                (LeaseOutcome::LeaseLost, _) => lost(shared, lease, "ack"),
-            }
-        }
-    }
-    if !nacks.is_empty() {
-        let outcomes = write(shared, connection, Write::Nack(&nacks)).await;
-        for (nack, outcome) in nacks.iter().zip(outcomes) {
-            shared.inflight.remove(nack.lease.seq);
-            if outcome.is_applied() && !nack.delay.is_zero() {
-                shared.wake_after(nack.delay);
-            }
-            match outcome {
-                LeaseOutcome::Applied if nack.count_attempt && nack.delay > Duration::ZERO => {
-                    shared.stats.retried();
+                    attempts: Some(attempts),
+                },
+                Outcome::Retry { delay, error } => Settlement::Release {
+                    delay,
+                    error: Some(error),
+                    count_attempt: true,
+                },
+                Outcome::Snooze(delay) => Settlement::Release {
+                    delay,
+                    error: None,
+                    count_attempt: false,
+                },
+                Outcome::Release {
+                    count_attempt,
+                    reason,
+                } => Settlement::Release {
+                    delay: Duration::ZERO,
+                    error: Some(reason.to_owned()),
+                    count_attempt,
+                },
+            };
+            (settled.lease, settlement)
+        })
+        .collect();
+    let outcomes = write(shared, connection, &settlements).await;
+    for ((lease, settlement), outcome) in settlements.iter().zip(outcomes) {
+        shared.inflight.remove(lease.seq);
+        match (outcome.is_applied(), settlement) {
+            (true, Settlement::Ack) => shared.stats.succeeded(),
+            (true, Settlement::DeadLetter { .. }) => shared.stats.dead_lettered(),
+            (
+                true,
+                Settlement::Release {
+                    delay,
+                    count_attempt,
+                    ..
+                },
+            ) => {
+                if !delay.is_zero() {
+                    shared.wake_after(*delay);
                 }
-                LeaseOutcome::Applied if nack.delay > Duration::ZERO => shared.stats.snoozed(),
-                LeaseOutcome::Applied => shared.stats.released(),
-                LeaseOutcome::LeaseLost => lost(shared, &nack.lease, "nack"),
+                if *count_attempt && !delay.is_zero() {
+                    shared.stats.retried();
+                } else if !delay.is_zero() {
+                    shared.stats.snoozed();
+                } else {
+                    shared.stats.released();
+                }
             }
+            (false, _) => lost(shared, lease, "settle"),
         }
     }
     shared.wake.notify_one();
@@ -144,39 +135,6 @@ fn lost<S>(shared: &Shared<S>, lease: &Lease, operation: &str) {
     );
 }
 
-/// One batch write of the completer.
-#[derive(Clone, Copy)]
-enum Write<'a> {
-    Complete(&'a [Completion]),
-    Nack(&'a [Nack]),
-}
-
-impl Write<'_> {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Complete(_) => "ack",
-            Self::Nack(_) => "nack",
-        }
-    }
-
-    async fn apply<S>(
-        self,
-        shared: &Shared<S>,
-        connection: &mut OwnConnection,
-    ) -> Result<Vec<LeaseOutcome>, TransportError> {
-        let connection = connection.get().await?;
-        match self {
-            Self::Complete(completions) => {
-                shared
-                    .transport
-                    .complete_many(connection, completions)
-                    .await
-            }
-            Self::Nack(nacks) => shared.transport.nack_many(connection, nacks).await,
-        }
-    }
-}
-
 /// Runs a write until it succeeds. Connection failures are retried with backoff (up to
 /// 5 s apart) for as long as it takes: an outcome is never dropped while the worker lives.
 /// Any other error is retried too, after logging it, since dropping the outcome would only
@@ -184,17 +142,25 @@ impl Write<'_> {
 async fn write<S>(
     shared: &Shared<S>,
     connection: &mut OwnConnection,
-    write: Write<'_>,
+    settlements: &[(Lease, Settlement)],
 ) -> Vec<LeaseOutcome> {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match write.apply(shared, connection).await {
+        let written = match connection.get().await {
+            Ok(connection) => {
+                shared
+                    .transport
+                    .settle_many(connection, settlements, None)
+                    .await
+            }
+            Err(error) => Err(error.into()),
+        };
+        match written {
             Ok(outcomes) => return outcomes,
             Err(error) => {
                 connection.reset();
                 shared.stats.database_error();
                 tracing::warn!(
-                    operation = write.name(),
                     error = %error,
                     retry_in_ms = backoff.as_millis() as u64,
                     "writing job outcomes failed, retrying"

@@ -10,7 +10,7 @@ use futures_util::FutureExt;
 use tracing::Instrument;
 
 use super::Shared;
-use super::complete::{Outcome, Settlement};
+use super::complete::{Finished, Outcome};
 use crate::context::{Execution, JobContext};
 use crate::job_error::{Action, JobResult};
 use crate::retry::Backoff;
@@ -22,7 +22,7 @@ use crate::transport::ClaimedMessage;
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     message: ClaimedMessage,
-    completions: tokio::sync::mpsc::UnboundedSender<Settlement>,
+    completions: tokio::sync::mpsc::UnboundedSender<Finished>,
 ) {
     let seq = message.lease.seq;
     let cancel = shared.hard_stop.child_token();
@@ -60,11 +60,11 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         tracing::warn!("lease lost while the job ran: result discarded, the job may run again");
         return;
     }
-    let settlement = Settlement {
+    let finished = Finished {
         lease: message.lease,
         outcome,
     };
-    if completions.send(settlement).is_err() {
+    if completions.send(finished).is_err() {
         // only after the completer stopped, which shutdown does last: the lease lapses and
         // another worker runs the job again
         shared.inflight.remove(seq);

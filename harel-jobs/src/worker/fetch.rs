@@ -6,11 +6,11 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::task::TaskTracker;
 
-use super::complete::Settlement;
+use super::complete::Finished;
 use super::connection::OwnConnection;
 use super::{Shared, execute};
 use crate::error::TransportError;
-use crate::transport::{ClaimRequest, ClaimedMessage, LeaseToken, Nack};
+use crate::transport::{ClaimRequest, ClaimedMessage, Lease, LeaseToken, Settlement};
 
 /// Claims and starts jobs until told to stop claiming.
 ///
@@ -23,7 +23,7 @@ use crate::transport::{ClaimRequest, ClaimedMessage, LeaseToken, Nack};
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     jobs: TaskTracker,
-    completions: mpsc::UnboundedSender<Settlement>,
+    completions: mpsc::UnboundedSender<Finished>,
 ) {
     let semaphore = Arc::clone(&shared.claims);
     let mut connection = OwnConnection::new(&shared.pool);
@@ -141,20 +141,29 @@ async fn release_unstarted<S: Send + Sync + 'static>(
     if claimed.is_empty() {
         return;
     }
-    let nacks: Vec<Nack> = claimed
+    let settlements: Vec<(Lease, Settlement)> = claimed
         .into_iter()
-        .map(|message| Nack {
-            count_attempt: false,
-            ..Nack::now(message.lease)
+        .map(|message| {
+            let release = Settlement::Release {
+                delay: Duration::ZERO,
+                error: None,
+                count_attempt: false,
+            };
+            (message.lease, release)
         })
         .collect();
     let released = match connection.get().await {
-        Ok(connection) => shared.transport.nack_many(connection, &nacks).await,
+        Ok(connection) => {
+            shared
+                .transport
+                .settle_many(connection, &settlements, None)
+                .await
+        }
         Err(error) => Err(error.into()),
     };
     match released {
         Ok(_) => {
-            for _ in &nacks {
+            for _ in &settlements {
                 shared.stats.released();
             }
         }

@@ -1,0 +1,55 @@
+-- harel_extend: the heartbeat. Pushes the lease of each (group, message, token) still held
+-- to the extension's time + p_lease_ms, one round trip for a batch. Returns one row per
+-- input, in input order, per lease like harel_settle: whether it was extended (false: the lease
+-- was lost).
+CREATE OR REPLACE FUNCTION @schema@.harel_extend(
+    p_groups   TEXT[],
+    p_seqs     BIGINT[],
+    p_tokens   UUID[],
+    p_lease_ms BIGINT
+) RETURNS TABLE (seq BIGINT, extended BOOLEAN)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_expiry TIMESTAMPTZ := statement_timestamp() + p_lease_ms * interval '1 millisecond';
+    v_seqs   BIGINT[];
+    v_tokens UUID[];
+BEGIN
+    IF p_lease_ms NOT BETWEEN 1 AND 86400000
+       OR cardinality(p_seqs) IS DISTINCT FROM cardinality(p_groups)
+       OR cardinality(p_tokens) IS DISTINCT FROM cardinality(p_groups) THEN
+        RAISE EXCEPTION 'harel_extend: need one group, seq and token per lease and p_lease_ms in 1..86400000'
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- lock the held rows in group order first, as harel_settle does: this worker's
+    -- completer may be settling some of these groups at the same moment
+    PERFORM 1
+       FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
+       JOIN @schema@.transport_groups g
+         ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+      ORDER BY g.group_id
+        FOR NO KEY UPDATE OF g;
+
+    WITH extended AS (
+        UPDATE @schema@.transport_groups g
+           SET available_at = v_expiry
+          FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
+         WHERE g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+        RETURNING g.head_seq, x.token
+    )
+    SELECT array_agg(e.head_seq), array_agg(e.token) INTO v_seqs, v_tokens FROM extended e;
+
+    RETURN QUERY
+    SELECT x.seq, EXISTS (SELECT 1 FROM unnest(v_seqs, v_tokens) AS done(seq, token)
+                           WHERE done.seq = x.seq AND done.token = x.token)
+      FROM unnest(p_seqs, p_tokens) WITH ORDINALITY AS x(seq, token, ord)
+     ORDER BY x.ord;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @schema@.harel_extend(TEXT[], BIGINT[], UUID[], BIGINT) FROM PUBLIC;

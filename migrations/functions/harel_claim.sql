@@ -1,0 +1,144 @@
+-- harel_claim: lease up to p_limit different groups and return the head message of each.
+--
+-- One round trip. Highest priority first (4 down to p_min_priority); within a priority, the
+-- group that has been claimable the longest first (round-robin). Each priority level is one
+-- index range scan of transport_groups_claimable in index order that stops after p_limit
+-- rows: no sort, and the cost does not grow with the number of waiting groups.
+-- FOR NO KEY UPDATE SKIP LOCKED: concurrent claimers skip each other's rows and so lease
+-- different groups without waiting; the lock does not conflict with a publisher's KEY SHARE.
+--
+-- The lease ends at statement_timestamp() + p_lease_ms on the DATABASE clock: workers pass
+-- durations, never times, so a worker whose clock is off cannot shorten or stretch anyone's
+-- lease. Not now(): that is the start of the transaction, and a claim made late in a long
+-- transaction would get a lease that is over before anyone can see it. (The same holds for
+-- harel_settle and harel_extend.)
+-- The attempt number is counted here, in the database, before the handler runs.
+CREATE OR REPLACE FUNCTION "harel".harel_claim(
+    p_token        UUID,
+    p_lease_ms     BIGINT,
+    p_limit        INT,
+    p_min_priority INT DEFAULT 0
+) RETURNS TABLE (
+    group_id    TEXT,
+    seq         BIGINT,
+    kind        TEXT,
+    payload     TEXT,
+    attempt     INT,
+    priority    SMALLINT,
+    enqueued_at TIMESTAMPTZ
+)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now        TIMESTAMPTZ := statement_timestamp();
+    v_expiry     TIMESTAMPTZ := statement_timestamp() + p_lease_ms * interval '1 millisecond';
+    v_need       INT := p_limit;
+    v_rounds     INT := 0;
+    v_groups     TEXT[];
+    v_seqs       BIGINT[];
+    v_kinds      TEXT[];
+    v_payloads   TEXT[];
+    v_attempts   INT[];
+    v_priority   SMALLINT[];
+    v_enqueued   TIMESTAMPTZ[];
+    v_candidates TEXT[];
+    v_empty      TEXT[];
+    v_not_due    INT;
+BEGIN
+    IF p_limit NOT BETWEEN 1 AND 10000 OR p_lease_ms NOT BETWEEN 1 AND 86400000
+       OR p_min_priority NOT BETWEEN 0 AND 4 THEN
+        RAISE EXCEPTION 'harel_claim: need p_limit in 1..10000, p_lease_ms in 1..86400000, p_min_priority in 0..4'
+            USING ERRCODE = '22023';
+    END IF;
+
+    LOOP
+        v_rounds := v_rounds + 1;
+
+        -- Lock candidates. This statement only locks: its snapshot may predate the commit
+        -- of a transaction that completed a candidate's head (a late ack, or a claim and
+        -- ack in one transaction), and the row lock then follows the row to its newest
+        -- version, which can be claimable again. The heads must be read by a statement
+        -- that starts after the locks are granted.
+        SELECT array_agg(c.group_id ORDER BY c.level DESC, c.available_at)
+          INTO v_candidates
+          FROM (SELECT p.level, c.group_id, c.available_at
+                  FROM generate_series(4, p_min_priority, -1) AS p(level)
+                 CROSS JOIN LATERAL (
+                        SELECT g.group_id, g.available_at
+                          FROM "harel".transport_groups g
+                         WHERE g.priority = p.level AND g.available_at <= v_now
+                         ORDER BY g.available_at
+                         LIMIT v_need
+                           FOR NO KEY UPDATE SKIP LOCKED) AS c
+                 LIMIT v_need) AS c;
+        EXIT WHEN v_candidates IS NULL;
+
+        -- A new statement, whose snapshot sees every commit made before our locks were
+        -- granted: read each candidate's head and settle every candidate. A due head is
+        -- leased; an empty group is kept aside for the drop below; a group whose head is not
+        -- due yet (a delayed message became head) sleeps until it is.
+        WITH candidate AS (
+            SELECT g.group_id, g.head_seq, g.head_attempts, k.ord
+              FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
+              JOIN "harel".transport_groups g ON g.group_id = k.group_id
+        ), head AS (
+            SELECT c.group_id, c.ord, m.seq, m.kind, m.payload, m.priority, m.enqueued_at,
+                   m.not_before,
+                   m.seq IS NOT NULL AND (m.not_before IS NULL OR m.not_before <= v_now) AS due,
+                   CASE WHEN m.seq = c.head_seq THEN c.head_attempts ELSE m.attempts END + 1
+                       AS attempt
+              FROM candidate c
+              LEFT JOIN LATERAL (
+                    SELECT m.seq, m.kind, m.payload, m.priority, m.enqueued_at, m.not_before,
+                           m.attempts
+                      FROM "harel".transport_messages m
+                     WHERE m.group_id = c.group_id
+                     ORDER BY m.seq
+                     LIMIT 1) AS m ON true
+        ), settled AS (
+            UPDATE "harel".transport_groups g
+               SET locked_by     = CASE WHEN h.due THEN p_token END,
+                   available_at  = CASE WHEN h.due THEN v_expiry ELSE h.not_before END,
+                   head_seq      = CASE WHEN h.due THEN h.seq ELSE g.head_seq END,
+                   head_attempts = CASE WHEN h.due THEN h.attempt ELSE g.head_attempts END
+              FROM head h
+             WHERE g.group_id = h.group_id
+               AND h.seq IS NOT NULL
+        )
+        SELECT array_agg(h.group_id      ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.seq           ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.kind          ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.payload::text ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.attempt       ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.priority      ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.enqueued_at   ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.group_id)                     FILTER (WHERE h.seq IS NULL),
+               count(*) FILTER (WHERE h.seq IS NOT NULL AND NOT h.due)
+          INTO v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority, v_enqueued,
+               v_empty, v_not_due
+          FROM head h;
+
+        IF v_groups IS NOT NULL THEN
+            RETURN QUERY
+            SELECT * FROM unnest(v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority,
+                                 v_enqueued);
+            v_need := v_need - cardinality(v_groups);
+        END IF;
+
+        -- Done when full, or when nothing odd was met (the queue has no more due groups).
+        EXIT WHEN v_need = 0 OR (v_empty IS NULL AND v_not_due = 0) OR v_rounds >= 8;
+
+        -- Empty groups: a drain raced a publish, or a stale row. Drop or free them; one whose
+        -- publisher is still open is looked at again shortly, never spun on.
+        IF v_empty IS NOT NULL THEN
+            PERFORM "harel".harel_drop_empty_groups(v_empty, 200);
+        END IF;
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON FUNCTION "harel".harel_claim(UUID, BIGINT, INT, INT) FROM PUBLIC;

@@ -1,0 +1,52 @@
+-- harel_drop_empty_groups: called by harel_claim and harel_settle (never by a role) for
+-- groups they hold and found without a visible message. Deletes the rows that really are
+-- empty, and frees the others (a publisher's message committed meanwhile, or a publisher
+-- still holds KEY SHARE: its message will become visible when it commits).
+--
+-- The delete needs FOR UPDATE, which conflicts with a publisher's KEY SHARE; SKIP LOCKED
+-- so we never wait on an application transaction. After taking the lock, the emptiness is
+-- checked again in a new statement, whose fresh snapshot sees every message committed before
+-- the lock was granted; later publishers block on our lock and then insert a new row.
+CREATE OR REPLACE FUNCTION "harel".harel_drop_empty_groups(
+    p_groups     TEXT[],
+    -- how long a group whose publisher is still open waits before it is looked at again
+    p_recheck_ms INT
+) RETURNS VOID
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_lockable TEXT[];
+    v_deleted  TEXT[];
+BEGIN
+    SELECT array_agg(k.group_id) INTO v_lockable
+      FROM (SELECT g.group_id FROM "harel".transport_groups g
+             WHERE g.group_id = ANY (p_groups)
+             ORDER BY g.group_id
+               FOR UPDATE SKIP LOCKED) AS k;
+
+    WITH deleted AS (
+        DELETE FROM "harel".transport_groups g
+         WHERE g.group_id = ANY (v_lockable)
+           AND NOT EXISTS (SELECT 1 FROM "harel".transport_messages m
+                            WHERE m.group_id = g.group_id)
+        RETURNING g.group_id
+    )
+    SELECT array_agg(d.group_id) INTO v_deleted FROM deleted d;
+
+    -- Not deleted: free it. If we got the lock, the group has a committed message now and is
+    -- claimable at once; if a publisher holds KEY SHARE, its message is not visible yet, so
+    -- look again shortly rather than spin on an empty group.
+    UPDATE "harel".transport_groups g
+       SET locked_by = NULL, head_seq = NULL, head_attempts = 0,
+           available_at = CASE WHEN g.group_id = ANY (v_lockable) THEN statement_timestamp()
+                               ELSE clock_timestamp() + p_recheck_ms * interval '1 millisecond' END
+     WHERE g.group_id = ANY (p_groups)
+       AND g.group_id <> ALL (COALESCE(v_deleted, '{}'));
+END
+$$;
+
+REVOKE ALL ON FUNCTION "harel".harel_drop_empty_groups(TEXT[], INT) FROM PUBLIC;

@@ -1,0 +1,162 @@
+-- harel_publish: append messages and make sure each of their groups has a row.
+--
+-- What a producer calls (and all it may call): it validates every message itself, so a
+-- role that can execute it cannot write anything the Rust side would refuse.
+--
+-- Arrays, one element per message, so a batch is one round trip; the messages get their
+-- `seq` in array order. A message's not-before time is `p_not_before`, or now() plus
+-- `p_delay_ms`, or NULL (due at once).
+--
+-- Why the group row is locked FOR KEY SHARE when it already exists: a settle that drains a
+-- group deletes its row, and cannot see a message this (maybe long) transaction has not
+-- committed. Holding KEY SHARE blocks that delete (the settle then frees the row instead,
+-- see harel_drop_empty_groups) without blocking claims, settles or extensions, which are
+-- non-key updates. If the row was deleted between our INSERT … ON CONFLICT and the lock, we
+-- loop and insert it again.
+CREATE OR REPLACE FUNCTION "harel".harel_publish(
+    p_groups      TEXT[],
+    p_kinds       TEXT[],
+    p_payloads    TEXT[],
+    p_priorities  SMALLINT[],
+    p_not_before  TIMESTAMPTZ[],
+    p_delay_ms    BIGINT[]
+) RETURNS SETOF BIGINT
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now        TIMESTAMPTZ := now();
+    v_count      INT := cardinality(p_groups);
+    v_pending    TEXT[];
+    v_priorities SMALLINT[];
+    v_ready_at   TIMESTAMPTZ[];
+    v_inserted   BIGINT;
+    v_due        BOOLEAN;
+    v_invalid    TEXT;
+    v_seq        BIGINT;
+    v_ready      TIMESTAMPTZ;
+BEGIN
+    -- The limits of transport/message.rs, checked again here for callers that bypass it.
+    IF v_count IS NULL OR v_count = 0
+       OR cardinality(p_kinds) IS DISTINCT FROM v_count
+       OR cardinality(p_payloads) IS DISTINCT FROM v_count
+       OR cardinality(p_priorities) IS DISTINCT FROM v_count
+       OR cardinality(p_not_before) IS DISTINCT FROM v_count
+       OR cardinality(p_delay_ms) IS DISTINCT FROM v_count THEN
+        RAISE EXCEPTION 'harel_publish: the six arrays must have one element per message'
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT CASE
+             WHEN bool_or(x.group_id IS NULL OR octet_length(x.group_id) NOT BETWEEN 1 AND 1024)
+               THEN 'group ids must be 1 to 1024 bytes'
+             WHEN bool_or(x.kind IS NULL OR octet_length(x.kind) NOT BETWEEN 1 AND 255)
+               THEN 'job kinds must be 1 to 255 bytes'
+             WHEN bool_or(x.payload IS NULL OR octet_length(x.payload) > 4194304)
+               THEN 'payloads must be at most 4194304 bytes of JSON'
+             WHEN bool_or(x.priority IS NULL OR x.priority NOT BETWEEN 0 AND 4)
+               THEN 'priorities are 0 to 4'
+             WHEN bool_or(x.delay_ms NOT BETWEEN 0 AND 3155760000000)
+               THEN 'delays are 0 to 100 years'
+             WHEN bool_or(NOT isfinite(x.not_before))
+               THEN 'not-before times must be finite'
+           END
+      INTO v_invalid
+      FROM unnest(p_groups, p_kinds, p_payloads, p_priorities, p_delay_ms, p_not_before)
+           AS x(group_id, kind, payload, priority, delay_ms, not_before);
+    IF v_invalid IS NOT NULL THEN
+        RAISE EXCEPTION 'harel_publish: %', v_invalid USING ERRCODE = '22023';
+    END IF;
+
+    -- One message (the common enqueue): the same steps with scalar statements, cheaper to
+    -- run than the set-based batch path below.
+    IF v_count = 1 THEN
+        v_ready := COALESCE(p_not_before[1], v_now + p_delay_ms[1] * interval '1 millisecond');
+        INSERT INTO "harel".transport_messages (group_id, kind, payload, priority, not_before)
+        VALUES (p_groups[1], p_kinds[1], p_payloads[1]::json, p_priorities[1], v_ready)
+        RETURNING seq INTO v_seq;
+        RETURN NEXT v_seq;
+        LOOP
+            INSERT INTO "harel".transport_groups (group_id, priority, available_at)
+            VALUES (p_groups[1], p_priorities[1], GREATEST(v_now, v_ready))
+            ON CONFLICT (group_id) DO NOTHING;
+            EXIT WHEN FOUND;
+            PERFORM 1 FROM "harel".transport_groups g
+              WHERE g.group_id = p_groups[1] FOR KEY SHARE;
+            EXIT WHEN FOUND;
+            -- deleted by a draining settle between the two statements: insert again
+        END LOOP;
+        IF v_ready IS NULL OR v_ready <= v_now THEN
+            PERFORM pg_notify('harel_harel_jobs', '');
+        END IF;
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    INSERT INTO "harel".transport_messages (group_id, kind, payload, priority, not_before)
+    SELECT x.group_id, x.kind, x.payload::json, x.priority,
+           COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond')
+      FROM unnest(p_groups, p_kinds, p_payloads, p_priorities, p_not_before, p_delay_ms)
+           WITH ORDINALITY AS x(group_id, kind, payload, priority, not_before, delay_ms, ord)
+     ORDER BY x.ord
+    RETURNING seq;
+
+    -- Each group's first message of the batch, sorted by group so that concurrent
+    -- publishers take row locks in one order: the values a new group row starts with.
+    SELECT array_agg(f.group_id ORDER BY f.group_id),
+           array_agg(f.priority ORDER BY f.group_id),
+           array_agg(f.ready_at ORDER BY f.group_id)
+      INTO v_pending, v_priorities, v_ready_at
+      FROM (SELECT DISTINCT ON (x.group_id) x.group_id, x.priority,
+                   GREATEST(v_now, COALESCE(x.not_before,
+                                            v_now + x.delay_ms * interval '1 millisecond')) AS ready_at
+              FROM unnest(p_groups, p_priorities, p_not_before, p_delay_ms)
+                   WITH ORDINALITY AS x(group_id, priority, not_before, delay_ms, ord)
+             ORDER BY x.group_id, x.ord) AS f;
+
+    -- Every group needs a row that stays until we commit: insert the missing ones (with
+    -- their first message's priority; existing groups keep their lease and priority), and
+    -- KEY SHARE-lock the existing ones so a draining settle cannot delete them. A row
+    -- deleted between the two statements is inserted again in the next round. Set
+    -- operations only (hash joins), so a batch costs linear time in its size.
+    LOOP
+        WITH inserted AS (
+            INSERT INTO "harel".transport_groups AS g (group_id, priority, available_at)
+            SELECT u.group_id, u.priority, u.ready_at
+              FROM unnest(v_pending, v_priorities, v_ready_at) AS u(group_id, priority, ready_at)
+             ORDER BY u.group_id
+            ON CONFLICT (group_id) DO NOTHING
+            RETURNING g.group_id
+        )
+        SELECT count(*) INTO v_inserted FROM inserted;
+        EXIT WHEN v_inserted = cardinality(v_pending);
+
+        WITH locked AS MATERIALIZED (
+            SELECT g.group_id FROM "harel".transport_groups g
+             WHERE g.group_id IN (SELECT unnest(v_pending))
+             ORDER BY g.group_id
+               FOR KEY SHARE
+        )
+        SELECT array_agg(u.group_id ORDER BY u.group_id),
+               array_agg(u.priority ORDER BY u.group_id),
+               array_agg(u.ready_at ORDER BY u.group_id)
+          INTO v_pending, v_priorities, v_ready_at
+          FROM unnest(v_pending, v_priorities, v_ready_at) AS u(group_id, priority, ready_at)
+         WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.group_id = u.group_id);
+        EXIT WHEN v_pending IS NULL;
+    END LOOP;
+
+    -- wake idle workers when the transaction commits (never before; duplicates in one
+    -- transaction are folded into one notification by PostgreSQL)
+    SELECT bool_or(x.not_before IS NULL AND COALESCE(x.delay_ms, 0) <= 0) INTO v_due
+      FROM unnest(p_not_before, p_delay_ms) AS x(not_before, delay_ms);
+    IF v_due THEN
+        PERFORM pg_notify('harel_harel_jobs', '');
+    END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION "harel".harel_publish(TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[])
+    FROM PUBLIC;

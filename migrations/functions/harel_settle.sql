@@ -1,0 +1,192 @@
+-- harel_settle: end leased messages, one round trip for a batch of any mix of outcomes.
+--
+-- Each input names a lease (group, message seq, token) and what becomes of its message:
+--   'ack'      done: the message is deleted;
+--   'dead'     failed for good: the message moves to dead_letters with p_errors' text and
+--              p_attempts' count (NULL: the attempts the claims counted);
+--   'release'  given back: the group waits p_delay_ms (0: claimable at once), the error (if
+--              any) is recorded on the message, and p_counted = false gives the attempt back.
+-- 'ack' and 'dead' move the group on: freed with available_at = now (behind every waiting
+-- group: round-robin) if it has more messages, its row deleted if it is drained.
+--
+-- Fenced per input: it applies only if the group is still leased to that token at that
+-- message. Applying it always ends the lease (the token is cleared, or the row gone), so the
+-- same input applied again changes nothing. The outcome is per lease (message AND token): a
+-- batch may hold a stale lease and the current lease of one message.
+--
+-- p_receipt makes a batch safe to send twice: what it applied is kept under that id, and a
+-- batch sent again under it (its reply was lost) is answered from the receipt, as
+-- 'replayed', without touching anything. p_forget names the previous batch's receipt, whose
+-- reply the caller has: it is deleted.
+--
+-- Returns one row per input, in input order: its seq and 'applied', 'replayed' or 'lost'
+-- (the group is no longer leased to this token at this message: nothing changed).
+CREATE OR REPLACE FUNCTION "harel".harel_settle(
+    p_groups   TEXT[],
+    p_seqs     BIGINT[],
+    p_tokens   UUID[],
+    p_actions  TEXT[],
+    p_delay_ms BIGINT[],
+    p_errors   TEXT[],
+    p_counted  BOOLEAN[],
+    p_attempts INT[],
+    p_receipt  UUID DEFAULT NULL,
+    p_forget   UUID DEFAULT NULL
+) RETURNS TABLE (seq BIGINT, outcome TEXT)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now      TIMESTAMPTZ := statement_timestamp();
+    v_count    INT := cardinality(p_seqs);
+    v_applied  BOOLEAN[];
+    v_ords     BIGINT[];
+    v_groups   TEXT[];
+    v_seqs     BIGINT[];
+    v_actions  TEXT[];
+    v_delays   BIGINT[];
+    v_counted  BOOLEAN[];
+    v_attempts INT[];
+    v_errors   TEXT[];
+    v_drained  TEXT[];
+BEGIN
+    IF v_count IS NULL
+       OR cardinality(p_groups) IS DISTINCT FROM v_count
+       OR cardinality(p_tokens) IS DISTINCT FROM v_count
+       OR cardinality(p_actions) IS DISTINCT FROM v_count
+       OR cardinality(p_delay_ms) IS DISTINCT FROM v_count
+       OR cardinality(p_errors) IS DISTINCT FROM v_count
+       OR cardinality(p_counted) IS DISTINCT FROM v_count
+       OR cardinality(p_attempts) IS DISTINCT FROM v_count THEN
+        RAISE EXCEPTION 'harel_settle: the eight arrays must have one element per lease'
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_actions, p_delay_ms, p_errors)
+                             AS x(action, delay_ms, error)
+                WHERE x.action IS NULL
+                   OR x.action NOT IN ('ack', 'dead', 'release')
+                   OR (x.action = 'dead' AND x.error IS NULL)
+                   OR (x.action = 'release'
+                       AND (x.delay_ms IS NULL OR x.delay_ms NOT BETWEEN 0 AND 3155760000000))) THEN
+        RAISE EXCEPTION 'harel_settle: actions are ack, dead (with an error) or release (with a delay of 0 to 100 years)'
+            USING ERRCODE = '22023';
+    END IF;
+
+    IF p_forget IS NOT NULL THEN
+        DELETE FROM "harel".settle_receipts r WHERE r.receipt = p_forget;
+    END IF;
+    IF p_receipt IS NOT NULL THEN
+        SELECT r.applied INTO v_applied FROM "harel".settle_receipts r
+         WHERE r.receipt = p_receipt;
+        IF FOUND THEN
+            RETURN QUERY
+            SELECT x.seq, CASE WHEN x.applied THEN 'replayed' ELSE 'lost' END
+              FROM unnest(p_seqs, v_applied) WITH ORDINALITY AS x(seq, applied, ord)
+             ORDER BY x.ord;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- The fence, and the row locks we need to move the groups on (in group order, as
+    -- harel_extend takes them: no deadlock between a batch and a heartbeat).
+    SELECT array_agg(f.ord), array_agg(f.group_id), array_agg(f.seq), array_agg(f.action),
+           array_agg(f.delay_ms), array_agg(f.counted), array_agg(f.attempts),
+           array_agg(left(f.error, 16384))
+      INTO v_ords, v_groups, v_seqs, v_actions, v_delays, v_counted, v_attempts, v_errors
+      FROM (SELECT x.ord, g.group_id, x.seq, x.action, x.delay_ms, x.counted,
+                   COALESCE(x.attempts, g.head_attempts) AS attempts, x.error
+              FROM unnest(p_groups, p_seqs, p_tokens, p_actions, p_delay_ms, p_counted,
+                          p_errors, p_attempts)
+                   WITH ORDINALITY AS x(group_id, seq, token, action, delay_ms, counted, error,
+                                        attempts, ord)
+              JOIN "harel".transport_groups g
+                ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+             ORDER BY g.group_id
+               FOR NO KEY UPDATE OF g) AS f;
+
+    IF v_ords IS NOT NULL THEN
+        -- Released: the group waits (or not), its lease ended; the attempt count stays with
+        -- the group's head, and with the message when an error is recorded (so it survives
+        -- the message being displaced as head).
+        WITH released AS (
+            UPDATE "harel".transport_groups g
+               SET locked_by     = NULL,
+                   available_at  = v_now + f.delay_ms * interval '1 millisecond',
+                   head_attempts = g.head_attempts
+                                   - CASE WHEN COALESCE(f.counted, true) THEN 0 ELSE 1 END
+              FROM unnest(v_groups, v_actions, v_delays, v_counted)
+                   AS f(group_id, action, delay_ms, counted)
+             WHERE f.action = 'release' AND g.group_id = f.group_id
+            RETURNING g.group_id, g.head_seq, g.head_attempts
+        )
+        UPDATE "harel".transport_messages m
+           SET attempts = r.head_attempts, last_error = e.error
+          FROM released r
+          JOIN unnest(v_groups, v_errors) AS e(group_id, error) ON e.group_id = r.group_id
+         WHERE m.group_id = r.group_id AND m.seq = r.head_seq AND e.error IS NOT NULL;
+
+        -- Finished: deleted, the dead ones into dead_letters.
+        WITH gone AS (
+            DELETE FROM "harel".transport_messages m
+             USING unnest(v_groups, v_seqs, v_actions) AS f(group_id, seq, action)
+             WHERE f.action <> 'release' AND m.group_id = f.group_id AND m.seq = f.seq
+            RETURNING m.seq, m.group_id, m.kind, m.payload, m.priority, m.enqueued_at
+        )
+        INSERT INTO "harel".dead_letters
+               (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at)
+        SELECT gone.seq, gone.group_id, gone.kind, gone.payload, gone.priority, e.attempts,
+               e.error, gone.enqueued_at
+          FROM gone
+          JOIN unnest(v_seqs, v_actions, v_attempts, v_errors) AS e(seq, action, attempts, error)
+            ON e.seq = gone.seq
+         WHERE e.action = 'dead';
+
+        -- Move the finished groups on. A new statement: its snapshot sees messages committed
+        -- since the fence.
+        WITH finished AS (
+            SELECT f.group_id FROM unnest(v_groups, v_actions) AS f(group_id, action)
+             WHERE f.action <> 'release'
+        ), next_head AS (
+            SELECT f.group_id, n.not_before, n.seq IS NOT NULL AS has_next
+              FROM finished f
+              LEFT JOIN LATERAL (
+                    SELECT m.seq, m.not_before
+                      FROM "harel".transport_messages m
+                     WHERE m.group_id = f.group_id
+                     ORDER BY m.seq
+                     LIMIT 1) AS n ON true
+        ), freed AS (
+            UPDATE "harel".transport_groups g
+               SET locked_by = NULL, head_seq = NULL, head_attempts = 0,
+                   available_at = GREATEST(v_now, nh.not_before)
+              FROM next_head nh
+             WHERE g.group_id = nh.group_id AND nh.has_next
+        )
+        SELECT array_agg(nh.group_id) FILTER (WHERE NOT nh.has_next) INTO v_drained
+          FROM next_head nh;
+
+        IF v_drained IS NOT NULL THEN
+            PERFORM "harel".harel_drop_empty_groups(v_drained, 200);
+        END IF;
+    END IF;
+
+    SELECT array_agg(a.ord IS NOT NULL ORDER BY x.ord) INTO v_applied
+      FROM generate_series(1, v_count) AS x(ord)
+      LEFT JOIN unnest(v_ords) AS a(ord) ON a.ord = x.ord;
+    IF p_receipt IS NOT NULL THEN
+        INSERT INTO "harel".settle_receipts (receipt, applied)
+        VALUES (p_receipt, COALESCE(v_applied, '{}'));
+    END IF;
+
+    RETURN QUERY
+    SELECT x.seq, CASE WHEN x.applied THEN 'applied' ELSE 'lost' END
+      FROM unnest(p_seqs, v_applied) WITH ORDINALITY AS x(seq, applied, ord)
+     ORDER BY x.ord;
+END
+$$;
+
+REVOKE ALL ON FUNCTION "harel".harel_settle(
+    TEXT[], BIGINT[], UUID[], TEXT[], BIGINT[], TEXT[], BOOLEAN[], INT[], UUID, UUID) FROM PUBLIC;

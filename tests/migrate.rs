@@ -1,0 +1,266 @@
+//! Upgrading a queue: a schema made by the first releases (one migration holding tables and
+//! functions, kept as `tests/fixtures/legacy_0001_transport.sql`) with jobs in every state
+//! is migrated by this release, and every job then runs or stays a dead letter. And the
+//! function files: one changed file is applied again alone.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
+use harel_jobs::{
+    DeadLetterQuery, DeadLetters, Handler, Job, JobContext, JobResult, Worker, check_schema,
+    migrate_schema,
+};
+use harel_jobs_suite::TestQueue;
+use serde::{Deserialize, Serialize};
+use sqlx::AssertSqlSafe;
+
+const LEGACY_0001: &str = include_str!("fixtures/legacy_0001_transport.sql");
+
+/// Migrates `q`'s schema as the first releases did: bookkeeping, then their one migration.
+async fn migrate_as_the_first_release(q: &TestQueue) {
+    let schema = format!("\"{}\"", q.schema.name());
+    let channel = format!("'{}'", q.schema.channel());
+    let mut tx = q.pool.begin().await.unwrap();
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE SCHEMA {schema};
+         CREATE TABLE {schema}._migrations (
+             version    INT         PRIMARY KEY,
+             name       TEXT        NOT NULL,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+             checksum   TEXT);"
+    )))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let rendered = LEGACY_0001
+        .replace("@schema@", &schema)
+        .replace("@channel@", &channel);
+    sqlx::raw_sql(AssertSqlSafe(rendered))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {schema}._migrations (version, name, checksum) VALUES (1, 'transport', md5($1))"
+    )))
+    .bind(LEGACY_0001)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[derive(Serialize, Deserialize)]
+struct Legacy {
+    n: u32,
+}
+
+impl Job for Legacy {
+    const KIND: &'static str = "legacy";
+}
+
+type Ran = Arc<Mutex<Vec<u32>>>;
+
+impl Handler<Ran> for Legacy {
+    async fn handle(self, ctx: JobContext<Ran>) -> JobResult {
+        ctx.state().lock().unwrap().push(self.n);
+        Ok(())
+    }
+}
+
+fn job(group: &str, n: u32) -> OutgoingMessage {
+    OutgoingMessage::new(group, "legacy", format!("{{\"n\":{n}}}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_loses_nothing() {
+    let q = TestQueue::unmigrated().await;
+    migrate_as_the_first_release(&q).await;
+    let t = &q.transport; // harel_publish and harel_claim kept their signatures
+    let s = format!("\"{}\"", q.schema.name());
+
+    // waiting (a group of two, and one alone), scheduled, leased, parked for a retry, dead
+    t.publish_many(&q.pool, &[job("two", 1), job("two", 2), job("one", 3)])
+        .await
+        .unwrap();
+    t.publish(&q.pool, &job("later", 4).delay(Duration::from_millis(1500)))
+        .await
+        .unwrap();
+    for (group, n) in [("leased", 5), ("parked", 6), ("dead", 7)] {
+        t.publish(
+            &q.pool,
+            &job(group, n).priority(harel_jobs::Priority::HIGHEST),
+        )
+        .await
+        .unwrap();
+    }
+    let claimed = t
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_millis(1500))
+                .limit(3)
+                .min_priority(harel_jobs::Priority::HIGHEST),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    let lease = |group: &str| {
+        let m = claimed.iter().find(|m| m.lease.group == group).unwrap();
+        (m.lease.group.clone(), m.lease.seq, m.lease.token.as_uuid())
+    };
+    let (group, seq, token) = lease("parked");
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT * FROM {s}.harel_nack(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY[1500::bigint], \
+         ARRAY['first try failed'], ARRAY[true])"
+    )))
+    .bind(group)
+    .bind(seq)
+    .bind(token)
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let (group, seq, token) = lease("dead");
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT * FROM {s}.harel_ack(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY['gave up'])"
+    )))
+    .bind(group)
+    .bind(seq)
+    .bind(token)
+    .execute(&q.pool)
+    .await
+    .unwrap();
+
+    migrate_schema(&q.pool, &q.schema).await.expect("upgrade");
+    check_schema(&q.pool, &q.schema)
+        .await
+        .expect("current after the upgrade");
+    let versions: Vec<i32> =
+        sqlx::query_scalar(q.sql("SELECT version FROM @schema@._migrations ORDER BY version"))
+            .fetch_all(&q.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        versions,
+        (1..=harel_jobs::SCHEMA_VERSION).collect::<Vec<_>>()
+    );
+    let functions: BTreeSet<String> = sqlx::query_scalar(
+        "SELECT p.proname::text FROM pg_proc p WHERE p.pronamespace = $1::regnamespace",
+    )
+    .bind(q.schema.name())
+    .fetch_all(&q.pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    let expected: BTreeSet<String> = [
+        "harel_claim",
+        "harel_drop_empty_groups",
+        "harel_extend",
+        "harel_maintain",
+        "harel_publish",
+        "harel_settle",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        functions, expected,
+        "0001's harel_ack and harel_nack are gone"
+    );
+
+    // a worker of this release runs everything that was waiting, scheduled, leased (once
+    // the old lease lapses) and parked (once its retry is due), and leaves the dead letter
+    let ran = Ran::default();
+    let handle = Worker::builder(q.pool.clone(), Arc::clone(&ran))
+        .register::<Legacy>()
+        .schema(q.schema.clone())
+        .poll_interval(Duration::from_millis(100))
+        .build()
+        .unwrap()
+        .start();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while ran.lock().unwrap().len() < 6 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dead = DeadLetters::new(q.schema.clone());
+    let letters = dead
+        .list(&q.pool, &DeadLetterQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].last_error, "gave up");
+    assert!(dead.retry(&q.pool, letters[0].id).await.unwrap().is_some());
+    while ran.lock().unwrap().len() < 7 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stats = handle.shutdown().await.unwrap();
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort_unstable();
+    assert_eq!(ran, [1, 2, 3, 4, 5, 6, 7], "every job ran once: {stats:?}");
+    assert_eq!(q.count("transport_messages").await, 0);
+}
+
+/// A fix to one function is one changed file: migrate applies that file again, and nothing
+/// else; a function applied by a newer release is left alone.
+#[tokio::test]
+async fn a_changed_function_file_is_applied_again_and_only_it() {
+    let q = TestQueue::new().await;
+    let definition = |name: &'static str| {
+        let q = &q;
+        async move {
+            let row: (String, String) = sqlx::query_as(
+                "SELECT p.xmin::text, pg_get_functiondef(p.oid) FROM pg_proc p \
+                 WHERE p.pronamespace = $1::regnamespace AND p.proname = $2",
+            )
+            .bind(q.schema.name())
+            .bind(name)
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
+            row
+        }
+    };
+    let claim_before = definition("harel_claim").await;
+    let publish_before = definition("harel_publish").await;
+
+    // as if the claim had been applied from another text by this release
+    sqlx::raw_sql(q.sql(
+        "CREATE OR REPLACE FUNCTION @schema@.harel_claim(
+             p_token UUID, p_lease_ms BIGINT, p_limit INT, p_min_priority INT DEFAULT 0)
+         RETURNS TABLE (group_id TEXT, seq BIGINT, kind TEXT, payload TEXT, attempt INT,
+                        priority SMALLINT, enqueued_at TIMESTAMPTZ)
+         LANGUAGE sql AS $$ SELECT NULL::text, NULL::bigint, NULL::text, NULL::text,
+                                   NULL::int, NULL::smallint, NULL::timestamptz WHERE false $$;
+         UPDATE @schema@._functions SET checksum = md5('an older text')
+          WHERE name = 'harel_claim';",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    assert!(
+        check_schema(&q.pool, &q.schema).await.is_err(),
+        "stale function noticed"
+    );
+
+    migrate_schema(&q.pool, &q.schema).await.unwrap();
+    let claim_after = definition("harel_claim").await;
+    assert_ne!(claim_after.0, claim_before.0, "harel_claim applied again");
+    assert_eq!(claim_after.1, claim_before.1, "… from this release's file");
+    assert_eq!(
+        definition("harel_publish").await,
+        publish_before,
+        "nothing else"
+    );
+    check_schema(&q.pool, &q.schema).await.unwrap();
+
+    // a newer release's function stays
+    sqlx::query(q.sql(
+        "UPDATE @schema@._functions SET checksum = md5('newer'), release = '999.0.0' \
+          WHERE name = 'harel_claim'",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    migrate_schema(&q.pool, &q.schema).await.unwrap();
+    assert_eq!(definition("harel_claim").await, claim_after);
+}

@@ -1,0 +1,410 @@
+//! Attacks on the queue from inside the database: a hostile `search_path`, and roles that
+//! try to do more than their grants are for. Each test uses its own schema and roles.
+
+use std::time::Duration;
+
+use harel_jobs::transport::{
+    ClaimRequest, Lease, LeaseOutcome, LeaseToken, OutgoingMessage, Settlement,
+};
+use harel_jobs::{DatabaseError, TransportError};
+use harel_jobs_suite::{PRODUCER_GRANTS, TestQueue, TestRole, WORKER_GRANTS, pool_with};
+use sqlx::{AssertSqlSafe, Executor, PgPool};
+
+const LONG: Duration = Duration::from_secs(600);
+
+fn db(error: TransportError) -> DatabaseError {
+    match error {
+        TransportError::Database(e) => e,
+        other => panic!("not a database error: {other:?}"),
+    }
+}
+
+/// Runs `sql` as the pool's role and returns the SQLSTATE it fails with (`None`: it worked).
+async fn sqlstate(pool: &PgPool, sql: String) -> Option<String> {
+    match sqlx::raw_sql(AssertSqlSafe(sql)).execute(pool).await {
+        Ok(_) => None,
+        Err(error) => Some(DatabaseError::from(error).code().unwrap_or_default()),
+    }
+}
+
+/// A schema of hostile look-alikes on the caller's search_path: `*(bigint, interval)` (which
+/// `pg_catalog` has no exact match for), `cardinality(text[])` and `unnest(text[])` (more
+/// specific than `pg_catalog`'s polymorphic ones). Each records its call and lies.
+async fn plant_hostile_functions(q: &TestQueue, schema: &str) {
+    let sql = format!(
+        r#"
+        CREATE SCHEMA "{schema}";
+        CREATE TABLE "{schema}".calls (what text, by_role text);
+        CREATE FUNCTION "{schema}".times(bigint, interval) RETURNS interval
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO "{schema}".calls VALUES ('*', current_user);
+                RETURN interval '-1 hour';  -- every lease born expired
+            END $$;
+        CREATE OPERATOR "{schema}".* (LEFTARG = bigint, RIGHTARG = interval,
+                                      FUNCTION = "{schema}".times);
+        CREATE FUNCTION "{schema}".cardinality(text[]) RETURNS int
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO "{schema}".calls VALUES ('cardinality', current_user);
+                RETURN 0;
+            END $$;
+        CREATE FUNCTION "{schema}".unnest(text[]) RETURNS SETOF text
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO "{schema}".calls VALUES ('unnest', current_user);
+            END $$;
+        "#
+    );
+    sqlx::raw_sql(AssertSqlSafe(sql))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+}
+
+/// A pool whose sessions search `schema` first, as an application's might.
+async fn pool_searching(schema: &str) -> PgPool {
+    let url = harel_jobs_suite::database_url();
+    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let options = options.options([("search_path", format!("\"{schema}\", public"))]);
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn no_queue_function_runs_what_a_hostile_search_path_offers() {
+    let q = TestQueue::new().await;
+    let hostile = harel_jobs_suite::unique_name("evil");
+    plant_hostile_functions(&q, &hostile).await;
+    let caller = pool_searching(&hostile).await;
+    // the look-alikes are really what this session would pick
+    let picked: String = sqlx::query_scalar("SELECT (2::bigint * interval '1 second')::text")
+        .fetch_one(&caller)
+        .await
+        .unwrap();
+    assert_eq!(picked, "-01:00:00", "the hostile operator is on the path");
+    sqlx::query(AssertSqlSafe(format!("DELETE FROM \"{hostile}\".calls")))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+
+    // every function, through the path: publish (one, and a batch with a delay), claim,
+    // extend, settle (release with a delay, ack, dead letter), maintain
+    let t = &q.transport;
+    t.publish(&caller, &OutgoingMessage::new("g1", "k", "{}"))
+        .await
+        .unwrap();
+    let batch = [
+        OutgoingMessage::new("g2", "k", "{}"),
+        OutgoingMessage::new("g3", "k", "{}"),
+        OutgoingMessage::new("g4", "k", "{}").delay(Duration::from_millis(1)),
+    ];
+    t.publish_many(&caller, &batch).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let claimed = t
+        .claim_many(&caller, &ClaimRequest::new(LONG).limit(4))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 4);
+    let leases: Vec<Lease> = claimed.iter().map(|m| m.lease.clone()).collect();
+    let lease_left: f64 = sqlx::query_scalar(q.sql(
+        "SELECT min(extract(epoch FROM available_at - now()))::float8 \
+         FROM @schema@.transport_groups WHERE locked_by IS NOT NULL",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    assert!(lease_left > 500.0, "leases shortened to {lease_left} s");
+    assert!(
+        t.extend_many(&caller, &leases, LONG)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let settlements = vec![
+        (
+            leases[0].clone(),
+            Settlement::Release {
+                delay: Duration::from_secs(60),
+                error: Some("later".into()),
+                count_attempt: true,
+            },
+        ),
+        (leases[1].clone(), Settlement::Ack),
+        (leases[2].clone(), Settlement::dead_letter("no")),
+        (leases[3].clone(), Settlement::Ack),
+    ];
+    let outcomes = t.settle_many(&caller, &settlements, None).await.unwrap();
+    assert!(outcomes.iter().all(|o| *o == LeaseOutcome::Applied));
+    sqlx::query(q.sql("SELECT @schema@.harel_maintain()"))
+        .execute(&caller)
+        .await
+        .unwrap();
+
+    let calls: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT what, by_role FROM \"{hostile}\".calls"
+    )))
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert!(calls.is_empty(), "hostile functions ran: {calls:?}");
+    let parked: f64 = sqlx::query_scalar(q.sql(
+        "SELECT extract(epoch FROM available_at - now())::float8 \
+         FROM @schema@.transport_groups WHERE group_id = $1",
+    ))
+    .bind(&leases[0].group)
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    assert!(
+        parked > 50.0,
+        "the release's delay was computed as {parked} s"
+    );
+    sqlx::query(AssertSqlSafe(format!("DROP SCHEMA \"{hostile}\" CASCADE")))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+}
+
+/// Everything a producer must not do, each answered with SQLSTATE 42501.
+fn producer_must_not(q: &TestQueue) -> Vec<String> {
+    let s = format!("\"{}\"", q.schema.name());
+    vec![
+        format!("SELECT payload FROM {s}.transport_messages"),
+        format!("SELECT * FROM {s}.transport_groups"),
+        format!("SELECT * FROM {s}.dead_letters"),
+        format!("UPDATE {s}.transport_groups SET locked_by = NULL, head_attempts = 0"),
+        format!("UPDATE {s}.transport_groups SET available_at = 'infinity'"),
+        format!("DELETE FROM {s}.transport_messages"),
+        format!("DELETE FROM {s}.dead_letters"),
+        format!(
+            "INSERT INTO {s}.transport_messages (group_id, kind, payload, priority) \
+             VALUES (repeat('x', 2000), 'k', '{{}}', 2)"
+        ),
+        format!("SELECT * FROM {s}.harel_claim(gen_random_uuid(), 60000, 10, 0)"),
+        format!("SELECT {s}.harel_maintain()"),
+        format!(
+            "SELECT * FROM {s}.harel_extend(ARRAY['g'], ARRAY[1::bigint], \
+             ARRAY[gen_random_uuid()], 60000)"
+        ),
+        format!("SELECT {s}.harel_drop_empty_groups(ARRAY['g'], 200)"),
+    ]
+}
+
+#[tokio::test]
+async fn a_producer_can_enqueue_and_do_nothing_else() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, PRODUCER_GRANTS).await;
+    let producer = pool_with(&role.url, 2).await;
+    let t = &q.transport;
+
+    // what it is for: enqueue into new and existing groups, one or many, in a transaction
+    let mut tx = producer.begin().await.unwrap();
+    t.publish(&mut *tx, &OutgoingMessage::new("held", "k", r#"{"n":1}"#))
+        .await
+        .unwrap();
+    let batch = [
+        OutgoingMessage::new("held", "k", r#"{"n":2}"#),
+        OutgoingMessage::new("other", "k", r#"{"n":3}"#),
+    ];
+    t.publish_many(&mut *tx, &batch).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(q.count("transport_messages").await, 3);
+
+    // a worker holds "held"
+    let held = t
+        .claim(&q.pool, &ClaimRequest::new(LONG))
+        .await
+        .unwrap()
+        .unwrap();
+    let before: (Option<uuid::Uuid>, i32) = sqlx::query_as(
+        q.sql("SELECT locked_by, head_attempts FROM @schema@.transport_groups WHERE group_id = $1"),
+    )
+    .bind(&held.lease.group)
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+
+    for sql in producer_must_not(&q) {
+        assert_eq!(
+            sqlstate(&producer, sql.clone()).await.as_deref(),
+            Some("42501"),
+            "a producer ran: {sql}"
+        );
+    }
+    let settle = t.ack(&producer, &held.lease).await.expect_err("settle");
+    assert!(db(settle).is_permission_denied());
+    let claim = t
+        .claim(&producer, &ClaimRequest::new(LONG))
+        .await
+        .expect_err("claim");
+    assert!(db(claim).is_permission_denied());
+
+    // calling the function directly cannot get past the checks the Rust side makes
+    let s = format!("\"{}\"", q.schema.name());
+    for bad in [
+        "repeat('x', 2000), 'k', '{}', 2::smallint",
+        "'', 'k', '{}', 2::smallint",
+        "'g', '', '{}', 2::smallint",
+        "'g', 'k', 'not json', 2::smallint",
+        "'g', 'k', '{}', 9::smallint",
+    ] {
+        let sql = format!(
+            "SELECT {s}.harel_publish(ARRAY[x.g], ARRAY[x.k], ARRAY[x.p], ARRAY[x.pr], \
+             ARRAY[NULL::timestamptz], ARRAY[NULL::bigint]) \
+             FROM (SELECT {bad}) AS x(g, k, p, pr)"
+        );
+        let code = sqlstate(&producer, sql).await;
+        assert!(
+            matches!(code.as_deref(), Some("22023" | "22P02")),
+            "{bad}: {code:?}"
+        );
+    }
+    let forever = format!(
+        "SELECT {s}.harel_publish(ARRAY['held'], ARRAY['k'], ARRAY['{{}}'], ARRAY[2::smallint], \
+         ARRAY['infinity'::timestamptz], ARRAY[NULL::bigint])"
+    );
+    assert_eq!(sqlstate(&producer, forever).await.as_deref(), Some("22023"));
+
+    let after: (Option<uuid::Uuid>, i32) = sqlx::query_as(
+        q.sql("SELECT locked_by, head_attempts FROM @schema@.transport_groups WHERE group_id = $1"),
+    )
+    .bind(&held.lease.group)
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(before, after, "the held group was touched");
+    assert_eq!(q.count("transport_messages").await, 3);
+    producer.close().await;
+}
+
+#[tokio::test]
+async fn a_worker_can_work_and_can_neither_enqueue_nor_touch_leases_it_does_not_hold() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, WORKER_GRANTS).await;
+    let worker = pool_with(&role.url, 2).await;
+    let t = &q.transport;
+    for group in ["mine", "theirs", "theirs"] {
+        t.publish(&q.pool, &OutgoingMessage::new(group, "k", "{}"))
+            .await
+            .unwrap();
+    }
+    // someone else holds "theirs"
+    let theirs = loop {
+        let m = t
+            .claim(&q.pool, &ClaimRequest::new(LONG))
+            .await
+            .unwrap()
+            .unwrap();
+        if m.lease.group == "theirs" {
+            break m;
+        }
+        assert!(
+            t.settle(&q.pool, &m.lease, Settlement::release_now())
+                .await
+                .unwrap()
+                .is_applied()
+        );
+    };
+
+    // what it is for
+    let mine = t
+        .claim(&worker, &ClaimRequest::new(LONG))
+        .await
+        .unwrap()
+        .expect("the free group");
+    assert_eq!(mine.lease.group, "mine");
+    assert!(
+        t.extend_many(&worker, std::slice::from_ref(&mine.lease), LONG)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        t.ack(&worker, &mine.lease).await.unwrap(),
+        LeaseOutcome::Applied
+    );
+    sqlx::query(q.sql("SELECT @schema@.harel_maintain()"))
+        .execute(&worker)
+        .await
+        .unwrap();
+
+    // not what it is for
+    let publish = t
+        .publish(&worker, &OutgoingMessage::new("theirs", "k", "{}"))
+        .await
+        .expect_err("a worker enqueued");
+    assert!(matches!(publish, harel_jobs::PublishError::Database(e) if e.is_permission_denied()));
+    for sql in producer_must_not(&q).into_iter().filter(|sql| {
+        !sql.contains("harel_claim")
+            && !sql.contains("harel_maintain")
+            && !sql.contains("harel_extend")
+    }) {
+        assert_eq!(
+            sqlstate(&worker, sql.clone()).await.as_deref(),
+            Some("42501"),
+            "a worker ran: {sql}"
+        );
+    }
+    // a lease it does not hold: a guessed token changes nothing
+    let forged = Lease {
+        token: LeaseToken::new(),
+        ..theirs.lease.clone()
+    };
+    assert!(
+        !t.extend_many(&worker, std::slice::from_ref(&forged), LONG)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    for settlement in [
+        Settlement::Ack,
+        Settlement::release_now(),
+        Settlement::dead_letter("x"),
+    ] {
+        assert_eq!(
+            t.settle(&worker, &forged, settlement).await.unwrap(),
+            LeaseOutcome::LeaseLost
+        );
+    }
+    assert_eq!(
+        t.ack(&q.pool, &theirs.lease).await.unwrap(),
+        LeaseOutcome::Applied,
+        "the real holder still holds it"
+    );
+    worker.close().await;
+}
+
+/// The queue's functions may be called only by roles granted them: migrate revokes the
+/// EXECUTE that PostgreSQL gives PUBLIC on every new function.
+#[tokio::test]
+async fn a_role_without_grants_can_call_nothing() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, &["USAGE ON SCHEMA @schema@"]).await;
+    let nobody = pool_with(&role.url, 1).await;
+    let publish = q
+        .transport
+        .publish(&nobody, &OutgoingMessage::new("g", "k", "{}"))
+        .await
+        .expect_err("enqueued without a grant");
+    assert!(matches!(publish, harel_jobs::PublishError::Database(e) if e.is_permission_denied()));
+    let public: Vec<String> = sqlx::query_scalar(
+        "SELECT p.proname::text FROM pg_proc p
+          WHERE p.pronamespace = $1::regnamespace
+            AND has_function_privilege('public', p.oid, 'EXECUTE')",
+    )
+    .bind(q.schema.name())
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert!(public.is_empty(), "executable by PUBLIC: {public:?}");
+    // versions and checksums only, readable by everyone (workers check them at start-up)
+    (&nobody)
+        .execute(q.sql("SELECT version, checksum FROM @schema@._migrations"))
+        .await
+        .unwrap();
+    nobody.close().await;
+}
