@@ -6,8 +6,10 @@ use std::time::Duration;
 use harel_jobs::transport::{
     ClaimRequest, Lease, LeaseOutcome, LeaseToken, OutgoingMessage, Settlement,
 };
-use harel_jobs::{DatabaseError, TransportError};
-use harel_jobs_suite::{PRODUCER_GRANTS, TestQueue, TestRole, WORKER_GRANTS, pool_with};
+use harel_jobs::{DatabaseError, DeadLetterQuery, DeadLetters, QueueStats, TransportError};
+use harel_jobs_suite::{
+    OPERATOR_GRANTS, PRODUCER_GRANTS, TestQueue, TestRole, WORKER_GRANTS, pool_with,
+};
 use sqlx::{AssertSqlSafe, Executor, PgPool};
 
 const LONG: Duration = Duration::from_secs(600);
@@ -407,4 +409,63 @@ async fn a_role_without_grants_can_call_nothing() {
         .await
         .unwrap();
     nobody.close().await;
+}
+
+#[tokio::test]
+async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 2).await;
+    let t = &q.transport;
+    for n in 0..3 {
+        t.publish(&q.pool, &OutgoingMessage::new(format!("g{n}"), "k", "{}"))
+            .await
+            .unwrap();
+    }
+    for _ in 0..2 {
+        let m = t
+            .claim(&q.pool, &ClaimRequest::new(LONG))
+            .await
+            .unwrap()
+            .unwrap();
+        t.dead_letter(&q.pool, &m.lease, "broken").await.unwrap();
+    }
+
+    let stats = QueueStats::fetch(&operator, &q.schema).await.unwrap();
+    assert_eq!((stats.jobs, stats.dead_letters), (1, 2));
+    let dead = DeadLetters::new(q.schema.clone());
+    let letters = dead
+        .list(&operator, &DeadLetterQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(letters.len(), 2);
+    assert!(dead.get(&operator, letters[0].id).await.unwrap().is_some());
+    assert!(
+        dead.retry(&operator, letters[0].id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(dead.delete(&operator, letters[1].id).await.unwrap());
+    let purged = dead.purge(&operator, chrono::Utc::now()).await.unwrap();
+    assert_eq!((purged, dead.count(&operator).await.unwrap()), (0, 0));
+
+    let claim = t
+        .claim(&operator, &ClaimRequest::new(LONG))
+        .await
+        .expect_err("an operator claimed");
+    assert!(db(claim).is_permission_denied());
+    let s = format!("\"{}\"", q.schema.name());
+    for sql in [
+        format!("UPDATE {s}.transport_groups SET available_at = 'infinity'"),
+        format!("DELETE FROM {s}.transport_messages"),
+        format!("INSERT INTO {s}.dead_letters SELECT * FROM {s}.dead_letters"),
+    ] {
+        assert_eq!(
+            sqlstate(&operator, sql.clone()).await.as_deref(),
+            Some("42501"),
+            "{sql}"
+        );
+    }
+    operator.close().await;
 }

@@ -165,6 +165,14 @@ pub const WORKER_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_maintain",
 ];
 
+/// What the README's "Database roles" grants an operator (stats and dead letters).
+pub const OPERATOR_GRANTS: &[&str] = &[
+    "USAGE ON SCHEMA @schema@",
+    "SELECT ON @schema@.transport_messages, @schema@.transport_groups",
+    "SELECT, DELETE ON @schema@.dead_letters",
+    "EXECUTE ON FUNCTION @schema@.harel_publish",
+];
+
 impl TestRole {
     /// Creates a login role with exactly `grants` on `queue`'s schema (see
     /// [`PRODUCER_GRANTS`], [`WORKER_GRANTS`]).

@@ -47,7 +47,7 @@ DECLARE
     v_enqueued   TIMESTAMPTZ[];
     v_candidates TEXT[];
     v_empty      TEXT[];
-    v_not_due    INT;
+    v_not_due    BIGINT;
 BEGIN
     IF p_limit NOT BETWEEN 1 AND 10000 OR p_lease_ms NOT BETWEEN 1 AND 86400000
        OR p_min_priority NOT BETWEEN 0 AND 4 THEN
