@@ -1,8 +1,8 @@
 //! Integration tests of the per-group PostgreSQL transport, one guarantee per test, each in
 //! a migrated schema of its own on a real server (see `harel_jobs_suite::TestQueue`).
 //!
-//! Concurrency and races are in `transport_races.rs`; plans, clock skew, connecting and
-//! migrating in `transport_env.rs`.
+//! Concurrency and races are in `transport_races.rs`; plans, the workers' clocks,
+//! connecting and migrating in `transport_env.rs`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;

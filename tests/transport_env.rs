@@ -1,10 +1,9 @@
 //! The transport's surroundings: the claim's query plan, clocks, connecting and migrating.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
+use harel_jobs::transport::{ClaimRequest, Completion, Lease, LeaseOutcome, Nack, OutgoingMessage};
 use harel_jobs::{ConnectError, ConnectOptions, Schema, connect_with, migrate_schema};
 use harel_jobs_suite::{TestDatabase, TestQueue, database_url, pool_with};
 use sqlx::{AssertSqlSafe, Connection};
@@ -121,119 +120,306 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
 }
 
 // ---------------------------------------------------------------------------------------
-// 15 (b). a worker's skewed clock
+// 15 (b). a worker's clock is never used
 
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-
-fn epoch_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+/// Types that hold a point in time, seen through arrays, domains, ranges and composites:
+/// the `(label, type)` pairs of `seeds` (a query with those two columns) that are or
+/// contain a date or time (`pg_type.typcategory` 'D': date, time, timetz, timestamp,
+/// timestamptz; an interval is a duration, category 'T').
+fn times_among(seeds: &str) -> String {
+    format!(
+        "WITH RECURSIVE seeds(label, typ) AS ({seeds}),
+         contained(label, arg, typ) AS (
+             SELECT label, typ, typ FROM seeds
+           UNION
+             SELECT c.label, c.arg, inner_type.typ
+               FROM contained c
+               JOIN pg_type t ON t.oid = c.typ
+              CROSS JOIN LATERAL (
+                    SELECT t.typbasetype WHERE t.typtype = 'd'
+                    UNION ALL SELECT t.typelem WHERE t.typcategory = 'A' AND t.typelem <> 0
+                    UNION ALL SELECT r.rngsubtype FROM pg_range r WHERE r.rngtypid = t.oid
+                    UNION ALL SELECT r.rngtypid FROM pg_range r WHERE r.rngmultitypid = t.oid
+                    UNION ALL SELECT a.atttypid FROM pg_attribute a
+                     WHERE t.typtype = 'c' AND a.attrelid = t.typrelid
+                       AND a.attnum > 0 AND NOT a.attisdropped
+              ) AS inner_type(typ)
+         )
+         SELECT DISTINCT c.label, format_type(c.arg, NULL)
+           FROM contained c JOIN pg_type t ON t.oid = c.typ
+          WHERE t.typcategory = 'D'
+          ORDER BY 1, 2"
+    )
 }
 
-/// Runs one claim in a separate process whose clock is shifted by `offset_s` seconds
-/// (libfaketime); checks the shift is real, returns what it claimed.
-async fn claim_with_skewed_clock(q: &TestQueue, offset_s: i64, lease_ms: u64) -> Option<String> {
-    assert!(
-        Path::new(LIBFAKETIME).exists(),
-        "{LIBFAKETIME} is missing: the clock-skew test needs libfaketime \
-         (apt-get install -y libfaketime; .ci/run installs it)"
-    );
-    let before = epoch_ms();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_harel-transport-claim"))
-        .args([q.schema.name(), &lease_ms.to_string()])
-        .env("DATABASE_URL", database_url())
-        .env("LD_PRELOAD", LIBFAKETIME)
-        .env("FAKETIME", format!("{offset_s:+}s"))
-        // only the wall clock: the runtime's timers keep the real monotonic clock
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .output()
-        .await
-        .expect("run harel-transport-claim");
-    let after = epoch_ms();
-    assert!(
-        output.status.success(),
-        "harel-transport-claim failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let line: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json line");
-    let their_now = line["now_ms"].as_i64().expect("now_ms");
-    let skew_ms = offset_s * 1000;
-    assert!(
-        their_now >= before + skew_ms - 1000 && their_now <= after + skew_ms + 1000,
-        "the helper's clock is not shifted by {offset_s} s (ours {before}..{after}, its {their_now}): \
-         is libfaketime working?"
-    );
-    line["claimed"]["group"].as_str().map(str::to_owned)
-}
-
-async fn lease_left_s(q: &TestQueue, group: &str) -> f64 {
-    sqlx::query_scalar(q.sql(
-        "SELECT extract(epoch FROM available_at - now())::float8 \
-         FROM @schema@.transport_groups WHERE group_id = $1",
-    ))
-    .bind(group)
-    .fetch_one(&q.pool)
-    .await
-    .unwrap()
-}
-
-#[tokio::test]
-async fn a_worker_with_a_skewed_clock_can_neither_steal_nor_shorten_a_lease() {
-    let q = TestQueue::new().await;
+/// Claims, extends, nacks and acks through the transport on `conn`, as a worker does.
+async fn work_one_message_as_a_worker(q: &TestQueue, conn: &mut sqlx::PgConnection) {
     let t = &q.transport;
-    let publish = |group: &'static str| {
-        let (pool, transport) = (q.pool.clone(), t.clone());
-        async move {
-            transport
-                .publish(&pool, &OutgoingMessage::new(group, "test", "{}"))
-                .await
-                .unwrap();
-        }
+    for group in ["w1", "w2"] {
+        t.publish(&q.pool, &OutgoingMessage::new(group, "test", "{}"))
+            .await
+            .unwrap();
+    }
+    let claimed = t
+        .claim_many(&mut *conn, &ClaimRequest::new(LONG).limit(2))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    let leases: Vec<Lease> = claimed.into_iter().map(|m| m.lease).collect();
+    assert!(
+        t.extend_many(&mut *conn, &leases, LONG)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let nack = Nack {
+        delay: Duration::from_secs(5),
+        error: Some("again".into()),
+        ..Nack::now(leases[0].clone())
+    };
+    assert!(t.nack(&mut *conn, &nack).await.unwrap().is_applied());
+    let done = [
+        Completion::Ack(leases[1].clone()),
+        Completion::DeadLetter(leases[0].clone(), "stale".into()),
+    ];
+    let outcomes = t.complete_many(&mut *conn, &done).await.unwrap();
+    assert_eq!(outcomes[0], LeaseOutcome::Applied);
+}
+
+/// "Leases use the database's clock: workers send durations, never times" (README), checked
+/// on the wire and in the catalogue, with nothing but the server: everything a worker's
+/// transport prepares on its connection for claims, heartbeats, nacks and acks binds no
+/// parameter that holds a time, and no function of the queue's schema those statements
+/// call takes one. The functions are found from the statements' text, so the check follows
+/// renamed and added functions. Publishing is the one operation that may send a time (a
+/// job's not-before, `harel_publish`), and it runs on another connection here. Functions
+/// called only by the schema's own functions may take a time the server computed (today
+/// `harel_drop_empty_groups`, given `clock_timestamp()` + 200 ms by claim and ack).
+#[tokio::test]
+async fn what_a_worker_sends_to_claim_extend_nack_and_ack_holds_no_time() {
+    let q = TestQueue::new().await;
+    let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+
+    // the check can fail: it finds the times among these types, and only them
+    sqlx::raw_sql(q.sql(
+        "CREATE DOMAIN @schema@.deadline AS timestamptz;
+         CREATE TYPE @schema@.stamped AS (id bigint, at timestamp);",
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let found: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(times_among(
+        &q.sql(
+            "SELECT label, to_regtype(label)::oid FROM unnest(ARRAY[
+             'timestamptz', 'timestamp[]', 'date', 'time', '@schema@.deadline', 'tstzrange',
+             '@schema@.stamped[]', 'interval', 'bigint[]', 'text', 'uuid', 'int4range'
+         ]) AS label",
+        )
+        .0,
+    )))
+    .persistent(false)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let mut found: Vec<&str> = found.iter().map(|(label, _)| label.as_str()).collect();
+    found.sort();
+    let deadline = q.sql("@schema@.deadline").0;
+    let stamped = q.sql("@schema@.stamped[]").0;
+    let mut expected = vec![
+        "date",
+        "time",
+        "timestamp[]",
+        "timestamptz",
+        "tstzrange",
+        deadline.as_str(),
+        stamped.as_str(),
+    ];
+    expected.sort();
+    assert_eq!(found, expected, "the type check is broken");
+
+    work_one_message_as_a_worker(&q, &mut conn).await;
+
+    let statements: Vec<(String, String)> = sqlx::query_as(
+        "SELECT statement, parameter_types::text FROM pg_prepared_statements ORDER BY prepare_time",
+    )
+    .persistent(false)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let called: Vec<(String, String)> = sqlx::query_as(
+        "SELECT p.proname::text, pg_get_function_identity_arguments(p.oid)
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = $1
+            AND EXISTS (SELECT 1 FROM pg_prepared_statements s
+                         WHERE s.statement ~ ('\\m' || p.proname || '\\s*\\('))
+          ORDER BY 1",
+    )
+    .persistent(false)
+    .bind(q.schema.name())
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert!(
+        !called.is_empty(),
+        "the worker's statements call no function of the queue's schema: {statements:#?}"
+    );
+    assert!(
+        !called.iter().any(|(name, _)| name.contains("publish")),
+        "a worker connection published: {called:#?}"
+    );
+
+    // the types bound on the wire (pg_prepared_statements.parameter_types)
+    let on_the_wire: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(times_among(
+        "SELECT s.statement, p.typ
+           FROM pg_prepared_statements s
+          CROSS JOIN LATERAL unnest(s.parameter_types::oid[]) AS p(typ)",
+    )))
+    .persistent(false)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert!(
+        on_the_wire.is_empty(),
+        "a worker binds a time, so its own clock would count: {on_the_wire:#?}"
+    );
+
+    // the arguments of the functions those statements call
+    let in_the_catalogue: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(times_among(
+        "SELECT p.oid::regprocedure::text, a.typ
+           FROM pg_proc p
+           JOIN pg_namespace n ON n.oid = p.pronamespace
+          CROSS JOIN LATERAL unnest(p.proargtypes::oid[]) AS a(typ)
+          WHERE n.nspname = $1
+            AND EXISTS (SELECT 1 FROM pg_prepared_statements s
+                         WHERE s.statement ~ ('\\m' || p.proname || '\\s*\\('))",
+    )))
+    .persistent(false)
+    .bind(q.schema.name())
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert!(
+        in_the_catalogue.is_empty(),
+        "a function a worker calls takes a time, so a worker's clock could count: \
+         {in_the_catalogue:#?} (called: {called:#?})"
+    );
+    conn.close().await.unwrap();
+}
+
+/// The other half, by behaviour: the end of a lease (claim, heartbeat) or of a park (nack)
+/// is exactly the database's statement time plus the duration sent, to the microsecond,
+/// whatever the worker session's `TimeZone`, `DateStyle` and `IntervalStyle`. No time read
+/// from the worker's clock could produce it, so a worker whose clock is off can neither
+/// shorten nor stretch a lease (the old form of this test shifted a worker process's clock
+/// with libfaketime; this one needs nothing but the server). A trigger records, for each
+/// change of a group's `available_at`, the statement time it was written at. Each session
+/// works inside a transaction that began earlier, so the transaction's start (`now()`) would
+/// not do either.
+#[tokio::test]
+async fn a_lease_ends_exactly_its_duration_after_the_statement_on_the_database_clock() {
+    let q = TestQueue::new().await;
+    sqlx::raw_sql(q.sql(
+        "CREATE TABLE @schema@.spy_available_at (
+             id BIGSERIAL PRIMARY KEY, group_id TEXT, available_at TIMESTAMPTZ,
+             statement_at TIMESTAMPTZ);
+         CREATE FUNCTION @schema@.spy_available_at() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO @schema@.spy_available_at (group_id, available_at, statement_at)
+             VALUES (NEW.group_id, NEW.available_at, statement_timestamp());
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER spy_available_at AFTER INSERT OR UPDATE ON @schema@.transport_groups
+             FOR EACH ROW EXECUTE FUNCTION @schema@.spy_available_at();",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    // how far (µs) the last write of the group's available_at is from its statement time + `ms`
+    let off_by = async |conn: &mut sqlx::PgConnection, group: &str, ms: i64| -> f64 {
+        sqlx::query_scalar(q.sql(
+            "SELECT extract(epoch FROM available_at
+                                      - (statement_at + $2 * interval '1 millisecond'))::float8
+                    * 1e6
+               FROM @schema@.spy_available_at WHERE group_id = $1 ORDER BY id DESC LIMIT 1",
+        ))
+        .bind(group)
+        .bind(ms)
+        .fetch_one(conn)
+        .await
+        .unwrap()
     };
 
-    // a live 10 s lease, taken on a correct clock
-    publish("live").await;
-    let live = t
-        .claim(&q.pool, &ClaimRequest::new(Duration::from_secs(10)))
+    let sessions = [
+        ("UTC", "ISO, MDY", "postgres"),
+        ("Pacific/Kiritimati", "SQL, DMY", "sql_standard"), // UTC+14
+        ("America/St_Johns", "German", "iso_8601"),         // UTC-3:30
+        ("Etc/GMT+12", "Postgres, YMD", "postgres_verbose"), // UTC-12
+    ];
+    for (i, (time_zone, date_style, interval_style)) in sessions.into_iter().enumerate() {
+        let group = format!("g{i}");
+        q.transport
+            .publish(&q.pool, &OutgoingMessage::new(group.as_str(), "test", "{}"))
+            .await
+            .unwrap();
+        let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET TimeZone = '{time_zone}'; SET DateStyle = '{date_style}'; \
+             SET IntervalStyle = '{interval_style}';"
+        )))
+        .execute(&mut conn)
         .await
-        .unwrap()
         .unwrap();
-    assert_eq!(live.lease.group, "live");
-    // a worker 30 s ahead would think it lapsed 20 s ago; one 30 s behind, that it is young
-    for offset in [30, -30] {
-        assert_eq!(
-            claim_with_skewed_clock(&q, offset, 10_000).await,
-            None,
-            "a worker {offset:+} s off took a live lease"
-        );
-    }
+        let session = format!("TimeZone {time_zone}, DateStyle {date_style}");
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::query("SELECT pg_sleep(0.05)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
 
-    // their own 10 s leases last 10 s on the database's clock
-    publish("ahead").await;
-    assert_eq!(
-        claim_with_skewed_clock(&q, 30, 10_000).await.as_deref(),
-        Some("ahead")
-    );
-    publish("behind").await;
-    assert_eq!(
-        claim_with_skewed_clock(&q, -30, 10_000).await.as_deref(),
-        Some("behind")
-    );
-    for group in ["ahead", "behind"] {
-        let left = lease_left_s(&q, group).await;
-        assert!(
-            (5.0..=10.0).contains(&left),
-            "{group}: lease ends in {left} s"
+        let claimed = q
+            .transport
+            .claim(&mut *tx, &ClaimRequest::new(Duration::from_millis(45_001)))
+            .await
+            .unwrap()
+            .expect("the group is claimable");
+        assert_eq!(claimed.lease.group, group);
+        let off = off_by(&mut tx, &group, 45_001).await;
+        assert_eq!(
+            off, 0.0,
+            "{session}: the claim's lease end is off by {off} µs"
         );
+
+        let extended = q
+            .transport
+            .extend(&mut *tx, &claimed.lease, Duration::from_millis(50_002))
+            .await
+            .unwrap();
+        assert!(extended.is_applied());
+        let off = off_by(&mut tx, &group, 50_002).await;
+        assert_eq!(
+            off, 0.0,
+            "{session}: the heartbeat's lease end is off by {off} µs"
+        );
+
+        let nack = Nack {
+            delay: Duration::from_millis(7_003),
+            ..Nack::now(claimed.lease)
+        };
+        assert!(
+            q.transport
+                .nack(&mut *tx, &nack)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        let off = off_by(&mut tx, &group, 7_003).await;
+        assert_eq!(
+            off, 0.0,
+            "{session}: the nack's park end is off by {off} µs"
+        );
+        tx.commit().await.unwrap();
+        conn.close().await.unwrap();
     }
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let stolen = t
-        .claim(&q.pool, &ClaimRequest::new(LONG).limit(3))
-        .await
-        .unwrap();
-    assert!(stolen.is_none(), "a lease was cut short: {stolen:?}");
 }
 
 // ---------------------------------------------------------------------------------------
