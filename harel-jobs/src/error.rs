@@ -278,9 +278,11 @@ pub enum ConnectError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// A schema name that is not a lowercase SQL identifier of at most 48 bytes.
+    /// A schema name that is not a lowercase SQL identifier of at most
+    /// [`Schema::MAX_NAME_BYTES`](crate::Schema::MAX_NAME_BYTES) bytes.
     #[error(
-        "invalid schema name {0:?}: use 1 to 48 lowercase ASCII letters, digits or '_', not starting with a digit"
+        "invalid schema name {0:?}: use 1 to {max} lowercase ASCII letters, digits or '_', not starting with a digit",
+        max = crate::Schema::MAX_NAME_BYTES
     )]
     InvalidSchemaName(String),
     /// A priority outside 0..=4.

@@ -11,8 +11,8 @@ use crate::error::ConfigError;
 /// application's tables, and several independent queues can share one database.
 ///
 /// Identifiers cannot be bound as query parameters, so the name is validated instead: 1 to
-/// 48 lowercase ASCII letters, digits or `_`, not starting with a digit. It is always
-/// double-quoted where it appears in SQL.
+/// [`MAX_NAME_BYTES`](Self::MAX_NAME_BYTES) (48) lowercase ASCII letters, digits or `_`, not
+/// starting with a digit. It is always double-quoted where it appears in SQL.
 ///
 /// ```
 /// use harel_jobs::Schema;
@@ -25,12 +25,13 @@ pub struct Schema {
     name: Arc<str>,
 }
 
-/// The longest schema name accepted (PostgreSQL allows 63; the NOTIFY channel adds a suffix).
-pub const MAX_SCHEMA_NAME_BYTES: usize = 48;
-
 impl Schema {
     /// The default schema name.
     pub const DEFAULT_NAME: &'static str = "harel";
+
+    /// The longest schema name accepted, in bytes: 48. PostgreSQL allows 63, and the
+    /// NOTIFY channel's name is the schema's with a suffix.
+    pub const MAX_NAME_BYTES: usize = 48;
 
     /// Validates a schema name.
     ///
@@ -39,7 +40,7 @@ impl Schema {
     pub fn new(name: &str) -> Result<Self, ConfigError> {
         let bytes = name.as_bytes();
         let valid = !bytes.is_empty()
-            && bytes.len() <= MAX_SCHEMA_NAME_BYTES
+            && bytes.len() <= Self::MAX_NAME_BYTES
             && !bytes[0].is_ascii_digit()
             && bytes
                 .iter()
@@ -108,7 +109,7 @@ mod tests {
 
     #[test]
     fn accepts_plain_identifiers() {
-        for name in ["harel", "_q", "jobs_2", &"a".repeat(48)] {
+        for name in ["harel", "_q", "jobs_2", &"a".repeat(Schema::MAX_NAME_BYTES)] {
             assert!(Schema::new(name).is_ok(), "{name}");
         }
     }
@@ -123,7 +124,7 @@ mod tests {
             "jobs x",
             "a\"b",
             "é",
-            &"a".repeat(49),
+            &"a".repeat(Schema::MAX_NAME_BYTES + 1),
         ] {
             assert_eq!(
                 Schema::new(name),
