@@ -285,6 +285,15 @@ pub enum ConfigError {
         max = crate::Schema::MAX_NAME_BYTES
     )]
     InvalidSchemaName(String),
+    /// A schema name PostgreSQL keeps for itself: `information_schema`, or one starting with
+    /// `pg_` (`pg_catalog`, `pg_toast`, `pg_temp`, …). The queue's tables and functions do
+    /// not belong among the system catalogs, and PostgreSQL refuses to create a schema
+    /// named `pg_…`.
+    #[error(
+        "schema name {0:?} is reserved by PostgreSQL: information_schema and names starting with \
+         'pg_' hold the system's own catalogs; pick another name"
+    )]
+    ReservedSchemaName(String),
     /// A priority outside 0..=4.
     #[error("invalid priority {0}: priorities are 0 (lowest) to 4 (highest)")]
     InvalidPriority(i64),

@@ -19,6 +19,7 @@ use crate::error::ConfigError;
 /// assert_eq!(Schema::default().name(), "harel");
 /// assert!(Schema::new("billing_jobs").is_ok());
 /// assert!(Schema::new("Robert'); DROP TABLE students;--").is_err());
+/// assert!(Schema::new("pg_catalog").is_err()); // PostgreSQL's own
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Schema {
@@ -36,7 +37,10 @@ impl Schema {
     /// Validates a schema name.
     ///
     /// # Errors
-    /// [`ConfigError::InvalidSchemaName`] if it is not a plain lowercase identifier.
+    /// [`ConfigError::InvalidSchemaName`] if it is not a plain lowercase identifier;
+    /// [`ConfigError::ReservedSchemaName`] if it is one of PostgreSQL's own schemas
+    /// (`information_schema`, or any name starting with `pg_`, such as `pg_catalog`,
+    /// `pg_toast` and `pg_temp`).
     pub fn new(name: &str) -> Result<Self, ConfigError> {
         let bytes = name.as_bytes();
         let valid = !bytes.is_empty()
@@ -45,11 +49,13 @@ impl Schema {
             && bytes
                 .iter()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_');
-        if valid {
-            Ok(Self { name: name.into() })
-        } else {
-            Err(ConfigError::InvalidSchemaName(name.to_owned()))
+        if !valid {
+            return Err(ConfigError::InvalidSchemaName(name.to_owned()));
         }
+        if name.starts_with("pg_") || name == "information_schema" {
+            return Err(ConfigError::ReservedSchemaName(name.to_owned()));
+        }
+        Ok(Self { name: name.into() })
     }
 
     /// The bare name.
@@ -130,6 +136,35 @@ mod tests {
                 Schema::new(name),
                 Err(ConfigError::InvalidSchemaName(name.to_owned()))
             );
+        }
+    }
+
+    #[test]
+    fn refuses_postgresql_s_own_schemas() {
+        for name in [
+            "pg_catalog",
+            "information_schema",
+            "pg_toast",
+            "pg_temp",
+            "pg_temp_3",
+            "pg_",
+            "pg_jobs",
+        ] {
+            let error = Schema::new(name).unwrap_err();
+            assert_eq!(error, ConfigError::ReservedSchemaName(name.to_owned()));
+            let message = error.to_string();
+            assert!(message.contains("reserved by PostgreSQL"), "{message}");
+        }
+        // only the prefix `pg_` and information_schema are PostgreSQL's
+        for name in [
+            "pg",
+            "pgq",
+            "my_pg_jobs",
+            "public",
+            "information",
+            "information_schema2",
+        ] {
+            assert!(Schema::new(name).is_ok(), "{name}");
         }
     }
 
