@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use harel_jobs::transport::{ClaimRequest, Completion, Lease, LeaseOutcome, Nack, OutgoingMessage};
-use harel_jobs::{ConnectError, ConnectOptions, Schema, connect_with, migrate_schema};
+use harel_jobs::{ConnectConfig, ConnectError, Schema, connect_with, migrate_schema};
 use harel_jobs_suite::{TestDatabase, TestQueue, database_url, pool_with};
 use sqlx::{AssertSqlSafe, Connection};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -427,14 +427,12 @@ async fn a_lease_ends_exactly_its_duration_after_the_statement_on_the_database_c
 
 #[tokio::test]
 async fn connect_retries_an_unreachable_server_and_never_shows_the_password() {
-    let options = ConnectOptions {
-        wait: Duration::from_secs(2),
-        initial_backoff: Duration::from_millis(50),
-        max_backoff: Duration::from_millis(200),
-        ..ConnectOptions::default()
-    };
+    let config = ConnectConfig::default()
+        .wait(Duration::from_secs(2))
+        .initial_backoff(Duration::from_millis(50))
+        .max_backoff(Duration::from_millis(200));
     let url = "postgres://postgres:hunter2secret@127.0.0.1:1/x";
-    let error = tokio::time::timeout(Duration::from_secs(60), connect_with(url, &options))
+    let error = tokio::time::timeout(Duration::from_secs(60), connect_with(url, &config))
         .await
         .expect("connect_with ignored its wait")
         .expect_err("nothing listens on port 1");
@@ -468,15 +466,13 @@ async fn connect_gives_a_pool_it_cannot_fill_back_and_retries_instead_of_waiting
     // the 30 s acquire timeout, holding the connections it got) and says why.
     let queue = harel_jobs_suite::TestQueue::new().await;
     let role = harel_jobs_suite::TestRole::with_connection_limit(&queue, 2).await;
-    let options = ConnectOptions {
-        max_connections: 3,
-        min_connections: 3,
-        wait: Duration::from_secs(12),
-        initial_backoff: Duration::from_millis(100),
-        max_backoff: Duration::from_millis(100),
-        ..ConnectOptions::default()
-    };
-    let error = tokio::time::timeout(Duration::from_secs(60), connect_with(&role.url, &options))
+    let config = ConnectConfig::default()
+        .max_connections(3)
+        .min_connections(3)
+        .wait(Duration::from_secs(12))
+        .initial_backoff(Duration::from_millis(100))
+        .max_backoff(Duration::from_millis(100));
+    let error = tokio::time::timeout(Duration::from_secs(60), connect_with(&role.url, &config))
         .await
         .expect("connect_with ignored its wait")
         .expect_err("the pool cannot be filled");
@@ -502,13 +498,10 @@ async fn connect_gives_a_pool_it_cannot_fill_back_and_retries_instead_of_waiting
 async fn connect_gives_up_at_once_on_an_unknown_database() {
     let mut url: url_parts::Url = database_url().parse().unwrap();
     url.database = harel_jobs_suite::unique_name("no_such_db");
-    let options = ConnectOptions {
-        wait: Duration::from_secs(600),
-        ..ConnectOptions::default()
-    };
+    let config = ConnectConfig::default().wait(Duration::from_secs(600));
     let error = tokio::time::timeout(
         Duration::from_secs(60),
-        connect_with(&url.to_string(), &options),
+        connect_with(&url.to_string(), &config),
     )
     .await
     .expect("an unknown database was retried")

@@ -244,9 +244,10 @@ pub enum ConnectError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The options are inconsistent (for example a zero pool size).
-    #[error("invalid connect options: {0}")]
-    InvalidOptions(&'static str),
+    /// The [`ConnectConfig`](crate::ConnectConfig) is inconsistent (for example a zero pool
+    /// size).
+    #[error("invalid connect config: {0}")]
+    InvalidConfig(&'static str),
     /// The server did not answer within the configured time.
     #[error(
         "database at {target} unreachable after {attempts} attempts over {waited:?}: {last_error}"

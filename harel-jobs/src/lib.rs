@@ -71,7 +71,7 @@ mod worker;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use connect::{ConnectOptions, connect, connect_options_with, connect_with};
+pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
 pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
 pub use enqueue::{Enqueue, JobBatch, JobId};
