@@ -48,7 +48,7 @@ impl EnqueueOptions {
             None => job.group().unwrap_or_else(|| fresh_group(J::KIND)),
         };
         let priority = match self.priority {
-            Some(p) => Priority::new(p).map_err(|_| InvalidMessage::InvalidPriority(p))?,
+            Some(p) => Priority::new(p).map_err(InvalidMessage::from)?,
             None => J::options().priority.unwrap_or_default(),
         };
         let message =

@@ -91,6 +91,27 @@ impl From<sqlx::Error> for DatabaseError {
     }
 }
 
+/// A priority outside 0 (lowest) to 4 (highest): the one error of
+/// [`Priority::new`](crate::Priority::new), and the reason of
+/// [`InvalidMessage::InvalidPriority`] when an enqueue was given one.
+///
+/// ```
+/// use harel_jobs::Priority;
+/// let error = Priority::new(7).unwrap_err();
+/// assert_eq!(error.value(), 7);
+/// assert_eq!(error.to_string(), "priority 7 is out of range: priorities are 0 (lowest) to 4 (highest)");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("priority {0} is out of range: priorities are 0 (lowest) to 4 (highest)")]
+pub struct InvalidPriority(pub(crate) u8);
+
+impl InvalidPriority {
+    /// The value that was refused.
+    pub const fn value(self) -> u8 {
+        self.0
+    }
+}
+
 /// A message that [`publish`](crate::transport::Transport::publish) refused before
 /// writing anything.
 #[derive(Debug, thiserror::Error)]
@@ -128,9 +149,9 @@ pub enum InvalidMessage {
     /// The payload is not one JSON value.
     #[error("payload is not a JSON value: {0}")]
     PayloadNotJson(#[source] serde_json::Error),
-    /// A priority outside 0..=4.
-    #[error("priority {0} is out of range: priorities are 0 (lowest) to 4 (highest)")]
-    InvalidPriority(u8),
+    /// The priority given to an enqueue (`Enqueue::priority`) is outside 0..=4.
+    #[error(transparent)]
+    InvalidPriority(#[from] InvalidPriority),
     /// The delay does not fit in PostgreSQL's interval arithmetic (over about 290,000 years).
     #[error("delay is too long")]
     DelayTooLong,
@@ -295,9 +316,6 @@ pub enum ConfigError {
          'pg_' hold the system's own catalogs; pick another name"
     )]
     ReservedSchemaName(String),
-    /// A priority outside 0..=4.
-    #[error("invalid priority {0}: priorities are 0 (lowest) to 4 (highest)")]
-    InvalidPriority(i64),
     /// Two registered job types share one kind.
     #[error("two registered job types have the kind {0:?}: kinds must be unique")]
     DuplicateKind(&'static str),

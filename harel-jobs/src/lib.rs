@@ -44,8 +44,9 @@
 //!
 //! Each surface has its own `#[non_exhaustive]` error enum ([`PublishError`],
 //! [`TransportError`], [`MigrateError`], [`ConnectError`], [`ConfigError`],
-//! [`WorkerError`]); database failures are wrapped in [`DatabaseError`]. A lost lease is not
-//! an error but an outcome ([`transport::LeaseOutcome`]).
+//! [`WorkerError`]); database failures are wrapped in [`DatabaseError`], and an
+//! out-of-range priority is an [`InvalidPriority`] wherever it is refused. A lost lease is
+//! not an error but an outcome ([`transport::LeaseOutcome`]).
 #![warn(missing_docs)]
 
 /// The README's examples, compiled as doc tests.
@@ -76,8 +77,8 @@ pub use context::JobContext;
 pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
 pub use enqueue::{Enqueue, JobBatch, JobId};
 pub use error::{
-    ConfigError, ConnectError, DatabaseError, InvalidMessage, MigrateError, PublishError,
-    TransportError,
+    ConfigError, ConnectError, DatabaseError, InvalidMessage, InvalidPriority, MigrateError,
+    PublishError, TransportError,
 };
 pub use harel_jobs_macros::job;
 pub use inspect::QueueStats;

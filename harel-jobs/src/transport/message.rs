@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ConfigError, InvalidMessage};
+use crate::error::{InvalidMessage, InvalidPriority};
 
 /// The longest group id accepted, in bytes (it is indexed; PostgreSQL's B-tree entries are
 /// limited to about 2.7 kB).
@@ -44,12 +44,12 @@ impl Priority {
     /// A priority from 0 to 4.
     ///
     /// # Errors
-    /// [`ConfigError::InvalidPriority`] above 4.
-    pub const fn new(value: u8) -> Result<Self, ConfigError> {
+    /// [`InvalidPriority`] above 4.
+    pub const fn new(value: u8) -> Result<Self, InvalidPriority> {
         if value <= 4 {
             Ok(Self(value))
         } else {
-            Err(ConfigError::InvalidPriority(value as i64))
+            Err(InvalidPriority(value))
         }
     }
 
@@ -70,8 +70,8 @@ impl Default for Priority {
 }
 
 impl TryFrom<u8> for Priority {
-    type Error = ConfigError;
-    fn try_from(value: u8) -> Result<Self, ConfigError> {
+    type Error = InvalidPriority;
+    fn try_from(value: u8) -> Result<Self, InvalidPriority> {
         Self::new(value)
     }
 }
@@ -330,7 +330,8 @@ mod tests {
     #[test]
     fn priority_range() {
         assert_eq!(Priority::new(0).unwrap(), Priority::LOWEST);
-        assert!(Priority::new(5).is_err());
+        assert_eq!(Priority::new(5), Err(InvalidPriority(5)));
+        assert_eq!(Priority::try_from(255), Err(InvalidPriority(255)));
         assert!(serde_json::from_str::<Priority>("7").is_err());
         assert_eq!(serde_json::to_string(&Priority::HIGHEST).unwrap(), "4");
     }
