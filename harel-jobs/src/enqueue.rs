@@ -16,19 +16,53 @@ use crate::transport::{OutgoingMessage, Priority, Schedule, Transport};
 
 /// The id of an enqueued job: its message's sequence number, unique and increasing in
 /// enqueue order. Dead letters keep it.
+///
+/// Returned by every enqueue; [`new`](Self::new) and [`FromStr`](std::str::FromStr) build
+/// one from a number a tool was given (a dead letter's id on a command line, say).
+///
+/// ```
+/// use harel_jobs::JobId;
+/// let id: JobId = "42".parse().unwrap();
+/// assert_eq!(id, JobId::new(42));
+/// assert_eq!(id.get(), 42);
+/// assert_eq!(i64::from(id), 42);
+/// assert_eq!(id.to_string(), "42");
+/// assert!("forty-two".parse::<JobId>().is_err());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct JobId(pub i64);
+pub struct JobId(i64);
 
 impl JobId {
+    /// The id with this number. An id no job has is not an error here: operations on it
+    /// find nothing.
+    pub const fn new(id: i64) -> Self {
+        Self(id)
+    }
+
     /// The number.
-    pub fn get(self) -> i64 {
+    pub const fn get(self) -> i64 {
         self.0
+    }
+}
+
+impl From<JobId> for i64 {
+    fn from(id: JobId) -> i64 {
+        id.0
     }
 }
 
 impl std::fmt::Display for JobId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+impl std::str::FromStr for JobId {
+    type Err = std::num::ParseIntError;
+
+    /// Parses the decimal number [`Display`](std::fmt::Display) writes.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(Self)
     }
 }
 
