@@ -122,7 +122,7 @@ use proc_macro::TokenStream;
 ///   parameter). The function's future must be `Send`;
 /// - inherent methods, usable without importing a trait:
 ///   - `fn enqueue<'c, E: PgExecutor<'c>>(self, executor: E) -> Enqueue<'c, Self, E>`:
-///     options (`delay`, `at`, `priority`, `group`, `schema`), then `.await` for the
+///     options (`delay`, `not_before`, `priority`, `group`, `schema`), then `.await` for the
 ///     `JobId`;
 ///   - `async fn enqueue_many<'c, E: PgExecutor<'c>>(executor: E, jobs: impl
 ///     IntoIterator<Item = Self>) -> Result<Vec<JobId>, PublishError>`: one round trip.

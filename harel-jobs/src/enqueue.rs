@@ -151,15 +151,18 @@ impl<'c, J: Job, E: PgExecutor<'c>> Enqueue<'c, J, E> {
         }
     }
 
-    /// Starts the job no sooner than `delay` from now (database clock).
+    /// Starts the job no sooner than `delay` from now (database clock). Replaces a
+    /// not-before time set before.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.options.schedule = Schedule::After(delay);
         self
     }
 
-    /// Starts the job no sooner than `at`.
-    pub fn at(mut self, at: DateTime<Utc>) -> Self {
-        self.options.schedule = Schedule::At(at);
+    /// Starts the job no sooner than `time` (compared with the database's clock; the time is
+    /// the caller's, so prefer [`delay`](Self::delay) for "in ten minutes"). Replaces a
+    /// delay set before.
+    pub fn not_before(mut self, time: DateTime<Utc>) -> Self {
+        self.options.schedule = Schedule::At(time);
         self
     }
 

@@ -88,9 +88,11 @@ pub enum Schedule {
     /// As soon as a worker is free.
     #[default]
     Now,
-    /// After this long, measured on the database's clock from the publishing transaction.
+    /// After this long, measured on the database's clock from the publishing transaction:
+    /// what `delay` sets.
     After(Duration),
-    /// Not before this time (the caller's clock, compared with the database's).
+    /// Not before this time (the caller's clock, compared with the database's): what
+    /// `not_before` sets.
     At(DateTime<Utc>),
 }
 
@@ -164,9 +166,9 @@ impl OutgoingMessage {
         self
     }
 
-    /// Lets the message start only at or after `at`.
-    pub fn not_before(mut self, at: DateTime<Utc>) -> Self {
-        self.schedule = Schedule::At(at);
+    /// Lets the message start only at or after `time` (compared with the database's clock).
+    pub fn not_before(mut self, time: DateTime<Utc>) -> Self {
+        self.schedule = Schedule::At(time);
         self
     }
 
