@@ -155,6 +155,27 @@ pub enum InvalidMessage {
     /// The delay does not fit in PostgreSQL's interval arithmetic (over about 290,000 years).
     #[error("delay is too long")]
     DelayTooLong,
+    /// The batch holds more than
+    /// [`MAX_BATCH_MESSAGES`](crate::transport::MAX_BATCH_MESSAGES) messages. Nothing was
+    /// sent; split it.
+    #[error("batch holds {count} messages, more than the limit of {max}: split it")]
+    TooManyMessages {
+        /// How many it holds.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The batch's payloads, group ids and kinds add up to more than
+    /// [`MAX_BATCH_BYTES`](crate::transport::MAX_BATCH_BYTES). Nothing was sent; split it.
+    #[error(
+        "batch is {len} bytes of payloads, group ids and kinds, more than the limit of {max}: split it"
+    )]
+    BatchTooLarge {
+        /// Its size in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// Why publishing (enqueueing) failed. Nothing was written in either case.

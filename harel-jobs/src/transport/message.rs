@@ -16,6 +16,18 @@ pub const MAX_KIND_BYTES: usize = 255;
 /// large data, not the data.
 pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 
+/// The most messages one batch may hold: 100,000. Applies to
+/// [`Transport::publish_many`](super::Transport::publish_many), `JobBatch::enqueue` and the
+/// `enqueue_many` of `#[job]` types; split larger batches (each batch is one statement,
+/// assembled in memory on both sides).
+pub const MAX_BATCH_MESSAGES: usize = 100_000;
+/// The most bytes one batch may carry, counting every message's payload, group id and kind:
+/// 64 MiB (16 payloads of the largest size). The batch is bound as arrays of one statement,
+/// which the driver and the server each hold in memory, several times over, until it is
+/// written: a 1 GiB batch takes gigabytes of memory and ends in a reset connection. Split
+/// larger batches.
+pub const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
+
 /// A group's priority: 0 (lowest) to 4 (highest).
 ///
 /// Claims serve the highest priority first and round-robin among the groups of one
@@ -221,6 +233,29 @@ impl OutgoingMessage {
     }
 }
 
+/// Checks what a batch adds to the checks of each of its messages: at most
+/// [`MAX_BATCH_MESSAGES`] messages, and at most [`MAX_BATCH_BYTES`] of payloads, group ids
+/// and kinds.
+pub(crate) fn validate_batch(messages: &[OutgoingMessage]) -> Result<(), InvalidMessage> {
+    if messages.len() > MAX_BATCH_MESSAGES {
+        return Err(InvalidMessage::TooManyMessages {
+            count: messages.len(),
+            max: MAX_BATCH_MESSAGES,
+        });
+    }
+    let len = messages
+        .iter()
+        .map(|m| m.payload.len() + m.group.len() + m.kind.len())
+        .sum();
+    if len > MAX_BATCH_BYTES {
+        return Err(InvalidMessage::BatchTooLarge {
+            len,
+            max: MAX_BATCH_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// Checks a group id: 1 to [`MAX_GROUP_BYTES`] bytes, no NUL.
 fn validate_group(group: &str) -> Result<(), InvalidMessage> {
     if group.is_empty() {
@@ -327,6 +362,32 @@ mod tests {
         assert_eq!(delay_millis(Duration::from_micros(1)).unwrap(), 1);
         assert_eq!(delay_millis(Duration::from_secs(2)).unwrap(), 2000);
         assert!(delay_millis(Duration::from_secs(u64::MAX)).is_err());
+    }
+
+    #[test]
+    fn batch_limits() {
+        let small = vec![message("g", "{}"); MAX_BATCH_MESSAGES];
+        assert!(validate_batch(&small).is_ok());
+        let mut too_many = small;
+        too_many.push(message("g", "{}"));
+        assert!(matches!(
+            validate_batch(&too_many),
+            Err(InvalidMessage::TooManyMessages { count, max: MAX_BATCH_MESSAGES })
+                if count == MAX_BATCH_MESSAGES + 1
+        ));
+
+        // 16 messages of exactly MAX_BATCH_BYTES / 16 bytes (group "g", kind "kind"), then
+        // one byte more
+        let payload = "x".repeat(MAX_BATCH_BYTES / 16 - 1 - 4);
+        let mut full = vec![message("g", &payload); 16];
+        assert!(validate_batch(&full).is_ok());
+        full[15] = OutgoingMessage::new("gg", "kind", payload);
+        assert!(matches!(
+            validate_batch(&full),
+            Err(InvalidMessage::BatchTooLarge { len, max: MAX_BATCH_BYTES })
+                if len == MAX_BATCH_BYTES + 1
+        ));
+        assert!(validate_batch(&[]).is_ok());
     }
 
     #[test]

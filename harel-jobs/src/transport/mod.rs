@@ -41,7 +41,8 @@ use uuid::Uuid;
 pub use lease::{ClaimedMessage, Completion, Lease, LeaseOutcome, LeaseToken, Nack};
 pub(crate) use message::delay_millis;
 pub use message::{
-    MAX_GROUP_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, OutgoingMessage, Priority, Schedule,
+    MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_GROUP_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES,
+    OutgoingMessage, Priority, Schedule,
 };
 
 use crate::error::{PublishError, TransportError};
@@ -172,7 +173,8 @@ impl Transport {
     /// written. Returns the sequence numbers in the slice's order.
     ///
     /// # Errors
-    /// As [`publish`](Self::publish).
+    /// As [`publish`](Self::publish); also [`PublishError::Invalid`] for a batch of more than
+    /// [`MAX_BATCH_MESSAGES`] messages or [`MAX_BATCH_BYTES`] (nothing is sent).
     pub async fn publish_many<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
@@ -181,6 +183,7 @@ impl Transport {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
+        message::validate_batch(messages)?;
         let n = messages.len();
         let mut groups = Vec::with_capacity(n);
         let mut kinds = Vec::with_capacity(n);
