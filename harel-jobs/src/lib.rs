@@ -32,7 +32,8 @@
 //!
 //! - **Jobs**: [`Job`] (a serialisable value with a stable [`Job::KIND`]) and [`Handler`]
 //!   (what runs it), both implemented by [`#[job]`](macro@job); [`JobContext`], [`JobError`],
-//!   [`JobOptions`], [`Backoff`]; enqueueing with [`Enqueue`] and [`JobBatch`].
+//!   [`JobOptions`], [`Backoff`]; enqueueing with [`Enqueue`] and [`JobBatch`] (with
+//!   [`EnqueueOptions`] per job).
 //! - **The worker pool**: [`Worker`], [`WorkerBuilder`], [`WorkerHandle`]; the
 //!   [`DeadLetters`] table; [`QueueStats`].
 //! - **The transport** ([`transport`]): raw JSON messages in groups; publish, claim, ack,
@@ -75,7 +76,7 @@ pub mod __private;
 pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
 pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
-pub use enqueue::{Enqueue, JobBatch, JobId};
+pub use enqueue::{Enqueue, EnqueueOptions, JobBatch, JobId};
 pub use error::{
     ConfigError, ConnectError, DatabaseError, InvalidMessage, InvalidPriority, MigrateError,
     PublishError, TransportError,
