@@ -287,8 +287,8 @@ fn generate(job: &JobFn, args: &JobArgs, struct_ident: &Ident) -> TokenStream {
             ///
             /// # Errors
             /// `PublishError::Serialize` or `PublishError::Invalid` if a job cannot be
-            /// enqueued (nothing is written then), `PublishError::Database` if the insert
-            /// fails.
+            /// enqueued or the batch is over the limits of `JobBatch` (nothing is written
+            /// then), `PublishError::Database` if the insert fails.
             pub async fn enqueue_many<'c, E: #private::sqlx::PgExecutor<'c>>(
                 executor: E,
                 jobs: impl ::core::iter::IntoIterator<Item = Self>,
