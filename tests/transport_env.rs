@@ -186,39 +186,81 @@ async fn work_one_message_as_a_worker(q: &TestQueue, conn: &mut sqlx::PgConnecti
     assert_eq!(outcomes[0], LeaseOutcome::Applied);
 }
 
+/// The text of the statements prepared on `conn` (sqlx prepares each query once per
+/// connection).
+async fn prepared_statements(conn: &mut sqlx::PgConnection) -> Vec<String> {
+    sqlx::query_scalar("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time")
+        .persistent(false)
+        .fetch_all(conn)
+        .await
+        .unwrap()
+}
+
+/// The functions of `q`'s schema that `statements` call, found by name in their text.
+async fn functions_called(
+    conn: &mut sqlx::PgConnection,
+    q: &TestQueue,
+    statements: &[String],
+) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = $1
+            AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS s(statement)
+                         WHERE s.statement ~ ('\\m' || p.proname || '\\s*\\('))
+          ORDER BY 1",
+    )
+    .bind(q.schema.name())
+    .bind(statements)
+    .fetch_all(conn)
+    .await
+    .unwrap()
+}
+
 /// "Leases use the database's clock: workers send durations, never times" (README), checked
-/// on the wire and in the catalogue, with nothing but the server: everything a worker's
-/// transport prepares on its connection for claims, heartbeats, nacks and acks binds no
-/// parameter that holds a time, and no function of the queue's schema those statements
-/// call takes one. The functions are found from the statements' text, so the check follows
-/// renamed and added functions. Publishing is the one operation that may send a time (a
-/// job's not-before, `harel_publish`), and it runs on another connection here. Functions
-/// called only by the schema's own functions may take a time the server computed (today
-/// `harel_drop_empty_groups`, given `clock_timestamp()` + 200 ms by claim and ack).
+/// on the wire and in the catalogue, with nothing but the server:
+///
+/// - everything the transport prepares on a worker's connection for claims, heartbeats,
+///   nacks and acks binds no parameter that holds a time;
+/// - no function of the queue's schema that those statements call takes one;
+/// - of all the schema's functions, the only ones that take a time are the ones a producer
+///   calls (`harel_publish`: a job's not-before time, which is no lease) and helpers that
+///   the schema's own functions call, never a worker, with a time the server computed
+///   (today `harel_drop_empty_groups`, given `clock_timestamp()` + 200 ms by claim and ack).
+///
+/// Functions are found from the statements' text (and the helpers from the functions'
+/// bodies), not by name, so the check follows renamed and added functions.
 #[tokio::test]
 async fn what_a_worker_sends_to_claim_extend_nack_and_ack_holds_no_time() {
     let q = TestQueue::new().await;
-    let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    let mut worker = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    let mut producer = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    // the catalogue queries below, with their recursive CTE's large row estimates, would
+    // otherwise spend seconds in JIT compilation
+    let mut checker = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    sqlx::raw_sql("SET jit = off")
+        .execute(&mut checker)
+        .await
+        .unwrap();
 
     // the check can fail: it finds the times among these types, and only them
     sqlx::raw_sql(q.sql(
         "CREATE DOMAIN @schema@.deadline AS timestamptz;
          CREATE TYPE @schema@.stamped AS (id bigint, at timestamp);",
     ))
-    .execute(&mut conn)
+    .execute(&mut checker)
     .await
     .unwrap();
     let found: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(times_among(
         &q.sql(
             "SELECT label, to_regtype(label)::oid FROM unnest(ARRAY[
-             'timestamptz', 'timestamp[]', 'date', 'time', '@schema@.deadline', 'tstzrange',
-             '@schema@.stamped[]', 'interval', 'bigint[]', 'text', 'uuid', 'int4range'
-         ]) AS label",
+                 'timestamptz', 'timestamp[]', 'date', 'time', '@schema@.deadline', 'tstzrange',
+                 '@schema@.stamped[]', 'interval', 'bigint[]', 'text', 'uuid', 'int4range'
+             ]) AS label",
         )
         .0,
     )))
-    .persistent(false)
-    .fetch_all(&mut conn)
+    .fetch_all(&mut checker)
     .await
     .unwrap();
     let mut found: Vec<&str> = found.iter().map(|(label, _)| label.as_str()).collect();
@@ -237,45 +279,49 @@ async fn what_a_worker_sends_to_claim_extend_nack_and_ack_holds_no_time() {
     expected.sort();
     assert_eq!(found, expected, "the type check is broken");
 
-    work_one_message_as_a_worker(&q, &mut conn).await;
-
-    let statements: Vec<(String, String)> = sqlx::query_as(
-        "SELECT statement, parameter_types::text FROM pg_prepared_statements ORDER BY prepare_time",
+    // a producer publishes (one and many, with every schedule), a worker works
+    let t = &q.transport;
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    t.publish(&mut producer, &OutgoingMessage::new("p", "test", "{}"))
+        .await
+        .unwrap();
+    t.publish_many(
+        &mut producer,
+        &[
+            OutgoingMessage::new("p", "test", "{}").not_before(later),
+            OutgoingMessage::new("p", "test", "{}").delay(LONG),
+        ],
     )
-    .persistent(false)
-    .fetch_all(&mut conn)
     .await
     .unwrap();
-    let called: Vec<(String, String)> = sqlx::query_as(
-        "SELECT p.proname::text, pg_get_function_identity_arguments(p.oid)
-           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-          WHERE n.nspname = $1
-            AND EXISTS (SELECT 1 FROM pg_prepared_statements s
-                         WHERE s.statement ~ ('\\m' || p.proname || '\\s*\\('))
-          ORDER BY 1",
-    )
-    .persistent(false)
-    .bind(q.schema.name())
-    .fetch_all(&mut conn)
-    .await
-    .unwrap();
+    work_one_message_as_a_worker(&q, &mut worker).await;
+
+    let worker_statements = prepared_statements(&mut worker).await;
+    let producer_statements = prepared_statements(&mut producer).await;
+    let worker_calls = functions_called(&mut checker, &q, &worker_statements).await;
+    let producer_calls = functions_called(&mut checker, &q, &producer_statements).await;
     assert!(
-        !called.is_empty(),
-        "the worker's statements call no function of the queue's schema: {statements:#?}"
+        !worker_calls.is_empty() && !producer_calls.is_empty(),
+        "no function of the queue's schema found in the statements: \
+         {worker_statements:#?} {producer_statements:#?}"
     );
     assert!(
-        !called.iter().any(|(name, _)| name.contains("publish")),
-        "a worker connection published: {called:#?}"
+        worker_calls.iter().all(|f| !producer_calls.contains(f)),
+        "a worker called a producer's function: {worker_calls:?} {producer_calls:?}"
     );
 
-    // the types bound on the wire (pg_prepared_statements.parameter_types)
+    // the types a worker binds on the wire (pg_prepared_statements.parameter_types)
+    sqlx::raw_sql("SET jit = off")
+        .execute(&mut worker)
+        .await
+        .unwrap();
     let on_the_wire: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(times_among(
         "SELECT s.statement, p.typ
            FROM pg_prepared_statements s
           CROSS JOIN LATERAL unnest(s.parameter_types::oid[]) AS p(typ)",
     )))
     .persistent(false)
-    .fetch_all(&mut conn)
+    .fetch_all(&mut worker)
     .await
     .unwrap();
     assert!(
@@ -283,27 +329,48 @@ async fn what_a_worker_sends_to_claim_extend_nack_and_ack_holds_no_time() {
         "a worker binds a time, so its own clock would count: {on_the_wire:#?}"
     );
 
-    // the arguments of the functions those statements call
-    let in_the_catalogue: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(times_among(
+    // the arguments of every function of the schema
+    let takes_a_time: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(times_among(
         "SELECT p.oid::regprocedure::text, a.typ
            FROM pg_proc p
            JOIN pg_namespace n ON n.oid = p.pronamespace
           CROSS JOIN LATERAL unnest(p.proargtypes::oid[]) AS a(typ)
-          WHERE n.nspname = $1
-            AND EXISTS (SELECT 1 FROM pg_prepared_statements s
-                         WHERE s.statement ~ ('\\m' || p.proname || '\\s*\\('))",
+          WHERE n.nspname = $1",
     )))
-    .persistent(false)
     .bind(q.schema.name())
-    .fetch_all(&mut conn)
+    .fetch_all(&mut checker)
     .await
     .unwrap();
-    assert!(
-        in_the_catalogue.is_empty(),
-        "a function a worker calls takes a time, so a worker's clock could count: \
-         {in_the_catalogue:#?} (called: {called:#?})"
-    );
-    conn.close().await.unwrap();
+    let called_by_the_schema: Vec<String> = sqlx::query_scalar(
+        "WITH f AS MATERIALIZED (
+             SELECT p.oid, p.proname, p.prosrc
+               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = $1
+         )
+         SELECT callee.oid::regprocedure::text
+           FROM f callee
+          WHERE EXISTS (SELECT 1 FROM f caller
+                         WHERE caller.oid <> callee.oid
+                           AND caller.prosrc ~ ('\\m' || callee.proname || '\\s*\\('))",
+    )
+    .bind(q.schema.name())
+    .fetch_all(&mut checker)
+    .await
+    .unwrap();
+    for (function, time) in &takes_a_time {
+        assert!(
+            !worker_calls.contains(function),
+            "{function}, which a worker calls, takes a {time}: a worker's clock could count"
+        );
+        assert!(
+            producer_calls.contains(function) || called_by_the_schema.contains(function),
+            "{function} takes a {time} and is neither a producer's function nor a helper of \
+             the schema's own functions (worker: {worker_calls:?}, producer: {producer_calls:?})"
+        );
+    }
+    for conn in [worker, producer, checker] {
+        conn.close().await.unwrap();
+    }
 }
 
 /// The other half, by behaviour: the end of a lease (claim, heartbeat) or of a park (nack)
