@@ -38,8 +38,8 @@
 //!   [`DeadLetters`] table; [`QueueStats`].
 //! - **The transport** ([`transport`]): raw JSON messages in groups; publish, claim, ack,
 //!   nack and extend, each one round trip through a PL/pgSQL function.
-//! - **Setup**: [`connect`] (waits for the database), [`migrate`] (safe from every process
-//!   at once), [`Schema`].
+//! - **Setup**: [`connect`] (waits for the database; [`ConnectConfig`] for
+//!   [`connect_with`]), [`migrate`] (safe from every process at once), [`Schema`].
 //!
 //! # Errors
 //!
