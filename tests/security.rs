@@ -428,7 +428,8 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
             .await
             .unwrap()
             .unwrap();
-        t.dead_letter(&q.pool, &m.lease, "broken").await.unwrap();
+        let dead = t.dead_letter(&q.pool, &m.lease, "broken").await.unwrap();
+        assert_eq!(dead, LeaseOutcome::Applied);
     }
 
     let stats = QueueStats::fetch(&operator, &q.schema).await.unwrap();

@@ -1,16 +1,16 @@
 //! Integration tests of the per-group PostgreSQL transport, one guarantee per test, each in
 //! a migrated schema of its own on a real server (see `harel_jobs_suite::TestQueue`).
 //!
-//! Concurrency and races are in `transport_races.rs`; plans, clock skew, connecting and
-//! migrating in `transport_env.rs`.
+//! Concurrency and races are in `transport_races.rs`; plans, the workers' clocks,
+//! connecting and migrating in `transport_env.rs`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use harel_jobs::transport::{
-    ClaimRequest, ClaimedMessage, Lease, LeaseOutcome, LeaseToken, MAX_GROUP_BYTES,
-    MAX_PAYLOAD_BYTES, OutgoingMessage, Receipt, Settlement,
+    ClaimRequest, ClaimedMessage, Lease, LeaseOutcome, LeaseToken, MAX_BATCH_BYTES,
+    MAX_BATCH_MESSAGES, MAX_GROUP_BYTES, MAX_PAYLOAD_BYTES, OutgoingMessage, Receipt, Settlement,
 };
 use harel_jobs::{InvalidMessage, Priority, PublishError};
 use harel_jobs_suite::TestQueue;
@@ -792,6 +792,62 @@ async fn invalid_messages_are_refused_and_nothing_is_written() {
         ));
         assert_nothing_written(&q).await;
     }
+}
+
+/// The batch limits hold before anything is sent: the old failure was a 15 s hang, 3.2 GB
+/// resident and a reset connection for 260 payloads of 4 MiB. Refused on a closed pool too
+/// (anything sent would be a database error there); a batch at the byte limit goes through.
+#[tokio::test]
+async fn a_batch_over_the_limits_is_refused_before_anything_is_sent() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let closed = harel_jobs_suite::pool_with(&harel_jobs_suite::database_url(), 1).await;
+    closed.close().await;
+
+    // 17 payloads of 4 MiB: over 64 MiB
+    let largest = format!("\"{}\"", "x".repeat(MAX_PAYLOAD_BYTES - 2));
+    let too_large: Vec<OutgoingMessage> = (0..=MAX_BATCH_BYTES / MAX_PAYLOAD_BYTES)
+        .map(|i| message(&format!("g{i}"), &largest))
+        .collect();
+    let too_many: Vec<OutgoingMessage> = (0..=MAX_BATCH_MESSAGES)
+        .map(|i| message(&format!("g{}", i % 100), "{}"))
+        .collect();
+    for pool in [&closed, &q.pool] {
+        match t.publish_many(pool, &too_large).await {
+            Err(PublishError::Invalid(InvalidMessage::BatchTooLarge { len, max })) => {
+                assert_eq!(max, MAX_BATCH_BYTES);
+                assert!(len > MAX_BATCH_BYTES, "{len}");
+            }
+            other => panic!("expected BatchTooLarge, got {other:?}"),
+        }
+        match t.publish_many(pool, &too_many).await {
+            Err(PublishError::Invalid(InvalidMessage::TooManyMessages { count, max })) => {
+                assert_eq!((count, max), (MAX_BATCH_MESSAGES + 1, MAX_BATCH_MESSAGES));
+            }
+            other => panic!("expected TooManyMessages, got {other:?}"),
+        }
+        assert_nothing_written(&q).await;
+    }
+
+    // at the limit: 16 messages of exactly MAX_BATCH_BYTES / 16 bytes each
+    let per_message = MAX_BATCH_BYTES / 16;
+    let at_limit: Vec<OutgoingMessage> = (0..16)
+        .map(|i| {
+            let group = format!("g{i:02}");
+            let payload = format!("\"{}\"", "x".repeat(per_message - group.len() - 4 - 2));
+            message(&group, &payload)
+        })
+        .collect();
+    let seqs = t.publish_many(&q.pool, &at_limit).await.unwrap();
+    assert_eq!(seqs.len(), 16);
+    let stored: i64 = sqlx::query_scalar(q.sql(
+        "SELECT sum(octet_length(payload::text) + octet_length(group_id) + octet_length(kind))
+           FROM @schema@.transport_messages",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(stored, MAX_BATCH_BYTES as i64);
 }
 
 #[tokio::test]

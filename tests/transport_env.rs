@@ -1,11 +1,10 @@
 //! The transport's surroundings: the claim's query plan, clocks, connecting and migrating.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
-use harel_jobs::{ConnectError, ConnectOptions, Schema, connect_with, migrate_schema};
+use harel_jobs::transport::{ClaimRequest, Lease, LeaseOutcome, OutgoingMessage, Settlement};
+use harel_jobs::{ConnectConfig, ConnectError, Schema, connect_with, migrate_schema};
 use harel_jobs_suite::{TestDatabase, TestQueue, database_url, pool_with};
 use sqlx::{AssertSqlSafe, Connection};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -121,119 +120,379 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
 }
 
 // ---------------------------------------------------------------------------------------
-// 15 (b). a worker's skewed clock
+// 15 (b). a worker's clock is never used
 
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-
-fn epoch_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+/// Types that hold a point in time, seen through arrays, domains, ranges and composites:
+/// the `(label, type)` pairs of `seeds` (a query with those two columns) that are or
+/// contain a date or time (`pg_type.typcategory` 'D': date, time, timetz, timestamp,
+/// timestamptz; an interval is a duration, category 'T').
+fn times_among(seeds: &str) -> String {
+    format!(
+        "WITH RECURSIVE seeds(label, typ) AS ({seeds}),
+         contained(label, arg, typ) AS (
+             SELECT label, typ, typ FROM seeds
+           UNION
+             SELECT c.label, c.arg, inner_type.typ
+               FROM contained c
+               JOIN pg_type t ON t.oid = c.typ
+              CROSS JOIN LATERAL (
+                    SELECT t.typbasetype WHERE t.typtype = 'd'
+                    UNION ALL SELECT t.typelem WHERE t.typcategory = 'A' AND t.typelem <> 0
+                    UNION ALL SELECT r.rngsubtype FROM pg_range r WHERE r.rngtypid = t.oid
+                    UNION ALL SELECT r.rngtypid FROM pg_range r WHERE r.rngmultitypid = t.oid
+                    UNION ALL SELECT a.atttypid FROM pg_attribute a
+                     WHERE t.typtype = 'c' AND a.attrelid = t.typrelid
+                       AND a.attnum > 0 AND NOT a.attisdropped
+              ) AS inner_type(typ)
+         )
+         SELECT DISTINCT c.label, format_type(c.arg, NULL)
+           FROM contained c JOIN pg_type t ON t.oid = c.typ
+          WHERE t.typcategory = 'D'
+          ORDER BY 1, 2"
+    )
 }
 
-/// Runs one claim in a separate process whose clock is shifted by `offset_s` seconds
-/// (libfaketime); checks the shift is real, returns what it claimed.
-async fn claim_with_skewed_clock(q: &TestQueue, offset_s: i64, lease_ms: u64) -> Option<String> {
-    assert!(
-        Path::new(LIBFAKETIME).exists(),
-        "{LIBFAKETIME} is missing: the clock-skew test needs libfaketime \
-         (apt-get install -y libfaketime; .ci/run installs it)"
-    );
-    let before = epoch_ms();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_harel-transport-claim"))
-        .args([q.schema.name(), &lease_ms.to_string()])
-        .env("DATABASE_URL", database_url())
-        .env("LD_PRELOAD", LIBFAKETIME)
-        .env("FAKETIME", format!("{offset_s:+}s"))
-        // only the wall clock: the runtime's timers keep the real monotonic clock
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .output()
+/// Claims, extends, nacks and acks through the transport on `conn`, as a worker does.
+async fn work_one_message_as_a_worker(q: &TestQueue, conn: &mut sqlx::PgConnection) {
+    let t = &q.transport;
+    for group in ["w1", "w2"] {
+        t.publish(&q.pool, &OutgoingMessage::new(group, "test", "{}"))
+            .await
+            .unwrap();
+    }
+    let claimed = t
+        .claim_many(&mut *conn, &ClaimRequest::new(LONG).limit(2))
         .await
-        .expect("run harel-transport-claim");
-    let after = epoch_ms();
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    let leases: Vec<Lease> = claimed.into_iter().map(|m| m.lease).collect();
     assert!(
-        output.status.success(),
-        "harel-transport-claim failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+        t.extend_many(&mut *conn, &leases, LONG)
+            .await
+            .unwrap()
+            .is_empty()
     );
-    let line: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json line");
-    let their_now = line["now_ms"].as_i64().expect("now_ms");
-    let skew_ms = offset_s * 1000;
+    let release = Settlement::Release {
+        delay: Duration::from_secs(5),
+        error: Some("again".into()),
+        count_attempt: true,
+    };
     assert!(
-        their_now >= before + skew_ms - 1000 && their_now <= after + skew_ms + 1000,
-        "the helper's clock is not shifted by {offset_s} s (ours {before}..{after}, its {their_now}): \
-         is libfaketime working?"
+        t.settle(&mut *conn, &leases[0], release)
+            .await
+            .unwrap()
+            .is_applied()
     );
-    line["claimed"]["group"].as_str().map(str::to_owned)
+    let done = [
+        (leases[1].clone(), Settlement::Ack),
+        (leases[0].clone(), Settlement::dead_letter("stale")),
+    ];
+    let outcomes = t.settle_many(&mut *conn, &done, None).await.unwrap();
+    assert_eq!(outcomes[0], LeaseOutcome::Applied);
 }
 
-async fn lease_left_s(q: &TestQueue, group: &str) -> f64 {
-    sqlx::query_scalar(q.sql(
-        "SELECT extract(epoch FROM available_at - now())::float8 \
-         FROM @schema@.transport_groups WHERE group_id = $1",
-    ))
-    .bind(group)
-    .fetch_one(&q.pool)
+/// The text of the statements prepared on `conn` (sqlx prepares each query once per
+/// connection).
+async fn prepared_statements(conn: &mut sqlx::PgConnection) -> Vec<String> {
+    sqlx::query_scalar("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time")
+        .persistent(false)
+        .fetch_all(conn)
+        .await
+        .unwrap()
+}
+
+/// The functions of `q`'s schema that `statements` call, found by name in their text.
+async fn functions_called(
+    conn: &mut sqlx::PgConnection,
+    q: &TestQueue,
+    statements: &[String],
+) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = $1
+            AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS s(statement)
+                         WHERE s.statement ~ ('\\m' || p.proname || '\\s*\\('))
+          ORDER BY 1",
+    )
+    .bind(q.schema.name())
+    .bind(statements)
+    .fetch_all(conn)
     .await
     .unwrap()
 }
 
+/// "Leases use the database's clock: workers send durations, never times" (README), checked
+/// on the wire and in the catalogue, with nothing but the server:
+///
+/// - everything the transport prepares on a worker's connection for claims, heartbeats,
+///   nacks and acks binds no parameter that holds a time;
+/// - no function of the queue's schema that those statements call takes one;
+/// - of all the schema's functions, the only ones that take a time are the ones a producer
+///   calls (`harel_publish`: a job's not-before time, which is no lease) and helpers that
+///   the schema's own functions call, never a worker, with a time the server computed
+///   (today `harel_drop_empty_groups`, given `clock_timestamp()` + 200 ms by claim and ack).
+///
+/// Functions are found from the statements' text (and the helpers from the functions'
+/// bodies), not by name, so the check follows renamed and added functions.
 #[tokio::test]
-async fn a_worker_with_a_skewed_clock_can_neither_steal_nor_shorten_a_lease() {
+async fn what_a_worker_sends_to_claim_extend_nack_and_ack_holds_no_time() {
     let q = TestQueue::new().await;
-    let t = &q.transport;
-    let publish = |group: &'static str| {
-        let (pool, transport) = (q.pool.clone(), t.clone());
-        async move {
-            transport
-                .publish(&pool, &OutgoingMessage::new(group, "test", "{}"))
-                .await
-                .unwrap();
-        }
-    };
+    let mut worker = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    let mut producer = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    // the catalogue queries below, with their recursive CTE's large row estimates, would
+    // otherwise spend seconds in JIT compilation
+    let mut checker = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    sqlx::raw_sql("SET jit = off")
+        .execute(&mut checker)
+        .await
+        .unwrap();
 
-    // a live 10 s lease, taken on a correct clock
-    publish("live").await;
-    let live = t
-        .claim(&q.pool, &ClaimRequest::new(Duration::from_secs(10)))
+    // the check can fail: it finds the times among these types, and only them
+    sqlx::raw_sql(q.sql(
+        "CREATE DOMAIN @schema@.deadline AS timestamptz;
+         CREATE TYPE @schema@.stamped AS (id bigint, at timestamp);",
+    ))
+    .execute(&mut checker)
+    .await
+    .unwrap();
+    let found: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(times_among(
+        &q.sql(
+            "SELECT label, to_regtype(label)::oid FROM unnest(ARRAY[
+                 'timestamptz', 'timestamp[]', 'date', 'time', '@schema@.deadline', 'tstzrange',
+                 '@schema@.stamped[]', 'interval', 'bigint[]', 'text', 'uuid', 'int4range'
+             ]) AS label",
+        )
+        .0,
+    )))
+    .fetch_all(&mut checker)
+    .await
+    .unwrap();
+    let mut found: Vec<&str> = found.iter().map(|(label, _)| label.as_str()).collect();
+    found.sort();
+    let deadline = q.sql("@schema@.deadline").0;
+    let stamped = q.sql("@schema@.stamped[]").0;
+    let mut expected = vec![
+        "date",
+        "time",
+        "timestamp[]",
+        "timestamptz",
+        "tstzrange",
+        deadline.as_str(),
+        stamped.as_str(),
+    ];
+    expected.sort();
+    assert_eq!(found, expected, "the type check is broken");
+
+    // a producer publishes (one and many, with every schedule), a worker works
+    let t = &q.transport;
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    t.publish(&mut producer, &OutgoingMessage::new("p", "test", "{}"))
+        .await
+        .unwrap();
+    t.publish_many(
+        &mut producer,
+        &[
+            OutgoingMessage::new("p", "test", "{}").not_before(later),
+            OutgoingMessage::new("p", "test", "{}").delay(LONG),
+        ],
+    )
+    .await
+    .unwrap();
+    work_one_message_as_a_worker(&q, &mut worker).await;
+
+    let worker_statements = prepared_statements(&mut worker).await;
+    let producer_statements = prepared_statements(&mut producer).await;
+    let worker_calls = functions_called(&mut checker, &q, &worker_statements).await;
+    let producer_calls = functions_called(&mut checker, &q, &producer_statements).await;
+    assert!(
+        !worker_calls.is_empty() && !producer_calls.is_empty(),
+        "no function of the queue's schema found in the statements: \
+         {worker_statements:#?} {producer_statements:#?}"
+    );
+    assert!(
+        worker_calls.iter().all(|f| !producer_calls.contains(f)),
+        "a worker called a producer's function: {worker_calls:?} {producer_calls:?}"
+    );
+
+    // the types a worker binds on the wire (pg_prepared_statements.parameter_types)
+    sqlx::raw_sql("SET jit = off")
+        .execute(&mut worker)
+        .await
+        .unwrap();
+    let on_the_wire: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(times_among(
+        "SELECT s.statement, p.typ
+           FROM pg_prepared_statements s
+          CROSS JOIN LATERAL unnest(s.parameter_types::oid[]) AS p(typ)",
+    )))
+    .persistent(false)
+    .fetch_all(&mut worker)
+    .await
+    .unwrap();
+    assert!(
+        on_the_wire.is_empty(),
+        "a worker binds a time, so its own clock would count: {on_the_wire:#?}"
+    );
+
+    // the arguments of every function of the schema
+    let takes_a_time: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(times_among(
+        "SELECT p.oid::regprocedure::text, a.typ
+           FROM pg_proc p
+           JOIN pg_namespace n ON n.oid = p.pronamespace
+          CROSS JOIN LATERAL unnest(p.proargtypes::oid[]) AS a(typ)
+          WHERE n.nspname = $1",
+    )))
+    .bind(q.schema.name())
+    .fetch_all(&mut checker)
+    .await
+    .unwrap();
+    let called_by_the_schema: Vec<String> = sqlx::query_scalar(
+        "WITH f AS MATERIALIZED (
+             SELECT p.oid, p.proname, p.prosrc
+               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = $1
+         )
+         SELECT callee.oid::regprocedure::text
+           FROM f callee
+          WHERE EXISTS (SELECT 1 FROM f caller
+                         WHERE caller.oid <> callee.oid
+                           AND caller.prosrc ~ ('\\m' || callee.proname || '\\s*\\('))",
+    )
+    .bind(q.schema.name())
+    .fetch_all(&mut checker)
+    .await
+    .unwrap();
+    for (function, time) in &takes_a_time {
+        assert!(
+            !worker_calls.contains(function),
+            "{function}, which a worker calls, takes a {time}: a worker's clock could count"
+        );
+        assert!(
+            producer_calls.contains(function) || called_by_the_schema.contains(function),
+            "{function} takes a {time} and is neither a producer's function nor a helper of \
+             the schema's own functions (worker: {worker_calls:?}, producer: {producer_calls:?})"
+        );
+    }
+    for conn in [worker, producer, checker] {
+        conn.close().await.unwrap();
+    }
+}
+
+/// The other half, by behaviour: the end of a lease (claim, heartbeat) or of a park (nack)
+/// is exactly the database's statement time plus the duration sent, to the microsecond,
+/// whatever the worker session's `TimeZone`, `DateStyle` and `IntervalStyle`. No time read
+/// from the worker's clock could produce it, so a worker whose clock is off can neither
+/// shorten nor stretch a lease (the old form of this test shifted a worker process's clock
+/// with libfaketime; this one needs nothing but the server). A trigger records, for each
+/// change of a group's `available_at`, the statement time it was written at. Each session
+/// works inside a transaction that began earlier, so the transaction's start (`now()`) would
+/// not do either.
+#[tokio::test]
+async fn a_lease_ends_exactly_its_duration_after_the_statement_on_the_database_clock() {
+    let q = TestQueue::new().await;
+    sqlx::raw_sql(q.sql(
+        "CREATE TABLE @schema@.spy_available_at (
+             id BIGSERIAL PRIMARY KEY, group_id TEXT, available_at TIMESTAMPTZ,
+             statement_at TIMESTAMPTZ);
+         CREATE FUNCTION @schema@.spy_available_at() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO @schema@.spy_available_at (group_id, available_at, statement_at)
+             VALUES (NEW.group_id, NEW.available_at, statement_timestamp());
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER spy_available_at AFTER INSERT OR UPDATE ON @schema@.transport_groups
+             FOR EACH ROW EXECUTE FUNCTION @schema@.spy_available_at();",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    // how far (µs) the last write of the group's available_at is from its statement time + `ms`
+    let off_by = async |conn: &mut sqlx::PgConnection, group: &str, ms: i64| -> f64 {
+        sqlx::query_scalar(q.sql(
+            "SELECT extract(epoch FROM available_at
+                                      - (statement_at + $2 * interval '1 millisecond'))::float8
+                    * 1e6
+               FROM @schema@.spy_available_at WHERE group_id = $1 ORDER BY id DESC LIMIT 1",
+        ))
+        .bind(group)
+        .bind(ms)
+        .fetch_one(conn)
         .await
         .unwrap()
-        .unwrap();
-    assert_eq!(live.lease.group, "live");
-    // a worker 30 s ahead would think it lapsed 20 s ago; one 30 s behind, that it is young
-    for offset in [30, -30] {
-        assert_eq!(
-            claim_with_skewed_clock(&q, offset, 10_000).await,
-            None,
-            "a worker {offset:+} s off took a live lease"
-        );
-    }
+    };
 
-    // their own 10 s leases last 10 s on the database's clock
-    publish("ahead").await;
-    assert_eq!(
-        claim_with_skewed_clock(&q, 30, 10_000).await.as_deref(),
-        Some("ahead")
-    );
-    publish("behind").await;
-    assert_eq!(
-        claim_with_skewed_clock(&q, -30, 10_000).await.as_deref(),
-        Some("behind")
-    );
-    for group in ["ahead", "behind"] {
-        let left = lease_left_s(&q, group).await;
-        assert!(
-            (5.0..=10.0).contains(&left),
-            "{group}: lease ends in {left} s"
-        );
-    }
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let stolen = t
-        .claim(&q.pool, &ClaimRequest::new(LONG).limit(3))
+    let sessions = [
+        ("UTC", "ISO, MDY", "postgres"),
+        ("Pacific/Kiritimati", "SQL, DMY", "sql_standard"), // UTC+14
+        ("America/St_Johns", "German", "iso_8601"),         // UTC-3:30
+        ("Etc/GMT+12", "Postgres, YMD", "postgres_verbose"), // UTC-12
+    ];
+    for (i, (time_zone, date_style, interval_style)) in sessions.into_iter().enumerate() {
+        let group = format!("g{i}");
+        q.transport
+            .publish(&q.pool, &OutgoingMessage::new(group.as_str(), "test", "{}"))
+            .await
+            .unwrap();
+        let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET TimeZone = '{time_zone}'; SET DateStyle = '{date_style}'; \
+             SET IntervalStyle = '{interval_style}';"
+        )))
+        .execute(&mut conn)
         .await
         .unwrap();
-    assert!(stolen.is_none(), "a lease was cut short: {stolen:?}");
+        let session = format!("TimeZone {time_zone}, DateStyle {date_style}");
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::query("SELECT pg_sleep(0.05)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+
+        let claimed = q
+            .transport
+            .claim(&mut *tx, &ClaimRequest::new(Duration::from_millis(45_001)))
+            .await
+            .unwrap()
+            .expect("the group is claimable");
+        assert_eq!(claimed.lease.group, group);
+        let off = off_by(&mut tx, &group, 45_001).await;
+        assert_eq!(
+            off, 0.0,
+            "{session}: the claim's lease end is off by {off} µs"
+        );
+
+        let extended = q
+            .transport
+            .extend(&mut *tx, &claimed.lease, Duration::from_millis(50_002))
+            .await
+            .unwrap();
+        assert!(extended.is_applied());
+        let off = off_by(&mut tx, &group, 50_002).await;
+        assert_eq!(
+            off, 0.0,
+            "{session}: the heartbeat's lease end is off by {off} µs"
+        );
+
+        let release = Settlement::Release {
+            delay: Duration::from_millis(7_003),
+            error: None,
+            count_attempt: true,
+        };
+        assert!(
+            q.transport
+                .settle(&mut *tx, &claimed.lease, release)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        let off = off_by(&mut tx, &group, 7_003).await;
+        assert_eq!(
+            off, 0.0,
+            "{session}: the nack's park end is off by {off} µs"
+        );
+        tx.commit().await.unwrap();
+        conn.close().await.unwrap();
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -241,14 +500,12 @@ async fn a_worker_with_a_skewed_clock_can_neither_steal_nor_shorten_a_lease() {
 
 #[tokio::test]
 async fn connect_retries_an_unreachable_server_and_never_shows_the_password() {
-    let options = ConnectOptions {
-        wait: Duration::from_secs(2),
-        initial_backoff: Duration::from_millis(50),
-        max_backoff: Duration::from_millis(200),
-        ..ConnectOptions::default()
-    };
+    let config = ConnectConfig::default()
+        .wait(Duration::from_secs(2))
+        .initial_backoff(Duration::from_millis(50))
+        .max_backoff(Duration::from_millis(200));
     let url = "postgres://postgres:hunter2secret@127.0.0.1:1/x";
-    let error = tokio::time::timeout(Duration::from_secs(60), connect_with(url, &options))
+    let error = tokio::time::timeout(Duration::from_secs(60), connect_with(url, &config))
         .await
         .expect("connect_with ignored its wait")
         .expect_err("nothing listens on port 1");
@@ -282,15 +539,13 @@ async fn connect_gives_a_pool_it_cannot_fill_back_and_retries_instead_of_waiting
     // the 30 s acquire timeout, holding the connections it got) and says why.
     let queue = harel_jobs_suite::TestQueue::new().await;
     let role = harel_jobs_suite::TestRole::with_connection_limit(&queue, 2).await;
-    let options = ConnectOptions {
-        max_connections: 3,
-        min_connections: 3,
-        wait: Duration::from_secs(12),
-        initial_backoff: Duration::from_millis(100),
-        max_backoff: Duration::from_millis(100),
-        ..ConnectOptions::default()
-    };
-    let error = tokio::time::timeout(Duration::from_secs(60), connect_with(&role.url, &options))
+    let config = ConnectConfig::default()
+        .max_connections(3)
+        .min_connections(3)
+        .wait(Duration::from_secs(12))
+        .initial_backoff(Duration::from_millis(100))
+        .max_backoff(Duration::from_millis(100));
+    let error = tokio::time::timeout(Duration::from_secs(60), connect_with(&role.url, &config))
         .await
         .expect("connect_with ignored its wait")
         .expect_err("the pool cannot be filled");
@@ -316,13 +571,10 @@ async fn connect_gives_a_pool_it_cannot_fill_back_and_retries_instead_of_waiting
 async fn connect_gives_up_at_once_on_an_unknown_database() {
     let mut url: url_parts::Url = database_url().parse().unwrap();
     url.database = harel_jobs_suite::unique_name("no_such_db");
-    let options = ConnectOptions {
-        wait: Duration::from_secs(600),
-        ..ConnectOptions::default()
-    };
+    let config = ConnectConfig::default().wait(Duration::from_secs(600));
     let error = tokio::time::timeout(
         Duration::from_secs(60),
-        connect_with(&url.to_string(), &options),
+        connect_with(&url.to_string(), &config),
     )
     .await
     .expect("an unknown database was retried")

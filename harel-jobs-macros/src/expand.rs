@@ -271,8 +271,8 @@ fn generate(job: &JobFn, args: &JobArgs, struct_ident: &Ident) -> TokenStream {
         impl #struct_ident {
             /// Enqueues this job through `executor`: a pool, a connection, or a transaction
             /// (`&mut *tx`), in which case the job exists if and only if the transaction
-            /// commits. Set options (`delay`, `at`, `priority`, `group`, `schema`) on the
-            /// returned value, then `.await` it for the job's id.
+            /// commits. Set options (`delay`, `not_before`, `priority`, `group`, `schema`)
+            /// on the returned value, then `.await` it for the job's id.
             pub fn enqueue<'c, E: #private::sqlx::PgExecutor<'c>>(
                 self,
                 executor: E,
@@ -287,8 +287,8 @@ fn generate(job: &JobFn, args: &JobArgs, struct_ident: &Ident) -> TokenStream {
             ///
             /// # Errors
             /// `PublishError::Serialize` or `PublishError::Invalid` if a job cannot be
-            /// enqueued (nothing is written then), `PublishError::Database` if the insert
-            /// fails.
+            /// enqueued or the batch is over the limits of `JobBatch` (nothing is written
+            /// then), `PublishError::Database` if the insert fails.
             pub async fn enqueue_many<'c, E: #private::sqlx::PgExecutor<'c>>(
                 executor: E,
                 jobs: impl ::core::iter::IntoIterator<Item = Self>,

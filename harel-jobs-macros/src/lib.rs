@@ -122,10 +122,11 @@ use proc_macro::TokenStream;
 ///   parameter). The function's future must be `Send`;
 /// - inherent methods, usable without importing a trait:
 ///   - `fn enqueue<'c, E: PgExecutor<'c>>(self, executor: E) -> Enqueue<'c, Self, E>`:
-///     options (`delay`, `at`, `priority`, `group`, `schema`), then `.await` for the
+///     options (`delay`, `not_before`, `priority`, `group`, `schema`), then `.await` for the
 ///     `JobId`;
 ///   - `async fn enqueue_many<'c, E: PgExecutor<'c>>(executor: E, jobs: impl
-///     IntoIterator<Item = Self>) -> Result<Vec<JobId>, PublishError>`: one round trip.
+///     IntoIterator<Item = Self>) -> Result<Vec<JobId>, PublishError>`: one round trip,
+///     at most 100,000 jobs and 64 MiB (`JobBatch`'s limits).
 ///
 /// The struct is named after the function in camel case (`send_welcome_email` becomes
 /// `SendWelcomeEmail`); a function without parameters gives an empty struct, built as

@@ -9,8 +9,22 @@ use sqlx::{ConnectOptions as _, Connection as _, PgPool};
 use crate::error::{ConnectError, DatabaseError};
 
 /// How [`connect_with`] builds the pool and how long it waits for the server.
+///
+/// Start from [`Default`] and change what you need; the fields are public to read.
+///
+/// ```
+/// use std::time::Duration;
+/// use harel_jobs::ConnectConfig;
+///
+/// let config = ConnectConfig::default()
+///     .max_connections(20)
+///     .wait(Duration::from_secs(120));
+/// assert_eq!(config.max_connections, 20);
+/// assert_eq!(config.min_connections, 0);
+/// ```
 #[derive(Clone, Debug)]
-pub struct ConnectOptions {
+#[non_exhaustive]
+pub struct ConnectConfig {
     /// Pool size (default 10).
     pub max_connections: u32,
     /// Connections kept open when idle (default 0).
@@ -25,7 +39,7 @@ pub struct ConnectOptions {
     pub acquire_timeout: Duration,
 }
 
-impl Default for ConnectOptions {
+impl Default for ConnectConfig {
     fn default() -> Self {
         Self {
             max_connections: 10,
@@ -35,6 +49,45 @@ impl Default for ConnectOptions {
             max_backoff: Duration::from_secs(5),
             acquire_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+impl ConnectConfig {
+    /// Sets the pool size (default 10; at least 1).
+    pub fn max_connections(mut self, max_connections: u32) -> Self {
+        self.max_connections = max_connections;
+        self
+    }
+
+    /// Sets how many connections the pool keeps open when idle (default 0; at most
+    /// `max_connections`).
+    pub fn min_connections(mut self, min_connections: u32) -> Self {
+        self.min_connections = min_connections;
+        self
+    }
+
+    /// Sets how long to keep trying before giving up (default 30 s).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Sets the first pause between attempts (default 100 ms), doubled after each failure.
+    pub fn initial_backoff(mut self, initial_backoff: Duration) -> Self {
+        self.initial_backoff = initial_backoff;
+        self
+    }
+
+    /// Sets the longest pause between attempts (default 5 s).
+    pub fn max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
+    }
+
+    /// Sets how long one pool checkout may wait once connected (default 30 s).
+    pub fn acquire_timeout(mut self, acquire_timeout: Duration) -> Self {
+        self.acquire_timeout = acquire_timeout;
+        self
     }
 }
 
@@ -51,13 +104,13 @@ impl Default for ConnectOptions {
 /// # Errors
 /// As [`connect_with`].
 pub async fn connect(url: &str) -> Result<PgPool, ConnectError> {
-    connect_with(url, &ConnectOptions::default()).await
+    connect_with(url, &ConnectConfig::default()).await
 }
 
 /// Connects a pool to the database at `url` (`postgres://user:password@host:port/db?…`).
 ///
 /// While the server cannot be reached, or answers that it is starting up, shutting down or
-/// out of connections, it retries with exponential backoff until `options.wait` has passed,
+/// out of connections, it retries with exponential backoff until `config.wait` has passed,
 /// logging each failure; so a worker started alongside its database waits instead of
 /// crashing. An attempt that reaches the server but cannot open the pool's
 /// `min_connections` within 5 s (the server out of connections) closes what it opened and
@@ -66,28 +119,29 @@ pub async fn connect(url: &str) -> Result<PgPool, ConnectError> {
 /// Neither errors nor logs ever contain the password.
 ///
 /// # Errors
-/// [`ConnectError::InvalidUrl`], [`ConnectError::InvalidOptions`],
-/// [`ConnectError::Unreachable`] after `options.wait`, [`ConnectError::Refused`].
-pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<PgPool, ConnectError> {
+/// [`ConnectError::InvalidUrl`], [`ConnectError::InvalidConfig`],
+/// [`ConnectError::Unreachable`] after `config.wait`, [`ConnectError::Refused`].
+pub async fn connect_with(url: &str, config: &ConnectConfig) -> Result<PgPool, ConnectError> {
     let connect_options = parse_url(url)?;
-    connect_options_with(connect_options, options).await
+    connect_options_with(connect_options, config).await
 }
 
-/// As [`connect_with`], from already-parsed options.
+/// As [`connect_with`], from already-parsed sqlx connection options (for settings a URL
+/// cannot carry).
 ///
 /// # Errors
 /// As [`connect_with`].
 pub async fn connect_options_with(
     connect_options: PgConnectOptions,
-    options: &ConnectOptions,
+    config: &ConnectConfig,
 ) -> Result<PgPool, ConnectError> {
-    if options.max_connections == 0 {
-        return Err(ConnectError::InvalidOptions(
+    if config.max_connections == 0 {
+        return Err(ConnectError::InvalidConfig(
             "max_connections must be at least 1",
         ));
     }
-    if options.min_connections > options.max_connections {
-        return Err(ConnectError::InvalidOptions(
+    if config.min_connections > config.max_connections {
+        return Err(ConnectError::InvalidConfig(
             "min_connections must not exceed max_connections",
         ));
     }
@@ -98,17 +152,17 @@ pub async fn connect_options_with(
     };
     let target = describe(&connect_options);
     let started = Instant::now();
-    let mut backoff = options.initial_backoff.max(Duration::from_millis(1));
+    let mut backoff = config.initial_backoff.max(Duration::from_millis(1));
     let mut attempts = 0u32;
     loop {
         attempts += 1;
         // Each attempt is bounded by what is left of the wait (but gets at least a second).
-        let left = options.wait.saturating_sub(started.elapsed());
+        let left = config.wait.saturating_sub(started.elapsed());
         let attempt_timeout = left.clamp(
             MIN_ATTEMPT_TIME,
-            options.acquire_timeout.max(MIN_ATTEMPT_TIME),
+            config.acquire_timeout.max(MIN_ATTEMPT_TIME),
         );
-        let error = match connect_once(&connect_options, options, attempt_timeout).await {
+        let error = match connect_once(&connect_options, config, attempt_timeout).await {
             Ok(pool) => return Ok(pool),
             Err(error) => DatabaseError::new(error),
         };
@@ -119,7 +173,7 @@ pub async fn connect_options_with(
             });
         }
         let waited = started.elapsed();
-        if waited + backoff > options.wait {
+        if waited + backoff > config.wait {
             return Err(ConnectError::Unreachable {
                 target,
                 attempts,
@@ -136,7 +190,7 @@ pub async fn connect_options_with(
             "database not reachable yet, retrying"
         );
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(options.max_backoff.max(options.initial_backoff));
+        backoff = (backoff * 2).min(config.max_backoff.max(config.initial_backoff));
     }
 }
 
@@ -157,7 +211,7 @@ const MAX_POOL_OPEN_TIME: Duration = Duration::from_secs(5);
 /// that it timed out, so our own `wait`, backoff and logging would never apply.
 async fn connect_once(
     connect_options: &PgConnectOptions,
-    options: &ConnectOptions,
+    config: &ConnectConfig,
     timeout: Duration,
 ) -> Result<PgPool, sqlx::Error> {
     let probe = tokio::time::timeout(timeout, connect_options.connect())
@@ -165,9 +219,9 @@ async fn connect_once(
         .map_err(|_| timed_out(format!("no answer within {timeout:?}")))??;
     let _ = probe.close().await;
     let pool = PgPoolOptions::new()
-        .max_connections(options.max_connections)
-        .min_connections(options.min_connections)
-        .acquire_timeout(options.acquire_timeout)
+        .max_connections(config.max_connections)
+        .min_connections(config.min_connections)
+        .acquire_timeout(config.acquire_timeout)
         .connect_with(connect_options.clone());
     let pool_timeout = timeout.min(MAX_POOL_OPEN_TIME);
     tokio::time::timeout(pool_timeout, pool)
@@ -176,7 +230,7 @@ async fn connect_once(
             timed_out(format!(
                 "could not open the pool's {} connection(s) within {pool_timeout:?} \
              (is the server out of connections?)",
-                options.min_connections.max(1)
+                config.min_connections.max(1)
             ))
         })?
 }
@@ -250,13 +304,10 @@ mod tests {
 
     #[tokio::test]
     async fn rejects_zero_pool() {
-        let options = ConnectOptions {
-            max_connections: 0,
-            ..Default::default()
-        };
-        let error = connect_with("postgres://u@127.0.0.1:1/d", &options)
+        let config = ConnectConfig::default().max_connections(0);
+        let error = connect_with("postgres://u@127.0.0.1:1/d", &config)
             .await
             .unwrap_err();
-        assert!(matches!(error, ConnectError::InvalidOptions(_)));
+        assert!(matches!(error, ConnectError::InvalidConfig(_)));
     }
 }

@@ -183,7 +183,7 @@ impl DeadLetters {
         .bind(id.get())
         .fetch_optional(executor)
         .await?;
-        Ok(new_id.map(JobId))
+        Ok(new_id.map(JobId::new))
     }
 
     /// Deletes a dead letter. Returns whether it existed.
@@ -223,7 +223,7 @@ impl DeadLetters {
 fn from_row(row: Row) -> DeadLetter {
     let (id, group, kind, payload, priority, attempts, last_error, enqueued_at, failed_at) = row;
     DeadLetter {
-        id: JobId(id),
+        id: JobId::new(id),
         group,
         kind,
         payload,

@@ -1,4 +1,5 @@
-//! Enqueueing typed jobs: [`Enqueue`] (one job, with options) and [`JobBatch`] (many).
+//! Enqueueing typed jobs: [`Enqueue`] (one job, with options) and [`JobBatch`] (many, each
+//! with [`EnqueueOptions`]).
 
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
@@ -16,13 +17,38 @@ use crate::transport::{OutgoingMessage, Priority, Schedule, Transport};
 
 /// The id of an enqueued job: its message's sequence number, unique and increasing in
 /// enqueue order. Dead letters keep it.
+///
+/// Returned by every enqueue; [`new`](Self::new) and [`FromStr`](std::str::FromStr) build
+/// one from a number a tool was given (a dead letter's id on a command line, say).
+///
+/// ```
+/// use harel_jobs::JobId;
+/// let id: JobId = "42".parse().unwrap();
+/// assert_eq!(id, JobId::new(42));
+/// assert_eq!(id.get(), 42);
+/// assert_eq!(i64::from(id), 42);
+/// assert_eq!(id.to_string(), "42");
+/// assert!("forty-two".parse::<JobId>().is_err());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct JobId(pub i64);
+pub struct JobId(i64);
 
 impl JobId {
+    /// The id with this number. An id no job has is not an error here: operations on it
+    /// find nothing.
+    pub const fn new(id: i64) -> Self {
+        Self(id)
+    }
+
     /// The number.
-    pub fn get(self) -> i64 {
+    pub const fn get(self) -> i64 {
         self.0
+    }
+}
+
+impl From<JobId> for i64 {
+    fn from(id: JobId) -> i64 {
+        id.0
     }
 }
 
@@ -32,15 +58,68 @@ impl std::fmt::Display for JobId {
     }
 }
 
-/// Options of one enqueue, shared by [`Enqueue`] and [`JobBatch`].
+impl std::str::FromStr for JobId {
+    type Err = std::num::ParseIntError;
+
+    /// Parses the decimal number [`Display`](std::fmt::Display) writes.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(Self)
+    }
+}
+
+/// The options of one job in a [`JobBatch`] ([`JobBatch::push_with`]): the ones an
+/// [`Enqueue`] takes, under the same names. Every option is optional; one value can be
+/// used for many jobs.
+///
+/// ```
+/// use std::time::Duration;
+/// use harel_jobs::EnqueueOptions;
+///
+/// let later = EnqueueOptions::new().delay(Duration::from_secs(60)).priority(4);
+/// let for_user = later.clone().group("user-42");
+/// ```
 #[derive(Clone, Debug, Default)]
-struct EnqueueOptions {
+pub struct EnqueueOptions {
     group: Option<String>,
     priority: Option<u8>,
     schedule: Schedule,
 }
 
 impl EnqueueOptions {
+    /// No option set: the job's own group (or one of its own), its type's priority, due at
+    /// once.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Puts the job in this group instead of the one `#[group]` gives (or its own).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// Sets the priority, 0 (lowest) to 4 (highest); it applies if this job creates its
+    /// group. Out of range: the job is refused with [`InvalidMessage::InvalidPriority`].
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Starts the job no sooner than `delay` from its enqueue (database clock). Replaces a
+    /// not-before time set before.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.schedule = Schedule::After(delay);
+        self
+    }
+
+    /// Starts the job no sooner than `time` (compared with the database's clock; the time is
+    /// the caller's, so prefer [`delay`](Self::delay) for "in ten minutes"). Replaces a
+    /// delay set before.
+    pub fn not_before(mut self, time: DateTime<Utc>) -> Self {
+        self.schedule = Schedule::At(time);
+        self
+    }
+
     /// The message for `job`: group override, else the job's group, else a fresh one.
     fn message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
         let group = match &self.group {
@@ -48,7 +127,7 @@ impl EnqueueOptions {
             None => job.group().unwrap_or_else(|| fresh_group(J::KIND)),
         };
         let priority = match self.priority {
-            Some(p) => Priority::new(p).map_err(|_| InvalidMessage::InvalidPriority(p))?,
+            Some(p) => Priority::new(p).map_err(InvalidMessage::from)?,
             None => J::options().priority.unwrap_or_default(),
         };
         let message =
@@ -117,28 +196,31 @@ impl<'c, J: Job, E: PgExecutor<'c>> Enqueue<'c, J, E> {
         }
     }
 
-    /// Starts the job no sooner than `delay` from now (database clock).
+    /// Starts the job no sooner than `delay` from now (database clock). Replaces a
+    /// not-before time set before.
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.options.schedule = Schedule::After(delay);
+        self.options = self.options.delay(delay);
         self
     }
 
-    /// Starts the job no sooner than `at`.
-    pub fn at(mut self, at: DateTime<Utc>) -> Self {
-        self.options.schedule = Schedule::At(at);
+    /// Starts the job no sooner than `time` (compared with the database's clock; the time is
+    /// the caller's, so prefer [`delay`](Self::delay) for "in ten minutes"). Replaces a
+    /// delay set before.
+    pub fn not_before(mut self, time: DateTime<Utc>) -> Self {
+        self.options = self.options.not_before(time);
         self
     }
 
     /// Sets the priority, 0 (lowest) to 4 (highest); it applies if this job creates its
     /// group. Out of range: the await fails with [`InvalidMessage::InvalidPriority`].
     pub fn priority(mut self, priority: u8) -> Self {
-        self.options.priority = Some(priority);
+        self.options = self.options.priority(priority);
         self
     }
 
     /// Puts the job in this group instead of the one `#[group]` gives (or its own).
     pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.options.group = Some(group.into());
+        self.options = self.options.group(group);
         self
     }
 
@@ -163,19 +245,28 @@ impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
     }
 }
 
-/// Many jobs, of any kinds, enqueued in one round trip.
+/// Many jobs, of any kinds, enqueued in one round trip, each with options of its own.
+///
+/// At most [`MAX_BATCH_MESSAGES`](crate::transport::MAX_BATCH_MESSAGES) jobs and
+/// [`MAX_BATCH_BYTES`](crate::transport::MAX_BATCH_BYTES) of payloads, group ids and kinds:
+/// [`enqueue`](Self::enqueue) refuses larger batches before sending anything.
 ///
 /// ```no_run
-/// # use harel_jobs::{Job, JobBatch};
+/// # use harel_jobs::{EnqueueOptions, Job, JobBatch};
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct Ping(u32);
 /// # impl Job for Ping { const KIND: &'static str = "ping"; }
 /// # async fn example(pool: sqlx::PgPool) -> Result<(), harel_jobs::PublishError> {
+/// use std::time::Duration;
+///
 /// let mut batch = JobBatch::new();
 /// for n in 0..1000 {
 ///     batch.push(Ping(n))?;
 /// }
+/// let urgent = EnqueueOptions::new().priority(4);
+/// batch.push_with(Ping(1000), &urgent)?;
+/// batch.push_with(Ping(1001), &urgent.clone().delay(Duration::from_secs(60)))?;
 /// let ids = batch.enqueue(&pool).await?;
-/// assert_eq!(ids.len(), 1000);
+/// assert_eq!(ids.len(), 1002);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Default)]
@@ -198,19 +289,35 @@ impl JobBatch {
         }
     }
 
-    /// Adds a job with its own options (group, priority).
+    /// Adds a job as a plain enqueue would: in its own group (the one `#[group]` gives, or a
+    /// group of its own), at its type's priority, due at once.
     ///
     /// # Errors
     /// [`PublishError::Serialize`] if it does not serialise, [`PublishError::Invalid`] if
     /// the message would be refused. The batch is unchanged then.
     pub fn push<J: Job>(&mut self, job: J) -> Result<&mut Self, PublishError> {
-        let message = EnqueueOptions::default().message(&job)?;
+        self.push_with(job, &EnqueueOptions::new())
+    }
+
+    /// Adds a job with `options`: group, priority, delay or not-before time, as
+    /// [`Enqueue`] sets them.
+    ///
+    /// # Errors
+    /// As [`push`](Self::push); an out-of-range priority is
+    /// [`InvalidMessage::InvalidPriority`].
+    pub fn push_with<J: Job>(
+        &mut self,
+        job: J,
+        options: &EnqueueOptions,
+    ) -> Result<&mut Self, PublishError> {
+        let message = options.message(&job)?;
         message.validate()?;
         self.messages.push(message);
         Ok(self)
     }
 
-    /// Adds a job into `group`, overriding its own.
+    /// Adds a job into `group`, overriding its own: short for
+    /// `push_with(job, &EnqueueOptions::new().group(group))`.
     ///
     /// # Errors
     /// As [`push`](Self::push).
@@ -219,14 +326,7 @@ impl JobBatch {
         job: J,
         group: impl Into<String>,
     ) -> Result<&mut Self, PublishError> {
-        let options = EnqueueOptions {
-            group: Some(group.into()),
-            ..EnqueueOptions::default()
-        };
-        let message = options.message(&job)?;
-        message.validate()?;
-        self.messages.push(message);
-        Ok(self)
+        self.push_with(job, &EnqueueOptions::new().group(group))
     }
 
     /// How many jobs it holds.
@@ -243,7 +343,9 @@ impl JobBatch {
     /// order). Returns their ids in the same order.
     ///
     /// # Errors
-    /// [`PublishError::Database`]; nothing is written then.
+    /// [`PublishError::Invalid`] for a batch over the limits above
+    /// ([`InvalidMessage::TooManyMessages`], [`InvalidMessage::BatchTooLarge`]), before
+    /// anything is sent; [`PublishError::Database`]. Nothing is written then.
     pub async fn enqueue<'c, E: PgExecutor<'c>>(
         self,
         executor: E,

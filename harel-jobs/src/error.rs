@@ -91,6 +91,27 @@ impl From<sqlx::Error> for DatabaseError {
     }
 }
 
+/// A priority outside 0 (lowest) to 4 (highest): the one error of
+/// [`Priority::new`](crate::Priority::new), and the reason of
+/// [`InvalidMessage::InvalidPriority`] when an enqueue was given one.
+///
+/// ```
+/// use harel_jobs::Priority;
+/// let error = Priority::new(7).unwrap_err();
+/// assert_eq!(error.value(), 7);
+/// assert_eq!(error.to_string(), "priority 7 is out of range: priorities are 0 (lowest) to 4 (highest)");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("priority {0} is out of range: priorities are 0 (lowest) to 4 (highest)")]
+pub struct InvalidPriority(pub(crate) u8);
+
+impl InvalidPriority {
+    /// The value that was refused.
+    pub const fn value(self) -> u8 {
+        self.0
+    }
+}
+
 /// A message that [`publish`](crate::transport::Transport::publish) refused before
 /// writing anything.
 #[derive(Debug, thiserror::Error)]
@@ -128,12 +149,33 @@ pub enum InvalidMessage {
     /// The payload is not one JSON value.
     #[error("payload is not a JSON value: {0}")]
     PayloadNotJson(#[source] serde_json::Error),
-    /// A priority outside 0..=4.
-    #[error("priority {0} is out of range: priorities are 0 (lowest) to 4 (highest)")]
-    InvalidPriority(u8),
+    /// The priority given to an enqueue (`Enqueue::priority`) is outside 0..=4.
+    #[error(transparent)]
+    InvalidPriority(#[from] InvalidPriority),
     /// The delay does not fit in PostgreSQL's interval arithmetic (over about 290,000 years).
     #[error("delay is too long")]
     DelayTooLong,
+    /// The batch holds more than
+    /// [`MAX_BATCH_MESSAGES`](crate::transport::MAX_BATCH_MESSAGES) messages. Nothing was
+    /// sent; split it.
+    #[error("batch holds {count} messages, more than the limit of {max}: split it")]
+    TooManyMessages {
+        /// How many it holds.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The batch's payloads, group ids and kinds add up to more than
+    /// [`MAX_BATCH_BYTES`](crate::transport::MAX_BATCH_BYTES). Nothing was sent; split it.
+    #[error(
+        "batch is {len} bytes of payloads, group ids and kinds, more than the limit of {max}: split it"
+    )]
+    BatchTooLarge {
+        /// Its size in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// Why publishing (enqueueing) failed. Nothing was written in either case.
@@ -273,9 +315,10 @@ pub enum ConnectError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The options are inconsistent (for example a zero pool size).
-    #[error("invalid connect options: {0}")]
-    InvalidOptions(&'static str),
+    /// The [`ConnectConfig`](crate::ConnectConfig) is inconsistent (for example a zero pool
+    /// size).
+    #[error("invalid connect config: {0}")]
+    InvalidConfig(&'static str),
     /// The server did not answer within the configured time.
     #[error(
         "database at {target} unreachable after {attempts} attempts over {waited:?}: {last_error}"
@@ -307,14 +350,22 @@ pub enum ConnectError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// A schema name that is not a lowercase SQL identifier of at most 48 bytes.
+    /// A schema name that is not a lowercase SQL identifier of at most
+    /// [`Schema::MAX_NAME_BYTES`](crate::Schema::MAX_NAME_BYTES) bytes.
     #[error(
-        "invalid schema name {0:?}: use 1 to 48 lowercase ASCII letters, digits or '_', not starting with a digit"
+        "invalid schema name {0:?}: use 1 to {max} lowercase ASCII letters, digits or '_', not starting with a digit",
+        max = crate::Schema::MAX_NAME_BYTES
     )]
     InvalidSchemaName(String),
-    /// A priority outside 0..=4.
-    #[error("invalid priority {0}: priorities are 0 (lowest) to 4 (highest)")]
-    InvalidPriority(i64),
+    /// A schema name PostgreSQL keeps for itself: `information_schema`, or one starting with
+    /// `pg_` (`pg_catalog`, `pg_toast`, `pg_temp`, …). The queue's tables and functions do
+    /// not belong among the system catalogs, and PostgreSQL refuses to create a schema
+    /// named `pg_…`.
+    #[error(
+        "schema name {0:?} is reserved by PostgreSQL: information_schema and names starting with \
+         'pg_' hold the system's own catalogs; pick another name"
+    )]
+    ReservedSchemaName(String),
     /// Two registered job types share one kind.
     #[error("two registered job types have the kind {0:?}: kinds must be unique")]
     DuplicateKind(&'static str),

@@ -30,8 +30,11 @@ use crate::transport::Priority;
 /// ```
 pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The stable name stored with each message and used to find its handler. Changing it
-    /// strands jobs already enqueued under the old name (they end as dead letters with
-    /// "unknown job kind" once a worker claims them).
+    /// strands jobs already enqueued under the old name: a worker with no handler for their
+    /// kind retries them like a failed attempt, with the pool's backoff, up to the pool's
+    /// `max_attempts` (so that during a rolling deploy a worker that knows the kind can take
+    /// them), then moves them to the dead letters with the error `no handler registered for
+    /// job kind "…"`. To rename a job type, keep its kind (`#[job(kind = "…")]`).
     const KIND: &'static str;
 
     /// Options declared on the type. The worker pool's defaults fill what is `None`.

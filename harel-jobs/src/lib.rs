@@ -32,20 +32,22 @@
 //!
 //! - **Jobs**: [`Job`] (a serialisable value with a stable [`Job::KIND`]) and [`Handler`]
 //!   (what runs it), both implemented by [`#[job]`](macro@job); [`JobContext`], [`JobError`],
-//!   [`JobOptions`], [`Backoff`]; enqueueing with [`Enqueue`] and [`JobBatch`].
+//!   [`JobOptions`], [`Backoff`]; enqueueing with [`Enqueue`] and [`JobBatch`] (with
+//!   [`EnqueueOptions`] per job).
 //! - **The worker pool**: [`Worker`], [`WorkerBuilder`], [`WorkerHandle`]; the
 //!   [`DeadLetters`] table; [`QueueStats`].
 //! - **The transport** ([`transport`]): raw JSON messages in groups; publish, claim, settle
 //!   and extend, each one round trip through a PL/pgSQL function.
-//! - **Setup**: [`connect`] (waits for the database), [`migrate`] (safe from every process
-//!   at once), [`Schema`].
+//! - **Setup**: [`connect`] (waits for the database; [`ConnectConfig`] for
+//!   [`connect_with`]), [`migrate`] (safe from every process at once), [`Schema`].
 //!
 //! # Errors
 //!
 //! Each surface has its own `#[non_exhaustive]` error enum ([`PublishError`],
 //! [`TransportError`], [`MigrateError`], [`ConnectError`], [`ConfigError`],
-//! [`WorkerError`]); database failures are wrapped in [`DatabaseError`]. A lost lease is not
-//! an error but an outcome ([`transport::LeaseOutcome`]).
+//! [`WorkerError`]); database failures are wrapped in [`DatabaseError`], and an
+//! out-of-range priority is an [`InvalidPriority`] wherever it is refused. A lost lease is
+//! not an error but an outcome ([`transport::LeaseOutcome`]).
 #![warn(missing_docs)]
 
 /// The README's examples, compiled as doc tests.
@@ -71,13 +73,13 @@ mod worker;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use connect::{ConnectOptions, connect, connect_options_with, connect_with};
+pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
 pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
-pub use enqueue::{Enqueue, JobBatch, JobId};
+pub use enqueue::{Enqueue, EnqueueOptions, JobBatch, JobId};
 pub use error::{
-    ConfigError, ConnectError, DatabaseError, InvalidMessage, MigrateError, PublishError,
-    TransportError,
+    ConfigError, ConnectError, DatabaseError, InvalidMessage, InvalidPriority, MigrateError,
+    PublishError, TransportError,
 };
 pub use harel_jobs_macros::job;
 pub use inspect::QueueStats;

@@ -11,44 +11,51 @@ use crate::error::ConfigError;
 /// application's tables, and several independent queues can share one database.
 ///
 /// Identifiers cannot be bound as query parameters, so the name is validated instead: 1 to
-/// 48 lowercase ASCII letters, digits or `_`, not starting with a digit. It is always
-/// double-quoted where it appears in SQL.
+/// [`MAX_NAME_BYTES`](Self::MAX_NAME_BYTES) (48) lowercase ASCII letters, digits or `_`, not
+/// starting with a digit. It is always double-quoted where it appears in SQL.
 ///
 /// ```
 /// use harel_jobs::Schema;
 /// assert_eq!(Schema::default().name(), "harel");
 /// assert!(Schema::new("billing_jobs").is_ok());
 /// assert!(Schema::new("Robert'); DROP TABLE students;--").is_err());
+/// assert!(Schema::new("pg_catalog").is_err()); // PostgreSQL's own
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Schema {
     name: Arc<str>,
 }
 
-/// The longest schema name accepted (PostgreSQL allows 63; the NOTIFY channel adds a suffix).
-pub const MAX_SCHEMA_NAME_BYTES: usize = 48;
-
 impl Schema {
     /// The default schema name.
     pub const DEFAULT_NAME: &'static str = "harel";
 
+    /// The longest schema name accepted, in bytes: 48. PostgreSQL allows 63, and the
+    /// NOTIFY channel's name is the schema's with a suffix.
+    pub const MAX_NAME_BYTES: usize = 48;
+
     /// Validates a schema name.
     ///
     /// # Errors
-    /// [`ConfigError::InvalidSchemaName`] if it is not a plain lowercase identifier.
+    /// [`ConfigError::InvalidSchemaName`] if it is not a plain lowercase identifier;
+    /// [`ConfigError::ReservedSchemaName`] if it is one of PostgreSQL's own schemas
+    /// (`information_schema`, or any name starting with `pg_`, such as `pg_catalog`,
+    /// `pg_toast` and `pg_temp`).
     pub fn new(name: &str) -> Result<Self, ConfigError> {
         let bytes = name.as_bytes();
         let valid = !bytes.is_empty()
-            && bytes.len() <= MAX_SCHEMA_NAME_BYTES
+            && bytes.len() <= Self::MAX_NAME_BYTES
             && !bytes[0].is_ascii_digit()
             && bytes
                 .iter()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_');
-        if valid {
-            Ok(Self { name: name.into() })
-        } else {
-            Err(ConfigError::InvalidSchemaName(name.to_owned()))
+        if !valid {
+            return Err(ConfigError::InvalidSchemaName(name.to_owned()));
         }
+        if name.starts_with("pg_") || name == "information_schema" {
+            return Err(ConfigError::ReservedSchemaName(name.to_owned()));
+        }
+        Ok(Self { name: name.into() })
     }
 
     /// The bare name.
@@ -108,7 +115,7 @@ mod tests {
 
     #[test]
     fn accepts_plain_identifiers() {
-        for name in ["harel", "_q", "jobs_2", &"a".repeat(48)] {
+        for name in ["harel", "_q", "jobs_2", &"a".repeat(Schema::MAX_NAME_BYTES)] {
             assert!(Schema::new(name).is_ok(), "{name}");
         }
     }
@@ -123,12 +130,41 @@ mod tests {
             "jobs x",
             "a\"b",
             "é",
-            &"a".repeat(49),
+            &"a".repeat(Schema::MAX_NAME_BYTES + 1),
         ] {
             assert_eq!(
                 Schema::new(name),
                 Err(ConfigError::InvalidSchemaName(name.to_owned()))
             );
+        }
+    }
+
+    #[test]
+    fn refuses_postgresql_s_own_schemas() {
+        for name in [
+            "pg_catalog",
+            "information_schema",
+            "pg_toast",
+            "pg_temp",
+            "pg_temp_3",
+            "pg_",
+            "pg_jobs",
+        ] {
+            let error = Schema::new(name).unwrap_err();
+            assert_eq!(error, ConfigError::ReservedSchemaName(name.to_owned()));
+            let message = error.to_string();
+            assert!(message.contains("reserved by PostgreSQL"), "{message}");
+        }
+        // only the prefix `pg_` and information_schema are PostgreSQL's
+        for name in [
+            "pg",
+            "pgq",
+            "my_pg_jobs",
+            "public",
+            "information",
+            "information_schema2",
+        ] {
+            assert!(Schema::new(name).is_ok(), "{name}");
         }
     }
 

@@ -29,7 +29,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use harel_jobs::{
-    Backoff, ConnectOptions, Handler, JobContext, JobError, JobResult, Worker, WorkerStats,
+    Backoff, ConnectConfig, Handler, JobContext, JobError, JobResult, Worker, WorkerStats,
 };
 use sqlx::PgPool;
 use tokio::signal::unix::{SignalKind, signal};
@@ -236,17 +236,15 @@ async fn run() -> i32 {
     let debug_dump = env_or("HAREL_FW_DEBUG_DUMP", 0u8) == 1;
 
     // from here on, never print `dsn`: it may hold a password
-    let options = ConnectOptions {
-        max_connections: pool_size,
-        min_connections: env_or("HAREL_FW_MIN_POOL", 0),
-        wait: env_ms("HAREL_FW_CONNECT_WAIT_MS").unwrap_or(Duration::from_secs(30)),
-        ..ConnectOptions::default()
-    };
+    let config = ConnectConfig::default()
+        .max_connections(pool_size)
+        .min_connections(env_or("HAREL_FW_MIN_POOL", 0))
+        .wait(env_ms("HAREL_FW_CONNECT_WAIT_MS").unwrap_or(Duration::from_secs(30)));
     // SIGTERM while still waiting for the database: stop at once, cleanly (nothing is held)
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let pool = tokio::select! {
-        started = connect_and_migrate(&name, &dsn, &options, debug_dump) => match started {
+        started = connect_and_migrate(&name, &dsn, &config, debug_dump) => match started {
             Ok(pool) => pool,
             Err(code) => return code,
         },
@@ -289,7 +287,7 @@ async fn run() -> i32 {
     };
     if debug_dump {
         eprintln!("debug: worker = {worker:?}");
-        eprintln!("debug: connect options = {options:?}");
+        eprintln!("debug: connect config = {config:?}");
     }
     let handle = worker.start();
     println!("FAULT_WORKER_READY name={name} pid={}", std::process::id());
@@ -319,10 +317,10 @@ async fn run() -> i32 {
 async fn connect_and_migrate(
     name: &str,
     dsn: &str,
-    options: &ConnectOptions,
+    config: &ConnectConfig,
     debug_dump: bool,
 ) -> Result<PgPool, i32> {
-    let pool = match harel_jobs::connect_with(dsn, options).await {
+    let pool = match harel_jobs::connect_with(dsn, config).await {
         Ok(pool) => pool,
         Err(error) => {
             eprintln!("FAULT_WORKER_CONNECT_FAILED {name}: {error}");

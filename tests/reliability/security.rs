@@ -347,10 +347,7 @@ async fn security_the_dsn_password_never_appears_in_logs_errors_or_debug_output(
     // in-process: the errors of a wrong password, their Display and Debug
     let error = harel_jobs::connect_with(
         &setup.cluster.url_with_password("harel_secret", &wrong),
-        &harel_jobs::ConnectOptions {
-            wait: Duration::from_secs(1),
-            ..Default::default()
-        },
+        &harel_jobs::ConnectConfig::default().wait(Duration::from_secs(1)),
     )
     .await
     .expect_err("wrong password");

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ConfigError, InvalidMessage};
+use crate::error::{InvalidMessage, InvalidPriority};
 
 /// The longest group id accepted, in bytes (it is indexed; PostgreSQL's B-tree entries are
 /// limited to about 2.7 kB).
@@ -15,6 +15,18 @@ pub const MAX_KIND_BYTES: usize = 255;
 /// The largest payload accepted, in bytes of JSON text (4 MiB). Queues carry references to
 /// large data, not the data.
 pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+
+/// The most messages one batch may hold: 100,000. Applies to
+/// [`Transport::publish_many`](super::Transport::publish_many), `JobBatch::enqueue` and the
+/// `enqueue_many` of `#[job]` types; split larger batches (each batch is one statement,
+/// assembled in memory on both sides).
+pub const MAX_BATCH_MESSAGES: usize = 100_000;
+/// The most bytes one batch may carry, counting every message's payload, group id and kind:
+/// 64 MiB (16 payloads of the largest size). The batch is bound as arrays of one statement,
+/// which the driver and the server each hold in memory, several times over, until it is
+/// written: a 1 GiB batch takes gigabytes of memory and ends in a reset connection. Split
+/// larger batches.
+pub const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
 
 /// A group's priority: 0 (lowest) to 4 (highest).
 ///
@@ -44,12 +56,12 @@ impl Priority {
     /// A priority from 0 to 4.
     ///
     /// # Errors
-    /// [`ConfigError::InvalidPriority`] above 4.
-    pub const fn new(value: u8) -> Result<Self, ConfigError> {
+    /// [`InvalidPriority`] above 4.
+    pub const fn new(value: u8) -> Result<Self, InvalidPriority> {
         if value <= 4 {
             Ok(Self(value))
         } else {
-            Err(ConfigError::InvalidPriority(value as i64))
+            Err(InvalidPriority(value))
         }
     }
 
@@ -70,8 +82,8 @@ impl Default for Priority {
 }
 
 impl TryFrom<u8> for Priority {
-    type Error = ConfigError;
-    fn try_from(value: u8) -> Result<Self, ConfigError> {
+    type Error = InvalidPriority;
+    fn try_from(value: u8) -> Result<Self, InvalidPriority> {
         Self::new(value)
     }
 }
@@ -88,9 +100,11 @@ pub enum Schedule {
     /// As soon as a worker is free.
     #[default]
     Now,
-    /// After this long, measured on the database's clock from the publishing transaction.
+    /// After this long, measured on the database's clock from the publishing transaction:
+    /// what `delay` sets.
     After(Duration),
-    /// Not before this time (the caller's clock, compared with the database's).
+    /// Not before this time (the caller's clock, compared with the database's): what
+    /// `not_before` sets.
     At(DateTime<Utc>),
 }
 
@@ -164,9 +178,9 @@ impl OutgoingMessage {
         self
     }
 
-    /// Lets the message start only at or after `at`.
-    pub fn not_before(mut self, at: DateTime<Utc>) -> Self {
-        self.schedule = Schedule::At(at);
+    /// Lets the message start only at or after `time` (compared with the database's clock).
+    pub fn not_before(mut self, time: DateTime<Utc>) -> Self {
+        self.schedule = Schedule::At(time);
         self
     }
 
@@ -219,6 +233,29 @@ impl OutgoingMessage {
     }
 }
 
+/// Checks what a batch adds to the checks of each of its messages: at most
+/// [`MAX_BATCH_MESSAGES`] messages, and at most [`MAX_BATCH_BYTES`] of payloads, group ids
+/// and kinds.
+pub(crate) fn validate_batch(messages: &[OutgoingMessage]) -> Result<(), InvalidMessage> {
+    if messages.len() > MAX_BATCH_MESSAGES {
+        return Err(InvalidMessage::TooManyMessages {
+            count: messages.len(),
+            max: MAX_BATCH_MESSAGES,
+        });
+    }
+    let len = messages
+        .iter()
+        .map(|m| m.payload.len() + m.group.len() + m.kind.len())
+        .sum();
+    if len > MAX_BATCH_BYTES {
+        return Err(InvalidMessage::BatchTooLarge {
+            len,
+            max: MAX_BATCH_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// Checks a group id: 1 to [`MAX_GROUP_BYTES`] bytes, no NUL.
 fn validate_group(group: &str) -> Result<(), InvalidMessage> {
     if group.is_empty() {
@@ -236,12 +273,14 @@ fn validate_group(group: &str) -> Result<(), InvalidMessage> {
     Ok(())
 }
 
+/// The longest delay the queue accepts: 100 years of 365.25 days (PostgreSQL's intervals
+/// hold about 290,000; the functions refuse more than this).
+pub const MAX_DELAY: Duration = Duration::from_millis(3_155_760_000_000);
+
 /// A delay in whole milliseconds, rounded up so a delay is never shortened.
 pub(crate) fn delay_millis(delay: Duration) -> Result<i64, InvalidMessage> {
-    // PostgreSQL intervals hold about 290,000 years; keep well inside them
-    const MAX_MILLIS: u128 = 100 * 365 * 24 * 3600 * 1000;
     let millis = delay.as_nanos().div_ceil(1_000_000);
-    if millis > MAX_MILLIS {
+    if millis > MAX_DELAY.as_millis() {
         return Err(InvalidMessage::DelayTooLong);
     }
     Ok(millis as i64)
@@ -328,9 +367,36 @@ mod tests {
     }
 
     #[test]
+    fn batch_limits() {
+        let small = vec![message("g", "{}"); MAX_BATCH_MESSAGES];
+        assert!(validate_batch(&small).is_ok());
+        let mut too_many = small;
+        too_many.push(message("g", "{}"));
+        assert!(matches!(
+            validate_batch(&too_many),
+            Err(InvalidMessage::TooManyMessages { count, max: MAX_BATCH_MESSAGES })
+                if count == MAX_BATCH_MESSAGES + 1
+        ));
+
+        // 16 messages of exactly MAX_BATCH_BYTES / 16 bytes (group "g", kind "kind"), then
+        // one byte more
+        let payload = "x".repeat(MAX_BATCH_BYTES / 16 - 1 - 4);
+        let mut full = vec![message("g", &payload); 16];
+        assert!(validate_batch(&full).is_ok());
+        full[15] = OutgoingMessage::new("gg", "kind", payload);
+        assert!(matches!(
+            validate_batch(&full),
+            Err(InvalidMessage::BatchTooLarge { len, max: MAX_BATCH_BYTES })
+                if len == MAX_BATCH_BYTES + 1
+        ));
+        assert!(validate_batch(&[]).is_ok());
+    }
+
+    #[test]
     fn priority_range() {
         assert_eq!(Priority::new(0).unwrap(), Priority::LOWEST);
-        assert!(Priority::new(5).is_err());
+        assert_eq!(Priority::new(5), Err(InvalidPriority(5)));
+        assert_eq!(Priority::try_from(255), Err(InvalidPriority(255)));
         assert!(serde_json::from_str::<Priority>("7").is_err());
         assert_eq!(serde_json::to_string(&Priority::HIGHEST).unwrap(), "4");
     }

@@ -45,7 +45,8 @@ use uuid::Uuid;
 pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseToken};
 pub(crate) use message::delay_millis;
 pub use message::{
-    MAX_GROUP_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, OutgoingMessage, Priority, Schedule,
+    MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_GROUP_BYTES, MAX_KIND_BYTES,
+    MAX_PAYLOAD_BYTES, OutgoingMessage, Priority, Schedule,
 };
 pub use settlement::{MAX_ERROR_BYTES, Receipt, Settlement, storable_error};
 
@@ -178,7 +179,8 @@ impl Transport {
     /// written. Returns the sequence numbers in the slice's order.
     ///
     /// # Errors
-    /// As [`publish`](Self::publish).
+    /// As [`publish`](Self::publish); also [`PublishError::Invalid`] for a batch of more than
+    /// [`MAX_BATCH_MESSAGES`] messages or [`MAX_BATCH_BYTES`] (nothing is sent).
     pub async fn publish_many<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
@@ -187,6 +189,7 @@ impl Transport {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
+        message::validate_batch(messages)?;
         let n = messages.len();
         let mut groups = Vec::with_capacity(n);
         let mut kinds = Vec::with_capacity(n);
