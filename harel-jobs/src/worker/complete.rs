@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use super::Shared;
 use super::connection::OwnConnection;
+use super::supervise::{TaskResult, WorkerTask};
 use crate::error::TransportError;
 use crate::transport::{Completion, Lease, LeaseOutcome, Nack};
 
@@ -44,16 +45,18 @@ pub(crate) struct Settlement {
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     mut receiver: mpsc::UnboundedReceiver<Settlement>,
-) {
+) -> TaskResult {
     let max_batch = shared.config.ack_batch;
     let mut batch = Vec::with_capacity(max_batch);
     // outcomes need no WAL-flush wait: see OwnConnection::without_commit_wait
     let mut connection = OwnConnection::without_commit_wait(&shared.pool);
     while receiver.recv_many(&mut batch, max_batch).await > 0 {
+        shared.faults.check(WorkerTask::Completer)?;
         flush(&shared, &mut connection, &mut batch).await;
     }
     // closed and drained
     connection.close().await;
+    Ok(())
 }
 
 /// Writes one batch, retrying while the database is unreachable, and wakes the fetcher:

@@ -8,6 +8,7 @@ use tokio_util::task::TaskTracker;
 
 use super::complete::Settlement;
 use super::connection::OwnConnection;
+use super::supervise::{TaskResult, WorkerTask};
 use super::{Shared, execute};
 use crate::error::TransportError;
 use crate::transport::{ClaimRequest, ClaimedMessage, LeaseToken, Nack};
@@ -24,11 +25,12 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     jobs: TaskTracker,
     completions: mpsc::UnboundedSender<Settlement>,
-) {
+) -> TaskResult {
     let semaphore = Arc::clone(&shared.claims);
     let mut connection = OwnConnection::new(&shared.pool);
     let mut error_backoff = Duration::from_millis(100);
     loop {
+        shared.faults.check(WorkerTask::Fetcher)?;
         let mut permits: OwnedSemaphorePermit = tokio::select! {
             biased;
             () = shared.stop_claiming.cancelled() => break,
@@ -81,7 +83,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                     "claiming jobs failed, retrying"
                 );
                 tokio::select! {
-                    () = shared.stop_claiming.cancelled() => return,
+                    () = shared.stop_claiming.cancelled() => return Ok(()),
                     () = tokio::time::sleep(error_backoff) => {}
                 }
                 error_backoff = (error_backoff * 2).min(Duration::from_secs(5));
@@ -120,6 +122,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         }
     }
     connection.close().await;
+    Ok(())
 }
 
 /// One claim on the fetcher's own connection.

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::Shared;
 use super::connection::OwnConnection;
+use super::supervise::{TaskResult, WorkerTask};
 
 /// Extends held leases every heartbeat interval until `stop` fires. A lease found lost
 /// cancels its job's context, and its result will not be written.
@@ -14,7 +15,7 @@ use super::connection::OwnConnection;
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     stop: tokio_util::sync::CancellationToken,
-) {
+) -> TaskResult {
     let mut ticks = tokio::time::interval(shared.config.heartbeat_interval());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await; // the first tick is immediate
@@ -24,6 +25,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             () = stop.cancelled() => break,
             _ = ticks.tick() => {}
         }
+        shared.faults.check(WorkerTask::Heartbeat)?;
         let leases = shared.inflight.leases();
         if leases.is_empty() {
             continue;
@@ -65,4 +67,5 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         }
     }
     connection.close().await;
+    Ok(())
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 
 use super::Shared;
+use super::supervise::{TaskResult, WorkerTask};
 
 /// Keeps a LISTEN connection on the queue's channel until `stop` fires, waking the fetcher
 /// on every notification. Reconnects with backoff when the connection is lost, and wakes
@@ -13,7 +14,7 @@ use super::Shared;
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     stop: tokio_util::sync::CancellationToken,
-) {
+) -> TaskResult {
     let channel = shared.config.schema.channel();
     // A pool of one connection of its own: PgListener keeps the connection it listens on
     // for good, which must not shrink the pool the handlers and the worker share.
@@ -30,11 +31,12 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             Ok::<_, sqlx::Error>(listener)
         };
         let result = tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return Ok(()),
             result = listener => result,
         };
         match result {
             Ok(mut listener) => {
+                shared.faults.check(WorkerTask::Listener)?;
                 if connected_before {
                     tracing::info!(channel = %channel, "notification listener reconnected");
                 }
@@ -43,7 +45,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 shared.wake.notify_one();
                 loop {
                     let received = tokio::select! {
-                        () = stop.cancelled() => return,
+                        () = stop.cancelled() => return Ok(()),
                         received = listener.try_recv() => received,
                     };
                     match received {
@@ -69,7 +71,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             }
         }
         tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return Ok(()),
             () = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));

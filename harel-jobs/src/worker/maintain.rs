@@ -14,6 +14,7 @@ use sqlx::{AssertSqlSafe, PgPool};
 
 use super::Shared;
 use super::connection::OwnConnection;
+use super::supervise::{TaskResult, WorkerTask};
 use crate::error::DatabaseError;
 
 /// How often the dead-row counts are read.
@@ -27,18 +28,19 @@ const DEAD_FRACTION: f64 = 0.2;
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     stop: tokio_util::sync::CancellationToken,
-) {
+) -> TaskResult {
     let schema = shared.config.schema.clone();
     loop {
+        shared.faults.check(WorkerTask::Maintenance)?;
         tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return Ok(()),
             () = tokio::time::sleep(CHECK_EVERY) => {}
         }
         match check(&shared.pool, &schema).await {
             Ok(Due::Nothing) => {}
             Ok(Due::AutovacuumOn) => {
                 tracing::debug!("autovacuum is on: it maintains the queue tables");
-                return;
+                return Ok(());
             }
             Ok(Due::Tables(tables)) => match vacuum(&shared, &schema, &tables).await {
                 Ok(true) => {
@@ -52,7 +54,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                         "autovacuum is off and this role may not vacuum the queue tables: \
                          vacuum them regularly (or turn autovacuum on), or claims slow down"
                     );
-                    return;
+                    return Ok(());
                 }
                 Err(error) => {
                     tracing::debug!(error = %error, "vacuuming the queue tables failed");
