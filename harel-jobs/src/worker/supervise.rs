@@ -108,8 +108,11 @@ fn failure(ended: Result<TaskResult, JoinError>) -> Option<String> {
 }
 
 /// The first task to fail before shutdown. A task that ends without being asked to (other
-/// than one that `may_end`) has failed too.
-async fn first_failure(tasks: &mut [&mut Watched]) -> (WorkerTask, String) {
+/// than one that `may_end`, or once `stopping` was cancelled) has failed too.
+async fn first_failure(
+    tasks: &mut [&mut Watched],
+    stopping: &CancellationToken,
+) -> (WorkerTask, String) {
     poll_fn(|cx| {
         for watched in tasks.iter_mut() {
             let Some(handle) = watched.handle.as_mut() else {
@@ -121,7 +124,7 @@ async fn first_failure(tasks: &mut [&mut Watched]) -> (WorkerTask, String) {
             watched.handle = None;
             match failure(ended) {
                 Some(reason) => return Poll::Ready((watched.task, reason)),
-                None if watched.may_end => {}
+                None if watched.may_end || stopping.is_cancelled() => {}
                 None => {
                     let reason = "stopped on its own before shutdown".to_owned();
                     return Poll::Ready((watched.task, reason));
@@ -193,8 +196,9 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
         watched.extend(listener.as_mut());
         watched.extend(maintenance.as_mut());
         tokio::select! {
+            biased;
             () = shared.stop_claiming.cancelled() => {}
-            (task, reason) = first_failure(&mut watched) => {
+            (task, reason) = first_failure(&mut watched, &shared.stop_claiming) => {
                 failed.note(task, Some(reason));
                 if task == Heartbeat {
                     // running jobs' leases are no longer extended: give them back now
