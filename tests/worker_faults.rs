@@ -1,5 +1,5 @@
 //! The worker pool when things break around its jobs: panics outside the handler, a
-//! background task that dies.
+//! background task that dies, a network partition during shutdown.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -10,18 +10,41 @@ use harel_jobs::{
 };
 use harel_jobs_suite::TestQueue;
 use serde::{Deserialize, Deserializer, Serialize};
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
-/// What the test handlers saw: the key of each run, in order.
-#[derive(Clone, Default)]
-struct Runs(Arc<Mutex<Vec<String>>>);
+/// What the test handlers saw (the key of each run, in order), and a gate [`Held`] jobs
+/// wait at.
+#[derive(Clone)]
+struct Runs {
+    keys: Arc<Mutex<Vec<String>>>,
+    gate: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Self {
+            keys: Arc::default(),
+            gate: Arc::new(watch::channel(false).0),
+        }
+    }
+}
 
 impl Runs {
     fn push(&self, key: impl Into<String>) {
-        self.0.lock().unwrap().push(key.into());
+        self.keys.lock().unwrap().push(key.into());
     }
 
     fn all(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
+        self.keys.lock().unwrap().clone()
+    }
+
+    fn open_gate(&self) {
+        self.gate.send_replace(true);
     }
 }
 
@@ -80,12 +103,143 @@ impl Handler<Runs> for Step {
     }
 }
 
+/// Records its key as it starts, then waits for the gate to open.
+#[derive(Serialize, Deserialize)]
+struct Held {
+    key: String,
+}
+
+impl Job for Held {
+    const KIND: &'static str = "held";
+}
+
+impl Handler<Runs> for Held {
+    async fn handle(self, ctx: JobContext<Runs>) -> JobResult {
+        ctx.state().push(self.key);
+        let _ = ctx.state().gate.subscribe().wait_for(|open| *open).await;
+        Ok(())
+    }
+}
+
 fn builder(queue: &TestQueue, runs: &Runs) -> WorkerBuilder<Runs> {
-    Worker::builder(queue.pool.clone(), runs.clone())
+    builder_on(queue.pool.clone(), queue, runs)
+}
+
+fn builder_on(pool: PgPool, queue: &TestQueue, runs: &Runs) -> WorkerBuilder<Runs> {
+    Worker::builder(pool, runs.clone())
         .schema(queue.schema.clone())
         .register::<Fragile>()
         .register::<Step>()
+        .register::<Held>()
         .poll_interval(Duration::from_millis(50))
+}
+
+/// A TCP proxy in front of the test database that can *freeze*: stop forwarding in both
+/// directions while keeping every socket open and sending no reset, as a network partition
+/// (or a frozen server) looks to the worker. Dropping it closes every connection.
+struct Proxy {
+    options: PgConnectOptions,
+    /// What connections accepted from now on follow; earlier switches are kept so that
+    /// their connections stay frozen (a dropped switch would close them).
+    switches: Arc<Mutex<Vec<watch::Sender<bool>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start() -> Self {
+        let direct: PgConnectOptions = harel_jobs_suite::database_url().parse().unwrap();
+        let upstream = format!("{}:{}", direct.get_host(), direct.get_port());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let switches = Arc::new(Mutex::new(vec![watch::channel(false).0]));
+        let current = Arc::clone(&switches);
+        let task = tokio::spawn(async move {
+            // the connections' tasks end (and their sockets close) with this one
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                let frozen = current.lock().unwrap().last().unwrap().subscribe();
+                connections.spawn(async move {
+                    let Ok(server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (from_client, to_client) = client.into_split();
+                    let (from_server, to_server) = server.into_split();
+                    tokio::join!(
+                        forward(from_client, to_server, frozen.clone()),
+                        forward(from_server, to_client, frozen),
+                    );
+                });
+            }
+        });
+        Self {
+            options: direct.host("127.0.0.1").port(port),
+            switches,
+            task,
+        }
+    }
+
+    /// A pool whose connections go through the proxy.
+    async fn pool(&self) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(5)
+            .connect_with(self.options.clone())
+            .await
+            .unwrap()
+    }
+
+    /// Freezes every connection, the ones opened later included: a partition.
+    fn freeze(&self) {
+        self.switches
+            .lock()
+            .unwrap()
+            .last()
+            .unwrap()
+            .send_replace(true);
+    }
+
+    /// Freezes the connections open now, for good; new ones work: connections that died
+    /// silently (a failover, a NAT that forgot them) while the server is fine.
+    fn freeze_open_connections(&self) {
+        let mut switches = self.switches.lock().unwrap();
+        switches.last().unwrap().send_replace(true);
+        switches.push(watch::channel(false).0);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Copies bytes from `from` to `to` while not frozen. Frozen, it neither reads nor writes:
+/// what was read just before the freeze is held back.
+async fn forward(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut frozen: watch::Receiver<bool>,
+) {
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        if frozen.wait_for(|frozen| !frozen).await.is_err() {
+            return;
+        }
+        let read = tokio::select! {
+            read = from.read(&mut buffer) => read,
+            _ = frozen.wait_for(|frozen| *frozen) => continue,
+        };
+        let n = match read {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if frozen.wait_for(|frozen| !frozen).await.is_err() {
+            return;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Log lines written while a [`LogCapture`] is installed on the current thread.
@@ -251,4 +405,116 @@ async fn a_healthy_pool_is_not_finished_until_shut_down() {
     assert!(waited.is_err(), "stopped() waits while the pool runs");
     assert!(!handle.is_finished());
     handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_returns_under_a_frozen_network_and_counts_the_outcomes_it_could_not_write() {
+    const JOBS: usize = 5;
+    let grace = Duration::from_secs(2);
+    let database_timeout = Duration::from_secs(2);
+    let queue = TestQueue::new().await;
+    let proxy = Proxy::start().await;
+    let mut batch = JobBatch::for_schema(&queue.schema);
+    for n in 0..JOBS {
+        batch
+            .push(Held {
+                key: format!("held {n}"),
+            })
+            .unwrap();
+    }
+    batch.enqueue(&queue.pool).await.unwrap();
+
+    let runs = Runs::default();
+    let handle = builder_on(proxy.pool().await, &queue, &runs)
+        .lease(Duration::from_secs(3))
+        .shutdown_grace(grace)
+        .database_timeout(database_timeout)
+        .build()
+        .unwrap()
+        .start();
+    let started = Instant::now();
+    while runs.all().len() < JOBS {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "jobs did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // the partition: from here on the worker's connections (claims, outcomes, heartbeat,
+    // LISTEN) get no answer, and no reset either; then the handlers finish
+    proxy.freeze();
+    runs.open_gate();
+    let shutdown_began = Instant::now();
+    let stopped = tokio::time::timeout(Duration::from_secs(60), handle.shutdown())
+        .await
+        .expect("shutdown did not return within 60 s under a frozen network");
+    let took = shutdown_began.elapsed();
+    eprintln!(
+        "shutdown under a frozen network took {took:?} (grace {grace:?} + database timeout \
+         {database_timeout:?})"
+    );
+    assert_eq!(
+        stopped.unwrap_err(),
+        WorkerError::OutcomesNotWritten { count: JOBS }
+    );
+
+    // nothing was lost: the jobs are still queued, and run again once their leases lapse
+    let stats = QueueStats::fetch(&queue.pool, &queue.schema).await.unwrap();
+    assert_eq!(stats.jobs, JOBS as i64, "{stats:?}");
+    drop(proxy);
+    let again = builder(&queue, &runs).build().unwrap().start();
+    wait_until_idle(&queue, Duration::from_secs(30)).await;
+    again.shutdown().await.unwrap();
+    let mut keys = runs.all();
+    keys.sort();
+    let mut expected: Vec<String> = (0..JOBS)
+        .flat_map(|n| [format!("held {n}"), format!("held {n}")])
+        .collect();
+    expected.sort();
+    assert_eq!(keys, expected, "each job ran once more after its lease");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_stop_answering_are_dropped_after_the_database_timeout() {
+    let queue = TestQueue::new().await;
+    let proxy = Proxy::start().await;
+    let runs = Runs::default();
+    runs.open_gate();
+    let handle = builder_on(proxy.pool().await, &queue, &runs)
+        .database_timeout(Duration::from_secs(1))
+        .heartbeat_interval(Duration::from_millis(200))
+        .build()
+        .unwrap()
+        .start();
+    // one job through, so that the fetcher, completer and LISTEN connections are open
+    let first = Held {
+        key: "before".into(),
+    };
+    harel_jobs::Enqueue::new(first, &queue.pool)
+        .schema(&queue.schema)
+        .await
+        .unwrap();
+    wait_until_idle(&queue, Duration::from_secs(20)).await;
+
+    // every connection the worker holds now stops answering, without a reset
+    proxy.freeze_open_connections();
+    let mut batch = JobBatch::for_schema(&queue.schema);
+    for n in 0..5 {
+        batch
+            .push(Held {
+                key: format!("after {n}"),
+            })
+            .unwrap();
+    }
+    batch.enqueue(&queue.pool).await.unwrap();
+    // without a bound, the next claim waits on its dead connection for ever
+    wait_until_idle(&queue, Duration::from_secs(30)).await;
+    let stats = tokio::time::timeout(Duration::from_secs(30), handle.shutdown())
+        .await
+        .expect("shutdown returns")
+        .unwrap();
+    assert_eq!(stats.succeeded, 6, "{stats:?}");
+    assert!(stats.database_errors >= 1, "{stats:?}");
+    assert_eq!(runs.all().len(), 6);
 }

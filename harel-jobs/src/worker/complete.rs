@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::Shared;
-use super::connection::OwnConnection;
+use super::connection::{OwnConnection, bounded};
 use super::supervise::{TaskResult, WorkerTask};
 use crate::error::TransportError;
 use crate::transport::{Completion, Lease, LeaseOutcome, Nack};
@@ -55,7 +55,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         flush(&shared, &mut connection, &mut batch).await;
     }
     // closed and drained
-    connection.close().await;
+    connection.close(shared.config.database_timeout).await;
     Ok(())
 }
 
@@ -180,10 +180,11 @@ impl Write<'_> {
     }
 }
 
-/// Runs a write until it succeeds. Connection failures are retried with backoff (up to
-/// 5 s apart) for as long as it takes: an outcome is never dropped while the worker lives.
-/// Any other error is retried too, after logging it, since dropping the outcome would only
-/// make the job run again after its lease.
+/// Runs a write until it succeeds. Connection failures (an attempt with no answer within the
+/// database timeout included) are retried with backoff (up to 5 s apart) on a new connection
+/// for as long as it takes: an outcome is never dropped while the worker lives (shutdown
+/// gives up on them, see `supervise.rs`). Any other error is retried too, after logging it,
+/// since dropping the outcome would only make the job run again after its lease.
 async fn write<S>(
     shared: &Shared<S>,
     connection: &mut OwnConnection,
@@ -191,7 +192,8 @@ async fn write<S>(
 ) -> Vec<LeaseOutcome> {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match write.apply(shared, connection).await {
+        let limit = shared.config.database_timeout;
+        match bounded(limit, write.apply(shared, connection)).await {
             Ok(outcomes) => return outcomes,
             Err(error) => {
                 connection.reset();

@@ -8,13 +8,77 @@
 //! When the server refuses a new connection (`max_connections` reached) while the pool has
 //! an idle one, the worker borrows that instead of stalling: a worker whose pool sits idle
 //! must not be unable to ack because its own connections count on top of the pool.
+//!
+//! Every database call of the pool, opening its connection included, is [`bounded`] by the
+//! pool's `database_timeout`: a partitioned or frozen server must not hang a task, or the
+//! shutdown, for as long as TCP takes to notice (hours). A call abandoned at its bound
+//! leaves its connection in the middle of an exchange, so that connection is dropped
+//! ([`OwnConnection::reset`], or a [`Checkout`] not marked done), never used again.
 
+use std::future::Future;
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool, Postgres};
 use tokio::time::Instant;
+
+/// The error of a database call abandoned after `limit` without an answer. A connection
+/// error (`DatabaseError::is_connection`), retried like one.
+pub(crate) fn timed_out(limit: Duration) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer from the database within {limit:?} (the worker's database_timeout)"),
+    ))
+}
+
+/// Runs one database call, abandoning it after `limit`. The caller drops the connection
+/// the call was using when it fails (see the module's documentation).
+pub(crate) async fn bounded<T, E: From<sqlx::Error>>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => Err(timed_out(limit).into()),
+    }
+}
+
+/// A connection checked out of the pool for one call. Dropped before [`done`](Self::done)
+/// (the call failed, or was abandoned at its bound), it is closed rather than given back to
+/// the application's pool.
+pub(crate) struct Checkout {
+    connection: PoolConnection<Postgres>,
+    done: bool,
+}
+
+impl Checkout {
+    /// Checks a connection out of `pool`, waiting for one.
+    pub async fn acquire(pool: &PgPool) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            connection: pool.acquire().await?,
+            done: false,
+        })
+    }
+
+    /// The connection.
+    pub fn connection(&mut self) -> &mut PgConnection {
+        &mut self.connection
+    }
+
+    /// The call finished: give the connection back to the pool.
+    pub fn done(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        if !self.done {
+            self.connection.close_on_drop();
+        }
+    }
+}
 
 /// How long a borrowed pool connection is kept before opening our own is tried again.
 const BORROW_FOR: Duration = Duration::from_secs(10);
@@ -113,7 +177,8 @@ impl OwnConnection {
         }
     }
 
-    /// Drops the connection after a failure; the next [`get`](Self::get) reconnects.
+    /// Drops the connection after a failure (a timed-out call included); the next
+    /// [`get`](Self::get) reconnects.
     pub fn reset(&mut self) {
         if let Some(Held::Borrowed { mut connection, .. }) = self.held.take() {
             // it failed: do not hand it back to the application
@@ -121,11 +186,11 @@ impl OwnConnection {
         }
     }
 
-    /// Closes the connection politely.
-    pub async fn close(mut self) {
+    /// Closes the connection politely, or just drops it if that takes longer than `limit`.
+    pub async fn close(mut self, limit: Duration) {
         match self.held.take() {
             Some(Held::Own(connection)) => {
-                let _ = connection.close().await;
+                let _ = tokio::time::timeout(limit, connection.close()).await;
             }
             // back to the pool
             Some(Held::Borrowed { connection, .. }) => drop(connection),

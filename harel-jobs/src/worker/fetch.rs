@@ -7,7 +7,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::task::TaskTracker;
 
 use super::complete::Settlement;
-use super::connection::OwnConnection;
+use super::connection::{OwnConnection, bounded};
 use super::supervise::{TaskResult, WorkerTask};
 use super::{Shared, execute};
 use crate::error::TransportError;
@@ -20,7 +20,8 @@ use crate::transport::{ClaimRequest, ClaimedMessage, LeaseToken, Nack};
 /// all the room up to the claim batch, and claims that many groups in one round trip. A full batch means more work is
 /// likely waiting: claim again at once. A short batch means the queue is drained for now:
 /// wait for a NOTIFY, a completed batch of acks (which may have freed groups), or the poll
-/// interval.
+/// interval. Each claim, and the release of jobs claimed while shutdown began, is bounded by
+/// the database timeout.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     jobs: TaskTracker,
@@ -68,7 +69,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             limit: wanted as u32,
         };
 
-        let claimed = match claim(&shared, &mut connection, &request).await {
+        let limit = shared.config.database_timeout;
+        let claimed = match bounded(limit, claim(&shared, &mut connection, &request)).await {
             Ok(claimed) => {
                 error_backoff = Duration::from_millis(100);
                 claimed
@@ -121,7 +123,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             }
         }
     }
-    connection.close().await;
+    connection.close(shared.config.database_timeout).await;
     Ok(())
 }
 
@@ -135,7 +137,8 @@ async fn claim<S>(
     shared.transport.claim_many(connection, request).await
 }
 
-/// Gives back jobs claimed but never started.
+/// Gives back jobs claimed but never started. Until it has, they count as unreleased: if the
+/// release fails, or shutdown abandons it, they wait for their lease.
 async fn release_unstarted<S: Send + Sync + 'static>(
     shared: &Shared<S>,
     connection: &mut OwnConnection,
@@ -151,19 +154,25 @@ async fn release_unstarted<S: Send + Sync + 'static>(
             ..Nack::now(message.lease)
         })
         .collect();
-    let released = match connection.get().await {
-        Ok(connection) => shared.transport.nack_many(connection, &nacks).await,
-        Err(error) => Err(error.into()),
+    let unreleased = &shared.unreleased_claims;
+    unreleased.fetch_add(nacks.len(), std::sync::atomic::Ordering::Relaxed);
+    let release = async {
+        let connection = connection.get().await?;
+        shared.transport.nack_many(connection, &nacks).await
     };
-    match released {
+    match bounded(shared.config.database_timeout, release).await {
         Ok(_) => {
+            unreleased.fetch_sub(nacks.len(), std::sync::atomic::Ordering::Relaxed);
             for _ in &nacks {
                 shared.stats.released();
             }
         }
-        Err(error) => tracing::warn!(
-            error = %error,
-            "could not give back jobs claimed during shutdown; they run again after their lease"
-        ),
+        Err(error) => {
+            connection.reset();
+            tracing::warn!(
+                error = %error,
+                "could not give back jobs claimed during shutdown; they run again after their lease"
+            );
+        }
     }
 }

@@ -82,6 +82,8 @@ pub(crate) struct Shared<S> {
     hard_stop: CancellationToken,
     /// Faults the test suite injects (nothing, without the `__fault_injection` feature).
     faults: Faults,
+    /// Jobs the fetcher claimed during shutdown and has not given back yet.
+    unreleased_claims: std::sync::atomic::AtomicUsize,
 }
 
 /// A configured worker pool, ready to [`start`](Worker::start).
@@ -124,7 +126,8 @@ impl<S: Send + Sync + 'static> Worker<S> {
     ///
     /// The pool's defaults: concurrency 16, lease 30 s with a heartbeat every 10 s, poll
     /// every 1 s when no notification comes, 10 attempts, backoff 2 s doubling to 1 h, no
-    /// timeout, 30 s shutdown grace, claims of up to 64 groups, schema `harel`.
+    /// timeout, 30 s shutdown grace, 10 s database timeout, claims of up to 64 groups,
+    /// schema `harel`.
     ///
     /// The worker opens four connections of its own besides `pool` (claims, outcomes, the
     /// heartbeat, LISTEN), so that handlers holding every pooled connection cannot starve
@@ -227,6 +230,20 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         self
     }
 
+    /// The longest the pool waits for one database call (default 10 s; 100 ms to 1 h): a
+    /// claim, a heartbeat, a batch of outcomes, giving back unstarted jobs, opening one of
+    /// its own connections (LISTEN's included), a maintenance check or `VACUUM`.
+    ///
+    /// A call with no answer by then (a network partition, a frozen server) is abandoned and
+    /// its connection dropped, never reused; claims, heartbeats and outcomes are retried on a
+    /// new connection. It also bounds shutdown: [`WorkerHandle::shutdown`] returns within
+    /// `shutdown_grace` + this (and a moment), whatever the network does. Keep it well above
+    /// the slowest round trip you expect, and below the lease.
+    pub fn database_timeout(mut self, timeout: Duration) -> Self {
+        self.config.database_timeout = timeout;
+        self
+    }
+
     /// Takes only groups of this priority or higher (default: all).
     pub fn min_priority(mut self, priority: Priority) -> Self {
         self.config.min_priority = priority;
@@ -311,6 +328,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             stop_claiming: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
             faults: self.faults,
+            unreleased_claims: std::sync::atomic::AtomicUsize::new(0),
         };
         Ok(Worker {
             shared: Arc::new(shared),
@@ -372,6 +390,20 @@ pub enum WorkerError {
         /// Why: the panic's message, the task's error, or that it stopped on its own.
         reason: String,
     },
+    /// Shutdown gave up writing the outcomes of `count` jobs (acks, retries, dead letters,
+    /// releases) because the database did not answer within the
+    /// [`database_timeout`](WorkerBuilder::database_timeout) after their handlers ended (a
+    /// partition, a database down). Nothing is lost: those jobs keep their leases until
+    /// they lapse, then run again (at least once), unless a write did reach the database
+    /// before the pool gave up on its answer.
+    #[error(
+        "shutdown could not write the outcomes of {count} jobs in time: \
+         they run again after their lease"
+    )]
+    OutcomesNotWritten {
+        /// How many jobs.
+        count: usize,
+    },
     /// The pool's supervisor did not run to its end: it panicked (in the pool's code or in
     /// code it calls, such as a tracing subscriber), or the Tokio runtime it ran on shut
     /// down first. Jobs it held run again after their lease.
@@ -408,9 +440,15 @@ impl WorkerHandle {
     /// then returns the final counters. Nothing is lost, and nothing waits for a lease to
     /// lapse.
     ///
+    /// Returns within [`shutdown_grace`](WorkerBuilder::shutdown_grace) +
+    /// [`database_timeout`](WorkerBuilder::database_timeout) (and a moment), whatever the
+    /// network does: outcomes the database does not take in time are given up on, and
+    /// reported.
+    ///
     /// # Errors
     /// [`WorkerError::TaskFailed`] if a background task failed (before or during the
-    /// shutdown), [`WorkerError::Panicked`] if the supervisor itself did not run to its end.
+    /// shutdown), [`WorkerError::OutcomesNotWritten`] if outcomes could not be written in
+    /// time, [`WorkerError::Panicked`] if the supervisor itself did not run to its end.
     pub async fn shutdown(mut self) -> Result<WorkerStats, WorkerError> {
         self.stop.cancel();
         self.stopped().await

@@ -5,16 +5,29 @@
 //! and reports it as [`WorkerError::TaskFailed`] to the [`WorkerHandle`](super::WorkerHandle).
 //! A pool that kept running without its fetcher, completer or heartbeat would look alive
 //! while it claims nothing, writes no outcome, or lets its leases lapse.
+//!
+//! The shutdown has two bounded phases, so that it ends within `shutdown_grace` +
+//! `database_timeout` (and a moment) whatever the network does:
+//! 1. claim nothing more; running handlers get the grace period, then are abandoned (their
+//!    jobs are released);
+//! 2. once every job task has ended, the fetcher (giving back what it claimed meanwhile)
+//!    and the completer (writing the last outcomes) get the database timeout; whatever they
+//!    could not write by then is abandoned and counted ([`WorkerError::OutcomesNotWritten`]).
+//!
+//! The heartbeat keeps extending the leases until the completer is done, then every
+//! background task is stopped, its pending database call abandoned.
 
 use std::fmt;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::{JoinError, JoinHandle};
+use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -211,44 +224,61 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
     }
 
     tracing::info!(running = shared.inflight.len(), "worker pool shutting down");
-    failed.note(Fetcher, fetcher.join().await);
+    let limit = shared.config.database_timeout;
+    // Phase 1: the handlers. No job task starts once claiming stopped (the fetcher gives
+    // back what it claims from now on), so the tracker can close now.
+    let grace_over = Instant::now() + shared.config.shutdown_grace;
     jobs.close();
-    if tokio::time::timeout(shared.config.shutdown_grace, jobs.wait())
-        .await
-        .is_err()
-    {
+    if timeout_at(grace_over, jobs.wait()).await.is_err() {
         tracing::warn!(
             running = shared.inflight.len(),
             "shutdown grace period over: giving back the jobs still running"
         );
         shared.hard_stop.cancel();
-        jobs.wait().await;
+        // hard-stopped job tasks end at once; bounded all the same
+        let _ = timeout_at(grace_over + limit, jobs.wait()).await;
     }
 
-    // Every job task has ended and dropped its sender: the completer writes what is left
-    // and stops. The heartbeat keeps the leases meanwhile. If the database stays away, give
-    // up after a while: those jobs run again once their leases lapse.
-    match tokio::time::timeout(Duration::from_secs(30), completer.join()).await {
-        Ok(reason) => failed.note(Completer, reason),
-        Err(_) => {
-            completer.abort();
-            tracing::error!(
-                unwritten = shared.inflight.len(),
-                "could not write the last job outcomes: those jobs will run again after their lease"
-            );
+    // Phase 2: the database calls. Every job task has ended and dropped its sender (so has
+    // the fetcher, once it ends): the completer writes what is left and stops. The heartbeat
+    // keeps the leases meanwhile. What cannot be written in time is abandoned: those jobs
+    // run again once their leases lapse.
+    let writes_over = Instant::now() + limit;
+    for watched in [&mut fetcher, &mut completer] {
+        match timeout_at(writes_over, watched.join()).await {
+            Ok(reason) => failed.note(watched.task, reason),
+            Err(_) => watched.abort(),
         }
     }
+    let unwritten = shared.inflight.len() + shared.unreleased_claims.load(Ordering::Relaxed);
+
     background.cancel();
-    failed.note(Heartbeat, heartbeat.join().await);
-    for watched in [listener.as_mut(), maintenance.as_mut()]
-        .into_iter()
-        .flatten()
-    {
-        failed.note(watched.task, watched.join().await);
+    // they stop at once, abandoning a pending call; bounded all the same
+    let stopped_by = Instant::now() + STOP_WITHIN;
+    let mut background = vec![&mut heartbeat];
+    background.extend(listener.as_mut());
+    background.extend(maintenance.as_mut());
+    for watched in background {
+        match timeout_at(stopped_by, watched.join()).await {
+            Ok(reason) => failed.note(watched.task, reason),
+            Err(_) => watched.abort(),
+        }
     }
+
     tracing::info!(stats = ?shared.stats.snapshot(), "worker pool stopped");
+    if unwritten > 0 {
+        tracing::error!(
+            unwritten,
+            database_timeout_ms = limit.as_millis() as u64,
+            "shutdown could not write the outcomes of some jobs: they run again after their lease"
+        );
+    }
     match failed.0 {
         Some((task, reason)) => Err(WorkerError::TaskFailed { task, reason }),
+        None if unwritten > 0 => Err(WorkerError::OutcomesNotWritten { count: unwritten }),
         None => Ok(()),
     }
 }
+
+/// How long background tasks told to stop may take to end before they are aborted.
+const STOP_WITHIN: Duration = Duration::from_secs(1);
