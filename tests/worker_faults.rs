@@ -409,6 +409,25 @@ async fn a_healthy_pool_is_not_finished_until_shut_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_returns_under_a_frozen_network_and_counts_the_outcomes_it_could_not_write() {
+    shutdown_under_a_frozen_network(HandlersEnd::Before).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_under_a_frozen_network_gives_up_on_releasing_jobs_cut_off_by_the_grace() {
+    shutdown_under_a_frozen_network(HandlersEnd::Never).await;
+}
+
+/// When the handlers of [`shutdown_under_a_frozen_network`] end.
+#[derive(Debug, PartialEq)]
+enum HandlersEnd {
+    /// Right after the freeze, before shutdown: their acks are what cannot be written.
+    Before,
+    /// Not before the grace period is over: their releases are what cannot be written.
+    Never,
+}
+
+/// Five jobs run through the proxy, the proxy freezes, `shutdown()` is called.
+async fn shutdown_under_a_frozen_network(handlers: HandlersEnd) {
     const JOBS: usize = 5;
     let grace = Duration::from_secs(2);
     let database_timeout = Duration::from_secs(2);
@@ -442,17 +461,19 @@ async fn shutdown_returns_under_a_frozen_network_and_counts_the_outcomes_it_coul
     }
 
     // the partition: from here on the worker's connections (claims, outcomes, heartbeat,
-    // LISTEN) get no answer, and no reset either; then the handlers finish
+    // LISTEN) get no answer, and no reset either
     proxy.freeze();
-    runs.open_gate();
+    if handlers == HandlersEnd::Before {
+        runs.open_gate();
+    }
     let shutdown_began = Instant::now();
     let stopped = tokio::time::timeout(Duration::from_secs(60), handle.shutdown())
         .await
         .expect("shutdown did not return within 60 s under a frozen network");
     let took = shutdown_began.elapsed();
     eprintln!(
-        "shutdown under a frozen network took {took:?} (grace {grace:?} + database timeout \
-         {database_timeout:?})"
+        "handlers end {handlers:?}: shutdown under a frozen network took {took:?} \
+         (grace {grace:?}, database timeout {database_timeout:?})"
     );
     assert_eq!(
         stopped.unwrap_err(),
@@ -463,6 +484,7 @@ async fn shutdown_returns_under_a_frozen_network_and_counts_the_outcomes_it_coul
     let stats = QueueStats::fetch(&queue.pool, &queue.schema).await.unwrap();
     assert_eq!(stats.jobs, JOBS as i64, "{stats:?}");
     drop(proxy);
+    runs.open_gate();
     let again = builder(&queue, &runs).build().unwrap().start();
     wait_until_idle(&queue, Duration::from_secs(30)).await;
     again.shutdown().await.unwrap();
