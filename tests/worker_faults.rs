@@ -1,17 +1,20 @@
 //! The worker pool when things break around its jobs: panics outside the handler, a
-//! background task that dies, a network partition during shutdown.
+//! background task that dies, a network partition during shutdown, connections that stop
+//! answering, a database whose default gives up durable commits, a pooler that refuses
+//! startup parameters.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use harel_jobs::Schema;
 use harel_jobs::{
     Backoff, DeadLetterQuery, DeadLetters, Handler, InjectedFault, Job, JobBatch, JobContext,
     JobOptions, JobResult, QueueStats, Worker, WorkerBuilder, WorkerError, WorkerTask,
 };
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::{TestDatabase, TestQueue, pool_with};
 use serde::{Deserialize, Deserializer, Serialize};
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, PgPool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -139,6 +142,8 @@ fn builder_on(pool: PgPool, queue: &TestQueue, runs: &Runs) -> WorkerBuilder<Run
 /// (or a frozen server) looks to the worker. Dropping it closes every connection.
 struct Proxy {
     options: PgConnectOptions,
+    /// Connections refused for a startup parameter (see [`Proxy::refusing_startup_options`]).
+    refused: Arc<std::sync::atomic::AtomicUsize>,
     /// What connections accepted from now on follow; earlier switches are kept so that
     /// their connections stay frozen (a dropped switch would close them).
     switches: Arc<Mutex<Vec<watch::Sender<bool>>>>,
@@ -147,22 +152,53 @@ struct Proxy {
 
 impl Proxy {
     async fn start() -> Self {
+        Self::start_with(false).await
+    }
+
+    /// A proxy that, like PgBouncer in transaction mode, refuses connections whose startup
+    /// message carries the `options` parameter (and offers no TLS).
+    async fn refusing_startup_options() -> Self {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(refuse_options: bool) -> Self {
         let direct: PgConnectOptions = harel_jobs_suite::database_url().parse().unwrap();
         let upstream = format!("{}:{}", direct.get_host(), direct.get_port());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let switches = Arc::new(Mutex::new(vec![watch::channel(false).0]));
         let current = Arc::clone(&switches);
+        let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let refusals = Arc::clone(&refused);
         let task = tokio::spawn(async move {
             // the connections' tasks end (and their sockets close) with this one
             let mut connections = tokio::task::JoinSet::new();
-            while let Ok((client, _)) = listener.accept().await {
+            while let Ok((mut client, _)) = listener.accept().await {
                 let upstream = upstream.clone();
                 let frozen = current.lock().unwrap().last().unwrap().subscribe();
+                let refusals = Arc::clone(&refusals);
                 connections.spawn(async move {
-                    let Ok(server) = TcpStream::connect(&upstream).await else {
+                    let startup = if refuse_options {
+                        match startup_message(&mut client).await {
+                            Ok(Some(startup)) => Some(startup),
+                            Ok(None) => {
+                                refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let _ = client.write_all(&unsupported_options()).await;
+                                return;
+                            }
+                            Err(_) => return,
+                        }
+                    } else {
+                        None
+                    };
+                    let Ok(mut server) = TcpStream::connect(&upstream).await else {
                         return;
                     };
+                    if let Some(startup) = startup
+                        && server.write_all(&startup).await.is_err()
+                    {
+                        return;
+                    }
                     let (from_client, to_client) = client.into_split();
                     let (from_server, to_server) = server.into_split();
                     tokio::join!(
@@ -174,9 +210,15 @@ impl Proxy {
         });
         Self {
             options: direct.host("127.0.0.1").port(port),
+            refused,
             switches,
             task,
         }
+    }
+
+    /// How many connections were refused for a startup parameter.
+    fn refused(&self) -> usize {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A pool whose connections go through the proxy.
@@ -211,6 +253,106 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// Reads a client's startup message, answering `N` (no TLS) to an SSLRequest first. Returns
+/// the message to forward, or `None` if it carries the `options` parameter.
+async fn startup_message(client: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    const SSL_REQUEST: u32 = 80_877_103;
+    loop {
+        let length = client.read_u32().await?;
+        let mut body = vec![0; length as usize - 4];
+        client.read_exact(&mut body).await?;
+        if body[..4] == SSL_REQUEST.to_be_bytes() {
+            client.write_all(b"N").await?;
+            continue;
+        }
+        // protocol version, then NUL-terminated key, value, key, value, …
+        let mut fields = body[4..].split(|byte| *byte == 0);
+        while let Some(key) = fields.next() {
+            if key == b"options" {
+                return Ok(None);
+            }
+            fields.next();
+        }
+        let mut message = length.to_be_bytes().to_vec();
+        message.extend_from_slice(&body);
+        return Ok(Some(message));
+    }
+}
+
+/// The FATAL ErrorResponse PgBouncer sends for a startup parameter it does not support.
+fn unsupported_options() -> Vec<u8> {
+    let mut fields = Vec::new();
+    for (code, text) in [
+        (b'S', "FATAL"),
+        (b'V', "FATAL"),
+        (b'C', "08P01"),
+        (b'M', "unsupported startup parameter: options"),
+    ] {
+        fields.push(code);
+        fields.extend_from_slice(text.as_bytes());
+        fields.push(0);
+    }
+    fields.push(0);
+    let mut message = vec![b'E'];
+    message.extend_from_slice(&(fields.len() as u32 + 4).to_be_bytes());
+    message.extend_from_slice(&fields);
+    message
+}
+
+/// Makes every change to the queue's group rows record what it was and the
+/// `synchronous_commit` of the session that made it, in `commit_log` (in the queue's schema):
+/// a claim leases a group, a heartbeat pushes its lease's end, an ack frees or drops it.
+async fn record_commit_settings(pool: &PgPool, schema: &Schema) {
+    let schema = format!("\"{}\"", schema.name());
+    for statement in [
+        format!("CREATE TABLE {schema}.commit_log (op text NOT NULL, setting text NOT NULL)"),
+        format!(
+            "CREATE FUNCTION {schema}.log_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO {schema}.commit_log VALUES (
+                     CASE WHEN TG_OP = 'DELETE' THEN 'ack'
+                          WHEN NEW.locked_by IS NULL THEN 'ack'
+                          WHEN OLD.locked_by IS DISTINCT FROM NEW.locked_by THEN 'claim'
+                          WHEN NEW.head_seq = OLD.head_seq
+                           AND NEW.available_at > OLD.available_at THEN 'extend'
+                          ELSE 'other' END,
+                     current_setting('synchronous_commit'));
+                 RETURN NULL;
+             END $$"
+        ),
+        format!(
+            "CREATE TRIGGER log_commit AFTER UPDATE OR DELETE ON {schema}.transport_groups
+             FOR EACH ROW EXECUTE FUNCTION {schema}.log_commit()"
+        ),
+    ] {
+        sqlx::query(AssertSqlSafe(statement))
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+}
+
+/// What [`record_commit_settings`] recorded: (operation, `synchronous_commit`, how many).
+async fn commit_settings(pool: &PgPool, schema: &Schema) -> Vec<(String, String, i64)> {
+    let sql = format!(
+        "SELECT op, setting, count(*) FROM \"{}\".commit_log GROUP BY 1, 2 ORDER BY 1, 2",
+        schema.name()
+    );
+    sqlx::query_as(AssertSqlSafe(sql))
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// How many changes of `op` were recorded with `setting`.
+fn recorded(settings: &[(String, String, i64)], op: &str, setting: &str) -> i64 {
+    settings
+        .iter()
+        .filter(|(o, s, _)| o == op && s == setting)
+        .map(|(_, _, n)| n)
+        .sum()
 }
 
 /// Copies bytes from `from` to `to` while not frozen. Frozen, it neither reads nor writes:
@@ -276,9 +418,14 @@ impl LogCapture {
 
 /// Waits until the queue holds no job, failing the test after `limit`.
 async fn wait_until_idle(queue: &TestQueue, limit: Duration) -> QueueStats {
+    wait_until_idle_in(&queue.pool, &queue.schema, limit).await
+}
+
+/// Waits until the queue in `schema` holds no job, failing the test after `limit`.
+async fn wait_until_idle_in(pool: &PgPool, schema: &Schema, limit: Duration) -> QueueStats {
     let started = Instant::now();
     loop {
-        let stats = QueueStats::fetch(&queue.pool, &queue.schema).await.unwrap();
+        let stats = QueueStats::fetch(pool, schema).await.unwrap();
         if stats.is_idle() {
             return stats;
         }
@@ -539,4 +686,182 @@ async fn connections_that_stop_answering_are_dropped_after_the_database_timeout(
     assert_eq!(stats.succeeded, 6, "{stats:?}");
     assert!(stats.database_errors >= 1, "{stats:?}");
     assert_eq!(runs.all().len(), 6);
+}
+
+#[tokio::test]
+async fn claims_and_heartbeats_commit_durably_where_the_database_default_is_off() {
+    let database = TestDatabase::new().await;
+    let admin = pool_with(&harel_jobs_suite::database_url(), 1).await;
+    let off = format!(
+        "ALTER DATABASE \"{}\" SET synchronous_commit = off",
+        database.name
+    );
+    sqlx::query(AssertSqlSafe(off))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let pool = pool_with(&database.url, 10).await;
+    let default: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        default, "off",
+        "the database's sessions commit without waiting"
+    );
+    let schema = Schema::default();
+    harel_jobs::migrate_schema(&pool, &schema).await.unwrap();
+    let mut batch = JobBatch::for_schema(&schema);
+    for n in 0..3 {
+        batch
+            .push(Held {
+                key: format!("held {n}"),
+            })
+            .unwrap();
+    }
+    batch.enqueue(&pool).await.unwrap();
+    record_commit_settings(&pool, &schema).await;
+
+    let runs = Runs::default();
+    let handle = Worker::builder(pool.clone(), runs.clone())
+        .schema(schema.clone())
+        .register::<Held>()
+        .heartbeat_interval(Duration::from_millis(100))
+        .build()
+        .unwrap()
+        .start();
+    // the jobs hold their leases until a few heartbeats went by
+    let started = Instant::now();
+    loop {
+        let settings = commit_settings(&pool, &schema).await;
+        if recorded(&settings, "extend", "on") + recorded(&settings, "extend", "off") >= 6 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "no heartbeat");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    runs.open_gate();
+    wait_until_idle_in(&pool, &schema, Duration::from_secs(20)).await;
+    handle.shutdown().await.unwrap();
+
+    let settings = commit_settings(&pool, &schema).await;
+    assert_eq!(recorded(&settings, "claim", "on"), 3, "{settings:?}");
+    assert_eq!(recorded(&settings, "claim", "off"), 0, "{settings:?}");
+    assert!(recorded(&settings, "extend", "on") >= 6, "{settings:?}");
+    assert_eq!(recorded(&settings, "extend", "off"), 0, "{settings:?}");
+    assert_eq!(recorded(&settings, "other", "on"), 0, "{settings:?}");
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_settings_need_no_startup_parameter_so_a_pooler_refusing_them_is_fine() {
+    let queue = TestQueue::new().await;
+    let proxy = Proxy::refusing_startup_options().await;
+    let mut batch = JobBatch::for_schema(&queue.schema);
+    for n in 0..5 {
+        batch
+            .push(Held {
+                key: format!("held {n}"),
+            })
+            .unwrap();
+    }
+    batch.enqueue(&queue.pool).await.unwrap();
+    record_commit_settings(&queue.pool, &queue.schema).await;
+
+    let runs = Runs::default();
+    runs.open_gate();
+    let handle = builder_on(proxy.pool().await, &queue, &runs)
+        .build()
+        .unwrap()
+        .start();
+    wait_until_idle(&queue, Duration::from_secs(20)).await;
+    handle.shutdown().await.unwrap();
+
+    // the server's default here is on: outcomes are off only if the completer set it, on a
+    // connection of its own that the proxy let through
+    let settings = commit_settings(&queue.pool, &queue.schema).await;
+    assert_eq!(recorded(&settings, "claim", "on"), 5, "{settings:?}");
+    assert_eq!(recorded(&settings, "ack", "off"), 5, "{settings:?}");
+    assert_eq!(recorded(&settings, "ack", "on"), 0, "{settings:?}");
+    assert_eq!(
+        proxy.refused(),
+        0,
+        "a worker connection sent a startup parameter"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_borrowed_pool_connections_claims_stay_durable_and_the_pool_gets_its_setting_back() {
+    let queue = TestQueue::new().await;
+    let mut batch = JobBatch::for_schema(&queue.schema);
+    for n in 0..3 {
+        batch
+            .push(Held {
+                key: format!("held {n}"),
+            })
+            .unwrap();
+    }
+    batch.enqueue(&queue.pool).await.unwrap();
+    record_commit_settings(&queue.pool, &queue.schema).await;
+    // the role may hold 3 connections, all opened by its pool first: every connection the
+    // worker opens for itself is refused, so it borrows idle pooled ones
+    let role = harel_jobs_suite::TestRole::with_connection_limit(&queue, 3).await;
+    let off = format!("ALTER ROLE \"{}\" SET synchronous_commit = off", role.name);
+    sqlx::query(AssertSqlSafe(off))
+        .execute(&queue.pool)
+        .await
+        .unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(3)
+        .min_connections(3)
+        .connect(&role.url)
+        .await
+        .unwrap();
+    let settings_of_the_pool = async |pool: &PgPool| {
+        let mut held = Vec::new();
+        let mut settings = Vec::new();
+        for _ in 0..3 {
+            let mut connection = pool.acquire().await.unwrap();
+            let setting: String =
+                sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+                    .fetch_one(&mut *connection)
+                    .await
+                    .unwrap();
+            settings.push(setting);
+            held.push(connection);
+        }
+        settings
+    };
+    assert_eq!(settings_of_the_pool(&pool).await, ["off", "off", "off"]);
+
+    let runs = Runs::default();
+    let handle = builder_on(pool.clone(), &queue, &runs)
+        .heartbeat_interval(Duration::from_millis(100))
+        .build()
+        .unwrap()
+        .start();
+    let started = Instant::now();
+    loop {
+        let settings = commit_settings(&queue.pool, &queue.schema).await;
+        if recorded(&settings, "extend", "on") + recorded(&settings, "extend", "off") >= 3 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no heartbeat");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    runs.open_gate();
+    wait_until_idle(&queue, Duration::from_secs(30)).await;
+    handle.shutdown().await.unwrap();
+
+    let settings = commit_settings(&queue.pool, &queue.schema).await;
+    assert_eq!(recorded(&settings, "claim", "on"), 3, "{settings:?}");
+    assert_eq!(recorded(&settings, "claim", "off"), 0, "{settings:?}");
+    assert!(recorded(&settings, "extend", "on") >= 3, "{settings:?}");
+    assert_eq!(recorded(&settings, "extend", "off"), 0, "{settings:?}");
+    // outcomes on a borrowed connection keep the pool's own setting
+    assert_eq!(recorded(&settings, "ack", "off"), 3, "{settings:?}");
+    // and the application's connections are as they were
+    assert_eq!(settings_of_the_pool(&pool).await, ["off", "off", "off"]);
+    pool.close().await;
 }

@@ -28,7 +28,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     completions: mpsc::UnboundedSender<Settlement>,
 ) -> TaskResult {
     let semaphore = Arc::clone(&shared.claims);
-    let mut connection = OwnConnection::new(&shared.pool);
+    let mut connection = OwnConnection::durable(&shared.pool);
     let mut error_backoff = Duration::from_millis(100);
     loop {
         shared.faults.check(WorkerTask::Fetcher)?;

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use sqlx::Connection as _;
+
 use super::Shared;
 use super::connection::{Checkout, OwnConnection, bounded};
 use super::supervise::{TaskResult, WorkerTask};
@@ -22,7 +24,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let mut ticks = tokio::time::interval(shared.config.heartbeat_interval());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await; // the first tick is immediate
-    let mut connection = OwnConnection::new(&shared.pool);
+    let mut connection = OwnConnection::durable(&shared.pool);
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
@@ -70,7 +72,9 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 }
 
 /// One beat: extends `leases` on the heartbeat's own connection, or on a pooled one if that
-/// cannot be opened (the server out of connections?). Returns the leases found lost.
+/// cannot be opened (the server out of connections?). Returns the leases found lost. Either
+/// way the extension commits durably: on a pooled connection, in a transaction of its own
+/// with `SET LOCAL synchronous_commit = on`, which leaves the pool's sessions as they were.
 async fn extend<S>(
     shared: &Shared<S>,
     connection: &mut OwnConnection,
@@ -84,10 +88,15 @@ async fn extend<S>(
             .await;
     }
     let mut pooled = Checkout::acquire(&shared.pool).await?;
+    let mut transaction = pooled.connection().begin().await?;
+    sqlx::raw_sql("SET LOCAL synchronous_commit = on")
+        .execute(&mut *transaction)
+        .await?;
     let lost = shared
         .transport
-        .extend_many(pooled.connection(), leases, lease)
+        .extend_many(&mut *transaction, leases, lease)
         .await?;
+    transaction.commit().await?;
     pooled.done();
     Ok(lost)
 }
