@@ -12,6 +12,12 @@
 //!   (`maintain.rs`);
 //! - the **supervisor** starts them, watches them (one that fails stops the pool, reported
 //!   by the [`WorkerHandle`]), and runs the graceful shutdown (`supervise.rs`).
+//!
+//! The fetcher, the completer and the heartbeat work on connections of their own
+//! (`connection.rs`): claims and heartbeats commit durably, outcomes without waiting for the
+//! WAL flush, each set by a statement once the connection opens. Every database call of
+//! the pool is bounded by [`WorkerBuilder::database_timeout`]; a call abandoned at its bound
+//! drops its connection.
 
 mod complete;
 mod config;
