@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 /// The error of a database call abandoned after `limit` without an answer. A connection
 /// error (`DatabaseError::is_connection`), retried like one.
-pub(crate) fn timed_out(limit: Duration) -> sqlx::Error {
+fn timed_out(limit: Duration) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!("no answer from the database within {limit:?} (the worker's database_timeout)"),
