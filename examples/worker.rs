@@ -94,13 +94,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .register::<EmailReport>()
     .concurrency(concurrency)
     .build()?;
-    let handle = worker.start();
+    let mut handle = worker.start();
     tracing::info!(concurrency, "worker running; Ctrl-C or SIGTERM to stop");
 
-    shutdown_signal().await;
-    tracing::info!("stopping: finishing running jobs, giving back the rest");
-    let stats = handle.shutdown().await?;
-    tracing::info!(?stats, "stopped");
+    tokio::select! {
+        () = shutdown_signal() => {
+            tracing::info!("stopping: finishing running jobs, giving back the rest");
+            let stats = handle.shutdown().await?;
+            tracing::info!(?stats, "stopped");
+        }
+        // the pool stopped on its own (one of its tasks failed, logged): exit with its
+        // error, and let the process supervisor start a new worker
+        stopped = handle.stopped() => {
+            stopped?;
+        }
+    }
     Ok(())
 }
 

@@ -89,4 +89,7 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
 pub use retry::Backoff;
 pub use schema::Schema;
 pub use transport::Priority;
-pub use worker::{Worker, WorkerBuilder, WorkerError, WorkerHandle, WorkerStats};
+#[cfg(feature = "__fault_injection")]
+#[doc(hidden)]
+pub use worker::InjectedFault;
+pub use worker::{Worker, WorkerBuilder, WorkerError, WorkerHandle, WorkerStats, WorkerTask};

@@ -23,7 +23,8 @@
 //! | `HAREL_FW_DEBUG_DUMP` | `1`: print the `Debug` of the worker, handle and errors | 0 |
 //!
 //! SIGTERM (or SIGINT) runs the graceful `shutdown()`; the final counters are printed on
-//! stdout as one `FAULT_WORKER_STATS …` line. Logs go to stderr (`RUST_LOG`).
+//! stdout as one `FAULT_WORKER_STATS …` line. Logs go to stderr (`RUST_LOG`). If the pool
+//! stops on its own (one of its tasks failed), the worker exits 6.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -289,7 +290,7 @@ async fn run() -> i32 {
         eprintln!("debug: worker = {worker:?}");
         eprintln!("debug: connect config = {config:?}");
     }
-    let handle = worker.start();
+    let mut handle = worker.start();
     println!("FAULT_WORKER_READY name={name} pid={}", std::process::id());
     if debug_dump {
         eprintln!("debug: handle = {handle:?}");
@@ -298,6 +299,12 @@ async fn run() -> i32 {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+        // the pool stopped on its own: one of its tasks failed (never expected here)
+        stopped = handle.stopped() => {
+            let error = stopped.err().map(|e| e.to_string()).unwrap_or_default();
+            eprintln!("FAULT_WORKER_POOL_STOPPED {name}: {error}");
+            return 6;
+        }
     }
     tracing::info!("SIGTERM: shutting down gracefully");
     match handle.shutdown().await {

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::Shared;
-use super::connection::OwnConnection;
+use super::connection::{OwnConnection, bounded};
+use super::supervise::{TaskResult, WorkerTask};
 use crate::transport::{Lease, LeaseOutcome, Settlement};
 
 /// What becomes of a job whose handler ended.
@@ -43,16 +44,18 @@ pub(crate) struct Finished {
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     mut receiver: mpsc::UnboundedReceiver<Finished>,
-) {
+) -> TaskResult {
     let max_batch = shared.config.ack_batch;
     let mut batch = Vec::with_capacity(max_batch);
     // outcomes need no WAL-flush wait: see OwnConnection::without_commit_wait
     let mut connection = OwnConnection::without_commit_wait(&shared.pool);
     while receiver.recv_many(&mut batch, max_batch).await > 0 {
+        shared.faults.check(WorkerTask::Completer)?;
         flush(&shared, &mut connection, &mut batch).await;
     }
     // closed and drained
-    connection.close().await;
+    connection.close(shared.config.database_timeout).await;
+    Ok(())
 }
 
 /// Writes one batch, retrying while the database is unreachable, and wakes the fetcher:
@@ -146,16 +149,15 @@ async fn write<S>(
 ) -> Vec<LeaseOutcome> {
     let mut backoff = Duration::from_millis(50);
     loop {
-        let written = match connection.get().await {
-            Ok(connection) => {
-                shared
-                    .transport
-                    .settle_many(connection, settlements, None)
-                    .await
-            }
-            Err(error) => Err(error.into()),
+        let limit = shared.config.database_timeout;
+        let attempt = async {
+            let connection = connection.get().await?;
+            shared
+                .transport
+                .settle_many(connection, settlements, None)
+                .await
         };
-        match written {
+        match bounded(limit, attempt).await {
             Ok(outcomes) => return outcomes,
             Err(error) => {
                 connection.reset();

@@ -27,6 +27,9 @@ pub(crate) struct WorkerConfig {
     pub timeout: Option<Duration>,
     /// How long shutdown lets running handlers finish. Default 30 s.
     pub shutdown_grace: Duration,
+    /// The longest the pool waits for one database call (opening a connection included)
+    /// before abandoning it and dropping its connection. Default 10 s.
+    pub database_timeout: Duration,
     /// Take no group below this priority. Default 0 (take everything).
     pub min_priority: Priority,
     /// Most groups claimed in one round trip. Default 64.
@@ -52,6 +55,7 @@ impl Default for WorkerConfig {
             backoff: Backoff::DEFAULT,
             timeout: None,
             shutdown_grace: Duration::from_secs(30),
+            database_timeout: Duration::from_secs(10),
             min_priority: Priority::LOWEST,
             claim_batch: 64,
             ack_batch: 512,
@@ -98,6 +102,11 @@ impl WorkerConfig {
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return invalid("timeout", "must be above zero");
+        }
+        if self.database_timeout < Duration::from_millis(100)
+            || self.database_timeout > Duration::from_secs(3_600)
+        {
+            return invalid("database_timeout", "must be between 100 ms and 1 h");
         }
         Ok(())
     }
@@ -170,6 +179,20 @@ mod tests {
                 "timeout",
                 WorkerConfig {
                     timeout: Some(Duration::ZERO),
+                    ..Default::default()
+                },
+            ),
+            (
+                "database_timeout",
+                WorkerConfig {
+                    database_timeout: Duration::from_millis(10),
+                    ..Default::default()
+                },
+            ),
+            (
+                "database_timeout",
+                WorkerConfig {
+                    database_timeout: Duration::from_secs(7_200),
                     ..Default::default()
                 },
             ),

@@ -8,7 +8,19 @@
 //! When the server refuses a new connection (`max_connections` reached) while the pool has
 //! an idle one, the worker borrows that instead of stalling: a worker whose pool sits idle
 //! must not be unable to ack because its own connections count on top of the pool.
+//!
+//! Claims and heartbeats must commit durably, whatever `synchronous_commit` the role or the
+//! database defaults to; outcomes need not (see [`OwnConnection::without_commit_wait`]). The
+//! setting is made by a statement right after the connection opens ([`Commit`]), not as a
+//! startup parameter, which connection poolers such as PgBouncer refuse.
+//!
+//! Every database call of the pool, opening its connection included, is [`bounded`] by the
+//! pool's `database_timeout`: a partitioned or frozen server must not hang a task, or the
+//! shutdown, for as long as TCP takes to notice (hours). A call abandoned at its bound
+//! leaves its connection in the middle of an exchange, so that connection is dropped
+//! ([`OwnConnection::reset`], or a [`Checkout`] not marked done), never used again.
 
+use std::future::Future;
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
@@ -16,15 +28,103 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool, Postgres};
 use tokio::time::Instant;
 
+/// The error of a database call abandoned after `limit` without an answer. A connection
+/// error (`DatabaseError::is_connection`), retried like one.
+fn timed_out(limit: Duration) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer from the database within {limit:?} (the worker's database_timeout)"),
+    ))
+}
+
+/// Runs one database call, abandoning it after `limit`. The caller drops the connection
+/// the call was using when it fails (see the module's documentation).
+pub(crate) async fn bounded<T, E: From<sqlx::Error>>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => Err(timed_out(limit).into()),
+    }
+}
+
+/// A connection checked out of the pool for one call. Dropped before [`done`](Self::done)
+/// (the call failed, or was abandoned at its bound), it is closed rather than given back to
+/// the application's pool.
+pub(crate) struct Checkout {
+    connection: PoolConnection<Postgres>,
+    done: bool,
+}
+
+impl Checkout {
+    /// Checks a connection out of `pool`, waiting for one.
+    pub async fn acquire(pool: &PgPool) -> Result<Self, sqlx::Error> {
+        Ok(Self::new(pool.acquire().await?))
+    }
+
+    /// Checks out an idle connection of `pool`, if it has one.
+    fn try_acquire(pool: &PgPool) -> Option<Self> {
+        pool.try_acquire().map(Self::new)
+    }
+
+    fn new(connection: PoolConnection<Postgres>) -> Self {
+        Self {
+            connection,
+            done: false,
+        }
+    }
+
+    /// The connection.
+    pub fn connection(&mut self) -> &mut PgConnection {
+        &mut self.connection
+    }
+
+    /// The call finished: give the connection back to the pool.
+    pub fn done(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        if !self.done {
+            self.connection.close_on_drop();
+        }
+    }
+}
+
 /// How long a borrowed pool connection is kept before opening our own is tried again.
 const BORROW_FOR: Duration = Duration::from_secs(10);
+
+/// What the commits of a connection wait for, set on its session right after it opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// `synchronous_commit = on`, whatever the role's or database's default: claims and
+    /// heartbeats, which must survive a server crash (or two workers could hold one group).
+    Durable,
+    /// `synchronous_commit = off`: outcomes (see [`OwnConnection::without_commit_wait`]).
+    NoFlushWait,
+}
+
+impl Commit {
+    /// The statement that sets it for the session (simple protocol: nothing prepared).
+    fn statement(self) -> &'static str {
+        match self {
+            Self::Durable => "SET synchronous_commit = on",
+            Self::NoFlushWait => "SET synchronous_commit = off",
+        }
+    }
+}
 
 /// Where the current connection comes from.
 enum Held {
     Own(PgConnection),
     Borrowed {
-        connection: PoolConnection<Postgres>,
+        connection: Checkout,
         since: Instant,
+        /// The pool connection's `synchronous_commit` before we set it, to put back.
+        restore: Option<String>,
     },
 }
 
@@ -33,26 +133,35 @@ pub(crate) struct OwnConnection {
     options: PgConnectOptions,
     /// The pool to borrow from when our own cannot be opened; `None` to never borrow.
     fallback: Option<PgPool>,
+    /// What its commits wait for; `None` leaves the server's default.
+    commit: Option<Commit>,
     held: Option<Held>,
 }
 
 impl OwnConnection {
     /// A connection to the pool's database (not taken from the pool, unless the server
-    /// refuses a new one and the pool has one idle).
-    pub fn new(pool: &PgPool) -> Self {
+    /// refuses a new one and the pool has one idle), whose commits wait for the WAL flush
+    /// (`synchronous_commit = on`): for claims and heartbeats. A borrowed pool connection is
+    /// set so too, and given back with its own setting.
+    pub fn durable(pool: &PgPool) -> Self {
+        Self::with_commit(pool, Some(Commit::Durable))
+    }
+
+    fn with_commit(pool: &PgPool, commit: Option<Commit>) -> Self {
         Self {
             options: (*pool.connect_options()).clone(),
             fallback: Some(pool.clone()),
+            commit,
             held: None,
         }
     }
 
-    /// A connection of our own, never borrowed: for session state that must not leak into
-    /// the pool (advisory locks).
+    /// A connection of our own, never borrowed, with the server's default commit setting:
+    /// for session state that must not leak into the pool (advisory locks).
     pub fn never_borrowed(pool: &PgPool) -> Self {
         Self {
             fallback: None,
-            ..Self::new(pool)
+            ..Self::with_commit(pool, None)
         }
     }
 
@@ -62,74 +171,113 @@ impl OwnConnection {
     /// outcomes may be lost: those jobs ran to the end and run again (at-least-once), never
     /// alongside another execution. Claims stay durable, and WAL is flushed in order, so a
     /// group's next job is never claimed durably while its predecessor's ack is lost. (A
-    /// connection borrowed from the pool keeps the pool's setting: durable, only slower.)
+    /// connection borrowed from the pool keeps the pool's setting: never less durable than
+    /// the application's own commits.)
     pub fn without_commit_wait(pool: &PgPool) -> Self {
-        let options = (*pool.connect_options())
-            .clone()
-            .options([("synchronous_commit", "off")]);
-        Self {
-            options,
-            ..Self::new(pool)
-        }
+        Self::with_commit(pool, Some(Commit::NoFlushWait))
     }
 
     /// The open connection, connecting first if needed.
     pub async fn get(&mut self) -> Result<&mut PgConnection, sqlx::Error> {
         if matches!(&self.held, Some(Held::Borrowed { since, .. }) if since.elapsed() >= BORROW_FOR)
+            && let Some(Held::Borrowed {
+                connection,
+                restore,
+                ..
+            }) = self.held.take()
         {
             // give the pool its connection back and try for our own again
-            self.held = None;
+            give_back(connection, restore).await;
         }
         if self.held.is_none() {
             self.held = Some(self.open().await?);
         }
         match self.held.as_mut() {
             Some(Held::Own(connection)) => Ok(connection),
-            Some(Held::Borrowed { connection, .. }) => Ok(&mut **connection),
+            Some(Held::Borrowed { connection, .. }) => Ok(connection.connection()),
             // just set
             None => Err(sqlx::Error::PoolClosed),
         }
     }
 
     async fn open(&self) -> Result<Held, sqlx::Error> {
-        match self.options.connect().await {
-            Ok(connection) => Ok(Held::Own(connection)),
-            Err(error) => {
-                let borrowed = self.fallback.as_ref().and_then(PgPool::try_acquire);
-                match borrowed {
-                    Some(connection) => {
-                        tracing::debug!(
-                            error = %crate::error::DatabaseError::new(error),
-                            "cannot open a worker connection: borrowing an idle pool connection"
-                        );
-                        Ok(Held::Borrowed {
-                            connection,
-                            since: Instant::now(),
-                        })
-                    }
-                    None => Err(error),
+        let error = match self.options.connect().await {
+            Ok(mut connection) => {
+                if let Some(commit) = self.commit {
+                    sqlx::raw_sql(commit.statement())
+                        .execute(&mut connection)
+                        .await?;
                 }
+                return Ok(Held::Own(connection));
             }
-        }
+            Err(error) => error,
+        };
+        let Some(mut borrowed) = self.fallback.as_ref().and_then(Checkout::try_acquire) else {
+            return Err(error);
+        };
+        tracing::debug!(
+            error = %crate::error::DatabaseError::new(error),
+            "cannot open a worker connection: borrowing an idle pool connection"
+        );
+        // claims and heartbeats stay durable on it; outcomes keep the pool's setting
+        let restore = match self.commit {
+            Some(Commit::Durable) => {
+                let connection = borrowed.connection();
+                let before: String =
+                    sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+                        .fetch_one(&mut *connection)
+                        .await?;
+                sqlx::raw_sql(Commit::Durable.statement())
+                    .execute(&mut *connection)
+                    .await?;
+                Some(before)
+            }
+            Some(Commit::NoFlushWait) | None => None,
+        };
+        Ok(Held::Borrowed {
+            connection: borrowed,
+            since: Instant::now(),
+            restore,
+        })
     }
 
-    /// Drops the connection after a failure; the next [`get`](Self::get) reconnects.
+    /// Drops the connection after a failure (a timed-out call included); the next
+    /// [`get`](Self::get) reconnects. A borrowed one is closed, not handed back to the
+    /// application.
     pub fn reset(&mut self) {
-        if let Some(Held::Borrowed { mut connection, .. }) = self.held.take() {
-            // it failed: do not hand it back to the application
-            connection.close_on_drop();
-        }
+        self.held = None;
     }
 
-    /// Closes the connection politely.
-    pub async fn close(mut self) {
+    /// Closes the connection politely (a borrowed one goes back to the pool), or just drops
+    /// it if that takes longer than `limit`.
+    pub async fn close(mut self, limit: Duration) {
         match self.held.take() {
             Some(Held::Own(connection)) => {
-                let _ = connection.close().await;
+                let _ = tokio::time::timeout(limit, connection.close()).await;
             }
-            // back to the pool
-            Some(Held::Borrowed { connection, .. }) => drop(connection),
+            Some(Held::Borrowed {
+                connection,
+                restore,
+                ..
+            }) => {
+                let _ = tokio::time::timeout(limit, give_back(connection, restore)).await;
+            }
             None => {}
         }
     }
+}
+
+/// Gives a borrowed connection back to the pool with the `synchronous_commit` it had, or
+/// closes it if that cannot be restored.
+async fn give_back(mut connection: Checkout, restore: Option<String>) {
+    if let Some(before) = restore {
+        let restored = sqlx::query("SELECT set_config('synchronous_commit', $1, false)")
+            .bind(before)
+            .execute(connection.connection())
+            .await;
+        if restored.is_err() {
+            return; // dropped before done: closed
+        }
+    }
+    connection.done();
 }

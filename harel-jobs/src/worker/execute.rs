@@ -1,5 +1,6 @@
 //! Running one claimed job: decode, run (with timeout, panic capture and shutdown), and
-//! decide what becomes of it.
+//! decide what becomes of it. A panic anywhere on that path, decoding included, is a failed
+//! attempt: a job task that died would leave its lease held (and extended) for ever.
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -43,9 +44,24 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     };
     let outcome = match slot {
         Some(_slot) => {
-            decide(&shared, &message, cancel)
+            // a panic anywhere on the job's path is a failed attempt (`decide` catches the
+            // ones it can attribute; this net catches the rest, with the pool's defaults)
+            let decided = AssertUnwindSafe(decide(&shared, &message, cancel))
+                .catch_unwind()
                 .instrument(span.clone())
-                .await
+                .await;
+            decided.unwrap_or_else(|panic| {
+                let _entered = span.enter();
+                let config = &shared.config;
+                let error = format!("job panicked: {}", panic_message(&*panic));
+                failed(
+                    message.attempt,
+                    config.max_attempts,
+                    None,
+                    &config.backoff,
+                    error,
+                )
+            })
         }
         None => Outcome::Release {
             count_attempt: false,
@@ -114,13 +130,20 @@ async fn decide<S: Send + Sync + 'static>(
         cancel: cancel.clone(),
     };
     let ctx = JobContext::new(Arc::clone(&shared.state), Arc::new(execution));
-    let future = match handler.start(&message.payload, ctx) {
-        Ok(future) => future,
-        Err(error) => {
+    // decoding runs the job type's own code (`deserialize_with`, `Deserialize` impls)
+    let started =
+        std::panic::catch_unwind(AssertUnwindSafe(|| handler.start(&message.payload, ctx)));
+    let future = match started {
+        Ok(Ok(future)) => future,
+        Ok(Err(error)) => {
             return dead(format!(
                 "payload does not decode as job kind {:?}: {error}",
                 message.kind
             ));
+        }
+        Err(panic) => {
+            let error = format!("decoding the payload panicked: {}", panic_message(&*panic));
+            return failed(attempt, max_attempts, None, &backoff, error);
         }
     };
 
@@ -208,7 +231,7 @@ fn dead(error: String) -> Outcome {
 }
 
 /// The text of a panic payload (`&str` or `String`, as `panic!` makes them).
-fn panic_message(panic: &(dyn Any + Send)) -> String {
+pub(super) fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(text) = panic.downcast_ref::<&str>() {
         (*text).to_owned()
     } else if let Some(text) = panic.downcast_ref::<String>() {

@@ -7,7 +7,8 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::task::TaskTracker;
 
 use super::complete::Finished;
-use super::connection::OwnConnection;
+use super::connection::{OwnConnection, bounded};
+use super::supervise::{TaskResult, WorkerTask};
 use super::{Shared, execute};
 use crate::error::TransportError;
 use crate::transport::{ClaimRequest, ClaimedMessage, Lease, LeaseToken, Settlement};
@@ -19,16 +20,18 @@ use crate::transport::{ClaimRequest, ClaimedMessage, Lease, LeaseToken, Settleme
 /// all the room up to the claim batch, and claims that many groups in one round trip. A full batch means more work is
 /// likely waiting: claim again at once. A short batch means the queue is drained for now:
 /// wait for a NOTIFY, a completed batch of acks (which may have freed groups), or the poll
-/// interval.
+/// interval. Each claim, and the release of jobs claimed while shutdown began, is bounded by
+/// the database timeout.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     jobs: TaskTracker,
     completions: mpsc::UnboundedSender<Finished>,
-) {
+) -> TaskResult {
     let semaphore = Arc::clone(&shared.claims);
-    let mut connection = OwnConnection::new(&shared.pool);
+    let mut connection = OwnConnection::durable(&shared.pool);
     let mut error_backoff = Duration::from_millis(100);
     loop {
+        shared.faults.check(WorkerTask::Fetcher)?;
         let mut permits: OwnedSemaphorePermit = tokio::select! {
             biased;
             () = shared.stop_claiming.cancelled() => break,
@@ -66,7 +69,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             limit: wanted as u32,
         };
 
-        let claimed = match claim(&shared, &mut connection, &request).await {
+        let limit = shared.config.database_timeout;
+        let claimed = match bounded(limit, claim(&shared, &mut connection, &request)).await {
             Ok(claimed) => {
                 error_backoff = Duration::from_millis(100);
                 claimed
@@ -81,7 +85,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                     "claiming jobs failed, retrying"
                 );
                 tokio::select! {
-                    () = shared.stop_claiming.cancelled() => return,
+                    () = shared.stop_claiming.cancelled() => return Ok(()),
                     () = tokio::time::sleep(error_backoff) => {}
                 }
                 error_backoff = (error_backoff * 2).min(Duration::from_secs(5));
@@ -119,7 +123,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             }
         }
     }
-    connection.close().await;
+    connection.close(shared.config.database_timeout).await;
+    Ok(())
 }
 
 /// One claim on the fetcher's own connection.
@@ -132,7 +137,8 @@ async fn claim<S>(
     shared.transport.claim_many(connection, request).await
 }
 
-/// Gives back jobs claimed but never started.
+/// Gives back jobs claimed but never started. Until it has, they count as unreleased: if the
+/// release fails, or shutdown abandons it, they wait for their lease.
 async fn release_unstarted<S: Send + Sync + 'static>(
     shared: &Shared<S>,
     connection: &mut OwnConnection,
@@ -152,24 +158,28 @@ async fn release_unstarted<S: Send + Sync + 'static>(
             (message.lease, release)
         })
         .collect();
-    let released = match connection.get().await {
-        Ok(connection) => {
-            shared
-                .transport
-                .settle_many(connection, &settlements, None)
-                .await
-        }
-        Err(error) => Err(error.into()),
+    let unreleased = &shared.unreleased_claims;
+    unreleased.fetch_add(settlements.len(), std::sync::atomic::Ordering::Relaxed);
+    let release = async {
+        let connection = connection.get().await?;
+        shared
+            .transport
+            .settle_many(connection, &settlements, None)
+            .await
     };
-    match released {
+    match bounded(shared.config.database_timeout, release).await {
         Ok(_) => {
+            unreleased.fetch_sub(settlements.len(), std::sync::atomic::Ordering::Relaxed);
             for _ in &settlements {
                 shared.stats.released();
             }
         }
-        Err(error) => tracing::warn!(
-            error = %error,
-            "could not give back jobs claimed during shutdown; they run again after their lease"
-        ),
+        Err(error) => {
+            connection.reset();
+            tracing::warn!(
+                error = %error,
+                "could not give back jobs claimed during shutdown; they run again after their lease"
+            );
+        }
     }
 }

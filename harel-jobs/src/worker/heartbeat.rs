@@ -2,47 +2,50 @@
 
 use std::sync::Arc;
 
+use sqlx::Connection as _;
+
 use super::Shared;
-use super::connection::OwnConnection;
+use super::connection::{Checkout, OwnConnection, bounded};
+use super::supervise::{TaskResult, WorkerTask};
+use crate::error::TransportError;
+use crate::transport::Lease;
 
 /// Extends held leases every heartbeat interval until `stop` fires. A lease found lost
 /// cancels its job's context, and its result will not be written.
 ///
 /// The heartbeat uses a connection of its own, outside the pool: handlers that hold every
 /// pooled connection must not be able to starve it, or leases would lapse under load and
-/// jobs run twice. If that connection cannot be opened, it falls back to the pool.
+/// jobs run twice. If that connection cannot be opened, it falls back to the pool. Each beat
+/// is bounded by the database timeout, and abandoned when `stop` fires.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     stop: tokio_util::sync::CancellationToken,
-) {
+) -> TaskResult {
     let mut ticks = tokio::time::interval(shared.config.heartbeat_interval());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await; // the first tick is immediate
-    let mut connection = OwnConnection::new(&shared.pool);
+    let mut connection = OwnConnection::durable(&shared.pool);
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
             _ = ticks.tick() => {}
         }
+        shared.faults.check(WorkerTask::Heartbeat)?;
         let leases = shared.inflight.leases();
         if leases.is_empty() {
             continue;
         }
-        let lease = shared.config.lease;
-        let extended = match connection.get().await {
-            Ok(connection) => {
-                shared
-                    .transport
-                    .extend_many(connection, &leases, lease)
-                    .await
+        let beat = bounded(
+            shared.config.database_timeout,
+            extend(&shared, &mut connection, &leases),
+        );
+        let extended = tokio::select! {
+            () = stop.cancelled() => {
+                // abandoned mid-call: the connection is in the middle of an exchange
+                connection.reset();
+                return Ok(());
             }
-            // cannot open our own (the server out of connections?): use the pool
-            Err(_) => {
-                shared
-                    .transport
-                    .extend_many(&shared.pool, &leases, lease)
-                    .await
-            }
+            extended = beat => extended,
         };
         match extended {
             Ok(lost) if lost.is_empty() => {}
@@ -64,5 +67,36 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             }
         }
     }
-    connection.close().await;
+    connection.close(shared.config.database_timeout).await;
+    Ok(())
+}
+
+/// One beat: extends `leases` on the heartbeat's own connection, or on a pooled one if that
+/// cannot be opened (the server out of connections?). Returns the leases found lost. Either
+/// way the extension commits durably: on a pooled connection, in a transaction of its own
+/// with `SET LOCAL synchronous_commit = on`, which leaves the pool's sessions as they were.
+async fn extend<S>(
+    shared: &Shared<S>,
+    connection: &mut OwnConnection,
+    leases: &[Lease],
+) -> Result<Vec<Lease>, TransportError> {
+    let lease = shared.config.lease;
+    if let Ok(connection) = connection.get().await {
+        return shared
+            .transport
+            .extend_many(connection, leases, lease)
+            .await;
+    }
+    let mut pooled = Checkout::acquire(&shared.pool).await?;
+    let mut transaction = pooled.connection().begin().await?;
+    sqlx::raw_sql("SET LOCAL synchronous_commit = on")
+        .execute(&mut *transaction)
+        .await?;
+    let lost = shared
+        .transport
+        .extend_many(&mut *transaction, leases, lease)
+        .await?;
+    transaction.commit().await?;
+    pooled.done();
+    Ok(lost)
 }

@@ -6,35 +6,40 @@ use std::time::Duration;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 
 use super::Shared;
+use super::connection::bounded;
+use super::supervise::{TaskResult, WorkerTask};
 
 /// Keeps a LISTEN connection on the queue's channel until `stop` fires, waking the fetcher
 /// on every notification. Reconnects with backoff when the connection is lost, and wakes
 /// the fetcher after each reconnect, since notifications sent meanwhile are gone.
+/// Connecting (and the LISTEN statement) is bounded by the database timeout.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     stop: tokio_util::sync::CancellationToken,
-) {
+) -> TaskResult {
     let channel = shared.config.schema.channel();
-    // A pool of one connection of its own: PgListener keeps the connection it listens on
-    // for good, which must not shrink the pool the handlers and the worker share.
-    let own_pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect_lazy_with((*shared.pool.connect_options()).clone());
     let mut backoff = Duration::from_millis(100);
     let mut connected_before = false;
     loop {
-        let listener = async {
+        // A pool of one connection of its own: PgListener keeps the connection it listens
+        // on for good, which must not shrink the pool the handlers and the worker share. A
+        // new one for each attempt: a connection abandoned at the timeout is never reused.
+        let own_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with((*shared.pool.connect_options()).clone());
+        let listener = bounded(shared.config.database_timeout, async {
             let mut listener = PgListener::connect_with(&own_pool).await?;
             listener.ignore_pool_close_event(true);
             listener.listen(&channel).await?;
             Ok::<_, sqlx::Error>(listener)
-        };
+        });
         let result = tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return Ok(()),
             result = listener => result,
         };
         match result {
             Ok(mut listener) => {
+                shared.faults.check(WorkerTask::Listener)?;
                 if connected_before {
                     tracing::info!(channel = %channel, "notification listener reconnected");
                 }
@@ -43,7 +48,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 shared.wake.notify_one();
                 loop {
                     let received = tokio::select! {
-                        () = stop.cancelled() => return,
+                        () = stop.cancelled() => return Ok(()),
                         received = listener.try_recv() => received,
                     };
                     match received {
@@ -69,7 +74,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             }
         }
         tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return Ok(()),
             () = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));

@@ -6,6 +6,9 @@
 //! off for the whole server, nothing would clean them. Then this service does: every few
 //! seconds it reads the tables' dead-row counts and, past a threshold, runs `VACUUM` on them.
 //! One worker per schema does it at a time (an advisory lock), on a connection of its own.
+//! Each of its database calls, the `VACUUM` included, is bounded by the database timeout (a
+//! `VACUUM` abandoned by the worker still runs to its end on the server), and abandoned when
+//! the pool stops.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +16,8 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, PgPool};
 
 use super::Shared;
-use super::connection::OwnConnection;
+use super::connection::{Checkout, OwnConnection, bounded};
+use super::supervise::{TaskResult, WorkerTask};
 use crate::error::DatabaseError;
 
 /// How often the dead-row counts are read.
@@ -27,20 +31,29 @@ const DEAD_FRACTION: f64 = 0.2;
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     stop: tokio_util::sync::CancellationToken,
-) {
+) -> TaskResult {
     let schema = shared.config.schema.clone();
     loop {
+        shared.faults.check(WorkerTask::Maintenance)?;
         tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return Ok(()),
             () = tokio::time::sleep(CHECK_EVERY) => {}
         }
-        match check(&shared.pool, &schema).await {
+        let limit = shared.config.database_timeout;
+        let checked = tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            checked = bounded(limit, check(&shared.pool, &schema)) => checked,
+        };
+        match checked {
             Ok(Due::Nothing) => {}
             Ok(Due::AutovacuumOn) => {
                 tracing::debug!("autovacuum is on: it maintains the queue tables");
-                return;
+                return Ok(());
             }
-            Ok(Due::Tables(tables)) => match vacuum(&shared, &schema, &tables).await {
+            Ok(Due::Tables(tables)) => match tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                vacuumed = vacuum(&shared, &schema, &tables) => vacuumed,
+            } {
                 Ok(true) => {
                     tracing::debug!(schema = schema.name(), ?tables, "vacuumed the queue tables");
                 }
@@ -52,7 +65,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                         "autovacuum is off and this role may not vacuum the queue tables: \
                          vacuum them regularly (or turn autovacuum on), or claims slow down"
                     );
-                    return;
+                    return Ok(());
                 }
                 Err(error) => {
                     tracing::debug!(error = %error, "vacuuming the queue tables failed");
@@ -75,6 +88,7 @@ enum Due {
 
 /// Reads whether autovacuum is on, and which queue tables have enough dead rows.
 async fn check(pool: &PgPool, schema: &crate::Schema) -> Result<Due, DatabaseError> {
+    let mut pooled = Checkout::acquire(pool).await?;
     let (autovacuum, due): (String, Option<Vec<String>>) = sqlx::query_as(
         "SELECT current_setting('autovacuum'),
                 (SELECT array_agg(relname::text) FROM pg_stat_user_tables
@@ -86,8 +100,9 @@ async fn check(pool: &PgPool, schema: &crate::Schema) -> Result<Due, DatabaseErr
     .bind(schema.name())
     .bind(MIN_DEAD_ROWS)
     .bind(DEAD_FRACTION)
-    .fetch_one(pool)
+    .fetch_one(pooled.connection())
     .await?;
+    pooled.done();
     Ok(match (autovacuum.as_str(), due) {
         ("on", _) => Due::AutovacuumOn,
         (_, Some(tables)) if !tables.is_empty() => Due::Tables(tables),
@@ -103,15 +118,16 @@ async fn vacuum<S>(
     schema: &crate::Schema,
     tables: &[String],
 ) -> Result<bool, DatabaseError> {
+    let limit = shared.config.database_timeout;
     let mut own = OwnConnection::never_borrowed(&shared.pool);
-    let connection = own.get().await?;
+    let connection = bounded(limit, own.get()).await?;
     let key = format!("harel-jobs vacuum {}", schema.name());
-    let elected: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
+    let elect = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
         .bind(&key)
-        .fetch_one(&mut *connection)
-        .await?;
+        .fetch_one(&mut *connection);
+    let elected: bool = bounded(limit, elect).await?;
     if !elected {
-        own.close().await;
+        own.close(limit).await;
         return Ok(false);
     }
     // only our fixed table names, in our validated schema
@@ -120,14 +136,19 @@ async fn vacuum<S>(
         .filter(|t| matches!(t.as_str(), "transport_groups" | "transport_messages"))
         .map(|table| format!("{}.\"{table}\"", schema.quoted()))
         .collect();
-    let result = sqlx::raw_sql(AssertSqlSafe(format!(
-        "VACUUM (SKIP_LOCKED) {}",
-        names.join(", ")
-    )))
-    .execute(&mut *connection)
+    let statement = format!("VACUUM (SKIP_LOCKED) {}", names.join(", "));
+    let result = bounded(
+        limit,
+        sqlx::raw_sql(AssertSqlSafe(statement)).execute(&mut *connection),
+    )
     .await;
-    // closing the session releases the advisory lock
-    own.close().await;
+    if result.is_err() {
+        // maybe abandoned mid-call: drop it rather than send on it
+        own.reset();
+    }
+    // closing the session releases the advisory lock (dropping it too, once the server
+    // notices)
+    own.close(limit).await;
     result?;
     Ok(true)
 }

@@ -10,12 +10,20 @@
 //! - the **listener** wakes the fetcher on `NOTIFY` (`listen.rs`);
 //! - **maintenance** vacuums the queue tables when the server's autovacuum is off
 //!   (`maintain.rs`);
-//! - the **supervisor** below starts them and runs the graceful shutdown.
+//! - the **supervisor** starts them, watches them (one that fails stops the pool, reported
+//!   by the [`WorkerHandle`]), and runs the graceful shutdown (`supervise.rs`).
+//!
+//! The fetcher, the completer and the heartbeat work on connections of their own
+//! (`connection.rs`): claims and heartbeats commit durably, outcomes without waiting for the
+//! WAL flush, each set by a statement once the connection opens. Every database call of
+//! the pool is bounded by [`WorkerBuilder::database_timeout`]; a call abandoned at its bound
+//! drops its connection.
 
 mod complete;
 mod config;
 mod connection;
 mod execute;
+mod fault;
 mod fetch;
 mod heartbeat;
 mod inflight;
@@ -23,17 +31,21 @@ mod listen;
 mod maintain;
 mod registry;
 mod stats;
+mod supervise;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
+#[cfg(feature = "__fault_injection")]
+#[doc(hidden)]
+pub use fault::InjectedFault;
 pub use stats::WorkerStats;
+pub use supervise::WorkerTask;
 
 use crate::error::ConfigError;
 use crate::job::Handler;
@@ -41,6 +53,7 @@ use crate::retry::Backoff;
 use crate::schema::Schema;
 use crate::transport::{Priority, Transport};
 use config::WorkerConfig;
+use fault::Faults;
 use inflight::InFlight;
 use registry::Registry;
 use stats::Stats;
@@ -73,6 +86,10 @@ pub(crate) struct Shared<S> {
     stop_claiming: CancellationToken,
     /// The grace period is over: abandon running handlers (they are released).
     hard_stop: CancellationToken,
+    /// Faults the test suite injects (nothing, without the `__fault_injection` feature).
+    faults: Faults,
+    /// Jobs the fetcher claimed during shutdown and has not given back yet.
+    unreleased_claims: std::sync::atomic::AtomicUsize,
 }
 
 /// A configured worker pool, ready to [`start`](Worker::start).
@@ -115,7 +132,8 @@ impl<S: Send + Sync + 'static> Worker<S> {
     ///
     /// The pool's defaults: concurrency 16, lease 30 s with a heartbeat every 10 s, poll
     /// every 1 s when no notification comes, 10 attempts, backoff 2 s doubling to 1 h, no
-    /// timeout, 30 s shutdown grace, claims of up to 64 groups, schema `harel`.
+    /// timeout, 30 s shutdown grace, 10 s database timeout, claims of up to 64 groups,
+    /// schema `harel`.
     ///
     /// The worker opens four connections of its own besides `pool` (claims, outcomes, the
     /// heartbeat, LISTEN), so that handlers holding every pooled connection cannot starve
@@ -128,6 +146,7 @@ impl<S: Send + Sync + 'static> Worker<S> {
             registry: Registry::new(),
             config: WorkerConfig::default(),
             duplicate: None,
+            faults: Faults::default(),
         }
     }
 
@@ -136,10 +155,11 @@ impl<S: Send + Sync + 'static> Worker<S> {
         let shared = self.shared;
         let stats = Arc::clone(&shared);
         let stop = shared.stop_claiming.clone();
-        let supervisor = self.runtime.spawn(supervise(shared));
+        let supervisor = self.runtime.spawn(supervise::supervise(shared));
         WorkerHandle {
             stop,
             supervisor: Some(supervisor),
+            ended: None,
             stats: Box::new(move || stats.stats.snapshot()),
         }
     }
@@ -152,6 +172,7 @@ pub struct WorkerBuilder<S> {
     registry: Registry<S>,
     config: WorkerConfig,
     duplicate: Option<&'static str>,
+    faults: Faults,
 }
 
 impl<S: Send + Sync + 'static> WorkerBuilder<S> {
@@ -215,6 +236,20 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         self
     }
 
+    /// The longest the pool waits for one database call (default 10 s; 100 ms to 1 h): a
+    /// claim, a heartbeat, a batch of outcomes, giving back unstarted jobs, opening one of
+    /// its own connections (LISTEN's included), a maintenance check or `VACUUM`.
+    ///
+    /// A call with no answer by then (a network partition, a frozen server) is abandoned and
+    /// its connection dropped, never reused; claims, heartbeats and outcomes are retried on a
+    /// new connection. It also bounds shutdown: [`WorkerHandle::shutdown`] returns within
+    /// `shutdown_grace` + this (and a moment), whatever the network does. Keep it well above
+    /// the slowest round trip you expect, and below the lease.
+    pub fn database_timeout(mut self, timeout: Duration) -> Self {
+        self.config.database_timeout = timeout;
+        self
+    }
+
     /// Takes only groups of this priority or higher (default: all).
     pub fn min_priority(mut self, priority: Priority) -> Self {
         self.config.min_priority = priority;
@@ -254,6 +289,14 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         self
     }
 
+    /// Makes `task` fail with `fault` at its next step. For the test suite only.
+    #[cfg(feature = "__fault_injection")]
+    #[doc(hidden)]
+    pub fn __inject_fault(mut self, task: WorkerTask, fault: InjectedFault) -> Self {
+        self.faults.plan(task, fault);
+        self
+    }
+
     /// Checks the configuration.
     ///
     /// # Errors
@@ -290,6 +333,8 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             next_due: std::sync::Mutex::new(None),
             stop_claiming: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
+            faults: self.faults,
+            unreleased_claims: std::sync::atomic::AtomicUsize::new(0),
         };
         Ok(Worker {
             shared: Arc::new(shared),
@@ -300,9 +345,30 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
 
 /// A running worker pool. Dropping it starts a graceful shutdown without waiting for it;
 /// prefer [`shutdown`](WorkerHandle::shutdown).
+///
+/// The pool stops on its own only when one of its background tasks failed (see
+/// [`WorkerError::TaskFailed`]): [`stopped`](WorkerHandle::stopped) waits for that, and
+/// [`is_finished`](WorkerHandle::is_finished) tells it without waiting, so that an
+/// application can exit (and be restarted) rather than run on without a working pool.
+///
+/// ```no_run
+/// # async fn example(handle: harel_jobs::WorkerHandle) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut handle = handle;
+/// tokio::select! {
+///     _ = tokio::signal::ctrl_c() => {
+///         handle.shutdown().await?;
+///     }
+///     stopped = handle.stopped() => {
+///         stopped?; // the pool died: exit with its error
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 pub struct WorkerHandle {
     stop: CancellationToken,
-    supervisor: Option<tokio::task::JoinHandle<()>>,
+    supervisor: Option<tokio::task::JoinHandle<Result<(), WorkerError>>>,
+    /// How the pool ended, once the supervisor was joined.
+    ended: Option<Result<(), WorkerError>>,
     stats: Box<dyn Fn() -> WorkerStats + Send + Sync>,
 }
 
@@ -310,17 +376,44 @@ impl fmt::Debug for WorkerHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkerHandle")
             .field("stopping", &self.stop.is_cancelled())
+            .field("finished", &self.is_finished())
             .field("stats", &(self.stats)())
             .finish()
     }
 }
 
-/// Why a worker pool did not shut down cleanly.
-#[derive(Debug, thiserror::Error)]
+/// Why a worker pool stopped, or did not shut down cleanly.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WorkerError {
-    /// An internal task of the pool panicked (a bug: please report it).
-    #[error("a worker task panicked: {0}")]
+    /// A background task of the pool panicked, returned an error, or stopped on its own, so
+    /// the pool stopped (logged at error level with the task and the reason). Jobs whose
+    /// outcomes could not be written run again after their lease.
+    #[error("worker pool stopped: its {task} failed: {reason}")]
+    TaskFailed {
+        /// The task.
+        task: WorkerTask,
+        /// Why: the panic's message, the task's error, or that it stopped on its own.
+        reason: String,
+    },
+    /// Shutdown gave up writing the outcomes of `count` jobs (acks, retries, dead letters,
+    /// releases) because the database did not answer within the
+    /// [`database_timeout`](WorkerBuilder::database_timeout) after their handlers ended (a
+    /// partition, a database down). Nothing is lost: those jobs keep their leases until
+    /// they lapse, then run again (at least once), unless a write did reach the database
+    /// before the pool gave up on its answer.
+    #[error(
+        "shutdown could not write the outcomes of {count} jobs in time: \
+         they run again after their lease"
+    )]
+    OutcomesNotWritten {
+        /// How many jobs.
+        count: usize,
+    },
+    /// The pool's supervisor did not run to its end: it panicked (in the pool's code or in
+    /// code it calls, such as a tracing subscriber), or the Tokio runtime it ran on shut
+    /// down first. Jobs it held run again after their lease.
+    #[error("the worker pool's supervisor ended abnormally: {0}")]
     Panicked(String),
 }
 
@@ -330,21 +423,60 @@ impl WorkerHandle {
         (self.stats)()
     }
 
+    /// Whether the pool has stopped: after [`shutdown`](Self::shutdown) began, or on its
+    /// own because a background task failed. Does not wait.
+    pub fn is_finished(&self) -> bool {
+        self.ended.is_some() || self.supervisor.as_ref().is_none_or(|s| s.is_finished())
+    }
+
+    /// Waits until the pool has stopped, without asking it to: it stops on its own only if
+    /// one of its background tasks failed. Returns what [`shutdown`](Self::shutdown) would.
+    /// Cancel-safe (use it in `tokio::select!`); later calls, and `shutdown`, return the
+    /// same result.
+    ///
+    /// # Errors
+    /// As [`shutdown`](Self::shutdown).
+    pub async fn stopped(&mut self) -> Result<WorkerStats, WorkerError> {
+        self.ended().await.clone()?;
+        Ok(self.stats())
+    }
+
     /// Shuts down gracefully: claims nothing more, lets running handlers finish within the
     /// grace period, gives back (nack now) whatever did not finish, writes every outcome,
     /// then returns the final counters. Nothing is lost, and nothing waits for a lease to
     /// lapse.
     ///
+    /// Returns within [`shutdown_grace`](WorkerBuilder::shutdown_grace) +
+    /// [`database_timeout`](WorkerBuilder::database_timeout) (and a moment), whatever the
+    /// network does: outcomes the database does not take in time are given up on, and
+    /// reported.
+    ///
     /// # Errors
-    /// [`WorkerError::Panicked`] if an internal task panicked.
+    /// [`WorkerError::TaskFailed`] if a background task failed (before or during the
+    /// shutdown), [`WorkerError::OutcomesNotWritten`] if outcomes could not be written in
+    /// time, [`WorkerError::Panicked`] if the supervisor itself did not run to its end.
     pub async fn shutdown(mut self) -> Result<WorkerStats, WorkerError> {
         self.stop.cancel();
-        if let Some(supervisor) = self.supervisor.take() {
-            supervisor
-                .await
-                .map_err(|error| WorkerError::Panicked(error.to_string()))?;
+        self.stopped().await
+    }
+
+    /// Joins the supervisor once, and remembers how it ended.
+    async fn ended(&mut self) -> &Result<(), WorkerError> {
+        if self.ended.is_none() {
+            let ended = match self.supervisor.as_mut() {
+                Some(supervisor) => supervisor.await.unwrap_or_else(|error| {
+                    Err(WorkerError::Panicked(if error.is_panic() {
+                        execute::panic_message(&*error.into_panic())
+                    } else {
+                        "its runtime shut down".to_owned()
+                    }))
+                }),
+                None => Ok(()),
+            };
+            self.supervisor = None;
+            self.ended = Some(ended);
         }
-        Ok(self.stats())
+        self.ended.get_or_insert(Ok(()))
     }
 }
 
@@ -420,68 +552,6 @@ fn next_average(average: u64, took: Duration) -> u64 {
     } else {
         average - average / 8 + took / 8
     }
-}
-
-/// Starts the pool's tasks and, once shutdown begins, stops them in order.
-async fn supervise<S: Send + Sync + 'static>(shared: Arc<Shared<S>>) {
-    let jobs = TaskTracker::new();
-    let background = CancellationToken::new();
-    let (completions, receiver) = mpsc::unbounded_channel();
-
-    let completer = tokio::spawn(complete::run(Arc::clone(&shared), receiver));
-    let heartbeat = tokio::spawn(heartbeat::run(Arc::clone(&shared), background.clone()));
-    let listener = shared
-        .config
-        .listen
-        .then(|| tokio::spawn(listen::run(Arc::clone(&shared), background.clone())));
-    let maintenance = shared
-        .config
-        .maintenance
-        .then(|| tokio::spawn(maintain::run(Arc::clone(&shared), background.clone())));
-    let fetcher = tokio::spawn(fetch::run(Arc::clone(&shared), jobs.clone(), completions));
-    tracing::info!(
-        schema = shared.config.schema.name(),
-        concurrency = shared.config.concurrency,
-        kinds = ?shared.registry.kinds().collect::<Vec<_>>(),
-        "worker pool started"
-    );
-
-    shared.stop_claiming.cancelled().await;
-    tracing::info!(running = shared.inflight.len(), "worker pool shutting down");
-    let _ = fetcher.await;
-    jobs.close();
-    if tokio::time::timeout(shared.config.shutdown_grace, jobs.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            running = shared.inflight.len(),
-            "shutdown grace period over: giving back the jobs still running"
-        );
-        shared.hard_stop.cancel();
-        jobs.wait().await;
-    }
-
-    // Every job task has ended and dropped its sender: the completer writes what is left
-    // and stops. The heartbeat keeps the leases meanwhile. If the database stays away, give
-    // up after a while: those jobs run again once their leases lapse.
-    let mut completer = completer;
-    if tokio::time::timeout(Duration::from_secs(30), &mut completer)
-        .await
-        .is_err()
-    {
-        completer.abort();
-        tracing::error!(
-            unwritten = shared.inflight.len(),
-            "could not write the last job outcomes: those jobs will run again after their lease"
-        );
-    }
-    background.cancel();
-    let _ = heartbeat.await;
-    for task in [listener, maintenance].into_iter().flatten() {
-        let _ = task.await;
-    }
-    tracing::info!(stats = ?shared.stats.snapshot(), "worker pool stopped");
 }
 
 #[cfg(test)]
