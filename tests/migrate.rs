@@ -264,3 +264,48 @@ async fn a_changed_function_file_is_applied_again_and_only_it() {
     migrate_schema(&q.pool, &q.schema).await.unwrap();
     assert_eq!(definition("harel_claim").await, claim_after);
 }
+
+/// A worker started on a schema that is not migrated for this release claims nothing and
+/// says why, instead of counting database errors for ever.
+#[tokio::test]
+async fn a_worker_on_a_schema_not_migrated_for_this_release_stops_and_says_so() {
+    let q = TestQueue::unmigrated().await;
+    let start = || {
+        Worker::builder(q.pool.clone(), Ran::default())
+            .register::<Legacy>()
+            .schema(q.schema.clone())
+            .build()
+            .unwrap()
+            .start()
+    };
+    let mut handle = start();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), handle.stopped())
+        .await
+        .expect("the pool stops on its own");
+    match stopped {
+        Err(harel_jobs::WorkerError::NotMigrated { schema, reason }) => {
+            assert_eq!(schema, q.schema.name());
+            assert!(reason.contains("run harel_jobs::migrate"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // migrated by the first release only: the same
+    migrate_as_the_first_release(&q).await;
+    let mut handle = start();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), handle.stopped()).await;
+    assert!(
+        matches!(
+            stopped,
+            Ok(Err(harel_jobs::WorkerError::NotMigrated { .. }))
+        ),
+        "{stopped:?}"
+    );
+
+    // migrated: it runs
+    migrate_schema(&q.pool, &q.schema).await.unwrap();
+    let handle = start();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!handle.is_finished());
+    handle.shutdown().await.unwrap();
+}

@@ -49,6 +49,14 @@ impl DatabaseError {
         }
     }
 
+    /// Whether the same operation may succeed if simply tried again: a connection failure
+    /// (see [`is_connection`](Self::is_connection)), a serialization failure (40001), a
+    /// deadlock (40P01) or a lock wait that timed out (55P03). Any other error means the
+    /// database refused the operation itself, and a retry would fail the same way.
+    pub fn is_transient(&self) -> bool {
+        self.is_connection() || matches!(self.code().as_deref(), Some("40001" | "40P01" | "55P03"))
+    }
+
     /// Whether PostgreSQL refused the operation for lack of privileges (SQLSTATE 42501).
     pub fn is_permission_denied(&self) -> bool {
         self.code().as_deref() == Some("42501")
@@ -228,6 +236,12 @@ impl TransportError {
     /// Whether retrying later can cure it (see [`DatabaseError::is_connection`]).
     pub fn is_connection(&self) -> bool {
         matches!(self, Self::Database(e) if e.is_connection())
+    }
+
+    /// Whether the same call may succeed if simply made again (see
+    /// [`DatabaseError::is_transient`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Database(e) if e.is_transient())
     }
 }
 

@@ -16,8 +16,9 @@
 --
 -- p_receipt makes a batch safe to send twice: what it applied is kept under that id, and a
 -- batch sent again under it (its reply was lost) is answered from the receipt, as
--- 'replayed', without touching anything. p_forget names the previous batch's receipt, whose
--- reply the caller has: it is deleted.
+-- 'replayed', without touching anything, even while the first send is still running (it
+-- waits for it). p_forget names the previous batch's receipt, whose reply the caller has:
+-- it is deleted.
 --
 -- Returns one row per input, in input order: its seq and 'applied', 'replayed' or 'lost'
 -- (the group is no longer leased to this token at this message: nothing changed).
@@ -78,10 +79,16 @@ BEGIN
     IF p_forget IS NOT NULL THEN
         DELETE FROM "harel".settle_receipts r WHERE r.receipt = p_forget;
     END IF;
+    -- Claim the receipt first: a send of the same batch still running holds it, and this
+    -- insert waits for that one to end. If it committed, the receipt is there: answer from
+    -- it, touching nothing.
     IF p_receipt IS NOT NULL THEN
-        SELECT r.applied INTO v_applied FROM "harel".settle_receipts r
-         WHERE r.receipt = p_receipt;
-        IF FOUND THEN
+        INSERT INTO "harel".settle_receipts (receipt, applied)
+        VALUES (p_receipt, '{}')
+        ON CONFLICT (receipt) DO NOTHING;
+        IF NOT FOUND THEN
+            SELECT r.applied INTO v_applied FROM "harel".settle_receipts r
+             WHERE r.receipt = p_receipt;
             RETURN QUERY
             SELECT x.seq, CASE WHEN x.applied THEN 'replayed' ELSE 'lost' END
               FROM unnest(p_seqs, v_applied) WITH ORDINALITY AS x(seq, applied, ord)
@@ -177,8 +184,8 @@ BEGIN
       FROM generate_series(1, v_count) AS x(ord)
       LEFT JOIN unnest(v_ords) AS a(ord) ON a.ord = x.ord;
     IF p_receipt IS NOT NULL THEN
-        INSERT INTO "harel".settle_receipts (receipt, applied)
-        VALUES (p_receipt, COALESCE(v_applied, '{}'));
+        UPDATE "harel".settle_receipts r SET applied = COALESCE(v_applied, '{}')
+         WHERE r.receipt = p_receipt;
     END IF;
 
     RETURN QUERY

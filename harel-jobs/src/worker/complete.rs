@@ -1,7 +1,14 @@
-//! The completer: writes job outcomes back in batches, one or two round trips per batch.
+//! The completer: writes job outcomes back in batches, one round trip per batch.
 //!
 //! It takes whatever outcomes are waiting when it is free (group commit): one outcome when
 //! the pool is quiet, hundreds per round trip under load, without a timer adding latency.
+//!
+//! A batch that fails in a way a retry can cure (the connection, a serialization failure, a
+//! deadlock) is sent again as it is, under the same [`Receipt`], so that a batch which did
+//! commit before its reply was lost is answered as already applied rather than applied
+//! twice. A batch the database refuses otherwise was rolled back as a whole: it is split in
+//! halves, so that one outcome the database cannot take does not hold up the others; alone,
+//! it becomes a plain dead letter (or, for an ack, is dropped and the job runs again).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,30 +17,12 @@ use tokio::sync::mpsc;
 
 use super::Shared;
 use super::connection::{OwnConnection, bounded};
+use super::outcome::Outcome;
 use super::supervise::{TaskResult, WorkerTask};
-use crate::transport::{Lease, LeaseOutcome, Settlement};
+use crate::error::TransportError;
+use crate::transport::{Lease, LeaseOutcome, Receipt, Settlement};
 
-/// What becomes of a job whose handler ended.
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    /// Ack it.
-    Succeeded,
-    /// Move it to the dead letters with this error.
-    DeadLetter(String),
-    /// Move it to the dead letters without having run it now: this many attempts were made.
-    GiveUp { error: String, attempts: u32 },
-    /// Park its group for `delay`, recording the error; the attempt counts.
-    Retry { delay: Duration, error: String },
-    /// Park its group for this long; the attempt does not count.
-    Snooze(Duration),
-    /// Give it back at once (shutdown).
-    Release {
-        count_attempt: bool,
-        reason: &'static str,
-    },
-}
-
-/// A job's lease and outcome.
+/// A job's lease and what the policy decided for it.
 #[derive(Debug)]
 pub(crate) struct Finished {
     pub lease: Lease,
@@ -48,127 +37,244 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let max_batch = shared.config.ack_batch;
     let mut batch = Vec::with_capacity(max_batch);
     // outcomes need no WAL-flush wait: see OwnConnection::without_commit_wait
-    let mut connection = OwnConnection::without_commit_wait(&shared.pool);
+    let mut writer = Writer::new(OwnConnection::without_commit_wait(&shared.pool));
     while receiver.recv_many(&mut batch, max_batch).await > 0 {
         shared.faults.check(WorkerTask::Completer)?;
-        flush(&shared, &mut connection, &mut batch).await;
+        flush(&shared, &mut writer, &mut batch).await;
     }
     // closed and drained
-    connection.close(shared.config.database_timeout).await;
+    writer
+        .connection
+        .close(shared.config.database_timeout)
+        .await;
     Ok(())
 }
 
-/// Writes one batch, retrying while the database is unreachable, and wakes the fetcher:
-/// acked groups may have more messages.
+/// Writes one batch and wakes the fetcher: settled groups may have more messages.
 async fn flush<S: Send + Sync + 'static>(
     shared: &Shared<S>,
-    connection: &mut OwnConnection,
+    writer: &mut Writer,
     batch: &mut Vec<Finished>,
 ) {
+    let mut outcomes = Vec::with_capacity(batch.len());
     let settlements: Vec<(Lease, Settlement)> = batch
         .drain(..)
-        .map(|settled| {
-            let settlement = match settled.outcome {
-                Outcome::Succeeded => Settlement::Ack,
-                Outcome::DeadLetter(error) => Settlement::dead_letter(error),
-                Outcome::GiveUp { error, attempts } => Settlement::DeadLetter {
-                    error,
-                    attempts: Some(attempts),
-                },
-                Outcome::Retry { delay, error } => Settlement::Release {
-                    delay,
-                    error: Some(error),
-                    count_attempt: true,
-                },
-                Outcome::Snooze(delay) => Settlement::Release {
-                    delay,
-                    error: None,
-                    count_attempt: false,
-                },
-                Outcome::Release {
-                    count_attempt,
-                    reason,
-                } => Settlement::Release {
-                    delay: Duration::ZERO,
-                    error: Some(reason.to_owned()),
-                    count_attempt,
-                },
-            };
-            (settled.lease, settlement)
+        .map(|finished| {
+            let settlement = finished.outcome.settlement();
+            outcomes.push(finished.outcome);
+            (finished.lease, settlement)
         })
         .collect();
-    let outcomes = write(shared, connection, &settlements).await;
-    for ((lease, settlement), outcome) in settlements.iter().zip(outcomes) {
+    let written = writer.write(shared, &settlements).await;
+    for (((lease, _), outcome), written) in settlements.iter().zip(&outcomes).zip(written) {
         shared.inflight.remove(lease.seq);
-        match (outcome.is_applied(), settlement) {
-            (true, Settlement::Ack) => shared.stats.succeeded(),
-            (true, Settlement::DeadLetter { .. }) => shared.stats.dead_lettered(),
-            (
-                true,
-                Settlement::Release {
-                    delay,
-                    count_attempt,
-                    ..
-                },
-            ) => {
-                if !delay.is_zero() {
-                    shared.wake_after(*delay);
+        match written {
+            Written::AsDecided(written) if written.is_applied() => {
+                if written == LeaseOutcome::AlreadyApplied {
+                    tracing::debug!(message_id = lease.seq, "outcome was already written");
                 }
-                if *count_attempt && !delay.is_zero() {
-                    shared.stats.retried();
-                } else if !delay.is_zero() {
-                    shared.stats.snoozed();
-                } else {
-                    shared.stats.released();
+                if let Some(wait) = outcome.wait() {
+                    shared.wake_after(wait);
                 }
+                shared.stats.settled(outcome);
             }
-            (false, _) => lost(shared, lease, "settle"),
+            Written::AsDeadLetter(written) if written.is_applied() => {
+                shared.stats.dead_lettered();
+            }
+            Written::AsDecided(_) | Written::AsDeadLetter(_) => lost(shared, lease),
+            Written::Dropped => shared.stats.outcome_dropped(),
         }
     }
     shared.wake.notify_one();
 }
 
-fn lost<S>(shared: &Shared<S>, lease: &Lease, operation: &str) {
+fn lost<S>(shared: &Shared<S>, lease: &Lease) {
     shared.stats.lease_lost();
     tracing::warn!(
         group = %lease.group,
         message_id = lease.seq,
-        operation,
         "lease lost before the outcome was written: another worker may run the job again"
     );
 }
 
-/// Runs a write until it succeeds. Connection failures are retried with backoff (up to
-/// 5 s apart) for as long as it takes: an outcome is never dropped while the worker lives.
-/// Any other error is retried too, after logging it, since dropping the outcome would only
-/// make the job run again after its lease.
-async fn write<S>(
-    shared: &Shared<S>,
-    connection: &mut OwnConnection,
-    settlements: &[(Lease, Settlement)],
-) -> Vec<LeaseOutcome> {
-    let mut backoff = Duration::from_millis(50);
-    loop {
+/// The completer's connection and the receipt of its next batch.
+struct Writer {
+    connection: OwnConnection,
+    receipt: Receipt,
+}
+
+/// What became of one outcome of a batch.
+#[derive(Clone, Copy, Debug)]
+enum Written {
+    /// Written as decided (or its lease was lost).
+    AsDecided(LeaseOutcome),
+    /// The database refused it: written as a plain dead letter instead.
+    AsDeadLetter(LeaseOutcome),
+    /// Refused even so: given up on; the job runs again after its lease.
+    Dropped,
+}
+
+/// How one attempt to write a batch ended.
+enum Attempt {
+    Written(Vec<LeaseOutcome>),
+    /// Worth sending again as it is: it may even have committed.
+    Transient(TransportError),
+    /// Refused, and rolled back as a whole.
+    Refused(TransportError),
+}
+
+impl Writer {
+    fn new(connection: OwnConnection) -> Self {
+        Self {
+            connection,
+            receipt: Receipt::new(),
+        }
+    }
+
+    /// Writes `settlements` and returns, in order, what became of each (see the module's
+    /// documentation). Transient failures are retried with
+    /// backoff (up to 5 s apart) for as long as the worker lives: shutdown gives up on them
+    /// (see `supervise.rs`).
+    async fn write<S>(
+        &mut self,
+        shared: &Shared<S>,
+        settlements: &[(Lease, Settlement)],
+    ) -> Vec<Written> {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.attempt(shared, settlements).await {
+                Attempt::Written(outcomes) => {
+                    return outcomes.into_iter().map(Written::AsDecided).collect();
+                }
+                Attempt::Transient(error) => {
+                    shared.stats.database_error();
+                    tracing::warn!(
+                        error = %error,
+                        outcomes = settlements.len(),
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "writing job outcomes failed, retrying"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Attempt::Refused(error) => {
+                    shared.stats.database_error();
+                    return Box::pin(self.split(shared, settlements, error)).await;
+                }
+            }
+        }
+    }
+
+    /// After the database refused `settlements` as a whole: writes each half on its own;
+    /// one outcome alone gets a last chance as a plain dead letter.
+    async fn split<S>(
+        &mut self,
+        shared: &Shared<S>,
+        settlements: &[(Lease, Settlement)],
+        error: TransportError,
+    ) -> Vec<Written> {
+        if let [(lease, settlement)] = settlements {
+            return vec![self.last_chance(shared, lease, settlement, &error).await];
+        }
+        tracing::warn!(
+            error = %error,
+            outcomes = settlements.len(),
+            "the database refused a batch of job outcomes: writing it in halves"
+        );
+        let (first, second) = settlements.split_at(settlements.len() / 2);
+        let mut written = self.write(shared, first).await;
+        written.extend(self.write(shared, second).await);
+        written
+    }
+
+    /// One outcome the database refused: a release or a dead letter is written again as a
+    /// dead letter whose error is ours alone; an ack is dropped (the job runs again).
+    async fn last_chance<S>(
+        &mut self,
+        shared: &Shared<S>,
+        lease: &Lease,
+        settlement: &Settlement,
+        error: &TransportError,
+    ) -> Written {
+        let code = match error {
+            TransportError::Database(error) => error.code().unwrap_or_default(),
+            _ => String::new(),
+        };
+        if *settlement == Settlement::Ack {
+            tracing::error!(
+                error = %error,
+                message_id = lease.seq,
+                "the database refused a job's ack: the outcome is dropped, the job will run again"
+            );
+            return Written::Dropped;
+        }
+        let fallback = Settlement::DeadLetter {
+            error: format!(
+                "its outcome could not be written (SQLSTATE {code}): kept as a dead letter"
+            ),
+            attempts: None,
+        };
+        tracing::error!(
+            error = %error,
+            message_id = lease.seq,
+            "the database refused a job's outcome: moving the job to the dead letters"
+        );
+        let fallback = [(lease.clone(), fallback)];
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.attempt(shared, &fallback).await {
+                Attempt::Written(mut outcomes) => {
+                    return outcomes
+                        .pop()
+                        .map_or(Written::Dropped, Written::AsDeadLetter);
+                }
+                Attempt::Transient(_) => {
+                    shared.stats.database_error();
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Attempt::Refused(error) => {
+                    shared.stats.database_error();
+                    tracing::error!(
+                        error = %error,
+                        message_id = lease.seq,
+                        "not even as a dead letter: the outcome is dropped, the job will run again"
+                    );
+                    return Written::Dropped;
+                }
+            }
+        }
+    }
+
+    /// One round trip, bounded by the database timeout.
+    async fn attempt<S>(
+        &mut self,
+        shared: &Shared<S>,
+        settlements: &[(Lease, Settlement)],
+    ) -> Attempt {
         let limit = shared.config.database_timeout;
-        let attempt = async {
-            let connection = connection.get().await?;
+        let receipt = self.receipt;
+        let call = async {
+            let connection = self.connection.get().await?;
             shared
                 .transport
-                .settle_many(connection, settlements, None)
+                .settle_many(connection, settlements, Some(&receipt))
                 .await
         };
-        match bounded(limit, attempt).await {
-            Ok(outcomes) => return outcomes,
+        match bounded(limit, call).await {
+            Ok(outcomes) => {
+                self.receipt = receipt.next();
+                Attempt::Written(outcomes)
+            }
+            Err(error) if error.is_transient() => {
+                // keep the receipt: the batch may have committed
+                self.connection.reset();
+                Attempt::Transient(error)
+            }
             Err(error) => {
-                connection.reset();
-                shared.stats.database_error();
-                tracing::warn!(
-                    error = %error,
-                    retry_in_ms = backoff.as_millis() as u64,
-                    "writing job outcomes failed, retrying"
-                );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                // rolled back: its receipt was never kept
+                self.receipt = receipt.next();
+                Attempt::Refused(error)
             }
         }
     }

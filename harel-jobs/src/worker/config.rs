@@ -67,6 +67,14 @@ impl Default for WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// The limits of a job type that sets none of its own.
+    pub fn limits(&self) -> super::outcome::Limits {
+        super::outcome::Limits {
+            max_attempts: self.max_attempts,
+            backoff: self.backoff,
+        }
+    }
+
     /// The heartbeat interval: the configured one, or a third of the lease.
     pub fn heartbeat_interval(&self) -> Duration {
         self.heartbeat.unwrap_or(self.lease / 3)

@@ -11,11 +11,11 @@ use futures_util::FutureExt;
 use tracing::Instrument;
 
 use super::Shared;
-use super::complete::{Finished, Outcome};
+use super::complete::Finished;
+use super::outcome::{Attempted, Limits, Outcome, decide};
 use crate::context::{Execution, JobContext};
 use crate::job_error::{Action, JobResult};
-use crate::retry::Backoff;
-use crate::transport::ClaimedMessage;
+use crate::transport::{ClaimedMessage, MAX_DELAY};
 
 /// Waits for a handler slot, runs one claimed job to its settlement, then hands the
 /// settlement to the completer. A job still waiting for a slot when shutdown begins is given
@@ -42,31 +42,27 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         slot = Arc::clone(&shared.slots).acquire_owned() => slot.ok(),
         () = shared.stop_claiming.cancelled() => None,
     };
-    let outcome = match slot {
+    let (attempted, limits) = match slot {
         Some(_slot) => {
-            // a panic anywhere on the job's path is a failed attempt (`decide` catches the
-            // ones it can attribute; this net catches the rest, with the pool's defaults)
-            let decided = AssertUnwindSafe(decide(&shared, &message, cancel))
+            // a panic anywhere on the job's path is a failed attempt (`attempt` catches the
+            // ones it can attribute; this net catches the rest, with the pool's limits)
+            let attempted = AssertUnwindSafe(attempt(&shared, &message, cancel))
                 .catch_unwind()
                 .instrument(span.clone())
                 .await;
-            decided.unwrap_or_else(|panic| {
-                let _entered = span.enter();
-                let config = &shared.config;
+            attempted.unwrap_or_else(|panic| {
                 let error = format!("job panicked: {}", panic_message(&*panic));
-                failed(
-                    message.attempt,
-                    config.max_attempts,
-                    None,
-                    &config.backoff,
-                    error,
-                )
+                (Attempted::failed(error), shared.config.limits())
             })
         }
-        None => Outcome::Release {
-            count_attempt: false,
-            reason: "the worker shut down before the job started",
-        },
+        None => (
+            Attempted::Interrupted { started: false },
+            shared.config.limits(),
+        ),
+    };
+    let outcome = {
+        let _entered = span.enter();
+        decided(message.attempt, limits, attempted)
     };
     let _entered = span.enter();
     if !shared.inflight.settle(seq) {
@@ -94,39 +90,34 @@ enum Interrupted {
     TimedOut(Duration),
 }
 
-async fn decide<S: Send + Sync + 'static>(
+/// Runs one attempt of `message` (unless it is out of attempts) and says what it came to,
+/// with the limits of its job type.
+async fn attempt<S: Send + Sync + 'static>(
     shared: &Shared<S>,
     message: &ClaimedMessage,
     cancel: tokio_util::sync::CancellationToken,
-) -> Outcome {
+) -> (Attempted, Limits) {
     let config = &shared.config;
-    let attempt = message.attempt;
     let Some(handler) = shared.registry.get(&message.kind) else {
         // maybe a newer worker knows it (rolling deploy): retry like a failure
         let error = format!("no handler registered for job kind {:?}", message.kind);
-        return failed(attempt, config.max_attempts, None, &config.backoff, error);
+        return (Attempted::failed(error), config.limits());
     };
     let options = handler.options();
-    let max_attempts = options.max_attempts.unwrap_or(config.max_attempts);
-    let backoff = options.backoff.unwrap_or(config.backoff);
-    if attempt > max_attempts {
-        let made = attempt - 1;
-        let error = format!(
-            "attempt {made} of {max_attempts} never reported a result (its worker stopped or crashed)"
-        );
-        tracing::error!(error = %error, "job failed for good: moved to the dead letters");
-        return Outcome::GiveUp {
-            error,
-            attempts: made,
-        };
+    let limits = Limits {
+        max_attempts: options.max_attempts.unwrap_or(config.max_attempts),
+        backoff: options.backoff.unwrap_or(config.backoff),
+    };
+    if message.attempt > limits.max_attempts {
+        return (Attempted::OutOfAttempts, limits);
     }
 
     let execution = Execution {
         kind: message.kind.clone(),
         group: message.lease.group.clone(),
         message_id: message.lease.seq,
-        attempt,
-        max_attempts,
+        attempt: message.attempt,
+        max_attempts: limits.max_attempts,
         cancel: cancel.clone(),
     };
     let ctx = JobContext::new(Arc::clone(&shared.state), Arc::new(execution));
@@ -136,14 +127,15 @@ async fn decide<S: Send + Sync + 'static>(
     let future = match started {
         Ok(Ok(future)) => future,
         Ok(Err(error)) => {
-            return dead(format!(
+            let error = format!(
                 "payload does not decode as job kind {:?}: {error}",
                 message.kind
-            ));
+            );
+            return (Attempted::Permanent { error }, limits);
         }
         Err(panic) => {
             let error = format!("decoding the payload panicked: {}", panic_message(&*panic));
-            return failed(attempt, max_attempts, None, &backoff, error);
+            return (Attempted::failed(error), limits);
         }
     };
 
@@ -163,71 +155,69 @@ async fn decide<S: Send + Sync + 'static>(
         biased;
         result = guarded => result,
         () = shared.hard_stop.cancelled() => {
-            return Outcome::Release {
-                count_attempt: true,
-                reason: "the worker shut down before the job finished",
-            };
+            return (Attempted::Interrupted { started: true }, limits);
         }
     };
     shared.record_run_time(started.elapsed());
-    let elapsed_ms = started.elapsed().as_millis() as u64;
+    tracing::debug!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "handler ended"
+    );
 
-    match result {
-        Ok(Ok(())) => {
-            tracing::debug!(elapsed_ms, "job succeeded");
-            Outcome::Succeeded
-        }
+    let attempted = match result {
+        Ok(Ok(())) => Attempted::Succeeded,
         Ok(Err(error)) => match error.action() {
-            Action::Permanent => dead(error.chain()),
-            Action::Retry(after) => failed(attempt, max_attempts, after, &backoff, error.chain()),
-            Action::Snooze(delay) => {
-                tracing::debug!(snooze_ms = delay.as_millis() as u64, "job snoozed");
-                Outcome::Snooze(delay)
-            }
+            Action::Permanent => Attempted::Permanent {
+                error: error.chain(),
+            },
+            Action::Retry(retry_after) => Attempted::Failed {
+                error: error.chain(),
+                retry_after,
+            },
+            Action::Snooze(delay) => Attempted::Snoozed(delay),
         },
-        Err(Interrupted::Panicked(text)) => failed(
-            attempt,
-            max_attempts,
-            None,
-            &backoff,
-            format!("handler panicked: {text}"),
-        ),
+        Err(Interrupted::Panicked(text)) => Attempted::failed(format!("handler panicked: {text}")),
         Err(Interrupted::TimedOut(limit)) => {
             cancel.cancel();
-            failed(
-                attempt,
-                max_attempts,
-                None,
-                &backoff,
-                format!("timed out after {limit:?}"),
-            )
+            Attempted::failed(format!("timed out after {limit:?}"))
+        }
+    };
+    (attempted, limits)
+}
+
+/// The policy's decision for `attempted`, logged.
+fn decided(attempt: u32, limits: Limits, attempted: Attempted) -> Outcome {
+    if let Attempted::Snoozed(delay)
+    | Attempted::Failed {
+        retry_after: Some(delay),
+        ..
+    } = &attempted
+        && *delay > MAX_DELAY
+    {
+        tracing::warn!(
+            asked_ms = delay.as_millis() as u64,
+            "the handler asked for a delay over the maximum of 100 years: cut to it"
+        );
+    }
+    let outcome = decide(attempt, limits, attempted, rand::random());
+    match &outcome {
+        Outcome::Succeeded => tracing::debug!("job succeeded"),
+        Outcome::Retry { delay, error } => tracing::warn!(
+            error = %error,
+            retry_in_ms = delay.as_millis() as u64,
+            "job failed, will retry"
+        ),
+        Outcome::Dead { error, .. } => {
+            tracing::error!(error = %error, "job failed for good: moved to the dead letters");
+        }
+        Outcome::Snooze(delay) => {
+            tracing::debug!(snooze_ms = delay.as_millis() as u64, "job snoozed");
+        }
+        Outcome::Released { started } => {
+            tracing::debug!(started, "job given back: the worker is shutting down");
         }
     }
-}
-
-/// A failed attempt: retried after its delay while attempts remain, else a dead letter.
-fn failed(
-    attempt: u32,
-    max_attempts: u32,
-    after: Option<Duration>,
-    backoff: &Backoff,
-    error: String,
-) -> Outcome {
-    if attempt >= max_attempts {
-        return dead(format!("{error} (attempt {attempt} of {max_attempts})"));
-    }
-    let delay = after.unwrap_or_else(|| backoff.delay_random(attempt));
-    tracing::warn!(
-        error = %error,
-        retry_in_ms = delay.as_millis() as u64,
-        "job failed, will retry"
-    );
-    Outcome::Retry { delay, error }
-}
-
-fn dead(error: String) -> Outcome {
-    tracing::error!(error = %error, "job failed for good: moved to the dead letters");
-    Outcome::DeadLetter(error)
+    outcome
 }
 
 /// The text of a panic payload (`&str` or `String`, as `panic!` makes them).
@@ -244,26 +234,6 @@ pub(super) fn panic_message(panic: &(dyn Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failure_retries_until_the_last_attempt() {
-        let backoff = Backoff::fixed(Duration::from_secs(4));
-        match failed(1, 3, None, &backoff, "boom".into()) {
-            Outcome::Retry { delay, error } => {
-                assert!(delay >= Duration::from_secs(3) && delay <= Duration::from_secs(4));
-                assert_eq!(error, "boom");
-            }
-            other => panic!("{other:?}"),
-        }
-        match failed(2, 3, Some(Duration::from_millis(5)), &backoff, "x".into()) {
-            Outcome::Retry { delay, .. } => assert_eq!(delay, Duration::from_millis(5)),
-            other => panic!("{other:?}"),
-        }
-        match failed(3, 3, None, &backoff, "boom".into()) {
-            Outcome::DeadLetter(error) => assert_eq!(error, "boom (attempt 3 of 3)"),
-            other => panic!("{other:?}"),
-        }
-    }
 
     #[test]
     fn panic_messages() {

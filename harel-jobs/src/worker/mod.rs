@@ -29,6 +29,7 @@ mod heartbeat;
 mod inflight;
 mod listen;
 mod maintain;
+mod outcome;
 mod registry;
 mod stats;
 mod supervise;
@@ -409,6 +410,16 @@ pub enum WorkerError {
     OutcomesNotWritten {
         /// How many jobs.
         count: usize,
+    },
+    /// The pool did not start: its schema is not migrated for this release (not at all, by
+    /// an older release, or by a newer one), so it claimed nothing. Run
+    /// [`migrate`](crate::migrate()) as the queue's owner, then start the pool again.
+    #[error("worker pool not started on schema {schema:?}: {reason}")]
+    NotMigrated {
+        /// The schema.
+        schema: String,
+        /// What `migrate` found (see [`MigrateError`](crate::MigrateError)).
+        reason: String,
     },
     /// The pool's supervisor did not run to its end: it panicked (in the pool's code or in
     /// code it calls, such as a tracing subscriber), or the Tokio runtime it ran on shut

@@ -2,6 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::outcome::Outcome;
+
 /// A snapshot of a worker pool's counters since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -20,8 +22,12 @@ pub struct WorkerStats {
     pub released: u64,
     /// Leases found lost (by the heartbeat or when writing an outcome).
     pub leases_lost: u64,
-    /// Database operations that failed (and were retried).
+    /// Database operations that failed (and were retried, or split: see
+    /// `outcomes_dropped`).
     pub database_errors: u64,
+    /// Outcomes the database refused even alone (and, but for acks, as a plain dead
+    /// letter): their jobs run again after their lease. Logged as errors.
+    pub outcomes_dropped: u64,
 }
 
 /// The live counters.
@@ -35,6 +41,7 @@ pub(crate) struct Stats {
     released: AtomicU64,
     leases_lost: AtomicU64,
     database_errors: AtomicU64,
+    outcomes_dropped: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64, by: u64) {
@@ -45,17 +52,22 @@ impl Stats {
     pub fn claimed(&self, n: u64) {
         bump(&self.claimed, n);
     }
-    pub fn succeeded(&self) {
-        bump(&self.succeeded, 1);
-    }
-    pub fn retried(&self) {
-        bump(&self.retried, 1);
-    }
-    pub fn snoozed(&self) {
-        bump(&self.snoozed, 1);
+    /// An outcome was written: counted by what it was.
+    pub fn settled(&self, outcome: &Outcome) {
+        let counter = match outcome {
+            Outcome::Succeeded => &self.succeeded,
+            Outcome::Retry { .. } => &self.retried,
+            Outcome::Snooze(_) => &self.snoozed,
+            Outcome::Dead { .. } => &self.dead_lettered,
+            Outcome::Released { .. } => &self.released,
+        };
+        bump(counter, 1);
     }
     pub fn dead_lettered(&self) {
         bump(&self.dead_lettered, 1);
+    }
+    pub fn outcome_dropped(&self) {
+        bump(&self.outcomes_dropped, 1);
     }
     pub fn released(&self) {
         bump(&self.released, 1);
@@ -78,6 +90,7 @@ impl Stats {
             released: read(&self.released),
             leases_lost: read(&self.leases_lost),
             database_errors: read(&self.database_errors),
+            outcomes_dropped: read(&self.outcomes_dropped),
         }
     }
 }

@@ -31,6 +31,9 @@ use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::error::MigrateError;
+
+use super::connection::bounded;
 use super::execute::panic_message;
 use super::{Shared, WorkerError, complete, fetch, heartbeat, listen, maintain};
 
@@ -163,12 +166,59 @@ impl Failure {
     }
 }
 
+/// Checks, before the pool claims anything, that its schema is migrated for this release.
+/// While the database cannot be reached it keeps trying (logged), as the fetcher would;
+/// shutdown ends the wait (`Ok(false)`).
+async fn check_schema<S>(shared: &Shared<S>) -> Result<bool, WorkerError> {
+    let schema = &shared.config.schema;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let checked = bounded(
+            shared.config.database_timeout,
+            crate::migrate::check_schema(&shared.pool, schema),
+        )
+        .await;
+        let error = match checked {
+            Ok(()) => return Ok(true),
+            Err(MigrateError::Database(error)) if error.is_transient() => error,
+            Err(error) => {
+                tracing::error!(
+                    schema = schema.name(),
+                    error = %error,
+                    "the queue's schema is not ready for this worker: not starting"
+                );
+                return Err(WorkerError::NotMigrated {
+                    schema: schema.name().to_owned(),
+                    reason: error.to_string(),
+                });
+            }
+        };
+        shared.stats.database_error();
+        tracing::warn!(
+            schema = schema.name(),
+            error = %error,
+            retry_in_ms = backoff.as_millis() as u64,
+            "cannot check the queue's schema yet, retrying"
+        );
+        tokio::select! {
+            () = shared.stop_claiming.cancelled() => return Ok(false),
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
 /// Starts the pool's tasks, watches them, and once shutdown begins (asked for, or because a
 /// task failed) stops them in order.
 pub(super) async fn supervise<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
 ) -> Result<(), WorkerError> {
     use WorkerTask::{Completer, Fetcher, Heartbeat, Listener, Maintenance};
+
+    // nothing runs against a schema this release cannot work with
+    if !check_schema(&shared).await? {
+        return Ok(()); // shut down before the database answered
+    }
 
     let jobs = TaskTracker::new();
     let background = CancellationToken::new();
