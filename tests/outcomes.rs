@@ -298,6 +298,7 @@ async fn a_batch_slower_than_the_roles_statement_timeout_is_split_until_it_lands
     })
     .await;
     let worker = handle.shutdown().await.unwrap();
+    eprintln!("statement_timeout: {worker:?}");
     assert_eq!(worker.dead_lettered, JOBS as u64, "{worker:?}");
     assert!(
         worker.database_errors >= 1,
@@ -334,6 +335,7 @@ async fn a_batch_whose_reply_is_lost_after_it_committed_is_answered_from_its_rec
     })
     .await;
     let worker = handle.shutdown().await.unwrap();
+    eprintln!("reply lost: {worker:?}");
     assert_eq!(ran.count(), 1);
     assert!(
         worker.database_errors >= 1,

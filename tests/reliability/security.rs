@@ -284,7 +284,9 @@ async fn security_the_dsn_password_never_appears_in_logs_errors_or_debug_output(
         format!(
             "CREATE ROLE harel_secret LOGIN PASSWORD '{password}';
              GRANT USAGE ON SCHEMA harel, rel TO harel_secret;
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA harel, rel TO harel_secret;"
+             GRANT EXECUTE ON FUNCTION harel.harel_claim, harel.harel_settle, harel.harel_extend,
+                   harel.harel_maintain TO harel_secret;
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rel TO harel_secret;"
         ),
     )
     .await;
