@@ -12,7 +12,7 @@
 //! with `#` are context (machine, server settings, checks, evidence).
 //!
 //! Scenarios (default `all`, in this order): `enqueue`, `drain`, `grouped`, `steady`,
-//! `depth`, `soak`, `ceiling`, `rss`, `profile`. See BENCHMARKS.md for what each measures.
+//! `depth`, `soak`, `ceiling`, `floor`, `rss`, `profile`. See BENCHMARKS.md for what each measures.
 
 mod ceiling;
 mod db;
@@ -20,6 +20,7 @@ mod depth;
 mod drain;
 mod enqueue;
 mod env;
+mod floor;
 mod jobs;
 mod pgbench;
 mod profile;
@@ -52,7 +53,7 @@ macro_rules! bail {
 }
 
 const SCENARIOS: &[&str] = &[
-    "enqueue", "drain", "grouped", "steady", "depth", "soak", "ceiling", "rss", "profile",
+    "enqueue", "drain", "grouped", "steady", "depth", "soak", "ceiling", "floor", "rss", "profile",
 ];
 
 /// What every scenario gets.
@@ -229,6 +230,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "depth" => depth::run(&ctx).await?,
             "soak" => soak::run(&ctx).await?,
             "ceiling" => ceiling::run(&ctx).await?,
+            "floor" => floor::run(&ctx).await?,
             "rss" => rss::run(&ctx).await?,
             "profile" => profile::run(&ctx).await?,
             other => bail!("unknown scenario {other}"),
