@@ -26,10 +26,10 @@ use crate::{Ctx, Res, bail};
 type Runs = (u64, Vec<f64>, Vec<f64>, Vec<f64>);
 
 /// The worker pool's connections busy at once while draining: fetcher + completer.
-const POOL_STREAMS: u32 = 2;
+pub const POOL_STREAMS: u32 = 2;
 
 /// Fresh fill of `fill` single-message groups; returns it.
-async fn refill(ctx: &Ctx, fill: u64) -> Res<u64> {
+pub async fn refill(ctx: &Ctx, fill: u64) -> Res<u64> {
     prepare(&ctx.pool, async || {
         fill_single(&ctx.fill_pool, &ctx.transport, fill).await
     })
@@ -37,7 +37,7 @@ async fn refill(ctx: &Ctx, fill: u64) -> Res<u64> {
 }
 
 /// Checks that exactly `consumed` of `fill` messages are gone.
-async fn expect_left(ctx: &Ctx, fill: u64, consumed: u64, what: &str) -> Res<()> {
+pub async fn expect_left(ctx: &Ctx, fill: u64, consumed: u64, what: &str) -> Res<()> {
     let (messages, groups, dead) = counts(&ctx.pool).await?;
     let left = (fill - consumed) as i64;
     if messages != left || groups != left || dead != 0 {
@@ -63,7 +63,8 @@ async fn pgbench_unbatched(ctx: &Ctx, m: u64) -> Res<f64> {
     Ok(run.tps)
 }
 
-async fn ours_batched(ctx: &Ctx, pool: &PgPool, k: usize, fill: u64) -> Res<f64> {
+/// jobs/s of the worker pool at concurrency `k` draining a fresh fill of `fill` jobs.
+pub async fn ours_batched(ctx: &Ctx, pool: &PgPool, k: usize, fill: u64) -> Res<f64> {
     let n = refill(ctx, fill).await?;
     let probe = Probe::new();
     let outcome = queue::drain(pool, probe.clone(), k, n).await?;
@@ -78,20 +79,11 @@ async fn ours_batched(ctx: &Ctx, pool: &PgPool, k: usize, fill: u64) -> Res<f64>
 }
 
 /// jobs/s of pgbench claiming and acking `k` per transaction with `clients` clients.
-async fn pgbench_batched(ctx: &Ctx, k: u64, clients: u32, fill: u64) -> Res<f64> {
+pub async fn pgbench_batched(ctx: &Ctx, k: u64, clients: u32, fill: u64) -> Res<f64> {
     let n = refill(ctx, fill).await?;
-    // leave a margin so no claim ever comes back short
-    let per_client = (n * 98 / 100) / (k * u64::from(clients));
-    let run = pgbench::run(
-        &ctx.url,
-        CLAIM_ACK_BATCH,
-        clients,
-        per_client,
-        &[("k", k.to_string())],
-    )
-    .await?;
-    expect_left(ctx, n, run.processed * k, "pgbench batched").await?;
-    Ok(run.tps * k as f64)
+    let run = pgbench::run_batched(&ctx.url, CLAIM_ACK_BATCH, k, clients, n).await?;
+    expect_left(ctx, n, run.jobs, "pgbench batched").await?;
+    Ok(run.jobs_per_s)
 }
 
 pub async fn run(ctx: &Ctx) -> Res<()> {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use harel_jobs::{Handler, Job, JobContext, JobResult};
 use serde::{Deserialize, Serialize};
@@ -27,6 +27,8 @@ pub struct Probe {
     pub record: AtomicBool,
     /// (enqueue instant in µs since the epoch, delay in µs)
     pub delays: Mutex<Vec<(u64, u64)>>,
+    /// How long each [`Stamped`] handler works (sleeps) after recording its start.
+    pub work: Duration,
 }
 
 pub type State = Arc<Probe>;
@@ -39,6 +41,16 @@ impl Probe {
     pub fn with_stamps(every: u64) -> State {
         Arc::new(Probe {
             stamp_every: every,
+            ..Probe::default()
+        })
+    }
+
+    /// Records the enqueue→start delays of [`Stamped`] jobs, whose handlers then work
+    /// (sleep) for `work`.
+    pub fn recording(work: Duration) -> State {
+        Arc::new(Probe {
+            record: AtomicBool::new(true),
+            work,
             ..Probe::default()
         })
     }
@@ -100,7 +112,8 @@ impl Handler<State> for Noop {
     }
 }
 
-/// A job carrying the instant it was enqueued; its handler records the delay to its start.
+/// A job carrying the instant it was enqueued; its handler records the delay to its start,
+/// then works for the probe's [`work`](Probe::work).
 #[derive(Serialize, Deserialize)]
 pub struct Stamped {
     pub at_us: u64,
@@ -121,6 +134,9 @@ impl Handler<State> for Stamped {
                 .lock()
                 .unwrap()
                 .push((self.at_us, now.saturating_sub(self.at_us)));
+        }
+        if !probe.work.is_zero() {
+            tokio::time::sleep(probe.work).await;
         }
         Ok(())
     }

@@ -12,7 +12,9 @@
 //! with `#` are context (machine, server settings, checks, evidence).
 //!
 //! Scenarios (default `all`, in this order): `enqueue`, `drain`, `grouped`, `steady`,
-//! `depth`, `soak`, `ceiling`, `rss`, `profile`. See BENCHMARKS.md for what each measures.
+//! `depth`, `soak`, `ceiling`, `floor`, `rss`, `profile`; by name only: `horizon`
+//! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`). See BENCHMARKS.md for what
+//! each measures.
 
 mod ceiling;
 mod db;
@@ -20,6 +22,8 @@ mod depth;
 mod drain;
 mod enqueue;
 mod env;
+mod floor;
+mod horizon;
 mod jobs;
 mod pgbench;
 mod profile;
@@ -52,8 +56,11 @@ macro_rules! bail {
 }
 
 const SCENARIOS: &[&str] = &[
-    "enqueue", "drain", "grouped", "steady", "depth", "soak", "ceiling", "rss", "profile",
+    "enqueue", "drain", "grouped", "steady", "depth", "soak", "ceiling", "floor", "rss", "profile",
 ];
+/// Scenarios run only when named (not part of `all`): `horizon` takes 20 minutes at its
+/// defaults, and hours with `--minutes 60`.
+const BY_NAME_ONLY: &[&str] = &["horizon"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -73,6 +80,8 @@ pub struct Ctx {
     pub runs: usize,
     /// The figures printed so far.
     pub report: Report,
+    /// The horizon scenario's settings.
+    pub horizon: horizon::Options,
 }
 
 impl Ctx {
@@ -86,13 +95,17 @@ struct Args {
     scenarios: Vec<&'static str>,
     quick: bool,
     runs: usize,
+    horizon: horizon::Options,
 }
 
 fn usage() -> String {
     format!(
-        "usage: bench [scenario] [--quick] [--runs N]\n  scenarios: all (default), {}\n  \
-         env: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres)",
-        SCENARIOS.join(", ")
+        "usage: bench [scenario] [--quick] [--runs N]\n  scenarios: all (default), {}; by name \
+         only: {}\n  horizon: [--minutes M (each phase; fractions allowed)] [--rate R[,R…]] \
+         [--handler-ms MS]\n  env: DATABASE_URL (default \
+         postgres://postgres@127.0.0.1:5432/postgres)",
+        SCENARIOS.join(", "),
+        BY_NAME_ONLY.join(", ")
     )
 }
 
@@ -100,6 +113,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
     let mut scenarios = Vec::new();
     let mut quick = false;
     let mut runs = 3;
+    let mut horizon = horizon::Options::default();
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         match arg.as_str() {
@@ -111,9 +125,34 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                     .filter(|n| *n >= 1)
                     .ok_or("--runs needs a number >= 1")?;
             }
+            "--minutes" => {
+                horizon.minutes = Some(
+                    iter.next()
+                        .and_then(|m| m.parse::<f64>().ok())
+                        .filter(|m| m.is_finite() && *m > 0.0)
+                        .ok_or("--minutes needs a number of minutes > 0 (fractions allowed)")?,
+                );
+            }
+            "--rate" => {
+                let rates: Option<Vec<u64>> = iter.next().and_then(|list| {
+                    list.split(',')
+                        .map(|r| r.trim().parse().ok().filter(|r| *r >= 1))
+                        .collect()
+                });
+                horizon.rates =
+                    Some(rates.ok_or("--rate needs jobs/s >= 1, or a list: --rate 1000,5000")?);
+            }
+            "--handler-ms" => {
+                horizon.handler_ms = Some(
+                    iter.next()
+                        .and_then(|m| m.parse::<f64>().ok())
+                        .filter(|m| m.is_finite() && *m >= 0.0)
+                        .ok_or("--handler-ms needs a number of ms >= 0")?,
+                );
+            }
             "-h" | "--help" => return Err(usage()),
             "all" => scenarios.extend_from_slice(SCENARIOS),
-            name => match SCENARIOS.iter().find(|s| **s == name) {
+            name => match SCENARIOS.iter().chain(BY_NAME_ONLY).find(|s| **s == name) {
                 Some(s) => scenarios.push(*s),
                 None => return Err(format!("unknown argument {name:?}\n{}", usage())),
             },
@@ -126,6 +165,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         scenarios,
         quick,
         runs,
+        horizon,
     })
 }
 
@@ -204,6 +244,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
         quick: args.quick,
         runs: args.runs,
         report: Report::default(),
+        horizon: args.horizon.clone(),
     };
     env::print(&ctx).await?;
     println!(
@@ -229,6 +270,8 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "depth" => depth::run(&ctx).await?,
             "soak" => soak::run(&ctx).await?,
             "ceiling" => ceiling::run(&ctx).await?,
+            "floor" => floor::run(&ctx).await?,
+            "horizon" => horizon::run(&ctx).await?,
             "rss" => rss::run(&ctx).await?,
             "profile" => profile::run(&ctx).await?,
             other => bail!("unknown scenario {other}"),

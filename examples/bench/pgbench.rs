@@ -13,6 +13,12 @@ pub const CLAIM_ACK_BATCH: (&str, &str) = (
     include_str!("pgbench/claim_ack_batch.sql"),
 );
 
+/// The floor scenario's script: one lease of `:k` jobs + one delete of them per transaction,
+/// on `public.floor_jobs` ([`FLOOR_TABLE`]).
+pub const FLOOR: (&str, &str) = ("floor.sql", include_str!("pgbench/floor.sql"));
+/// The table [`FLOOR`] runs on, and its index.
+pub const FLOOR_TABLE: &str = include_str!("pgbench/floor_table.sql");
+
 /// Whether pgbench can be run.
 pub fn available() -> bool {
     std::process::Command::new("pgbench")
@@ -107,4 +113,30 @@ pub async fn run(
         );
     }
     Ok(PgbenchRun { tps, processed })
+}
+
+/// What a run of a batched script (`:k` jobs per transaction) did.
+pub struct BatchedRun {
+    /// Jobs completed: transactions × k.
+    pub jobs: u64,
+    /// Jobs per second.
+    pub jobs_per_s: f64,
+}
+
+/// Runs a script that completes `k` jobs per transaction (`-D k=…`) with `clients`
+/// clients on a queue filled with `n` jobs, using 98% of them: a margin, so that no
+/// transaction ever finds fewer than `k` (the scripts fail when they do).
+pub async fn run_batched(
+    url: &str,
+    script: (&str, &str),
+    k: u64,
+    clients: u32,
+    n: u64,
+) -> Res<BatchedRun> {
+    let per_client = (n * 98 / 100) / (k * u64::from(clients));
+    let run = run(url, script, clients, per_client, &[("k", k.to_string())]).await?;
+    Ok(BatchedRun {
+        jobs: run.processed * k,
+        jobs_per_s: run.tps * k as f64,
+    })
 }

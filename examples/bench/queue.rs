@@ -7,7 +7,7 @@ use harel_jobs::transport::{OutgoingMessage, Transport};
 use harel_jobs::{Job, Worker, WorkerStats};
 use sqlx::PgPool;
 
-use crate::jobs::{Noop, Stamped, State};
+use crate::jobs::{Noop, Probe, Stamped, State};
 use crate::{Res, bail};
 
 /// Messages per `publish_many` round trip when filling.
@@ -205,4 +205,41 @@ pub async fn wait_for_acks(
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// After the producers of `total` jobs stopped: waits for every handler to have started
+/// (failing after 60 s without progress), then for the pool to ack them all; shuts the pool
+/// down and checks that each job ran once and the queue is empty. Returns the time from
+/// the call to the last handler start (how long the backlog took to drain).
+pub async fn finish(
+    pool: &PgPool,
+    handle: harel_jobs::WorkerHandle,
+    probe: &Probe,
+    total: u64,
+    what: &str,
+) -> Res<Duration> {
+    let waiting = Instant::now();
+    let mut last = (probe.started(), Instant::now());
+    while probe.started() < total {
+        let started = probe.started();
+        if started != last.0 {
+            last = (started, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(60) {
+            bail!("{what}: stuck at {started} of {total} jobs started");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let drained = waiting.elapsed();
+    wait_for_acks(&handle, total, waiting).await?;
+    let stats = handle.shutdown().await?;
+    note_errors(&stats, what);
+    expect_empty(pool, what).await?;
+    if stats.succeeded != total || probe.started() != total {
+        bail!(
+            "{what}: {total} published, {} acked, {} handler runs",
+            stats.succeeded,
+            probe.started()
+        );
+    }
+    Ok(drained)
 }

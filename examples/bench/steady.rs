@@ -18,7 +18,7 @@ use sqlx::postgres::PgListener;
 
 use crate::db;
 use crate::jobs::{Probe, Stamped, now_us};
-use crate::queue::{expect_empty, reset, worker};
+use crate::queue::{finish, reset, worker};
 use crate::report::{Target, quantile};
 use crate::{Ctx, Res, bail};
 
@@ -76,14 +76,21 @@ struct SteadyRun {
     backlog_drained_s: f64,
 }
 
-/// One producer: sends `rate` jobs/s from `start` until `end`.
-async fn produce(
+/// (enqueue instant in µs since the epoch, its round trip in µs), per producer round trip.
+pub type RoundTrips = Arc<Mutex<Vec<(u64, u64)>>>;
+
+/// One producer: sends `rate` jobs/s from `start` until `end`, each job stamped with its
+/// enqueue time ([`Stamped`]). When it runs behind, it sends the jobs that fell due in one
+/// `JobBatch` of at most `max_batch` (1: only single-job `Enqueue`s, one after another until
+/// it has caught up). Records each round trip in `round_trips` if given.
+pub async fn produce(
     pool: PgPool,
     rate: f64,
     start: Instant,
     end: Instant,
     published: Arc<AtomicU64>,
-    round_trips: Arc<Mutex<Vec<(u64, u64)>>>,
+    round_trips: Option<RoundTrips>,
+    max_batch: u64,
 ) -> Res<()> {
     tokio::time::sleep_until(start.into()).await;
     let mut sent = 0u64;
@@ -98,7 +105,7 @@ async fn produce(
             tokio::time::sleep_until(next.min(end).into()).await;
             continue;
         }
-        let count = (due - sent).min(1_000);
+        let count = (due - sent).min(max_batch);
         let at_us = now_us();
         if count == 1 {
             Enqueue::new(Stamped { at_us }, &pool).await?;
@@ -109,10 +116,12 @@ async fn produce(
             }
             batch.enqueue(&pool).await?;
         }
-        round_trips
-            .lock()
-            .unwrap()
-            .push((at_us, now_us().saturating_sub(at_us)));
+        if let Some(round_trips) = &round_trips {
+            round_trips
+                .lock()
+                .unwrap()
+                .push((at_us, now_us().saturating_sub(at_us)));
+        }
         sent += count;
         published.fetch_add(count, Ordering::Relaxed);
     }
@@ -167,7 +176,8 @@ async fn measure(
             start + offset,
             window_end,
             Arc::clone(&published),
-            Arc::clone(&round_trips),
+            Some(Arc::clone(&round_trips)),
+            1_000,
         )));
     }
     tokio::time::sleep_until(window_start.into()).await;
@@ -177,31 +187,10 @@ async fn measure(
     for producer in producers {
         producer.await??;
     }
-    // wait for every job to have started, then for the pool to ack them all
     let total = published.load(Ordering::Relaxed);
-    let waiting = Instant::now();
-    let mut last = (probe.started(), Instant::now());
-    while probe.started() < total {
-        let started = probe.started();
-        if started != last.0 {
-            last = (started, Instant::now());
-        } else if last.1.elapsed() > Duration::from_secs(60) {
-            bail!("steady: stuck at {started} of {total} jobs started");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let backlog_drained_s = waiting.elapsed().as_secs_f64();
-    crate::queue::wait_for_acks(&handle, total, waiting).await?;
-    let stats = handle.shutdown().await?;
-    crate::queue::note_errors(&stats, &format!("steady {}", case.name));
-    expect_empty(&ctx.pool, "steady").await?;
-    if stats.succeeded != total || probe.started() != total {
-        bail!(
-            "steady: {total} published, {} acked, {} handler runs",
-            stats.succeeded,
-            probe.started()
-        );
-    }
+    let backlog_drained_s = finish(&ctx.pool, handle, &probe, total, case.name)
+        .await?
+        .as_secs_f64();
 
     let delays = std::mem::take(&mut *probe.delays.lock().unwrap());
     let mut window: Vec<f64> = delays
