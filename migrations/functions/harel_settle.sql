@@ -42,7 +42,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_now      TIMESTAMPTZ := statement_timestamp();
-    v_count    INT := cardinality(p_seqs);
+    v_count    INT := COALESCE(cardinality(p_seqs), 0);
     v_applied  BOOLEAN[];
     v_ords     BIGINT[];
     v_groups   TEXT[];
@@ -54,14 +54,13 @@ DECLARE
     v_errors   TEXT[];
     v_drained  TEXT[];
 BEGIN
-    IF v_count IS NULL
-       OR cardinality(p_groups) IS DISTINCT FROM v_count
-       OR cardinality(p_tokens) IS DISTINCT FROM v_count
-       OR cardinality(p_actions) IS DISTINCT FROM v_count
-       OR cardinality(p_delay_ms) IS DISTINCT FROM v_count
-       OR cardinality(p_errors) IS DISTINCT FROM v_count
-       OR cardinality(p_counted) IS DISTINCT FROM v_count
-       OR cardinality(p_attempts) IS DISTINCT FROM v_count THEN
+    IF COALESCE(cardinality(p_groups), 0) <> v_count
+       OR COALESCE(cardinality(p_tokens), 0) <> v_count
+       OR COALESCE(cardinality(p_actions), 0) <> v_count
+       OR COALESCE(cardinality(p_delay_ms), 0) <> v_count
+       OR COALESCE(cardinality(p_errors), 0) <> v_count
+       OR COALESCE(cardinality(p_counted), 0) <> v_count
+       OR COALESCE(cardinality(p_attempts), 0) <> v_count THEN
         RAISE EXCEPTION 'harel_settle: the eight arrays must have one element per lease'
             USING ERRCODE = '22023';
     END IF;
@@ -124,32 +123,33 @@ BEGIN
                    available_at  = v_now + f.delay_ms * interval '1 millisecond',
                    head_attempts = g.head_attempts
                                    - CASE WHEN COALESCE(f.counted, true) THEN 0 ELSE 1 END
-              FROM unnest(v_groups, v_actions, v_delays, v_counted)
-                   AS f(group_id, action, delay_ms, counted)
+              FROM unnest(v_groups, v_actions, v_delays, v_counted, v_errors)
+                   AS f(group_id, action, delay_ms, counted, error)
              WHERE f.action = 'release' AND g.group_id = f.group_id
-            RETURNING g.group_id, g.head_seq, g.head_attempts
+            RETURNING g.group_id, g.head_seq, g.head_attempts, f.error
         )
         UPDATE "harel".transport_messages m
-           SET attempts = r.head_attempts, last_error = e.error
+           SET attempts = r.head_attempts, last_error = r.error
           FROM released r
-          JOIN unnest(v_groups, v_errors) AS e(group_id, error) ON e.group_id = r.group_id
-         WHERE m.group_id = r.group_id AND m.seq = r.head_seq AND e.error IS NOT NULL;
+         WHERE m.group_id = r.group_id AND m.seq = r.head_seq AND r.error IS NOT NULL;
 
-        -- Finished: deleted, the dead ones into dead_letters.
-        WITH gone AS (
-            DELETE FROM "harel".transport_messages m
-             USING unnest(v_groups, v_seqs, v_actions) AS f(group_id, seq, action)
-             WHERE f.action <> 'release' AND m.group_id = f.group_id AND m.seq = f.seq
-            RETURNING m.seq, m.group_id, m.kind, m.payload, m.priority, m.enqueued_at
-        )
-        INSERT INTO "harel".dead_letters
-               (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at)
-        SELECT gone.seq, gone.group_id, gone.kind, gone.payload, gone.priority, e.attempts,
-               e.error, gone.enqueued_at
-          FROM gone
-          JOIN unnest(v_seqs, v_actions, v_attempts, v_errors) AS e(seq, action, attempts, error)
-            ON e.seq = gone.seq
-         WHERE e.action = 'dead';
+        -- Finished: the dead ones copied into dead_letters, then all deleted. (Each
+        -- statement walks the arrays once and looks messages up by key: linear in the
+        -- batch.)
+        IF 'dead' = ANY (v_actions) THEN
+            INSERT INTO "harel".dead_letters
+                   (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at)
+            SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, d.attempts, d.error,
+                   m.enqueued_at
+              FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_errors)
+                   AS d(group_id, seq, action, attempts, error)
+              JOIN "harel".transport_messages m
+                ON m.group_id = d.group_id AND m.seq = d.seq
+             WHERE d.action = 'dead';
+        END IF;
+        DELETE FROM "harel".transport_messages m
+         USING unnest(v_groups, v_seqs, v_actions) AS f(group_id, seq, action)
+         WHERE f.action <> 'release' AND m.group_id = f.group_id AND m.seq = f.seq;
 
         -- Move the finished groups on. A new statement: its snapshot sees messages committed
         -- since the fence.
