@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
+use harel_jobs::transport::OutgoingMessage;
 use harel_jobs::{
     DeadLetterQuery, DeadLetters, Handler, Job, JobContext, JobResult, Worker, check_schema,
     migrate_schema,
@@ -77,7 +77,7 @@ fn job(group: &str, n: u32) -> OutgoingMessage {
 async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_loses_nothing() {
     let q = TestQueue::unmigrated().await;
     migrate_as_the_first_release(&q).await;
-    let t = &q.transport; // harel_publish and harel_claim kept their signatures
+    let t = &q.transport; // harel_publish kept its signature
     let s = format!("\"{}\"", q.schema.name());
 
     // waiting (a group of two, and one alone), scheduled, leased, parked for a retry, dead
@@ -95,19 +95,19 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         .await
         .unwrap();
     }
-    let claimed = t
-        .claim_many(
-            &q.pool,
-            &ClaimRequest::new(Duration::from_millis(1500))
-                .limit(3)
-                .min_priority(harel_jobs::Priority::HIGHEST),
-        )
-        .await
-        .unwrap();
+    // the first release's claim: (token, lease ms, limit, min priority)
+    let token = uuid::Uuid::new_v4();
+    let claimed: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT group_id, seq FROM {s}.harel_claim($1, 1500, 3, 4)"
+    )))
+    .bind(token)
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
     assert_eq!(claimed.len(), 3);
     let lease = |group: &str| {
-        let m = claimed.iter().find(|m| m.lease.group == group).unwrap();
-        (m.lease.group.clone(), m.lease.seq, m.lease.token.as_uuid())
+        let (group, seq) = claimed.iter().find(|(g, _)| g == group).unwrap().clone();
+        (group, seq, token)
     };
     let (group, seq, token) = lease("parked");
     sqlx::query(AssertSqlSafe(format!(
@@ -158,6 +158,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_drop_empty_groups",
         "harel_extend",
         "harel_maintain",
+        "harel_notify",
         "harel_publish",
         "harel_settle",
     ]
@@ -226,7 +227,8 @@ async fn a_changed_function_file_is_applied_again_and_only_it() {
     // as if the claim had been applied from another text by this release
     sqlx::raw_sql(q.sql(
         "CREATE OR REPLACE FUNCTION @schema@.harel_claim(
-             p_token UUID, p_lease_ms BIGINT, p_limit INT, p_min_priority INT DEFAULT 0)
+             p_token UUID, p_lease_ms BIGINT, p_limit INT, p_min_priority INT DEFAULT 0,
+             p_hint BIGINT DEFAULT NULL)
          RETURNS TABLE (group_id TEXT, seq BIGINT, kind TEXT, payload TEXT, attempt INT,
                         priority SMALLINT, enqueued_at TIMESTAMPTZ)
          LANGUAGE sql AS $$ SELECT NULL::text, NULL::bigint, NULL::text, NULL::text,

@@ -141,7 +141,7 @@ async fn no_queue_function_runs_what_a_hostile_search_path_offers() {
     ];
     let outcomes = t.settle_many(&caller, &settlements, None).await.unwrap();
     assert!(outcomes.iter().all(|o| *o == LeaseOutcome::Applied));
-    sqlx::query(q.sql("SELECT @schema@.harel_maintain()"))
+    sqlx::query(q.sql("SELECT * FROM @schema@.harel_maintain()"))
         .execute(&caller)
         .await
         .unwrap();
@@ -187,7 +187,7 @@ fn producer_must_not(q: &TestQueue) -> Vec<String> {
              VALUES (repeat('x', 2000), 'k', '{{}}', 2)"
         ),
         format!("SELECT * FROM {s}.harel_claim(gen_random_uuid(), 60000, 10, 0)"),
-        format!("SELECT {s}.harel_maintain()"),
+        format!("SELECT * FROM {s}.harel_maintain()"),
         format!(
             "SELECT * FROM {s}.harel_extend(ARRAY['g'], ARRAY[1::bigint], \
              ARRAY[gen_random_uuid()], 60000)"
@@ -329,7 +329,7 @@ async fn a_worker_can_work_and_can_neither_enqueue_nor_touch_leases_it_does_not_
         t.ack(&worker, &mine.lease).await.unwrap(),
         LeaseOutcome::Applied
     );
-    sqlx::query(q.sql("SELECT @schema@.harel_maintain()"))
+    sqlx::query(q.sql("SELECT * FROM @schema@.harel_maintain()"))
         .execute(&worker)
         .await
         .unwrap();

@@ -423,10 +423,11 @@ async fn a_settle_sent_again_changes_nothing_and_with_its_receipt_says_already_a
     .execute(&q.pool)
     .await
     .unwrap();
-    let pruned: i64 = sqlx::query_scalar(q.sql("SELECT @schema@.harel_maintain()"))
-        .fetch_one(&q.pool)
-        .await
-        .unwrap();
+    let pruned: i64 =
+        sqlx::query_scalar(q.sql("SELECT receipts_pruned FROM @schema@.harel_maintain()"))
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
     assert_eq!((pruned, q.count("settle_receipts").await), (1, 0));
 }
 
@@ -1256,4 +1257,130 @@ async fn claim_rejects_nonsense_requests() {
     );
     // nothing was leased by the refused requests
     assert!(claim(&q, LONG).await.is_some());
+}
+
+// ---------------------------------------------------------------------------------------
+// 19. claim floors: claims scan from just below the oldest claimable group
+
+/// A group committed after the claim floor passed its position (its transaction wrote it
+/// long before committing) is not lost: its publisher's NOTIFY carries its position, which
+/// a claim takes as a hint, and harel_maintain's sweep finds it without one.
+#[tokio::test]
+async fn a_group_committed_below_the_claim_floor_is_found_by_its_hint_or_the_sweep() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&q.pool)
+        .await
+        .unwrap();
+    listener.listen(&q.schema.channel()).await.unwrap();
+    // a long transaction enqueues "late" and keeps going…
+    let mut late = q.pool.begin().await.unwrap();
+    t.publish(&mut *late, &message("late", "{}")).await.unwrap();
+    // …while, well after it, "early" is enqueued and claimed: the claim raises the floor
+    // past "late", which it cannot see yet
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    t.publish(&q.pool, &message("early", "{}")).await.unwrap();
+    let early = claim(&q, LONG).await.expect("the visible group");
+    assert_eq!(early.lease.group, "early");
+    assert!(claim(&q, LONG).await.is_none());
+    let floor: i64 = sqlx::query_scalar(q.sql("SELECT last_value FROM @schema@.claim_floor_2"))
+        .fetch_one(&q.pool)
+        .await
+        .unwrap();
+    assert!(floor > 0, "the claims raised the floor");
+    late.commit().await.unwrap();
+
+    // committed, but below the floor: a plain claim does not see it
+    assert!(
+        claim(&q, LONG).await.is_none(),
+        "the floor is meant to hide everything below it"
+    );
+    // the NOTIFY of its commit says where it is; a claim with that hint finds it
+    // (two notifications: "early"'s, then "late"'s, whose position is the older)
+    let mut positions = Vec::new();
+    while positions.len() < 2 {
+        let notification = listener.recv().await.unwrap();
+        positions.extend(notification.payload().parse::<i64>());
+    }
+    let hint = positions.into_iter().min().unwrap();
+    assert!(hint < floor, "hint {hint}, floor {floor}");
+    let hinted: Vec<(String,)> = sqlx::query_as(
+        q.sql("SELECT group_id FROM @schema@.harel_claim(gen_random_uuid(), 60000, 10, 0, $1)"),
+    )
+    .bind(hint)
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(hinted, [("late".to_owned(),)]);
+
+    // without a hint: the sweep lowers the floor to the straggler
+    let mut late = q.pool.begin().await.unwrap();
+    t.publish(&mut *late, &message("later", "{}"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    t.publish(&q.pool, &message("earlier", "{}")).await.unwrap();
+    assert_eq!(claim(&q, LONG).await.unwrap().lease.group, "earlier");
+    late.commit().await.unwrap();
+    assert!(claim(&q, LONG).await.is_none());
+    let (lowered,): (i32,) =
+        sqlx::query_as(q.sql("SELECT floors_lowered FROM @schema@.harel_maintain()"))
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
+    assert_eq!(lowered, 1);
+    assert_eq!(claim(&q, LONG).await.unwrap().lease.group, "later");
+}
+
+/// However many jobs a transaction enqueues, it wakes workers at most twice: a plain
+/// wake-up, and the position of the oldest group it created (the claims' hint). Every
+/// transaction of a session does so afresh.
+#[tokio::test]
+async fn a_transaction_sends_at_most_a_wake_up_and_its_oldest_new_position() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &message("existing", "{}"))
+        .await
+        .unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect_with(&q.pool)
+        .await
+        .unwrap();
+    listener.listen(&q.schema.channel()).await.unwrap();
+    let mut conn = q.pool.acquire().await.unwrap();
+    for round in 0..2 {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+        // into an existing group first: nothing new to point to, a plain wake-up
+        t.publish(&mut *tx, &message("existing", "{}"))
+            .await
+            .unwrap();
+        let mut positions = Vec::new();
+        for n in 0..50 {
+            t.publish(&mut *tx, &message(&format!("new-{round}-{n}"), "{}"))
+                .await
+                .unwrap();
+            if n == 0 {
+                let (at,): (i64,) = sqlx::query_as(q.sql(
+                    "SELECT (extract(epoch FROM available_at) * 1000000)::bigint \
+                     FROM @schema@.transport_groups WHERE group_id = $1",
+                ))
+                .bind(format!("new-{round}-0"))
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+                positions.push(at);
+            }
+        }
+        tx.commit().await.unwrap();
+        let mut payloads = Vec::new();
+        while let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(300), listener.recv()).await
+        {
+            payloads.push(n.payload().to_owned());
+        }
+        assert_eq!(
+            payloads,
+            ["".to_owned(), positions[0].to_string()],
+            "round {round}"
+        );
+    }
 }

@@ -121,6 +121,126 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
     }
 }
 
+/// The candidate scan of one claim (limit 1), with auto_explain's buffer counts: the
+/// shared buffers its plan's top node touched.
+async fn candidate_scan_buffers(q: &TestQueue, notices: &Notices) -> u64 {
+    notices.0.lock().unwrap().clear();
+    let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    sqlx::raw_sql(
+        "LOAD 'auto_explain';
+         SET auto_explain.log_min_duration = 0;
+         SET auto_explain.log_nested_statements = on;
+         SET auto_explain.log_analyze = on;
+         SET auto_explain.log_buffers = on;
+         SET auto_explain.log_timing = off;
+         SET auto_explain.log_format = 'text';
+         SET auto_explain.log_level = 'notice';
+         SET client_min_messages = 'notice';",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let claimed = q
+        .transport
+        .claim_many(&mut conn, &ClaimRequest::new(LONG))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    conn.close().await.unwrap();
+    let notices = notices.0.lock().unwrap().clone();
+    let plan = notices
+        .iter()
+        .find(|n| n.contains("SKIP LOCKED"))
+        .expect("the candidate scan's plan");
+    plan.lines()
+        .find_map(|line| line.split("shared hit=").nth(1))
+        .and_then(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no buffer count in:\n{plan}"))
+}
+
+/// Under a snapshot held open (an idle transaction, a long report), vacuum removes nothing,
+/// and every job leaves dead entries where claims start their scans. The claim floors keep a
+/// claim's scan past them: its cost does not grow with the jobs churned meanwhile.
+#[tokio::test(flavor = "current_thread")]
+async fn a_held_snapshot_does_not_slow_the_claim() {
+    const CHURNED: usize = 20_000;
+    let q = TestQueue::new().await;
+    let notices = Notices::default();
+    let _collecting =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
+
+    let mut holder = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let messages: Vec<OutgoingMessage> = (0..CHURNED)
+        .map(|i| OutgoingMessage::new(format!("churn-{i}"), "test", "{}"))
+        .collect();
+    q.transport.publish_many(&q.pool, &messages).await.unwrap();
+    loop {
+        let claimed = q
+            .transport
+            .claim_many(&q.pool, &ClaimRequest::new(LONG).limit(500))
+            .await
+            .unwrap();
+        if claimed.is_empty() {
+            break;
+        }
+        let leases: Vec<Lease> = claimed.into_iter().map(|m| m.lease).collect();
+        q.transport.ack_many(&q.pool, &leases).await.unwrap();
+    }
+    let dead: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.transport_groups"))
+        .fetch_one(&q.pool)
+        .await
+        .unwrap();
+    assert_eq!(dead, 0, "all churned");
+    // once they are older than the floor's margin, a claim (here one that finds nothing)
+    // raises the floor past them
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        q.transport
+            .claim(&q.pool, &ClaimRequest::new(LONG))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    q.transport
+        .publish(&q.pool, &OutgoingMessage::new("fresh", "test", "{}"))
+        .await
+        .unwrap();
+    let with_floor = candidate_scan_buffers(&q, &notices).await;
+    // the control: the same claim from the bottom of the index
+    sqlx::query(q.sql("SELECT setval('@schema@.claim_floor_2', 0)"))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    q.transport
+        .publish(&q.pool, &OutgoingMessage::new("fresh-2", "test", "{}"))
+        .await
+        .unwrap();
+    let from_the_bottom = candidate_scan_buffers(&q, &notices).await;
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    eprintln!(
+        "candidate scan after {CHURNED} jobs churned under a held snapshot: {with_floor} buffers from the floor, {from_the_bottom} from the bottom"
+    );
+    assert!(
+        from_the_bottom > 10 * with_floor.max(1),
+        "the control must show the dead entries: {with_floor} vs {from_the_bottom}"
+    );
+    // about 4 per priority level (the index descent and the heap), whatever was churned
+    assert!(with_floor <= 30, "{with_floor} buffers");
+}
+
 /// A batch (publish, claim, settle) costs linear time in its size: no statement walks an
 /// array once per row of another (a nested loop over a function scan). One such join in
 /// the settle made a batch of 500 acks take 30 ms instead of 10, and the worker pool three

@@ -1142,3 +1142,40 @@ async fn slow_jobs_are_not_hoarded_by_one_worker() {
         "a slow worker claims only what it can run: {first} of 6 on worker 0"
     );
 }
+
+/// A job whose transaction commits long after its enqueue statement, while other jobs flow
+/// (so the claims' floor moves past it): the pool runs it promptly, woken by its NOTIFY,
+/// whose position the next claim takes as a hint; and without LISTEN, the maintenance
+/// task's sweep (about once a second) brings it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_committed_long_after_its_enqueue_runs_with_or_without_listen() {
+    for listen in [true, false] {
+        let queue = TestQueue::new().await;
+        let ledger = Arc::new(Ledger::default());
+        let handle = builder(&queue, 0, &ledger)
+            .listen(listen)
+            .poll_interval(Duration::from_millis(50))
+            .build()
+            .unwrap()
+            .start();
+        let mut late = queue.pool.begin().await.unwrap();
+        harel_jobs::Enqueue::new(work(1_000), &mut *late)
+            .schema(&queue.schema)
+            .await
+            .unwrap();
+        for key in 0..10 {
+            work(key).enqueue_in(&queue).await;
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
+        wait_for(Duration::from_secs(10), || {
+            ledger.runs.lock().unwrap().len() == 10
+        })
+        .await;
+        late.commit().await.unwrap();
+        wait_for(Duration::from_secs(10), || {
+            ledger.runs.lock().unwrap().len() == 11
+        })
+        .await;
+        handle.shutdown().await.unwrap();
+    }
+}

@@ -47,6 +47,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0002_settle.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 3,
+        name: "claim_floors",
+        sql: include_str!("../sql/migrations/0003_claim_floors.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied.
@@ -54,6 +60,10 @@ const FUNCTIONS: &[Function] = &[
     Function {
         name: "harel_drop_empty_groups",
         sql: include_str!("../sql/functions/harel_drop_empty_groups.sql"),
+    },
+    Function {
+        name: "harel_notify",
+        sql: include_str!("../sql/functions/harel_notify.sql"),
     },
     Function {
         name: "harel_publish",
@@ -78,7 +88,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");
@@ -432,6 +442,7 @@ mod tests {
                 let line = line.trim_start();
                 let creates = [
                     "CREATE TABLE",
+                    "CREATE SEQUENCE",
                     "CREATE OR REPLACE FUNCTION",
                     "ALTER TABLE",
                     "DROP FUNCTION",

@@ -13,11 +13,21 @@
 -- transaction would get a lease that is over before anyone can see it. (The same holds for
 -- harel_settle and harel_extend.)
 -- The attempt number is counted here, in the database, before the handler runs.
+--
+-- Each level's scan starts at its claim floor (migration 0003), not at the oldest entry of
+-- the index: an old snapshot keeps every dead entry behind the floor, and the scan never
+-- sees them. p_hint (a position in microseconds since the epoch, from a publisher's NOTIFY)
+-- lowers the floors: a group its publisher committed after the floor passed it. After its scan the claim raises each level's floor to FLOOR_MARGIN below the oldest
+-- group it found there (or below now, if the level had none): everything under that is
+-- dead, leased until later, or written by a transaction that commits more than
+-- FLOOR_MARGIN after it wrote (a long application transaction around an enqueue: its
+-- NOTIFY or harel_maintain's sweep brings it back).
 CREATE OR REPLACE FUNCTION "harel".harel_claim(
     p_token        UUID,
     p_lease_ms     BIGINT,
     p_limit        INT,
-    p_min_priority INT DEFAULT 0
+    p_min_priority INT DEFAULT 0,
+    p_hint         BIGINT DEFAULT NULL
 ) RETURNS TABLE (
     group_id    TEXT,
     seq         BIGINT,
@@ -48,12 +58,38 @@ DECLARE
     v_candidates TEXT[];
     v_empty      TEXT[];
     v_not_due    BIGINT;
+    -- how far below the oldest claimable group a floor stays (see above)
+    c_margin     CONSTANT INTERVAL := interval '250 milliseconds';
+    v_floors     BIGINT[];
+    v_scan_from  TIMESTAMPTZ[];
+    v_levels     INT[];
+    v_positions  TIMESTAMPTZ[];
+    v_raise_to   TIMESTAMPTZ;
 BEGIN
     IF p_limit NOT BETWEEN 1 AND 10000 OR p_lease_ms NOT BETWEEN 1 AND 86400000
        OR p_min_priority NOT BETWEEN 0 AND 4 THEN
         RAISE EXCEPTION 'harel_claim: need p_limit in 1..10000, p_lease_ms in 1..86400000, p_min_priority in 0..4'
             USING ERRCODE = '22023';
     END IF;
+
+    SELECT ARRAY[f0.last_value, f1.last_value, f2.last_value, f3.last_value, f4.last_value]
+      INTO v_floors
+      FROM "harel".claim_floor_0 f0, "harel".claim_floor_1 f1, "harel".claim_floor_2 f2,
+           "harel".claim_floor_3 f3, "harel".claim_floor_4 f4;
+    -- a hinted group below a floor: lower the floor for good (not only for this claim,
+    -- which may fill up with other groups first)
+    IF p_hint IS NOT NULL THEN
+        FOR l IN p_min_priority..4 LOOP
+            IF p_hint < v_floors[l + 1] THEN
+                PERFORM setval(('"harel".claim_floor_' || l)::regclass, GREATEST(p_hint, 0));
+                v_floors[l + 1] := GREATEST(p_hint, 0);
+            END IF;
+        END LOOP;
+    END IF;
+    SELECT array_agg(timestamptz 'epoch' + f.floor * interval '1 microsecond'
+                     - interval '1 millisecond' ORDER BY f.ord)
+      INTO v_scan_from
+      FROM unnest(v_floors) WITH ORDINALITY AS f(floor, ord);
 
     LOOP
         v_rounds := v_rounds + 1;
@@ -63,18 +99,46 @@ BEGIN
         -- ack in one transaction), and the row lock then follows the row to its newest
         -- version, which can be claimable again. The heads must be read by a statement
         -- that starts after the locks are granted.
-        SELECT array_agg(c.group_id ORDER BY c.level DESC, c.available_at)
-          INTO v_candidates
+        SELECT array_agg(c.group_id ORDER BY c.level DESC, c.available_at),
+               array_agg(c.level ORDER BY c.level DESC, c.available_at),
+               array_agg(c.available_at ORDER BY c.level DESC, c.available_at)
+          INTO v_candidates, v_levels, v_positions
           FROM (SELECT p.level, c.group_id, c.available_at
                   FROM generate_series(4, p_min_priority, -1) AS p(level)
                  CROSS JOIN LATERAL (
                         SELECT g.group_id, g.available_at
                           FROM "harel".transport_groups g
-                         WHERE g.priority = p.level AND g.available_at <= v_now
+                         WHERE g.priority = p.level
+                           AND g.available_at >= v_scan_from[p.level + 1]
+                           AND g.available_at <= v_now
                          ORDER BY g.available_at
                          LIMIT v_need
                            FOR NO KEY UPDATE SKIP LOCKED) AS c
                  LIMIT v_need) AS c;
+
+        -- Raise the floors after the first round's scan, which went through each level in
+        -- order: a level that gave candidates up to the one it found first; when fewer than
+        -- asked for were found, every level was scanned to the end, and an empty one up to
+        -- now.
+        IF v_rounds = 1 THEN
+            FOR l IN p_min_priority..4 LOOP
+                v_raise_to := NULL;
+                SELECT min(x.position) INTO v_raise_to
+                  FROM unnest(v_levels, v_positions) AS x(level, position)
+                 WHERE x.level = l;
+                IF v_raise_to IS NULL
+                   AND COALESCE(cardinality(v_candidates), 0) < v_need THEN
+                    v_raise_to := v_now;
+                END IF;
+                v_raise_to := v_raise_to - c_margin;
+                IF v_raise_to IS NOT NULL
+                   AND (extract(epoch FROM v_raise_to) * 1000000)::bigint
+                       > v_floors[l + 1] + 1000 THEN
+                    PERFORM setval(('"harel".claim_floor_' || l)::regclass,
+                                   (extract(epoch FROM v_raise_to) * 1000000)::bigint);
+                END IF;
+            END LOOP;
+        END IF;
         EXIT WHEN v_candidates IS NULL;
 
         -- A new statement, whose snapshot sees every commit made before our locks were
@@ -141,4 +205,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_claim(UUID, BIGINT, INT, INT) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "harel".harel_claim(UUID, BIGINT, INT, INT, BIGINT) FROM PUBLIC;

@@ -28,7 +28,10 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now        TIMESTAMPTZ := now();
+    -- the statement's own time, not the transaction's start: a group row is placed in the
+    -- claim order by it, and a transaction may have begun long before
+    v_now        TIMESTAMPTZ := clock_timestamp();
+    v_new_from   TIMESTAMPTZ;
     v_count      INT := cardinality(p_groups);
     v_pending    TEXT[];
     v_priorities SMALLINT[];
@@ -74,30 +77,35 @@ BEGIN
     -- run than the set-based batch path below.
     IF v_count = 1 THEN
         v_ready := COALESCE(p_not_before[1], v_now + p_delay_ms[1] * interval '1 millisecond');
-        INSERT INTO "harel".transport_messages (group_id, kind, payload, priority, not_before)
-        VALUES (p_groups[1], p_kinds[1], p_payloads[1]::json, p_priorities[1], v_ready)
+        INSERT INTO "harel".transport_messages
+               (group_id, kind, payload, priority, not_before, enqueued_at)
+        VALUES (p_groups[1], p_kinds[1], p_payloads[1]::json, p_priorities[1], v_ready, v_now)
         RETURNING seq INTO v_seq;
         RETURN NEXT v_seq;
         LOOP
             INSERT INTO "harel".transport_groups (group_id, priority, available_at)
             VALUES (p_groups[1], p_priorities[1], GREATEST(v_now, v_ready))
             ON CONFLICT (group_id) DO NOTHING;
-            EXIT WHEN FOUND;
+            IF FOUND THEN
+                v_new_from := GREATEST(v_now, v_ready);
+                EXIT;
+            END IF;
             PERFORM 1 FROM "harel".transport_groups g
               WHERE g.group_id = p_groups[1] FOR KEY SHARE;
             EXIT WHEN FOUND;
             -- deleted by a draining settle between the two statements: insert again
         END LOOP;
         IF v_ready IS NULL OR v_ready <= v_now THEN
-            PERFORM pg_notify('harel_harel_jobs', '');
+            PERFORM "harel".harel_notify(v_new_from);
         END IF;
         RETURN;
     END IF;
 
     RETURN QUERY
-    INSERT INTO "harel".transport_messages (group_id, kind, payload, priority, not_before)
+    INSERT INTO "harel".transport_messages
+           (group_id, kind, payload, priority, not_before, enqueued_at)
     SELECT x.group_id, x.kind, x.payload::json, x.priority,
-           COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond')
+           COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'), v_now
       FROM unnest(p_groups, p_kinds, p_payloads, p_priorities, p_not_before, p_delay_ms)
            WITH ORDINALITY AS x(group_id, kind, payload, priority, not_before, delay_ms, ord)
      ORDER BY x.ord
@@ -128,9 +136,11 @@ BEGIN
               FROM unnest(v_pending, v_priorities, v_ready_at) AS u(group_id, priority, ready_at)
              ORDER BY u.group_id
             ON CONFLICT (group_id) DO NOTHING
-            RETURNING g.group_id
+            RETURNING g.group_id, g.available_at
         )
-        SELECT count(*) INTO v_inserted FROM inserted;
+        SELECT count(*), LEAST(v_new_from, min(i.available_at) FILTER (WHERE i.available_at <= v_now))
+          INTO v_inserted, v_new_from
+          FROM inserted i;
         EXIT WHEN v_inserted = cardinality(v_pending);
 
         WITH locked AS MATERIALIZED (
@@ -148,12 +158,11 @@ BEGIN
         EXIT WHEN v_pending IS NULL;
     END LOOP;
 
-    -- wake idle workers when the transaction commits (never before; duplicates in one
-    -- transaction are folded into one notification by PostgreSQL)
+    -- wake idle workers when the transaction commits (see harel_notify)
     SELECT bool_or(x.not_before IS NULL AND COALESCE(x.delay_ms, 0) <= 0) INTO v_due
       FROM unnest(p_not_before, p_delay_ms) AS x(not_before, delay_ms);
     IF v_due THEN
-        PERFORM pg_notify('harel_harel_jobs', '');
+        PERFORM "harel".harel_notify(v_new_from);
     END IF;
 END
 $$;

@@ -1,18 +1,56 @@
--- harel_maintain: housekeeping that a worker may run (its maintenance task calls it every
--- minute or so; any number of workers may, concurrently). Bounded work per call.
+-- harel_maintain: housekeeping that a worker runs (its maintenance task calls it about once a
+-- second, less often when it is slow). Any number of workers may call it: one does the
+-- work at a time, the others return at once.
 --
--- Prunes settle receipts older than an hour: each worker deletes its previous receipt with
--- every batch, so only the last receipt of a worker that stopped stays behind. Returns how
--- many rows it removed.
-CREATE OR REPLACE FUNCTION @schema@.harel_maintain() RETURNS BIGINT
+-- The sweep: a group below its level's claim floor (migration 0003) that is claimable is a
+-- straggler: its transaction committed well after it wrote (a long application transaction
+-- around an enqueue whose NOTIFY did not reach a worker, or a worker function that took
+-- longer than the floor's margin to commit). For each level, the oldest such group lowers
+-- the floor to it, so that the next claim finds it. This scan reads every dead entry below
+-- the floor: cheap while vacuum keeps up, slower under an old snapshot, which is why the
+-- worker spaces its calls out by how long they take.
+--
+-- It also prunes settle receipts older than an hour: each worker deletes its previous
+-- receipt with every batch, so only the last receipt of a worker that stopped stays behind.
+CREATE OR REPLACE FUNCTION @schema@.harel_maintain()
+RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
+#variable_conflict use_column
 DECLARE
-    v_pruned BIGINT;
+    v_floors    BIGINT[];
+    v_straggler TIMESTAMPTZ;
+    v_lowered   INT := 0;
+    v_pruned    BIGINT;
 BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('harel-jobs maintain @schema@', 0)) THEN
+        RETURN QUERY SELECT 0, 0::bigint;
+        RETURN;
+    END IF;
+
+    SELECT ARRAY[f0.last_value, f1.last_value, f2.last_value, f3.last_value, f4.last_value]
+      INTO v_floors
+      FROM @schema@.claim_floor_0 f0, @schema@.claim_floor_1 f1, @schema@.claim_floor_2 f2,
+           @schema@.claim_floor_3 f3, @schema@.claim_floor_4 f4;
+    FOR l IN 0..4 LOOP
+        v_straggler := NULL;
+        -- below the floor, so in the past: claimable, whether free, parked or lease lapsed
+        SELECT g.available_at INTO v_straggler
+          FROM @schema@.transport_groups g
+         WHERE g.priority = l
+           AND g.available_at < timestamptz 'epoch' + v_floors[l + 1] * interval '1 microsecond'
+         ORDER BY g.available_at
+         LIMIT 1;
+        IF v_straggler IS NOT NULL THEN
+            PERFORM setval(('@schema@.claim_floor_' || l)::regclass,
+                           GREATEST((extract(epoch FROM v_straggler) * 1000000)::bigint - 1000, 0));
+            v_lowered := v_lowered + 1;
+        END IF;
+    END LOOP;
+
     WITH pruned AS (
         DELETE FROM @schema@.settle_receipts r
          WHERE r.receipt IN (SELECT o.receipt FROM @schema@.settle_receipts o
@@ -21,7 +59,8 @@ BEGIN
         RETURNING 1
     )
     SELECT count(*) INTO v_pruned FROM pruned;
-    RETURN v_pruned;
+
+    RETURN QUERY SELECT v_lowered, v_pruned;
 END
 $$;
 

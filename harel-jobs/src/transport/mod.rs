@@ -112,7 +112,7 @@ impl Statements {
             publish: render("SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6) AS s"),
             claim: render(
                 "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at \
-                 FROM @schema@.harel_claim($1, $2, $3, $4)",
+                 FROM @schema@.harel_claim($1, $2, $3, $4, $5)",
             ),
             settle: render(
                 "SELECT seq, outcome \
@@ -261,6 +261,18 @@ impl Transport {
         executor: E,
         request: &ClaimRequest,
     ) -> Result<Vec<ClaimedMessage>, TransportError> {
+        self.claim_many_hinted(executor, request, None).await
+    }
+
+    /// [`claim_many`](Self::claim_many), also looking from `hint` on: the position a
+    /// publisher's `NOTIFY` carried (microseconds since the epoch), of a group it created
+    /// that a claim floor may have passed before it committed (see `harel_claim`).
+    pub(crate) async fn claim_many_hinted<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        request: &ClaimRequest,
+        hint: Option<i64>,
+    ) -> Result<Vec<ClaimedMessage>, TransportError> {
         if request.limit == 0 {
             return Err(TransportError::InvalidArgument(
                 "claim limit must be at least 1",
@@ -272,6 +284,7 @@ impl Transport {
             .bind(lease_ms)
             .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
             .bind(i32::from(request.min_priority.get()))
+            .bind(hint)
             .fetch_all(executor)
             .await?;
         Ok(rows

@@ -38,7 +38,8 @@ pub(crate) struct WorkerConfig {
     pub ack_batch: usize,
     /// Whether to LISTEN for enqueue notifications. Default true.
     pub listen: bool,
-    /// Whether to vacuum the queue tables when autovacuum is off. Default true.
+    /// Whether to vacuum the queue tables when autovacuum is off (housekeeping runs
+    /// regardless). Default true.
     pub maintenance: bool,
     /// The queue's schema. Default `harel`.
     pub schema: Schema,

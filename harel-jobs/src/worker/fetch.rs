@@ -134,7 +134,20 @@ async fn claim<S>(
     request: &ClaimRequest,
 ) -> Result<Vec<ClaimedMessage>, TransportError> {
     let connection = connection.get().await?;
-    shared.transport.claim_many(connection, request).await
+    let hint = shared
+        .claim_hint
+        .swap(i64::MAX, std::sync::atomic::Ordering::Relaxed);
+    let claimed = shared
+        .transport
+        .claim_many_hinted(connection, request, (hint != i64::MAX).then_some(hint))
+        .await;
+    if claimed.is_err() && hint != i64::MAX {
+        // not used: keep it for the next claim
+        shared
+            .claim_hint
+            .fetch_min(hint, std::sync::atomic::Ordering::Relaxed);
+    }
+    claimed
 }
 
 /// Gives back jobs claimed but never started. Until it has, they count as unreleased: if the

@@ -52,7 +52,15 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                         received = listener.try_recv() => received,
                     };
                     match received {
-                        Ok(Some(_)) => shared.wake.notify_one(),
+                        Ok(Some(notification)) => {
+                            // the position of the oldest group the publisher created, if any
+                            if let Ok(position) = notification.payload().parse::<i64>() {
+                                shared
+                                    .claim_hint
+                                    .fetch_min(position, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            shared.wake.notify_one();
+                        }
                         Ok(None) => {
                             tracing::warn!(channel = %channel, "notification listener lost its connection");
                             break;

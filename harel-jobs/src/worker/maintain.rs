@@ -1,12 +1,19 @@
-//! Maintenance: keeps the queue tables vacuumed when PostgreSQL's autovacuum does not.
+//! Maintenance: the queue's housekeeping, and vacuum where PostgreSQL's autovacuum is off.
 //!
-//! Every job inserts, updates and deletes rows, so the queue tables fill with dead row
-//! versions, and a claim's index scan would wade through more of them as hours pass. The
-//! migration tunes autovacuum on these tables to run early and often; but where autovacuum is
-//! off for the whole server, nothing would clean them. Then this service does: every few
-//! seconds it reads the tables' dead-row counts and, past a threshold, runs `VACUUM` on them.
-//! One worker per schema does it at a time (an advisory lock), on a connection of its own.
-//! Each of its database calls, the `VACUUM` included, is bounded by the database timeout (a
+//! - **Housekeeping**, about once a second: `harel_maintain` sweeps the claim floors (a
+//!   group committed below its level's floor is brought back into the claims' view, see
+//!   `sql/functions/harel_maintain.sql`) and prunes old settle receipts. Its cost grows
+//!   with the dead rows an old snapshot keeps, so the pause after each call is fifty times
+//!   the call's own duration, between 1 s and 30 s. Any number of workers may call it; one
+//!   does the work at a time.
+//! - **Vacuum**: every job inserts, updates and deletes rows, so the queue tables fill with
+//!   dead row versions. The migration tunes autovacuum on these tables to run early and
+//!   often; but where autovacuum is off for the whole server, nothing would clean them. Then
+//!   this task does: every few seconds it reads the tables' dead-row counts and, past a
+//!   threshold, runs `VACUUM` on them. One worker per schema does it at a time (an advisory
+//!   lock), on a connection of its own.
+//!
+//! Each database call, the `VACUUM` included, is bounded by the database timeout (a
 //! `VACUUM` abandoned by the worker still runs to its end on the server), and abandoned when
 //! the pool stops.
 
@@ -14,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, PgPool};
+use tokio::time::Instant;
 
 use super::Shared;
 use super::connection::{Checkout, OwnConnection, bounded};
@@ -26,6 +34,10 @@ const CHECK_EVERY: Duration = Duration::from_secs(5);
 const MIN_DEAD_ROWS: i64 = 2_000;
 /// …and this fraction of its live rows.
 const DEAD_FRACTION: f64 = 0.2;
+/// The shortest and longest pause between two housekeeping calls…
+const HOUSEKEEPING_EVERY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
+/// …which is otherwise this many times the last call's duration.
+const HOUSEKEEPING_COST_FACTOR: u32 = 50;
 
 /// Runs until `stop` fires.
 pub(crate) async fn run<S: Send + Sync + 'static>(
@@ -33,13 +45,64 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     stop: tokio_util::sync::CancellationToken,
 ) -> TaskResult {
     let schema = shared.config.schema.clone();
+    let limit = shared.config.database_timeout;
+    let mut next_housekeeping = Some(Instant::now() + HOUSEKEEPING_EVERY.0);
+    let mut next_vacuum_check = shared
+        .config
+        .maintenance
+        .then(|| Instant::now() + CHECK_EVERY);
     loop {
         shared.faults.check(WorkerTask::Maintenance)?;
+        let Some(wake_at) = next_housekeeping.into_iter().chain(next_vacuum_check).min() else {
+            return Ok(()); // nothing left to do (no right to either)
+        };
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
-            () = tokio::time::sleep(CHECK_EVERY) => {}
+            () = tokio::time::sleep_until(wake_at) => {}
         }
-        let limit = shared.config.database_timeout;
+
+        if next_housekeeping.is_some_and(|at| at <= Instant::now()) {
+            let started = Instant::now();
+            let swept = tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                swept = bounded(limit, housekeeping(&shared.pool, &schema)) => swept,
+            };
+            let took = started.elapsed();
+            next_housekeeping = match swept {
+                Err(error) if error.is_permission_denied() => {
+                    tracing::warn!(
+                        schema = schema.name(),
+                        error = %error,
+                        "this role may not run the queue's housekeeping (harel_maintain): grant it \
+                         EXECUTE; unless another worker runs it, a job whose transaction \
+                         commits long after its enqueue waits until a NOTIFY points to it"
+                    );
+                    None
+                }
+                result => {
+                    match result {
+                        Ok((lowered, pruned)) if lowered > 0 || pruned > 0 => tracing::debug!(
+                            floors_lowered = lowered,
+                            receipts_pruned = pruned,
+                            took_ms = took.as_millis() as u64,
+                            "queue housekeeping"
+                        ),
+                        Ok(_) => {}
+                        Err(error) => {
+                            tracing::debug!(error = %error, "queue housekeeping failed");
+                        }
+                    }
+                    let pause = (took * HOUSEKEEPING_COST_FACTOR)
+                        .clamp(HOUSEKEEPING_EVERY.0, HOUSEKEEPING_EVERY.1);
+                    Some(Instant::now() + pause)
+                }
+            };
+        }
+
+        if next_vacuum_check.is_none_or(|at| at > Instant::now()) {
+            continue;
+        }
+        next_vacuum_check = Some(Instant::now() + CHECK_EVERY);
         let checked = tokio::select! {
             () = stop.cancelled() => return Ok(()),
             checked = bounded(limit, check(&shared.pool, &schema)) => checked,
@@ -48,7 +111,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             Ok(Due::Nothing) => {}
             Ok(Due::AutovacuumOn) => {
                 tracing::debug!("autovacuum is on: it maintains the queue tables");
-                return Ok(());
+                next_vacuum_check = None;
             }
             Ok(Due::Tables(tables)) => match tokio::select! {
                 () = stop.cancelled() => return Ok(()),
@@ -65,7 +128,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                         "autovacuum is off and this role may not vacuum the queue tables: \
                          vacuum them regularly (or turn autovacuum on), or claims slow down"
                     );
-                    return Ok(());
+                    next_vacuum_check = None;
                 }
                 Err(error) => {
                     tracing::debug!(error = %error, "vacuuming the queue tables failed");
@@ -76,6 +139,18 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             }
         }
     }
+}
+
+/// One call of `harel_maintain`: the claim floors lowered, the receipts pruned.
+async fn housekeeping(pool: &PgPool, schema: &crate::Schema) -> Result<(i32, i64), DatabaseError> {
+    let mut pooled = Checkout::acquire(pool).await?;
+    let done = sqlx::query_as(AssertSqlSafe(
+        schema.render("SELECT floors_lowered, receipts_pruned FROM @schema@.harel_maintain()"),
+    ))
+    .fetch_one(pooled.connection())
+    .await?;
+    pooled.done();
+    Ok(done)
 }
 
 /// What a check found.

@@ -8,7 +8,8 @@
 //! - the **completer** writes outcomes in batches (`complete.rs`);
 //! - the **heartbeat** extends every held lease in one round trip per beat (`heartbeat.rs`);
 //! - the **listener** wakes the fetcher on `NOTIFY` (`listen.rs`);
-//! - **maintenance** vacuums the queue tables when the server's autovacuum is off
+//! - **maintenance** runs the queue's housekeeping (`harel_maintain`: the claim floors'
+//!   sweep, old receipts) and vacuums the queue tables when the server's autovacuum is off
 //!   (`maintain.rs`);
 //! - the **supervisor** starts them, watches them (one that fails stops the pool, reported
 //!   by the [`WorkerHandle`]), and runs the graceful shutdown (`supervise.rs`).
@@ -80,6 +81,9 @@ pub(crate) struct Shared<S> {
     stats: Stats,
     /// Wakes the fetcher: a NOTIFY arrived, or acks may have freed groups.
     wake: Notify,
+    /// The oldest group position the NOTIFYs received since the last claim carried
+    /// (`i64::MAX`: none): the next claim looks from there too (see `harel_claim`).
+    claim_hint: std::sync::atomic::AtomicI64,
     /// The earliest time a group this worker parked (retry, snooze) becomes claimable:
     /// the fetcher wakes then rather than at the next poll.
     next_due: std::sync::Mutex<Option<tokio::time::Instant>>,
@@ -278,7 +282,8 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
 
     /// Whether this pool vacuums the queue tables when the server's autovacuum is off
     /// (default true). One worker per schema does it at a time; it needs the right to vacuum
-    /// them (their owner), and logs a warning once if it lacks it.
+    /// them (their owner), and logs a warning once if it lacks it. (The pool's other
+    /// housekeeping, `harel_maintain` about once a second, always runs.)
     pub fn maintenance(mut self, maintenance: bool) -> Self {
         self.config.maintenance = maintenance;
         self
@@ -331,6 +336,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             inflight: InFlight::default(),
             stats: Stats::default(),
             wake: Notify::new(),
+            claim_hint: std::sync::atomic::AtomicI64::new(i64::MAX),
             next_due: std::sync::Mutex::new(None),
             stop_claiming: CancellationToken::new(),
             hard_stop: CancellationToken::new(),

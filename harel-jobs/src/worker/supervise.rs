@@ -235,7 +235,9 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
             listen::run(Arc::clone(&shared), background.clone()),
         )
     });
-    let mut maintenance = shared.config.maintenance.then(|| Watched {
+    // always: its housekeeping is what brings late-committed jobs back into view (see
+    // maintain.rs); the `maintenance` setting only turns its vacuum off
+    let mut maintenance = Some(Watched {
         may_end: true,
         ..Watched::spawn(
             Maintenance,
