@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
 use harel_jobs::{
-    Backoff, DeadLetterQuery, DeadLetters, Handler, Job, JobBatch, JobContext, JobError,
+    Backoff, Count, DeadLetterQuery, DeadLetters, Handler, Job, JobBatch, JobContext, JobError,
     JobOptions, JobResult, QueueStats, Worker, WorkerBuilder,
 };
 use harel_jobs_suite::TestQueue;
@@ -555,7 +555,7 @@ async fn shutdown_mid_run_loses_nothing_and_nothing_waits_for_a_lease() {
             .await
             .unwrap()
             .claimable_groups,
-        200 - stopped.succeeded as i64,
+        Count::Exact(200 - stopped.succeeded as i64),
         "every unfinished job is claimable again at once"
     );
 

@@ -12,7 +12,7 @@
 //! with `#` are context (machine, server settings, checks, evidence).
 //!
 //! Scenarios (default `all`, in this order): `enqueue`, `drain`, `grouped`, `steady`,
-//! `depth`, `soak`, `ceiling`, `floor`, `rss`, `profile`; by name only: `horizon`
+//! `depth`, `soak`, `ceiling`, `floor`, `scale`, `rss`, `profile`; by name only: `horizon`
 //! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`). See BENCHMARKS.md for what
 //! each measures.
 
@@ -30,6 +30,7 @@ mod profile;
 mod queue;
 mod report;
 mod rss;
+mod scale;
 mod soak;
 mod steady;
 
@@ -56,7 +57,8 @@ macro_rules! bail {
 }
 
 const SCENARIOS: &[&str] = &[
-    "enqueue", "drain", "grouped", "steady", "depth", "soak", "ceiling", "floor", "rss", "profile",
+    "enqueue", "drain", "grouped", "steady", "depth", "soak", "ceiling", "floor", "scale", "rss",
+    "profile",
 ];
 /// Scenarios run only when named (not part of `all`): `horizon` takes 20 minutes at its
 /// defaults, and hours with `--minutes 60`.
@@ -178,8 +180,10 @@ fn main() -> ExitCode {
         )
         .init();
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    if argv.first().map(String::as_str) == Some(rss::CHILD_ARG) {
-        return rss::child_main(&argv[1..]);
+    match argv.first().map(String::as_str) {
+        Some(rss::CHILD_ARG) => return rss::child_main(&argv[1..]),
+        Some(scale::CHILD_ARG) => return scale::child_main(&argv[1..]),
+        _ => {}
     }
     let args = match parse_args(&argv) {
         Ok(args) => args,
@@ -271,6 +275,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "soak" => soak::run(&ctx).await?,
             "ceiling" => ceiling::run(&ctx).await?,
             "floor" => floor::run(&ctx).await?,
+            "scale" => scale::run(&ctx).await?,
             "horizon" => horizon::run(&ctx).await?,
             "rss" => rss::run(&ctx).await?,
             "profile" => profile::run(&ctx).await?,

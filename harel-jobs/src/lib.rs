@@ -35,7 +35,7 @@
 //!   [`JobOptions`], [`Backoff`]; enqueueing with [`Enqueue`] and [`JobBatch`] (with
 //!   [`EnqueueOptions`] per job).
 //! - **The worker pool**: [`Worker`], [`WorkerBuilder`], [`WorkerHandle`]; the
-//!   [`DeadLetters`] table; [`QueueStats`].
+//!   [`DeadLetters`] table; [`QueueStats`] (with its [`Count`]s).
 //! - **The transport** ([`transport`]): raw JSON messages in groups; publish, claim, settle
 //!   and extend, each one round trip through a PL/pgSQL function.
 //! - **Setup**: [`connect`] (waits for the database; [`ConnectConfig`] for
@@ -82,7 +82,7 @@ pub use error::{
     PublishError, TransportError,
 };
 pub use harel_jobs_macros::job;
-pub use inspect::QueueStats;
+pub use inspect::{Count, QueueStats};
 pub use job::{Handler, Job, JobOptions};
 pub use job_error::{Action, IntoJobResult, JobError, JobResult};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
