@@ -40,7 +40,7 @@ async fn row(q: &TestQueue, id: JobId, at: DateTime<Utc>) -> (String, i16, i16, 
     ) = sqlx::query_as(q.sql(
         "SELECT m.group_id, m.priority, g.priority, m.not_before,
                 (extract(epoch FROM m.not_before - m.enqueued_at) * 1e6)::bigint
-           FROM @schema@.transport_messages m
+           FROM @schema@.jobs m
            JOIN @schema@.transport_groups g USING (group_id)
           WHERE m.seq = $1",
     ))
@@ -160,9 +160,9 @@ async fn an_out_of_range_priority_is_refused_at_push_and_at_enqueue_and_nothing_
         }
         other => panic!("expected InvalidPriority, got {other:?}"),
     }
-    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("jobs").await, 0);
     batch.enqueue(&q.pool).await.unwrap();
-    assert_eq!(q.count("transport_messages").await, 1);
+    assert_eq!(q.count("jobs").await, 1);
 }
 
 /// A batch over the limits is refused before it is sent, whichever way it is enqueued.
@@ -185,7 +185,7 @@ async fn a_job_batch_over_the_limit_is_refused_and_nothing_is_written() {
         }
         other => panic!("expected TooManyMessages, got {other:?}"),
     }
-    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("jobs").await, 0);
     assert_eq!(q.count("transport_groups").await, 0);
 }
 
@@ -203,11 +203,10 @@ async fn job_ids_are_the_sequence_numbers_and_parse_back() {
         .await
         .unwrap();
     assert!(second > first, "ids increase in enqueue order");
-    let seqs: Vec<i64> =
-        sqlx::query_scalar(q.sql("SELECT seq FROM @schema@.transport_messages ORDER BY seq"))
-            .fetch_all(&q.pool)
-            .await
-            .unwrap();
+    let seqs: Vec<i64> = sqlx::query_scalar(q.sql("SELECT seq FROM @schema@.jobs ORDER BY seq"))
+        .fetch_all(&q.pool)
+        .await
+        .unwrap();
     assert_eq!(seqs, [i64::from(first), second.get()]);
     assert_eq!(first.to_string().parse::<JobId>().unwrap(), first);
     assert_eq!(JobId::new(seqs[1]), second);

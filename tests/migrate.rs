@@ -198,7 +198,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
     let mut ran = ran.lock().unwrap().clone();
     ran.sort_unstable();
     assert_eq!(ran, [1, 2, 3, 4, 5, 6, 7], "every job ran once: {stats:?}");
-    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("jobs").await, 0);
 }
 
 /// A fix to one function is one changed file: migrate applies that file again, and nothing

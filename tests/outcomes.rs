@@ -313,12 +313,13 @@ async fn a_batch_slower_than_the_roles_statement_timeout_is_split_until_it_lands
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_whose_reply_is_lost_after_it_committed_is_answered_from_its_receipt() {
     let queue = TestQueue::new().await;
-    // the ack's transaction takes 1.5 s, the worker waits 1 s for a reply: it gives up on
-    // the connection, the transaction commits anyway, the worker sends the batch again
+    // the ack's transaction takes 1.5 s (it deletes the job's group row, which holds the
+    // job), the worker waits 1 s for a reply: it gives up on the connection, the transaction
+    // commits anyway, the worker sends the batch again
     sqlx::raw_sql(queue.sql(
         "CREATE FUNCTION @schema@.slow_delete() RETURNS trigger LANGUAGE plpgsql AS
              $$ BEGIN PERFORM pg_sleep(1.5); RETURN OLD; END $$;
-         CREATE TRIGGER slow_delete BEFORE DELETE ON @schema@.transport_messages
+         CREATE TRIGGER slow_delete BEFORE DELETE ON @schema@.transport_groups
              FOR EACH ROW EXECUTE FUNCTION @schema@.slow_delete();",
     ))
     .execute(&queue.pool)

@@ -214,7 +214,7 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
     ];
     t.publish_many(&mut *tx, &batch).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(q.count("transport_messages").await, 3);
+    assert_eq!(q.count("jobs").await, 3);
 
     // a worker holds "held"
     let held = t
@@ -279,7 +279,7 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
     .await
     .unwrap();
     assert_eq!(before, after, "the held group was touched");
-    assert_eq!(q.count("transport_messages").await, 3);
+    assert_eq!(q.count("jobs").await, 3);
     producer.close().await;
 }
 

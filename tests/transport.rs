@@ -82,7 +82,7 @@ type MessageRow = (String, String, String, i16, i32, Option<String>);
 async fn message_row(q: &TestQueue, seq: i64) -> Option<MessageRow> {
     sqlx::query_as(q.sql(
         "SELECT group_id, kind, payload::text, priority, attempts, last_error \
-         FROM @schema@.transport_messages WHERE seq = $1",
+         FROM @schema@.jobs WHERE seq = $1",
     ))
     .bind(seq)
     .fetch_optional(&q.pool)
@@ -123,7 +123,7 @@ async fn publish_in_a_transaction_is_claimable_only_after_commit() {
         .unwrap();
 
     assert!(claim(&q, LONG).await.is_none(), "visible before commit");
-    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("jobs").await, 0);
     assert_eq!(q.count("transport_groups").await, 0);
 
     tx.commit().await.unwrap();
@@ -145,7 +145,7 @@ async fn rolled_back_publish_leaves_no_message_and_no_group() {
         .unwrap();
     tx.rollback().await.unwrap();
 
-    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("jobs").await, 0);
     assert_eq!(q.count("transport_groups").await, 0);
     assert!(claim(&q, LONG).await.is_none());
 }
@@ -343,7 +343,7 @@ async fn a_lapsed_lease_is_fenced_off_after_takeover() {
     );
 
     assert_eq!(ack(&q, &second.lease).await, LeaseOutcome::Applied);
-    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("jobs").await, 0);
 }
 
 #[tokio::test]
@@ -454,7 +454,7 @@ async fn a_batch_ack_reports_each_lease_in_input_order() {
             LeaseOutcome::Applied
         ]
     );
-    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("jobs").await, 0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -745,7 +745,7 @@ async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
 // 13. input
 
 async fn assert_nothing_written(q: &TestQueue) {
-    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("jobs").await, 0);
     assert_eq!(q.count("transport_groups").await, 0);
 }
 
@@ -843,7 +843,7 @@ async fn a_batch_over_the_limits_is_refused_before_anything_is_sent() {
     assert_eq!(seqs.len(), 16);
     let stored: i64 = sqlx::query_scalar(q.sql(
         "SELECT sum(octet_length(payload::text) + octet_length(group_id) + octet_length(kind))
-           FROM @schema@.transport_messages",
+           FROM @schema@.jobs",
     ))
     .fetch_one(&q.pool)
     .await
@@ -1080,13 +1080,12 @@ async fn a_delayed_message_waits_for_its_time_and_holds_back_its_group() {
         )
         .await
         .unwrap();
-    let not_before: DateTime<Utc> = sqlx::query_scalar(
-        q.sql("SELECT not_before FROM @schema@.transport_messages WHERE seq = $1"),
-    )
-    .bind(seqs[0])
-    .fetch_one(&q.pool)
-    .await
-    .unwrap();
+    let not_before: DateTime<Utc> =
+        sqlx::query_scalar(q.sql("SELECT not_before FROM @schema@.jobs WHERE seq = $1"))
+            .bind(seqs[0])
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
 
     let first = claim(&q, LONG).await.unwrap();
     assert_eq!(

@@ -881,12 +881,10 @@ async fn concurrent_migrations_of_a_fresh_database_all_succeed_and_a_rerun_chang
         .unwrap();
     migrate_schema(&pool, &schema).await.expect("re-run");
     assert_eq!(state().await, before, "the re-run changed the schema");
-    let kept: i64 = sqlx::query_scalar(AssertSqlSafe(
-        "SELECT count(*) FROM harel.transport_messages",
-    ))
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let kept: i64 = sqlx::query_scalar(AssertSqlSafe("SELECT count(*) FROM harel.jobs"))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert_eq!(kept, 1);
     pool.close().await;
 }

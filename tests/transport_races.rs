@@ -162,7 +162,7 @@ async fn racing_claimers_never_share_a_group_and_process_each_message_once_in_or
         o.max_in_flight > 1,
         "claims were serialized: never two groups in flight"
     );
-    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("jobs").await, 0);
     assert_eq!(q.count("transport_groups").await, 0);
 }
 
@@ -234,7 +234,7 @@ async fn a_rolled_back_publish_into_a_draining_group_leaves_no_row_forever() {
     assert_eq!(outcome.unwrap(), LeaseOutcome::Applied);
     tx.rollback().await.unwrap();
 
-    assert_eq!(q.count("transport_messages").await, 0);
+    assert_eq!(q.count("jobs").await, 0);
     // the row the publisher protected may outlive it, but a claim cleans it up
     claim_until_no_groups(&q).await;
 }
@@ -381,9 +381,7 @@ async fn concurrent_publishers_and_draining_claimers_lose_no_message() {
                         assert_eq!(outcome, LeaseOutcome::Applied);
                     }
                     None => {
-                        if publishing.load(Ordering::SeqCst) == 0
-                            && q.count("transport_messages").await == 0
-                        {
+                        if publishing.load(Ordering::SeqCst) == 0 && q.count("jobs").await == 0 {
                             return;
                         }
                         tokio::time::sleep(Duration::from_millis(1)).await;

@@ -433,7 +433,7 @@ async fn a_vanished_worker_holds_its_lease_until_it_lapses_then_its_late_ack_cha
         .await
         .unwrap();
     assert!(!late.is_applied(), "the late ack reports the lost lease");
-    assert_eq!(queue.count("transport_messages").await, 0);
+    assert_eq!(queue.count("jobs").await, 0);
     assert_eq!(queue.count("dead_letters").await, 0);
 }
 
@@ -879,11 +879,7 @@ async fn a_pool_with_a_priority_floor_takes_nothing_below_it() {
     handle.shutdown().await.unwrap();
     let keys: Vec<u64> = ledger.runs.lock().unwrap().iter().map(|r| r.key).collect();
     assert_eq!(keys, [2], "only the priority-3 job ran");
-    assert_eq!(
-        queue.count("transport_messages").await,
-        1,
-        "the priority-1 job waits"
-    );
+    assert_eq!(queue.count("jobs").await, 1, "the priority-1 job waits");
 }
 
 /// The state of a handler that holds a pooled connection for its whole run.

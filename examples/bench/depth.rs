@@ -65,7 +65,7 @@ async fn measure(ctx: &Ctx, pool: &PgPool, groups: u64, m: u64) -> Res<f64> {
     let rate = claim_ack_loop(pool, &ctx.transport, TASKS, m).await?;
     let (messages, group_rows, _) = counts(&ctx.pool).await?;
     let (with_messages, stranded): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(DISTINCT group_id) FROM harel.transport_messages),
+        "SELECT (SELECT count(DISTINCT group_id) FROM harel.jobs),
                 (SELECT count(*) FROM harel.transport_messages m
                   WHERE NOT EXISTS (SELECT 1 FROM harel.transport_groups g
                                      WHERE g.group_id = m.group_id))",

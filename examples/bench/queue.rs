@@ -74,10 +74,10 @@ pub async fn fill_groups(
     Ok(total)
 }
 
-/// Rows in the queue's tables: (messages, groups, dead letters).
+/// What the queue holds: (jobs, group rows, dead letters).
 pub async fn counts(pool: &PgPool) -> Res<(i64, i64, i64)> {
     let counts = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM harel.transport_messages),
+        "SELECT (SELECT count(*) FROM harel.jobs),
                 (SELECT count(*) FROM harel.transport_groups),
                 (SELECT count(*) FROM harel.dead_letters)",
     )

@@ -63,7 +63,8 @@ impl fmt::Display for Count {
 ///
 /// [`fetch`](Self::fetch) reads at most the first and the last
 /// [`WINDOW_PAGES`](Self::WINDOW_PAGES) (64) pages of each of the queue's three tables
-/// (`transport_messages`, `transport_groups`, `dead_letters`), in one statement, whatever the
+/// (`transport_messages`, `transport_groups`, which holds each group's first message inline,
+/// and `dead_letters`), in one statement, whatever the
 /// tables hold: dead row versions kept by a long-held snapshot make a table's file larger,
 /// never the read (with one exception, for [`is_idle`](Self::is_idle): see there). So:
 ///
@@ -148,6 +149,25 @@ impl Table {
     }
 }
 
+/// The jobs: the rows of `transport_messages`, and the group rows that hold their group's
+/// first message inline (`inline` of them in the pages read). Exact when both tables were
+/// read whole; otherwise estimated, the inline share of the groups' estimate taken as in the
+/// pages read.
+fn jobs(messages: &Table, groups: &Table, inline: i64) -> Count {
+    if messages.read_whole() && groups.read_whole() {
+        return Count::Exact(messages.seen + inline);
+    }
+    let inline = if groups.read_whole() {
+        inline
+    } else if groups.seen > 0 {
+        let share = inline as f64 / groups.seen as f64;
+        ((groups.live.max(groups.seen) as f64 * share).round() as i64).max(inline)
+    } else {
+        inline
+    };
+    Count::Estimated(messages.rows().value() + inline)
+}
+
 /// A FROM item counting `aggregates` over the rows of `table` in its first and last
 /// [`QueueStats::WINDOW_PAGES`] pages (two TID range scans, so pages in between are never
 /// read; the tail's start comes from the `pages` CTE). `columns` are the columns the
@@ -171,8 +191,9 @@ fn statement() -> String {
     let messages = window("transport_messages", "1", "count(*) AS seen");
     let groups = window(
         "transport_groups",
-        "available_at",
-        "count(*) AS seen, count(*) FILTER (WHERE available_at <= now()) AS claimable",
+        "available_at, inline_seq",
+        "count(*) AS seen, count(*) FILTER (WHERE available_at <= now()) AS claimable, \
+         count(*) FILTER (WHERE inline_seq IS NOT NULL) AS inline",
     );
     let dead_letters = window("dead_letters", "1", "count(*) AS seen");
     format!(
@@ -190,12 +211,15 @@ fn statement() -> String {
                     AS messages_live,
                 p.transport_groups_pages AS groups_pages, g.seen AS groups_seen,
                 pg_stat_get_live_tuples('@schema@.transport_groups'::regclass) AS groups_live,
-                g.claimable AS groups_claimable,
+                g.claimable AS groups_claimable, g.inline AS groups_inline,
                 p.dead_letters_pages, d.seen AS dead_letters_seen,
                 pg_stat_get_live_tuples('@schema@.dead_letters'::regclass) AS dead_letters_live,
-                CASE WHEN m.seen > 0 THEN false
-                     WHEN p.transport_messages_pages <= {whole} THEN true
+                CASE WHEN m.seen > 0 OR g.inline > 0 THEN false
+                     WHEN p.transport_messages_pages <= {whole}
+                          AND p.transport_groups_pages <= {whole} THEN true
                      ELSE NOT EXISTS (SELECT FROM @schema@.transport_messages)
+                          AND NOT EXISTS (SELECT FROM @schema@.transport_groups
+                                           WHERE inline_seq IS NOT NULL)
                 END AS idle
            FROM pages AS p, {messages} AS m, {groups} AS g, {dead_letters} AS d"
     )
@@ -225,9 +249,10 @@ impl QueueStats {
         let groups = Table::read(&row, "groups")?;
         let dead_letters = Table::read(&row, "dead_letters")?;
         let claimable: i64 = row.try_get("groups_claimable")?;
+        let inline: i64 = row.try_get("groups_inline")?;
         let idle: bool = row.try_get("idle")?;
         Ok(Self {
-            jobs: messages.rows(),
+            jobs: jobs(&messages, &groups, inline),
             groups: groups.rows(),
             claimable_groups: groups.subset(claimable),
             dead_letters: dead_letters.rows(),

@@ -53,6 +53,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0003_claim_floors.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 4,
+        name: "inline_first_messages",
+        sql: include_str!("../sql/migrations/0004_inline_first_messages.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied.
@@ -88,7 +94,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");
@@ -443,6 +449,7 @@ mod tests {
                 let creates = [
                     "CREATE TABLE",
                     "CREATE SEQUENCE",
+                    "CREATE VIEW",
                     "CREATE OR REPLACE FUNCTION",
                     "ALTER TABLE",
                     "DROP FUNCTION",

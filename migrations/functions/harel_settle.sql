@@ -52,6 +52,7 @@ DECLARE
     v_counted  BOOLEAN[];
     v_attempts INT[];
     v_errors   TEXT[];
+    v_inline   BOOLEAN[];
     v_drained  TEXT[];
 BEGIN
     IF COALESCE(cardinality(p_groups), 0) <> v_count
@@ -100,10 +101,12 @@ BEGIN
     -- harel_extend takes them: no deadlock between a batch and a heartbeat).
     SELECT array_agg(f.ord), array_agg(f.group_id), array_agg(f.seq), array_agg(f.action),
            array_agg(f.delay_ms), array_agg(f.counted), array_agg(f.attempts),
-           array_agg(left(f.error, 16384))
-      INTO v_ords, v_groups, v_seqs, v_actions, v_delays, v_counted, v_attempts, v_errors
+           array_agg(left(f.error, 16384)), array_agg(f.inline)
+      INTO v_ords, v_groups, v_seqs, v_actions, v_delays, v_counted, v_attempts, v_errors,
+           v_inline
       FROM (SELECT x.ord, g.group_id, x.seq, x.action, x.delay_ms, x.counted,
-                   COALESCE(x.attempts, g.head_attempts) AS attempts, x.error
+                   COALESCE(x.attempts, g.head_attempts) AS attempts, x.error,
+                   g.inline_seq IS NOT DISTINCT FROM x.seq AS inline
               FROM unnest(p_groups, p_seqs, p_tokens, p_actions, p_delay_ms, p_counted,
                           p_errors, p_attempts)
                    WITH ORDINALITY AS x(group_id, seq, token, action, delay_ms, counted, error,
@@ -116,43 +119,55 @@ BEGIN
     IF v_ords IS NOT NULL THEN
         -- Released: the group waits (or not), its lease ended; the attempt count stays with
         -- the group's head, and with the message when an error is recorded (so it survives
-        -- the message being displaced as head).
+        -- the message being displaced as head; an inline message never is).
         WITH released AS (
             UPDATE "harel".transport_groups g
-               SET locked_by     = NULL,
-                   available_at  = v_now + f.delay_ms * interval '1 millisecond',
-                   head_attempts = g.head_attempts
-                                   - CASE WHEN COALESCE(f.counted, true) THEN 0 ELSE 1 END
-              FROM unnest(v_groups, v_actions, v_delays, v_counted, v_errors)
-                   AS f(group_id, action, delay_ms, counted, error)
+               SET locked_by         = NULL,
+                   available_at      = v_now + f.delay_ms * interval '1 millisecond',
+                   head_attempts     = g.head_attempts
+                                       - CASE WHEN COALESCE(f.counted, true) THEN 0 ELSE 1 END,
+                   inline_last_error = CASE WHEN f.inline AND f.error IS NOT NULL THEN f.error
+                                            ELSE g.inline_last_error END
+              FROM unnest(v_groups, v_actions, v_delays, v_counted, v_errors, v_inline)
+                   AS f(group_id, action, delay_ms, counted, error, inline)
              WHERE f.action = 'release' AND g.group_id = f.group_id
-            RETURNING g.group_id, g.head_seq, g.head_attempts, f.error
+            RETURNING g.group_id, g.head_seq, g.head_attempts, f.error, f.inline
         )
         UPDATE "harel".transport_messages m
            SET attempts = r.head_attempts, last_error = r.error
           FROM released r
-         WHERE m.group_id = r.group_id AND m.seq = r.head_seq AND r.error IS NOT NULL;
+         WHERE m.group_id = r.group_id AND m.seq = r.head_seq AND r.error IS NOT NULL
+           AND NOT r.inline;
 
-        -- Finished: the dead ones copied into dead_letters, then all deleted. (Each
-        -- statement walks the arrays once and looks messages up by key: linear in the
-        -- batch.)
+        -- Finished: the dead ones copied into dead_letters (an inline message from its group
+        -- row), then the others deleted from transport_messages (an inline message goes with
+        -- its group row's update or delete below). Each statement walks the arrays once and
+        -- looks rows up by key: linear in the batch.
         IF 'dead' = ANY (v_actions) THEN
             INSERT INTO "harel".dead_letters
                    (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at)
             SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, d.attempts, d.error,
                    m.enqueued_at
-              FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_errors)
-                   AS d(group_id, seq, action, attempts, error)
+              FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_errors, v_inline)
+                   AS d(group_id, seq, action, attempts, error, inline)
               JOIN "harel".transport_messages m
                 ON m.group_id = d.group_id AND m.seq = d.seq
-             WHERE d.action = 'dead';
+             WHERE d.action = 'dead' AND NOT d.inline
+            UNION ALL
+            SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
+                   d.attempts, d.error, g.inline_enqueued_at
+              FROM unnest(v_groups, v_actions, v_attempts, v_errors, v_inline)
+                   AS d(group_id, action, attempts, error, inline)
+              JOIN "harel".transport_groups g ON g.group_id = d.group_id
+             WHERE d.action = 'dead' AND d.inline;
         END IF;
         DELETE FROM "harel".transport_messages m
-         USING unnest(v_groups, v_seqs, v_actions) AS f(group_id, seq, action)
-         WHERE f.action <> 'release' AND m.group_id = f.group_id AND m.seq = f.seq;
+         USING unnest(v_groups, v_seqs, v_actions, v_inline) AS f(group_id, seq, action, inline)
+         WHERE f.action <> 'release' AND NOT f.inline
+           AND m.group_id = f.group_id AND m.seq = f.seq;
 
-        -- Move the finished groups on. A new statement: its snapshot sees messages committed
-        -- since the fence.
+        -- Move the finished groups on (an inline message ends here). A new statement: its
+        -- snapshot sees messages committed since the fence.
         WITH finished AS (
             SELECT f.group_id FROM unnest(v_groups, v_actions) AS f(group_id, action)
              WHERE f.action <> 'release'
@@ -168,7 +183,9 @@ BEGIN
         ), freed AS (
             UPDATE "harel".transport_groups g
                SET locked_by = NULL, head_seq = NULL, head_attempts = 0,
-                   available_at = GREATEST(v_now, nh.not_before)
+                   available_at = GREATEST(v_now, nh.not_before),
+                   inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
+                   inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL
               FROM next_head nh
              WHERE g.group_id = nh.group_id AND nh.has_next
         )

@@ -156,7 +156,7 @@ pub async fn counts(pool: &PgPool) -> Counts {
             "SELECT count(*) FROM rel.ledger l JOIN rel.forbidden f ON f.key = l.key",
         )
         .await,
-        queue_left: count(pool, "SELECT count(*) FROM harel.transport_messages").await,
+        queue_left: count(pool, "SELECT count(*) FROM harel.jobs").await,
         stuck_groups: count(
             pool,
             "SELECT count(*) FROM harel.transport_groups
@@ -184,7 +184,7 @@ pub async fn wait_until_done(pool: &PgPool, limit: Duration) -> Counts {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let left: Result<(i64, i64), _> = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM harel.transport_messages),
+            "SELECT (SELECT count(*) FROM harel.jobs),
                     (SELECT count(*) FROM rel.expected e WHERE NOT EXISTS
                         (SELECT 1 FROM rel.ledger l WHERE l.key = e.key AND l.ended_at IS NOT NULL))",
         )
@@ -258,7 +258,7 @@ pub async fn report(pool: &PgPool, figures: &Figures, counts: &Counts) {
 /// failing run's report).
 pub async fn diagnose(pool: &PgPool) {
     let messages: Vec<(String, i64, String, i32, Option<String>)> = sqlx::query_as(
-        "SELECT group_id, seq, kind, attempts, last_error FROM harel.transport_messages
+        "SELECT group_id, seq, kind, attempts, last_error FROM harel.jobs
           ORDER BY seq LIMIT 20",
     )
     .fetch_all(pool)

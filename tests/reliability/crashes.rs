@@ -37,7 +37,7 @@ async fn s2_sigkilled_workers_lose_nothing_and_never_double_run_a_group() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM harel.transport_messages")
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM harel.jobs")
             .fetch_one(&setup.admin)
             .await
             .unwrap();

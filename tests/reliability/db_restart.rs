@@ -41,7 +41,7 @@ async fn s3_database_restarts_lose_nothing_and_listen_comes_back() {
     let mut restarts: Vec<DateTime<Utc>> = Vec::new();
     for round in 0..2 {
         tokio::time::sleep(Duration::from_secs(if round == 0 { 3 } else { 5 })).await;
-        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM harel.transport_messages")
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM harel.jobs")
             .fetch_one(&setup.admin)
             .await
             .unwrap();

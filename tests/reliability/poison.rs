@@ -255,7 +255,7 @@ async fn supervise(
         }
         let (dead, left, missing): (i64, i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM harel.dead_letters),
-                    (SELECT count(*) FROM harel.transport_messages),
+                    (SELECT count(*) FROM harel.jobs),
                     (SELECT count(*) FROM rel.expected e WHERE NOT EXISTS
                         (SELECT 1 FROM rel.ledger l WHERE l.key = e.key AND l.ended_at IS NOT NULL))",
         )

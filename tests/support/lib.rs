@@ -168,7 +168,7 @@ pub const WORKER_GRANTS: &[&str] = &[
 /// What the README's "Database roles" grants an operator (stats and dead letters).
 pub const OPERATOR_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA @schema@",
-    "SELECT ON @schema@.transport_messages, @schema@.transport_groups",
+    "SELECT ON @schema@.jobs, @schema@.transport_messages, @schema@.transport_groups",
     "SELECT, DELETE ON @schema@.dead_letters",
     "EXECUTE ON FUNCTION @schema@.harel_publish",
 ];

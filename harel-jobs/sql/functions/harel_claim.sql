@@ -60,6 +60,9 @@ DECLARE
     v_not_due    BIGINT;
     -- how far below the oldest claimable group a floor stays (see above)
     c_margin     CONSTANT INTERVAL := interval '250 milliseconds';
+    -- the least a floor is raised by (so at most a few raises a second per level)
+    c_step_us    CONSTANT BIGINT := 100000::bigint;
+    l            INT;
     v_floors     BIGINT[];
     v_scan_from  TIMESTAMPTZ[];
     v_levels     INT[];
@@ -121,19 +124,19 @@ BEGIN
         -- asked for were found, every level was scanned to the end, and an empty one up to
         -- now.
         IF v_rounds = 1 THEN
-            FOR l IN p_min_priority..4 LOOP
-                v_raise_to := NULL;
-                SELECT min(x.position) INTO v_raise_to
-                  FROM unnest(v_levels, v_positions) AS x(level, position)
-                 WHERE x.level = l;
-                IF v_raise_to IS NULL
-                   AND COALESCE(cardinality(v_candidates), 0) < v_need THEN
-                    v_raise_to := v_now;
-                END IF;
-                v_raise_to := v_raise_to - c_margin;
-                IF v_raise_to IS NOT NULL
-                   AND (extract(epoch FROM v_raise_to) * 1000000)::bigint
-                       > v_floors[l + 1] + 1000 THEN
+            FOR l, v_raise_to IN
+                SELECT lv.level,
+                       COALESCE(min(x.position),
+                                CASE WHEN COALESCE(cardinality(v_candidates), 0) < v_need
+                                     THEN v_now END) - c_margin
+                  FROM generate_series(p_min_priority, 4) AS lv(level)
+                  LEFT JOIN unnest(v_levels, v_positions) AS x(level, position)
+                    ON x.level = lv.level
+                 GROUP BY lv.level
+            LOOP
+                -- in steps of c_step at least: each setval writes WAL
+                IF (extract(epoch FROM v_raise_to) * 1000000)::bigint
+                   > v_floors[l + 1] + c_step_us THEN
                     PERFORM setval(('@schema@.claim_floor_' || l)::regclass,
                                    (extract(epoch FROM v_raise_to) * 1000000)::bigint);
                 END IF;
@@ -146,21 +149,37 @@ BEGIN
         -- leased; an empty group is kept aside for the drop below; a group whose head is not
         -- due yet (a delayed message became head) sleeps until it is.
         WITH candidate AS (
-            SELECT g.group_id, g.head_seq, g.head_attempts, k.ord
+            SELECT g.group_id, g.head_seq, g.head_attempts, g.priority, g.inline_seq,
+                   g.inline_kind, g.inline_payload, g.inline_enqueued_at, g.inline_not_before,
+                   k.ord
               FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
               JOIN @schema@.transport_groups g ON g.group_id = k.group_id
         ), head AS (
-            SELECT c.group_id, c.ord, m.seq, m.kind, m.payload, m.priority, m.enqueued_at,
-                   m.not_before,
-                   m.seq IS NOT NULL AND (m.not_before IS NULL OR m.not_before <= v_now) AS due,
-                   CASE WHEN m.seq = c.head_seq THEN c.head_attempts ELSE m.attempts END + 1
-                       AS attempt
+            -- the group's inline message (the one that created it) while it has one, else
+            -- its first message in transport_messages
+            SELECT c.group_id, c.ord,
+                   COALESCE(c.inline_seq, m.seq) AS seq,
+                   COALESCE(c.inline_kind, m.kind) AS kind,
+                   COALESCE(c.inline_payload, m.payload) AS payload,
+                   CASE WHEN c.inline_seq IS NOT NULL THEN c.priority ELSE m.priority END
+                       AS priority,
+                   COALESCE(c.inline_enqueued_at, m.enqueued_at) AS enqueued_at,
+                   CASE WHEN c.inline_seq IS NOT NULL THEN c.inline_not_before
+                        ELSE m.not_before END AS not_before,
+                   COALESCE(c.inline_seq, m.seq) IS NOT NULL
+                       AND (CASE WHEN c.inline_seq IS NOT NULL THEN c.inline_not_before
+                                 ELSE m.not_before END IS NULL
+                            OR CASE WHEN c.inline_seq IS NOT NULL THEN c.inline_not_before
+                                    ELSE m.not_before END <= v_now) AS due,
+                   CASE WHEN COALESCE(c.inline_seq, m.seq) = c.head_seq THEN c.head_attempts
+                        WHEN c.inline_seq IS NOT NULL THEN 0
+                        ELSE m.attempts END + 1 AS attempt
               FROM candidate c
               LEFT JOIN LATERAL (
                     SELECT m.seq, m.kind, m.payload, m.priority, m.enqueued_at, m.not_before,
                            m.attempts
                       FROM @schema@.transport_messages m
-                     WHERE m.group_id = c.group_id
+                     WHERE c.inline_seq IS NULL AND m.group_id = c.group_id
                      ORDER BY m.seq
                      LIMIT 1) AS m ON true
         ), settled AS (

@@ -40,8 +40,12 @@ BEGIN
     -- Not deleted: free it. If we got the lock, the group has a committed message now and is
     -- claimable at once; if a publisher holds KEY SHARE, its message is not visible yet, so
     -- look again shortly rather than spin on an empty group.
+    -- (An inline message is never in a group called empty: it is the head. Called from a
+    -- settle, the group's inline message was just settled: it goes.)
     UPDATE @schema@.transport_groups g
        SET locked_by = NULL, head_seq = NULL, head_attempts = 0,
+           inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
+           inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL,
            available_at = CASE WHEN g.group_id = ANY (v_lockable) THEN statement_timestamp()
                                ELSE clock_timestamp() + p_recheck_ms * interval '1 millisecond' END
      WHERE g.group_id = ANY (p_groups)

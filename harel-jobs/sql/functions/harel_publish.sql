@@ -1,5 +1,10 @@
 -- harel_publish: append messages and make sure each of their groups has a row.
 --
+-- A message that creates its group is stored in the new group row ("inline", migration
+-- 0004): one row per job for jobs with a group of their own. Messages for a group that
+-- exists go to transport_messages. Every message's seq comes from transport_messages'
+-- sequence, drawn in array order, so a group's messages keep their order.
+--
 -- What a producer calls (and all it may call): it validates every message itself, so a
 -- role that can execute it cannot write anything the Rust side would refuse.
 --
@@ -34,12 +39,13 @@ DECLARE
     v_new_from   TIMESTAMPTZ;
     v_count      INT := cardinality(p_groups);
     v_pending    TEXT[];
-    v_priorities SMALLINT[];
-    v_ready_at   TIMESTAMPTZ[];
+    v_firsts     BIGINT[];
+    v_inlined    BIGINT[];
     v_inserted   BIGINT;
     v_due        BOOLEAN;
     v_invalid    TEXT;
     v_seq        BIGINT;
+    v_seqs       BIGINT[];
     v_ready      TIMESTAMPTZ;
 BEGIN
     -- The limits of transport/message.rs, checked again here for callers that bypass it.
@@ -77,14 +83,14 @@ BEGIN
     -- run than the set-based batch path below.
     IF v_count = 1 THEN
         v_ready := COALESCE(p_not_before[1], v_now + p_delay_ms[1] * interval '1 millisecond');
-        INSERT INTO @schema@.transport_messages
-               (group_id, kind, payload, priority, not_before, enqueued_at)
-        VALUES (p_groups[1], p_kinds[1], p_payloads[1]::json, p_priorities[1], v_ready, v_now)
-        RETURNING seq INTO v_seq;
+        v_seq := nextval('@schema@.transport_messages_seq_seq');
         RETURN NEXT v_seq;
         LOOP
-            INSERT INTO @schema@.transport_groups (group_id, priority, available_at)
-            VALUES (p_groups[1], p_priorities[1], GREATEST(v_now, v_ready))
+            INSERT INTO @schema@.transport_groups
+                   (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
+                    inline_enqueued_at, inline_not_before)
+            VALUES (p_groups[1], p_priorities[1], GREATEST(v_now, v_ready), v_seq, p_kinds[1],
+                    p_payloads[1]::json, v_now, v_ready)
             ON CONFLICT (group_id) DO NOTHING;
             IF FOUND THEN
                 v_new_from := GREATEST(v_now, v_ready);
@@ -92,7 +98,14 @@ BEGIN
             END IF;
             PERFORM 1 FROM @schema@.transport_groups g
               WHERE g.group_id = p_groups[1] FOR KEY SHARE;
-            EXIT WHEN FOUND;
+            IF FOUND THEN
+                INSERT INTO @schema@.transport_messages
+                       (seq, group_id, kind, payload, priority, not_before, enqueued_at)
+                OVERRIDING SYSTEM VALUE
+                VALUES (v_seq, p_groups[1], p_kinds[1], p_payloads[1]::json, p_priorities[1],
+                        v_ready, v_now);
+                EXIT;
+            END IF;
             -- deleted by a draining settle between the two statements: insert again
         END LOOP;
         IF v_ready IS NULL OR v_ready <= v_now THEN
@@ -101,45 +114,44 @@ BEGIN
         RETURN;
     END IF;
 
-    RETURN QUERY
-    INSERT INTO @schema@.transport_messages
-           (group_id, kind, payload, priority, not_before, enqueued_at)
-    SELECT x.group_id, x.kind, x.payload::json, x.priority,
-           COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'), v_now
-      FROM unnest(p_groups, p_kinds, p_payloads, p_priorities, p_not_before, p_delay_ms)
-           WITH ORDINALITY AS x(group_id, kind, payload, priority, not_before, delay_ms, ord)
-     ORDER BY x.ord
-    RETURNING seq;
+    -- Every message's seq, drawn in array order.
+    SELECT array_agg(nextval('@schema@.transport_messages_seq_seq') ORDER BY x.ord)
+      INTO v_seqs
+      FROM generate_series(1, v_count) AS x(ord);
 
     -- Each group's first message of the batch, sorted by group so that concurrent
-    -- publishers take row locks in one order: the values a new group row starts with.
-    SELECT array_agg(f.group_id ORDER BY f.group_id),
-           array_agg(f.priority ORDER BY f.group_id),
-           array_agg(f.ready_at ORDER BY f.group_id)
-      INTO v_pending, v_priorities, v_ready_at
-      FROM (SELECT DISTINCT ON (x.group_id) x.group_id, x.priority,
-                   GREATEST(v_now, COALESCE(x.not_before,
-                                            v_now + x.delay_ms * interval '1 millisecond')) AS ready_at
-              FROM unnest(p_groups, p_priorities, p_not_before, p_delay_ms)
-                   WITH ORDINALITY AS x(group_id, priority, not_before, delay_ms, ord)
+    -- publishers take row locks in one order: it creates the group row if there is none.
+    SELECT array_agg(f.group_id ORDER BY f.group_id), array_agg(f.ord ORDER BY f.group_id)
+      INTO v_pending, v_firsts
+      FROM (SELECT DISTINCT ON (x.group_id) x.group_id, x.ord
+              FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord)
              ORDER BY x.group_id, x.ord) AS f;
 
-    -- Every group needs a row that stays until we commit: insert the missing ones (with
-    -- their first message's priority; existing groups keep their lease and priority), and
-    -- KEY SHARE-lock the existing ones so a draining settle cannot delete them. A row
-    -- deleted between the two statements is inserted again in the next round. Set
-    -- operations only (hash joins), so a batch costs linear time in its size.
+    -- Every group needs a row that stays until we commit: insert the missing ones, their
+    -- first message inline (existing groups keep their lease and priority), and KEY
+    -- SHARE-lock the rest (the ones we just inserted too, harmlessly) so a draining settle
+    -- cannot delete them. A row deleted between the two statements is inserted again in
+    -- the next round. Set operations only (hash joins), so a batch costs linear time in
+    -- its size.
     LOOP
         WITH inserted AS (
-            INSERT INTO @schema@.transport_groups AS g (group_id, priority, available_at)
-            SELECT u.group_id, u.priority, u.ready_at
-              FROM unnest(v_pending, v_priorities, v_ready_at) AS u(group_id, priority, ready_at)
+            INSERT INTO @schema@.transport_groups AS g
+                   (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
+                    inline_enqueued_at, inline_not_before)
+            SELECT u.group_id, p_priorities[u.ord],
+                   GREATEST(v_now, COALESCE(p_not_before[u.ord],
+                                            v_now + p_delay_ms[u.ord] * interval '1 millisecond')),
+                   v_seqs[u.ord], p_kinds[u.ord], p_payloads[u.ord]::json, v_now,
+                   COALESCE(p_not_before[u.ord],
+                            v_now + p_delay_ms[u.ord] * interval '1 millisecond')
+              FROM unnest(v_pending, v_firsts) AS u(group_id, ord)
              ORDER BY u.group_id
             ON CONFLICT (group_id) DO NOTHING
-            RETURNING g.group_id, g.available_at
+            RETURNING g.inline_seq, g.available_at
         )
-        SELECT count(*), LEAST(v_new_from, min(i.available_at) FILTER (WHERE i.available_at <= v_now))
-          INTO v_inserted, v_new_from
+        SELECT count(*), v_inlined || array_agg(i.inline_seq),
+               LEAST(v_new_from, min(i.available_at) FILTER (WHERE i.available_at <= v_now))
+          INTO v_inserted, v_inlined, v_new_from
           FROM inserted i;
         EXIT WHEN v_inserted = cardinality(v_pending);
 
@@ -149,14 +161,25 @@ BEGIN
              ORDER BY g.group_id
                FOR KEY SHARE
         )
-        SELECT array_agg(u.group_id ORDER BY u.group_id),
-               array_agg(u.priority ORDER BY u.group_id),
-               array_agg(u.ready_at ORDER BY u.group_id)
-          INTO v_pending, v_priorities, v_ready_at
-          FROM unnest(v_pending, v_priorities, v_ready_at) AS u(group_id, priority, ready_at)
+        SELECT array_agg(u.group_id ORDER BY u.group_id), array_agg(u.ord ORDER BY u.group_id)
+          INTO v_pending, v_firsts
+          FROM unnest(v_pending, v_firsts) AS u(group_id, ord)
          WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.group_id = u.group_id);
         EXIT WHEN v_pending IS NULL;
     END LOOP;
+
+    -- The others into transport_messages.
+    INSERT INTO @schema@.transport_messages
+           (seq, group_id, kind, payload, priority, not_before, enqueued_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT x.seq, x.group_id, x.kind, x.payload::json, x.priority,
+           COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'), v_now
+      FROM unnest(v_seqs, p_groups, p_kinds, p_payloads, p_priorities, p_not_before,
+                  p_delay_ms) AS x(seq, group_id, kind, payload, priority, not_before, delay_ms)
+     WHERE NOT EXISTS (SELECT 1 FROM unnest(v_inlined) AS i(seq) WHERE i.seq = x.seq)
+     ORDER BY x.seq;
+
+    RETURN QUERY SELECT unnest(v_seqs);
 
     -- wake idle workers when the transaction commits (see harel_notify)
     SELECT bool_or(x.not_before IS NULL AND COALESCE(x.delay_ms, 0) <= 0) INTO v_due
