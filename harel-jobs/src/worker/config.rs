@@ -76,6 +76,15 @@ impl WorkerConfig {
         }
     }
 
+    /// How many jobs may be claimed and unfinished at once while handlers are fast: the
+    /// concurrency plus a buffer of the concurrency again or one claim batch, whichever is
+    /// more, so that even a small pool claims in full batches. (Slow handlers get no
+    /// buffer: a buffered job would hold its lease for a whole handler run while another
+    /// worker could run it.)
+    pub fn prefetch_limit(&self) -> usize {
+        self.concurrency + self.concurrency.max(self.claim_batch)
+    }
+
     /// The heartbeat interval: the configured one, or a third of the lease.
     pub fn heartbeat_interval(&self) -> Duration {
         self.heartbeat.unwrap_or(self.lease / 3)

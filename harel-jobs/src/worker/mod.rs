@@ -1,7 +1,7 @@
 //! The embedded worker pool: claims jobs, runs their handlers, writes their outcomes.
 //!
 //! One pool is a handful of tokio tasks around a shared state:
-//! - the **fetcher** claims as many groups as there are free slots (up to twice that while
+//! - the **fetcher** claims as many groups as there are free slots (more while
 //!   handlers are fast), in one round trip, and spawns a task per job (`fetch.rs`);
 //! - each **job task** decodes the payload, runs the handler with its timeout, catches
 //!   panics, and decides the outcome (`execute.rs`);
@@ -70,8 +70,8 @@ pub(crate) struct Shared<S> {
     /// One permit per handler allowed to run.
     slots: Arc<Semaphore>,
     /// One permit per job claimed and not yet finished (running or waiting for a slot):
-    /// twice the concurrency, of which the fetcher uses the second half only while handlers
-    /// are fast (see `prefetch_allowed`).
+    /// the prefetch limit, of which the fetcher uses more than the concurrency only while
+    /// handlers are fast (see `claim_limit`).
     claims: Arc<Semaphore>,
     /// Signalled when a job task ends (a claim permit came back).
     job_ended: Notify,
@@ -329,7 +329,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             state: self.state,
             registry: self.registry,
             slots: Arc::new(Semaphore::new(self.config.concurrency)),
-            claims: Arc::new(Semaphore::new(2 * self.config.concurrency)),
+            claims: Arc::new(Semaphore::new(self.config.prefetch_limit())),
             job_ended: Notify::new(),
             handler_micros: std::sync::atomic::AtomicU64::new(u64::MAX),
             config: self.config,
@@ -506,6 +506,7 @@ impl Drop for WorkerHandle {
 /// Handlers faster than this on average let the fetcher claim ahead (prefetch).
 const PREFETCH_BELOW: Duration = Duration::from_millis(5);
 
+
 impl<S> Shared<S> {
     /// Records a handler's run time in the moving average (weight 1/8).
     fn record_run_time(&self, took: Duration) {
@@ -515,8 +516,8 @@ impl<S> Shared<S> {
             .store(next_average(average, took), Relaxed);
     }
 
-    /// How many jobs may be claimed and unfinished at once: twice the concurrency while
-    /// handlers are fast (a job then waits for a slot for a fraction of a millisecond, and
+    /// How many jobs may be claimed and unfinished at once: the prefetch limit (see
+    /// `WorkerConfig::prefetch_limit`) while handlers are fast (a job then waits for a slot for a fraction of a millisecond, and
     /// claims come in bigger batches), the concurrency otherwise (a buffered job would hold
     /// its lease for a whole handler run while other workers could run it).
     fn claim_limit(&self) -> usize {
@@ -524,7 +525,7 @@ impl<S> Shared<S> {
             .handler_micros
             .load(std::sync::atomic::Ordering::Relaxed);
         if average < PREFETCH_BELOW.as_micros() as u64 {
-            2 * self.config.concurrency
+            self.config.prefetch_limit()
         } else {
             self.config.concurrency
         }
@@ -532,7 +533,7 @@ impl<S> Shared<S> {
 
     /// Jobs claimed and not finished.
     fn outstanding(&self) -> usize {
-        2 * self.config.concurrency - self.claims.available_permits()
+        self.config.prefetch_limit() - self.claims.available_permits()
     }
 
     /// Remembers that a group becomes claimable after `delay`.
