@@ -506,7 +506,6 @@ impl Drop for WorkerHandle {
 /// Handlers faster than this on average let the fetcher claim ahead (prefetch).
 const PREFETCH_BELOW: Duration = Duration::from_millis(5);
 
-
 impl<S> Shared<S> {
     /// Records a handler's run time in the moving average (weight 1/8).
     fn record_run_time(&self, took: Duration) {
