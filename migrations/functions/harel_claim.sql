@@ -154,6 +154,7 @@ BEGIN
                    k.ord
               FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
               JOIN "harel".transport_groups g ON g.group_id = k.group_id
+             WHERE g.group_id = ANY (v_candidates) -- by key (see harel_settle's fence)
         ), head AS (
             -- the group's inline message (the one that created it) while it has one, else
             -- its first message in transport_messages
@@ -189,7 +190,8 @@ BEGIN
                    head_seq      = CASE WHEN h.due THEN h.seq ELSE g.head_seq END,
                    head_attempts = CASE WHEN h.due THEN h.attempt ELSE g.head_attempts END
               FROM head h
-             WHERE g.group_id = h.group_id
+             WHERE g.group_id = ANY (v_candidates)
+               AND g.group_id = h.group_id
                AND h.seq IS NOT NULL
         )
         SELECT array_agg(h.group_id      ORDER BY h.ord) FILTER (WHERE h.due),

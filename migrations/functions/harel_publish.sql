@@ -157,7 +157,7 @@ BEGIN
 
         WITH locked AS MATERIALIZED (
             SELECT g.group_id FROM "harel".transport_groups g
-             WHERE g.group_id IN (SELECT unnest(v_pending))
+             WHERE g.group_id = ANY (v_pending)
              ORDER BY g.group_id
                FOR KEY SHARE
         )

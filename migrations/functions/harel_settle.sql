@@ -54,6 +54,10 @@ DECLARE
     v_errors   TEXT[];
     v_inline   BOOLEAN[];
     v_drained  TEXT[];
+    v_err_groups   TEXT[];
+    v_err_seqs     BIGINT[];
+    v_err_attempts INT[];
+    v_err_texts    TEXT[];
 BEGIN
     IF COALESCE(cardinality(p_groups), 0) <> v_count
        OR COALESCE(cardinality(p_tokens), 0) <> v_count
@@ -99,6 +103,15 @@ BEGIN
 
     -- The fence, and the row locks we need to move the groups on (in group order, as
     -- harel_extend takes them: no deadlock between a batch and a heartbeat).
+    --
+    -- Every statement here reaches the queue tables by key: `group_id = ANY (array)` on
+    -- transport_groups; on transport_messages, a LATERAL (… OFFSET 0) lookup per (group,
+    -- seq) for reads (OFFSET 0 keeps the planner from flattening it into a join it may
+    -- reorder) and a statement per message for writes (a batch of grouped jobs only: an
+    -- inline message goes with its group row). A join condition alone is not enough: after a VACUUM that an old snapshot
+    -- kept from removing anything, the statistics say the tables are nearly empty, and the
+    -- planner then walks a whole index (every dead entry) rather than look rows up. Seen:
+    -- 84,000 buffers per settle in the horizon benchmark, and tests/transport_env.rs.
     SELECT array_agg(f.ord), array_agg(f.group_id), array_agg(f.seq), array_agg(f.action),
            array_agg(f.delay_ms), array_agg(f.counted), array_agg(f.attempts),
            array_agg(left(f.error, 16384)), array_agg(f.inline)
@@ -113,6 +126,7 @@ BEGIN
                                         attempts, ord)
               JOIN "harel".transport_groups g
                 ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+             WHERE g.group_id = ANY (p_groups)
              ORDER BY g.group_id
                FOR NO KEY UPDATE OF g) AS f;
 
@@ -130,14 +144,20 @@ BEGIN
                                             ELSE g.inline_last_error END
               FROM unnest(v_groups, v_actions, v_delays, v_counted, v_errors, v_inline)
                    AS f(group_id, action, delay_ms, counted, error, inline)
-             WHERE f.action = 'release' AND g.group_id = f.group_id
+             WHERE f.action = 'release' AND g.group_id = ANY (v_groups)
+               AND g.group_id = f.group_id
             RETURNING g.group_id, g.head_seq, g.head_attempts, f.error, f.inline
         )
-        UPDATE "harel".transport_messages m
-           SET attempts = r.head_attempts, last_error = r.error
+        SELECT array_agg(r.group_id), array_agg(r.head_seq), array_agg(r.head_attempts),
+               array_agg(r.error)
+          INTO v_err_groups, v_err_seqs, v_err_attempts, v_err_texts
           FROM released r
-         WHERE m.group_id = r.group_id AND m.seq = r.head_seq AND r.error IS NOT NULL
-           AND NOT r.inline;
+         WHERE r.error IS NOT NULL AND NOT r.inline;
+        FOR i IN 1..COALESCE(cardinality(v_err_groups), 0) LOOP
+            UPDATE "harel".transport_messages m
+               SET attempts = v_err_attempts[i], last_error = v_err_texts[i]
+             WHERE m.group_id = v_err_groups[i] AND m.seq = v_err_seqs[i];
+        END LOOP;
 
         -- Finished: the dead ones copied into dead_letters (an inline message from its group
         -- row), then the others deleted from transport_messages (an inline message goes with
@@ -150,8 +170,9 @@ BEGIN
                    m.enqueued_at
               FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_errors, v_inline)
                    AS d(group_id, seq, action, attempts, error, inline)
-              JOIN "harel".transport_messages m
-                ON m.group_id = d.group_id AND m.seq = d.seq
+             CROSS JOIN LATERAL (SELECT t.* FROM "harel".transport_messages t
+                                  WHERE t.group_id = d.group_id AND t.seq = d.seq
+                                 OFFSET 0) AS m
              WHERE d.action = 'dead' AND NOT d.inline
             UNION ALL
             SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
@@ -159,12 +180,14 @@ BEGIN
               FROM unnest(v_groups, v_actions, v_attempts, v_errors, v_inline)
                    AS d(group_id, action, attempts, error, inline)
               JOIN "harel".transport_groups g ON g.group_id = d.group_id
-             WHERE d.action = 'dead' AND d.inline;
+             WHERE d.action = 'dead' AND d.inline AND g.group_id = ANY (v_groups);
         END IF;
-        DELETE FROM "harel".transport_messages m
-         USING unnest(v_groups, v_seqs, v_actions, v_inline) AS f(group_id, seq, action, inline)
-         WHERE f.action <> 'release' AND NOT f.inline
-           AND m.group_id = f.group_id AND m.seq = f.seq;
+        FOR i IN 1..cardinality(v_groups) LOOP
+            IF v_actions[i] <> 'release' AND NOT v_inline[i] THEN
+                DELETE FROM "harel".transport_messages m
+                 WHERE m.group_id = v_groups[i] AND m.seq = v_seqs[i];
+            END IF;
+        END LOOP;
 
         -- Move the finished groups on (an inline message ends here). A new statement: its
         -- snapshot sees messages committed since the fence.
@@ -187,7 +210,7 @@ BEGIN
                    inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
                    inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL
               FROM next_head nh
-             WHERE g.group_id = nh.group_id AND nh.has_next
+             WHERE g.group_id = ANY (v_groups) AND g.group_id = nh.group_id AND nh.has_next
         )
         SELECT array_agg(nh.group_id) FILTER (WHERE NOT nh.has_next) INTO v_drained
           FROM next_head nh;

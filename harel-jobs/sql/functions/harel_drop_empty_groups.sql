@@ -31,8 +31,10 @@ BEGIN
     WITH deleted AS (
         DELETE FROM @schema@.transport_groups g
          WHERE g.group_id = ANY (v_lockable)
-           AND NOT EXISTS (SELECT 1 FROM @schema@.transport_messages m
-                            WHERE m.group_id = g.group_id)
+           -- a subquery per group, not NOT EXISTS: an anti-join may walk every message
+           -- when the statistics say there are none (see harel_settle's fence)
+           AND (SELECT m.seq FROM @schema@.transport_messages m
+                 WHERE m.group_id = g.group_id LIMIT 1) IS NULL
         RETURNING g.group_id
     )
     SELECT array_agg(d.group_id) INTO v_deleted FROM deleted d;

@@ -32,6 +32,7 @@ BEGIN
        FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
        JOIN @schema@.transport_groups g
          ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+      WHERE g.group_id = ANY (p_groups) -- looked up by key (see harel_settle's fence)
       ORDER BY g.group_id
         FOR NO KEY UPDATE OF g;
 
@@ -39,7 +40,8 @@ BEGIN
         UPDATE @schema@.transport_groups g
            SET available_at = v_expiry
           FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
-         WHERE g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+         WHERE g.group_id = ANY (p_groups)
+           AND g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
         RETURNING g.head_seq, x.token
     )
     SELECT array_agg(e.head_seq), array_agg(e.token) INTO v_seqs, v_tokens FROM extended e;
