@@ -11,7 +11,10 @@
 //!   often; but where autovacuum is off for the whole server, nothing would clean them. Then
 //!   this task does: every few seconds it reads the tables' dead-row counts and, past a
 //!   threshold, runs `VACUUM` on them. One worker per schema does it at a time (an advisory
-//!   lock), on a connection of its own.
+//!   lock), on a connection of its own. While an old snapshot keeps the dead rows, a
+//!   `VACUUM` removes nothing and still reads the whole (growing) tables: the task then waits
+//!   longer after each such run (see [`VacuumPace`]), and tries again early once the oldest
+//!   running transaction it can see has moved on.
 //!
 //! Each database call, the `VACUUM` included, is bounded by the database timeout (a
 //! `VACUUM` abandoned by the worker still runs to its end on the server), and abandoned when
@@ -34,6 +37,14 @@ const CHECK_EVERY: Duration = Duration::from_secs(5);
 const MIN_DEAD_ROWS: i64 = 2_000;
 /// …and this fraction of its live rows.
 const DEAD_FRACTION: f64 = 0.2;
+/// After a `VACUUM` that removed most dead rows, the next one waits at least this many times
+/// its duration (so vacuum takes at most a fifth of one core)…
+const VACUUM_COST_FACTOR: u32 = 4;
+/// …after one that removed little (an old snapshot keeps the rows), this many times, and at
+/// least `CHECK_EVERY` doubled for each such run in a row, up to `VACUUM_BACKOFF_MAX`.
+const VACUUM_FUTILE_COST_FACTOR: u32 = 20;
+/// The longest wait after a run of futile vacuums (unless the horizon moves first).
+const VACUUM_BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// The shortest and longest pause between two housekeeping calls…
 const HOUSEKEEPING_EVERY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
 /// …which is otherwise this many times the last call's duration.
@@ -51,6 +62,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         .config
         .maintenance
         .then(|| Instant::now() + CHECK_EVERY);
+    let mut pace = VacuumPace::default();
     loop {
         shared.faults.check(WorkerTask::Maintenance)?;
         let Some(wake_at) = next_housekeeping.into_iter().chain(next_vacuum_check).min() else {
@@ -113,27 +125,50 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 tracing::debug!("autovacuum is on: it maintains the queue tables");
                 next_vacuum_check = None;
             }
-            Ok(Due::Tables(tables)) => match tokio::select! {
-                () = stop.cancelled() => return Ok(()),
-                vacuumed = vacuum(&shared, &schema, &tables) => vacuumed,
-            } {
-                Ok(true) => {
-                    tracing::debug!(schema = schema.name(), ?tables, "vacuumed the queue tables");
+            Ok(Due::Tables { tables, dead, xmin }) if pace.allows(Instant::now(), xmin) => {
+                let started = Instant::now();
+                let vacuumed = tokio::select! {
+                    () = stop.cancelled() => return Ok(()),
+                    vacuumed = vacuum(&shared, &schema, &tables) => vacuumed,
+                };
+                match vacuumed {
+                    Ok(true) => {
+                        let took = started.elapsed();
+                        let after = bounded(limit, dead_rows(&shared.pool, &schema, &tables)).await;
+                        match after {
+                            Ok((dead_after, xmin_after)) => {
+                                pace.ran(Instant::now(), took, dead, dead_after, xmin_after);
+                                tracing::debug!(
+                                    schema = schema.name(),
+                                    ?tables,
+                                    dead_before = dead,
+                                    dead_after,
+                                    took_ms = took.as_millis() as u64,
+                                    "vacuumed the queue tables"
+                                );
+                            }
+                            Err(error) => {
+                                pace.ran(Instant::now(), took, dead, dead, xmin);
+                                tracing::debug!(error = %error, "reading the queue tables' statistics failed");
+                            }
+                        }
+                    }
+                    Ok(false) => {} // another worker is at it
+                    Err(error) if error.is_permission_denied() => {
+                        tracing::warn!(
+                            schema = schema.name(),
+                            error = %error,
+                            "autovacuum is off and this role may not vacuum the queue tables: \
+                             vacuum them regularly (or turn autovacuum on), or claims slow down"
+                        );
+                        next_vacuum_check = None;
+                    }
+                    Err(error) => {
+                        tracing::debug!(error = %error, "vacuuming the queue tables failed");
+                    }
                 }
-                Ok(false) => {} // another worker is at it
-                Err(error) if error.is_permission_denied() => {
-                    tracing::warn!(
-                        schema = schema.name(),
-                        error = %error,
-                        "autovacuum is off and this role may not vacuum the queue tables: \
-                         vacuum them regularly (or turn autovacuum on), or claims slow down"
-                    );
-                    next_vacuum_check = None;
-                }
-                Err(error) => {
-                    tracing::debug!(error = %error, "vacuuming the queue tables failed");
-                }
-            },
+            }
+            Ok(Due::Tables { .. }) => {} // paced: see VacuumPace
             Err(error) => {
                 tracing::debug!(error = %error, "reading the queue tables' statistics failed");
             }
@@ -158,31 +193,112 @@ async fn housekeeping(pool: &PgPool, schema: &crate::Schema) -> Result<(i32, i64
 enum Due {
     Nothing,
     AutovacuumOn,
-    Tables(Vec<String>),
+    /// Tables past the threshold, their dead rows in all, and the oldest running
+    /// transaction this session sees.
+    Tables {
+        tables: Vec<String>,
+        dead: i64,
+        xmin: i64,
+    },
+}
+
+/// When the next `VACUUM` may run. A `VACUUM` reads every page not known to be all-visible,
+/// which under an old snapshot is the whole table, and removes nothing that snapshot may
+/// still see: run back to back, such vacuums took a core of a 2-core machine and slowed
+/// every enqueue and claim (see BENCHMARKS.md, horizon). So each run buys a wait in
+/// proportion to its duration, a much longer one when it was futile; a futile streak ends
+/// early when the oldest transaction we see (`pg_snapshot_xmin`) has moved on, since the
+/// snapshot that kept the rows may be gone. (A session holding only a snapshot, without a
+/// transaction id, does not show there; for it the backoff alone applies.)
+#[derive(Debug, Default)]
+struct VacuumPace {
+    /// No vacuum before this, unless the horizon moved (`horizon_moved_after`).
+    not_before: Option<Instant>,
+    /// After a futile run: the earliest time, and the transaction horizon then.
+    horizon_moved_after: Option<(Instant, i64)>,
+    /// Futile runs in a row.
+    futile_streak: u32,
+}
+
+impl VacuumPace {
+    /// Whether a vacuum may run now, the oldest running transaction being `xmin`.
+    fn allows(&self, now: Instant, xmin: i64) -> bool {
+        let waited = self.not_before.is_none_or(|at| at <= now);
+        let horizon_moved = self
+            .horizon_moved_after
+            .is_some_and(|(at, then)| at <= now && xmin > then);
+        waited || horizon_moved
+    }
+
+    /// Records a run that took `took` and left `dead_after` of `dead_before` dead rows.
+    fn ran(&mut self, now: Instant, took: Duration, dead_before: i64, dead_after: i64, xmin: i64) {
+        let futile = dead_after.saturating_mul(2) >= dead_before;
+        if futile {
+            self.futile_streak = self.futile_streak.saturating_add(1);
+            let backoff = CHECK_EVERY.saturating_mul(1 << self.futile_streak.min(6));
+            let wait = backoff
+                .max(took.saturating_mul(VACUUM_FUTILE_COST_FACTOR))
+                .min(VACUUM_BACKOFF_MAX.max(took.saturating_mul(VACUUM_COST_FACTOR)));
+            self.not_before = Some(now + wait);
+            self.horizon_moved_after = Some((now + took.saturating_mul(VACUUM_COST_FACTOR), xmin));
+        } else {
+            self.futile_streak = 0;
+            self.not_before = Some(now + took.saturating_mul(VACUUM_COST_FACTOR));
+            self.horizon_moved_after = None;
+        }
+    }
 }
 
 /// Reads whether autovacuum is on, and which queue tables have enough dead rows.
 async fn check(pool: &PgPool, schema: &crate::Schema) -> Result<Due, DatabaseError> {
     let mut pooled = Checkout::acquire(pool).await?;
-    let (autovacuum, due): (String, Option<Vec<String>>) = sqlx::query_as(
-        "SELECT current_setting('autovacuum'),
-                (SELECT array_agg(relname::text) FROM pg_stat_user_tables
-                  WHERE schemaname = $1
-                    AND relname IN ('transport_groups', 'transport_messages')
-                    AND n_dead_tup >= $2
-                    AND n_dead_tup >= $3 * n_live_tup)",
-    )
-    .bind(schema.name())
-    .bind(MIN_DEAD_ROWS)
-    .bind(DEAD_FRACTION)
-    .fetch_one(pooled.connection())
-    .await?;
+    let (autovacuum, due, dead, xmin): (String, Option<Vec<String>>, Option<i64>, i64) =
+        sqlx::query_as(
+            "SELECT current_setting('autovacuum'), array_agg(relname::text),
+                    sum(n_dead_tup)::bigint,
+                    pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+               FROM pg_stat_user_tables
+              WHERE schemaname = $1
+                AND relname IN ('transport_groups', 'transport_messages')
+                AND n_dead_tup >= $2
+                AND n_dead_tup >= $3 * n_live_tup",
+        )
+        .bind(schema.name())
+        .bind(MIN_DEAD_ROWS)
+        .bind(DEAD_FRACTION)
+        .fetch_one(pooled.connection())
+        .await?;
     pooled.done();
     Ok(match (autovacuum.as_str(), due) {
         ("on", _) => Due::AutovacuumOn,
-        (_, Some(tables)) if !tables.is_empty() => Due::Tables(tables),
+        (_, Some(tables)) if !tables.is_empty() => Due::Tables {
+            tables,
+            dead: dead.unwrap_or(0),
+            xmin,
+        },
         _ => Due::Nothing,
     })
+}
+
+/// The dead rows left in `tables`, and the oldest running transaction this session sees.
+async fn dead_rows(
+    pool: &PgPool,
+    schema: &crate::Schema,
+    tables: &[String],
+) -> Result<(i64, i64), DatabaseError> {
+    let mut pooled = Checkout::acquire(pool).await?;
+    let found = sqlx::query_as(
+        "SELECT COALESCE(sum(n_dead_tup), 0)::bigint,
+                pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+           FROM pg_stat_user_tables
+          WHERE schemaname = $1 AND relname = ANY ($2)",
+    )
+    .bind(schema.name())
+    .bind(tables)
+    .fetch_one(pooled.connection())
+    .await?;
+    pooled.done();
+    Ok(found)
 }
 
 /// Vacuums `tables` unless another worker holds the schema's maintenance lock. Returns
@@ -226,4 +342,60 @@ async fn vacuum<S>(
     own.close(limit).await;
     result?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn an_effective_vacuum_buys_a_wait_in_proportion_to_its_duration() {
+        let t0 = Instant::now();
+        let mut pace = VacuumPace::default();
+        assert!(pace.allows(t0, 100), "the first vacuum runs at once");
+        pace.ran(t0, 2 * SECOND, 10_000, 100, 100);
+        assert!(!pace.allows(t0 + 7 * SECOND, 100));
+        assert!(pace.allows(t0 + 8 * SECOND, 100));
+    }
+
+    #[test]
+    fn futile_vacuums_back_off_until_the_horizon_moves() {
+        let t0 = Instant::now();
+        let mut pace = VacuumPace::default();
+        // an old snapshot (xmin 100) keeps nearly every dead row
+        pace.ran(t0, SECOND / 10, 10_000, 9_500, 100);
+        assert!(
+            !pace.allows(t0 + 9 * SECOND, 100),
+            "backed off: 5 s doubled"
+        );
+        assert!(pace.allows(t0 + 10 * SECOND, 100));
+        pace.ran(t0 + 10 * SECOND, SECOND / 10, 20_000, 19_800, 100);
+        assert!(!pace.allows(t0 + 29 * SECOND, 100), "doubled again");
+        assert!(pace.allows(t0 + 30 * SECOND, 100));
+        for _ in 0..10 {
+            pace.ran(t0, SECOND / 10, 20_000, 19_800, 100);
+        }
+        assert!(
+            pace.allows(t0 + VACUUM_BACKOFF_MAX, 100),
+            "never past the cap"
+        );
+        // the snapshot ended: the oldest transaction moved on, and the wait ends early
+        assert!(pace.allows(t0 + SECOND, 101));
+    }
+
+    #[test]
+    fn a_long_futile_vacuum_waits_twenty_times_its_duration() {
+        let t0 = Instant::now();
+        let mut pace = VacuumPace::default();
+        pace.ran(t0, 2 * SECOND, 10_000, 9_999, 100);
+        assert!(!pace.allows(t0 + 39 * SECOND, 100));
+        assert!(pace.allows(t0 + 40 * SECOND, 100));
+        assert!(
+            !pace.allows(t0 + 7 * SECOND, 101),
+            "not before four times its duration"
+        );
+        assert!(pace.allows(t0 + 8 * SECOND, 101));
+    }
 }
