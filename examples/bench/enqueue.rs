@@ -1,5 +1,5 @@
 //! Scenario 1, enqueue: jobs/s of one job per transaction (1 and 16 concurrent tasks) and
-//! of `JobBatch`es of 1,000 (one round trip each). Plus a diagnostic: 16 tasks enqueueing
+//! of `JobBatch`es of 1,000 and of 20,000 (one round trip each: a bulk load). Plus a diagnostic: 16 tasks enqueueing
 //! jobs delayed by 1 ms, for which `harel_publish` sends no NOTIFY.
 
 use std::sync::Arc;
@@ -81,6 +81,7 @@ pub async fn run(ctx: &Ctx) -> Res<()> {
         ("enqueue_single_1task", Mode::Single { tasks: 1 }),
         ("enqueue_single_16tasks", Mode::Single { tasks: 16 }),
         ("enqueue_batch1000", Mode::Batch { size: 1000 }),
+        ("enqueue_batch20000", Mode::Batch { size: 20_000 }),
         (
             "enqueue_single_16tasks_no_notify",
             Mode::SingleNoNotify { tasks: 16 },

@@ -4,7 +4,7 @@
 //!   group committed below its level's floor is brought back into the claims' view, see
 //!   `sql/functions/harel_maintain.sql`) and prunes old settle receipts. Its cost grows
 //!   with the dead rows an old snapshot keeps, so the pause after each call is fifty times
-//!   the call's own duration, between 1 s and 30 s. Any number of workers may call it; one
+//!   the call's own duration, between 1 s and 5 minutes. Any number of workers may call it; one
 //!   does the work at a time.
 //! - **Vacuum**: every job inserts, updates and deletes rows, so the queue tables fill with
 //!   dead row versions. The migration tunes autovacuum on these tables to run early and
@@ -43,10 +43,12 @@ const VACUUM_COST_FACTOR: u32 = 4;
 /// …after one that removed little (an old snapshot keeps the rows), this many times, and at
 /// least `CHECK_EVERY` doubled for each such run in a row, up to `VACUUM_BACKOFF_MAX`.
 const VACUUM_FUTILE_COST_FACTOR: u32 = 20;
+/// How long a `VACUUM` may take before the worker abandons it (the server finishes it).
+const VACUUM_TIMEOUT: Duration = Duration::from_secs(300);
 /// The longest wait after a run of futile vacuums (unless the horizon moves first).
 const VACUUM_BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// The shortest and longest pause between two housekeeping calls…
-const HOUSEKEEPING_EVERY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
+const HOUSEKEEPING_EVERY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(300));
 /// …which is otherwise this many times the last call's duration.
 const HOUSEKEEPING_COST_FACTOR: u32 = 50;
 
@@ -164,6 +166,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                         next_vacuum_check = None;
                     }
                     Err(error) => {
+                        // paced as a futile run: it may have been abandoned mid-way
+                        pace.ran(Instant::now(), started.elapsed(), dead, dead, xmin);
                         tracing::debug!(error = %error, "vacuuming the queue tables failed");
                     }
                 }
@@ -328,8 +332,10 @@ async fn vacuum<S>(
         .map(|table| format!("{}.\"{table}\"", schema.quoted()))
         .collect();
     let statement = format!("VACUUM (SKIP_LOCKED) {}", names.join(", "));
+    // a VACUUM of bloated tables takes seconds: abandoning it at the database timeout made
+    // the next check start another one at once (it still ran to its end on the server)
     let result = bounded(
-        limit,
+        limit.max(VACUUM_TIMEOUT),
         sqlx::raw_sql(AssertSqlSafe(statement)).execute(&mut *connection),
     )
     .await;
