@@ -5,7 +5,7 @@
 //! decodes; its group moves on. Dead letters stay until deleted or retried.
 
 use chrono::{DateTime, Utc};
-use sqlx::{AssertSqlSafe, PgExecutor};
+use sqlx::{AssertSqlSafe, PgExecutor, Row as _};
 
 use crate::enqueue::JobId;
 use crate::error::DatabaseError;
@@ -71,6 +71,12 @@ impl Default for DeadLetterQuery {
 
 /// Lists, retries and deletes dead letters of one schema.
 ///
+/// Its statements are never cached: those with parameters are sent unnamed (one round trip
+/// more than a cached statement), [`count`](Self::count) by the simple protocol. So it works
+/// behind a transaction pooler such as PgBouncer 1.18, given a transaction (`&mut *tx`):
+/// only a transaction keeps an unnamed statement's parse and execution on one server
+/// connection (see the README's "Behind PgBouncer").
+///
 /// ```no_run
 /// use harel_jobs::{DeadLetterQuery, DeadLetters};
 /// # async fn example(pool: sqlx::PgPool) -> Result<(), harel_jobs::DatabaseError> {
@@ -128,6 +134,7 @@ impl DeadLetters {
         .bind(query.kind.as_deref())
         .bind(query.before.map(JobId::get))
         .bind(i64::from(query.limit))
+        .persistent(false)
         .fetch_all(executor)
         .await?;
         Ok(rows.into_iter().map(from_row).collect())
@@ -145,6 +152,7 @@ impl DeadLetters {
         let row: Option<Row> =
             sqlx::query_as(self.sql("SELECT @columns@ FROM @schema@.dead_letters WHERE id = $1"))
                 .bind(id.get())
+                .persistent(false)
                 .fetch_optional(executor)
                 .await?;
         Ok(row.map(from_row))
@@ -156,9 +164,10 @@ impl DeadLetters {
     /// The database's error.
     pub async fn count<'e, E: PgExecutor<'e>>(&self, executor: E) -> Result<i64, DatabaseError> {
         Ok(
-            sqlx::query_scalar(self.sql("SELECT count(*) FROM @schema@.dead_letters"))
+            sqlx::raw_sql(self.sql("SELECT count(*) FROM @schema@.dead_letters"))
                 .fetch_one(executor)
-                .await?,
+                .await?
+                .try_get(0)?,
         )
     }
 
@@ -181,6 +190,7 @@ impl DeadLetters {
                  ARRAY[NULL::timestamptz], ARRAY[NULL::bigint]) AS s",
         ))
         .bind(id.get())
+        .persistent(false)
         .fetch_optional(executor)
         .await?;
         Ok(new_id.map(JobId::new))
@@ -197,6 +207,7 @@ impl DeadLetters {
     ) -> Result<bool, DatabaseError> {
         let deleted = sqlx::query(self.sql("DELETE FROM @schema@.dead_letters WHERE id = $1"))
             .bind(id.get())
+            .persistent(false)
             .execute(executor)
             .await?;
         Ok(deleted.rows_affected() == 1)
@@ -214,6 +225,7 @@ impl DeadLetters {
         let deleted =
             sqlx::query(self.sql("DELETE FROM @schema@.dead_letters WHERE failed_at < $1"))
                 .bind(before)
+                .persistent(false)
                 .execute(executor)
                 .await?;
         Ok(deleted.rows_affected())

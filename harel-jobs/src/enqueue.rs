@@ -13,7 +13,7 @@ use sqlx::PgExecutor;
 use crate::error::{InvalidMessage, PublishError};
 use crate::job::Job;
 use crate::schema::Schema;
-use crate::transport::{OutgoingMessage, Priority, Schedule, Transport};
+use crate::transport::{OutgoingMessage, PreparedStatements, Priority, Schedule, Transport};
 
 /// The id of an enqueued job: its message's sequence number, unique and increasing in
 /// enqueue order. Dead letters keep it.
@@ -147,11 +147,12 @@ pub(crate) fn default_transport() -> &'static Transport {
     DEFAULT.get_or_init(Transport::default)
 }
 
-fn transport_for(schema: Option<&Schema>) -> Transport {
-    match schema {
+fn transport_for(schema: Option<&Schema>, statements: PreparedStatements) -> Transport {
+    let transport = match schema {
         Some(schema) if *schema != Schema::default() => Transport::new(schema.clone()),
         _ => default_transport().clone(),
-    }
+    };
+    transport.prepared_statements(statements)
 }
 
 /// One job on its way into the queue; options first, then `.await`.
@@ -181,6 +182,7 @@ pub struct Enqueue<'c, J, E> {
     executor: E,
     options: EnqueueOptions,
     schema: Option<Schema>,
+    statements: PreparedStatements,
     _connection: PhantomData<&'c ()>,
 }
 
@@ -192,6 +194,7 @@ impl<'c, J: Job, E: PgExecutor<'c>> Enqueue<'c, J, E> {
             executor,
             options: EnqueueOptions::default(),
             schema: None,
+            statements: PreparedStatements::default(),
             _connection: PhantomData,
         }
     }
@@ -229,6 +232,14 @@ impl<'c, J: Job, E: PgExecutor<'c>> Enqueue<'c, J, E> {
         self.schema = Some(schema.clone());
         self
     }
+
+    /// Sends the statement as `statements` says (default [`PreparedStatements::Cached`]).
+    /// Behind a transaction pooler that does not track prepared statements (PgBouncer
+    /// before 1.21), use [`PreparedStatements::Unnamed`] and enqueue inside a transaction.
+    pub fn prepared_statements(mut self, statements: PreparedStatements) -> Self {
+        self.statements = statements;
+        self
+    }
 }
 
 impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
@@ -238,7 +249,7 @@ impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let message = self.options.message(&self.job)?;
-            let transport = transport_for(self.schema.as_ref());
+            let transport = transport_for(self.schema.as_ref(), self.statements);
             let seq = transport.publish(self.executor, &message).await?;
             Ok(JobId(seq))
         })
@@ -273,6 +284,7 @@ impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
 pub struct JobBatch {
     messages: Vec<OutgoingMessage>,
     schema: Option<Schema>,
+    statements: PreparedStatements,
 }
 
 impl JobBatch {
@@ -286,7 +298,15 @@ impl JobBatch {
         Self {
             messages: Vec::new(),
             schema: Some(schema.clone()),
+            statements: PreparedStatements::default(),
         }
+    }
+
+    /// Sends the statement as `statements` says (default [`PreparedStatements::Cached`]);
+    /// see [`Enqueue::prepared_statements`].
+    pub fn prepared_statements(mut self, statements: PreparedStatements) -> Self {
+        self.statements = statements;
+        self
     }
 
     /// Adds a job as a plain enqueue would: in its own group (the one `#[group]` gives, or a
@@ -350,7 +370,7 @@ impl JobBatch {
         self,
         executor: E,
     ) -> Result<Vec<JobId>, PublishError> {
-        let transport = transport_for(self.schema.as_ref());
+        let transport = transport_for(self.schema.as_ref(), self.statements);
         let seqs = transport.publish_many(executor, &self.messages).await?;
         Ok(seqs.into_iter().map(JobId).collect())
     }

@@ -235,6 +235,9 @@ impl QueueStats {
     /// exact and when), plus, for [`is_idle`](Self::is_idle) only, what it takes to find one
     /// job in a large table whose pages read held none.
     ///
+    /// Nothing is prepared (it has no parameters: the simple query protocol), so it works
+    /// as it is behind a transaction pooler such as PgBouncer.
+    ///
     /// # Errors
     /// The database's error; a role without `SELECT` on the tables gets a permission error
     /// ([`DatabaseError::is_permission_denied`]).
@@ -242,7 +245,9 @@ impl QueueStats {
         executor: E,
         schema: &Schema,
     ) -> Result<Self, DatabaseError> {
-        let row = sqlx::query(AssertSqlSafe(schema.render(&statement())))
+        // no parameters: the simple protocol, one round trip with nothing prepared, so it
+        // works through a transaction pooler too, in a transaction or not
+        let row = sqlx::raw_sql(AssertSqlSafe(schema.render(&statement())))
             .fetch_one(executor)
             .await?;
         let messages = Table::read(&row, "messages")?;

@@ -88,7 +88,7 @@ pub use job_error::{Action, IntoJobResult, JobError, JobResult};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
 pub use retry::Backoff;
 pub use schema::Schema;
-pub use transport::Priority;
+pub use transport::{PreparedStatements, Priority};
 #[cfg(feature = "__fault_injection")]
 #[doc(hidden)]
 pub use worker::InjectedFault;

@@ -128,6 +128,9 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
 /// every role with `USAGE` on the schema) and changes nothing, so a worker whose role may
 /// not create anything can still call it at start-up.
 ///
+/// Everything runs in transactions, with unnamed statements: it works through a transaction
+/// pooler such as PgBouncer as well as directly.
+///
 /// # Errors
 /// [`MigrateError::Migration`] if a statement fails (nothing of the run is kept),
 /// [`MigrateError::NewerSchema`] if a newer release already migrated this schema,
@@ -142,6 +145,7 @@ pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), Migrat
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind(format!("harel-jobs migrate {}", schema.name()))
+        .persistent(false)
         .execute(&mut *tx)
         .await?;
     sqlx::raw_sql(AssertSqlSafe(schema.render(BOOKKEEPING)))
@@ -238,6 +242,7 @@ impl Plan {
             .bind(migration.version)
             .bind(migration.name)
             .bind(migration.sql)
+            .persistent(false)
             .execute(&mut *tx)
             .await
             .map_err(failed)?;
@@ -267,6 +272,7 @@ impl Plan {
             .bind(function.name)
             .bind(function.sql)
             .bind(RELEASE)
+            .persistent(false)
             .execute(&mut *tx)
             .await
             .map_err(failed)?;
@@ -391,12 +397,21 @@ fn applied_query(
     )))
     .bind(keys)
     .bind(texts)
+    .persistent(false)
 }
 
 /// What is applied to `schema`, without taking any lock; `None` if the schema or its
 /// bookkeeping tables do not exist yet (or predate checksums), or cannot be read.
+///
+/// In a transaction of its own, as every statement here is unnamed: behind a transaction
+/// pooler, only a transaction keeps an unnamed statement's parse and its execution on one
+/// server connection.
 async fn read_applied(pool: &PgPool, schema: &Schema) -> Result<Option<Applied>, MigrateError> {
-    match applied_query(schema).fetch_all(pool).await {
+    let mut tx = pool.begin().await?;
+    let read = applied_query(schema).fetch_all(&mut *tx).await;
+    // read-only: ending it either way is the same; a failed read already aborted it
+    let _ = tx.rollback().await;
+    match read {
         Ok(rows) => Ok(Some(Applied::from_rows(rows))),
         Err(error) => {
             let error = DatabaseError::new(error);

@@ -96,6 +96,42 @@ impl ClaimRequest {
     }
 }
 
+/// How the statements harel-jobs sends are prepared on the server.
+///
+/// sqlx prepares a statement under a name the first time a connection runs it, keeps it in
+/// the connection's cache, and afterwards only binds and executes it: one round trip per
+/// call. A transaction pooler such as PgBouncer in `pool_mode = transaction` hands each
+/// transaction (and each statement outside one) to whichever server connection is free, so
+/// a statement prepared on one server connection is missing on the next ("prepared
+/// statement \"sqlx_s_1\" does not exist", or "already exists" for another client) unless the
+/// pooler tracks prepared statements itself (PgBouncer 1.21 and later, with
+/// `max_prepared_statements` above zero).
+///
+/// Behind a pooler that does not (Debian 12's PgBouncer 1.18, for one), use
+/// [`Unnamed`](Self::Unnamed) and run each call inside a transaction: sqlx parses an unnamed
+/// statement in one exchange and binds it in the next, and only a transaction keeps both on
+/// one server connection. See the README's "Behind PgBouncer".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PreparedStatements {
+    /// Named and cached per connection (sqlx's default): one round trip per call. For a
+    /// direct connection, a session pooler, or a transaction pooler that tracks prepared
+    /// statements.
+    #[default]
+    Cached,
+    /// Unnamed, parsed again at each call: one more round trip per call, nothing kept on
+    /// the server connection. For transaction poolers that do not track prepared
+    /// statements; each call must then run inside a transaction.
+    Unnamed,
+}
+
+impl PreparedStatements {
+    /// Whether sqlx may keep the statement (`Query::persistent`).
+    pub(crate) fn persistent(self) -> bool {
+        matches!(self, Self::Cached)
+    }
+}
+
 /// The SQL of each operation, rendered once for a schema.
 #[derive(Debug)]
 struct Statements {
@@ -129,6 +165,7 @@ impl Statements {
 pub struct Transport {
     schema: Schema,
     sql: Arc<Statements>,
+    persistent: bool,
 }
 
 impl Default for Transport {
@@ -143,7 +180,19 @@ impl Transport {
     /// The transport of the queue in `schema` (see [`migrate_schema`](crate::migrate_schema)).
     pub fn new(schema: Schema) -> Self {
         let sql = Arc::new(Statements::new(&schema));
-        Self { schema, sql }
+        Self {
+            schema,
+            sql,
+            persistent: true,
+        }
+    }
+
+    /// Sends its statements as `statements` says (default
+    /// [`PreparedStatements::Cached`]); [`PreparedStatements::Unnamed`] behind a transaction
+    /// pooler that does not track prepared statements.
+    pub fn prepared_statements(mut self, statements: PreparedStatements) -> Self {
+        self.persistent = statements.persistent();
+        self
     }
 
     /// The schema it works in.
@@ -225,6 +274,7 @@ impl Transport {
             .bind(priorities)
             .bind(not_before)
             .bind(delays)
+            .persistent(self.persistent)
             .fetch_all(executor)
             .await?;
         Ok(seqs)
@@ -285,6 +335,7 @@ impl Transport {
             .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
             .bind(i32::from(request.min_priority.get()))
             .bind(hint)
+            .persistent(self.persistent)
             .fetch_all(executor)
             .await?;
         Ok(rows
@@ -439,6 +490,7 @@ impl Transport {
             .bind(attempts)
             .bind(receipt.map(|r| r.id))
             .bind(receipt.and_then(|r| r.forget))
+            .persistent(self.persistent)
             .fetch_all(executor)
             .await?;
         in_input_order(&leases.seqs, rows, |outcome| match outcome.as_str() {
@@ -483,6 +535,7 @@ impl Transport {
         let rows: Vec<(i64, bool)> = columns
             .bind(sqlx::query_as(AssertSqlSafe(self.sql.extend.clone())))
             .bind(lease_ms)
+            .persistent(self.persistent)
             .fetch_all(executor)
             .await?;
         let extended = in_input_order(&columns.seqs, rows, Some)?;
