@@ -37,7 +37,9 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let max_batch = shared.config.ack_batch;
     let mut batch = Vec::with_capacity(max_batch);
     // outcomes need no WAL-flush wait: see OwnConnection::without_commit_wait
-    let mut writer = Writer::new(OwnConnection::without_commit_wait(&shared.pool));
+    let connection = OwnConnection::without_commit_wait(&shared.pool)
+        .through_pooler(shared.config.transaction_pooler);
+    let mut writer = Writer::new(connection);
     while receiver.recv_many(&mut batch, max_batch).await > 0 {
         shared.faults.check(WorkerTask::Completer)?;
         flush(&shared, &mut writer, &mut batch).await;
@@ -255,11 +257,14 @@ impl Writer {
         let limit = shared.config.database_timeout;
         let receipt = self.receipt;
         let call = async {
-            let connection = self.connection.get().await?;
-            shared
+            let mut unit = self.connection.unit().await?;
+            let outcomes = shared
                 .transport
-                .settle_many(connection, settlements, Some(&receipt))
-                .await
+                .settle_many(unit.connection(), settlements, Some(&receipt))
+                .await?;
+            // behind a pooler: a commit that fails is transient, resent under the receipt
+            unit.finish().await?;
+            Ok::<_, TransportError>(outcomes)
         };
         match bounded(limit, call).await {
             Ok(outcomes) => {

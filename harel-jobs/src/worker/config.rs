@@ -43,6 +43,24 @@ pub(crate) struct WorkerConfig {
     pub maintenance: bool,
     /// The queue's schema. Default `harel`.
     pub schema: Schema,
+    /// Whether the pool's connections go through a transaction pooler (PgBouncer in
+    /// `pool_mode = transaction`): no session state, every call in a transaction of its
+    /// own, unnamed statements. Default false.
+    pub transaction_pooler: bool,
+    /// Where to LISTEN, if not where the pool connects (a direct connection past the
+    /// pooler). Default none.
+    pub listen_options: Option<ListenOptions>,
+}
+
+/// The connect options of the LISTEN connection. Its `Debug` names the target only: the
+/// options hold the password.
+#[derive(Clone)]
+pub(crate) struct ListenOptions(pub sqlx::postgres::PgConnectOptions);
+
+impl std::fmt::Debug for ListenOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::connect::describe(&self.0))
+    }
 }
 
 impl Default for WorkerConfig {
@@ -63,6 +81,8 @@ impl Default for WorkerConfig {
             listen: true,
             maintenance: true,
             schema: Schema::default(),
+            transaction_pooler: false,
+            listen_options: None,
         }
     }
 }
@@ -83,6 +103,22 @@ impl WorkerConfig {
     /// worker could run it.)
     pub fn prefetch_limit(&self) -> usize {
         self.concurrency + self.concurrency.max(self.claim_batch)
+    }
+
+    /// How the pool's statements are sent: unnamed behind a transaction pooler.
+    pub fn prepared_statements(&self) -> crate::transport::PreparedStatements {
+        if self.transaction_pooler {
+            crate::transport::PreparedStatements::Unnamed
+        } else {
+            crate::transport::PreparedStatements::Cached
+        }
+    }
+
+    /// Whether the pool LISTENs: asked to, and not through a transaction pooler unless a
+    /// LISTEN connection of its own is configured (a LISTEN through the pooler would stay
+    /// on a server connection the pooler hands to other clients: its notifications lost).
+    pub fn listens(&self) -> bool {
+        self.listen && (!self.transaction_pooler || self.listen_options.is_some())
     }
 
     /// The heartbeat interval: the configured one, or a third of the lease.

@@ -10,9 +10,12 @@
 //! must not be unable to ack because its own connections count on top of the pool.
 //!
 //! Claims and heartbeats must commit durably, whatever `synchronous_commit` the role or the
-//! database defaults to; outcomes need not (see [`OwnConnection::without_commit_wait`]). The
-//! setting is made by a statement right after the connection opens ([`Commit`]), not as a
-//! startup parameter, which connection poolers such as PgBouncer refuse.
+//! database defaults to; outcomes need not (see [`OwnConnection::without_commit_wait`]). On
+//! a direct connection the setting is made once, by a statement right after the connection
+//! opens ([`Commit`]), not as a startup parameter, which PgBouncer refuses. Behind a
+//! transaction pooler a session setting would stay on whichever server connection ran it
+//! (and leak to the pooler's other clients), so each call instead runs in a transaction of
+//! its own that begins with `SET LOCAL` in the same round trip as `BEGIN` ([`Unit`]).
 //!
 //! Every database call of the pool, opening its connection included, is [`bounded`] by the
 //! pool's `database_timeout`: a partitioned or frozen server must not hang a task, or the
@@ -115,6 +118,42 @@ impl Commit {
             Self::NoFlushWait => "SET synchronous_commit = off",
         }
     }
+
+    /// The statement that begins a transaction with it (simple protocol, one round trip).
+    fn begin(self) -> &'static str {
+        match self {
+            Self::Durable => "BEGIN; SET LOCAL synchronous_commit = on",
+            Self::NoFlushWait => "BEGIN; SET LOCAL synchronous_commit = off",
+        }
+    }
+}
+
+/// One call's connection: the session itself on a direct connection, a transaction of its
+/// own behind a transaction pooler. [`finish`](Self::finish) it after a successful call; a
+/// unit dropped unfinished rolls its transaction back.
+pub(crate) enum Unit<'c> {
+    /// A direct connection, its session set when it opened.
+    Session(&'c mut PgConnection),
+    /// Behind a transaction pooler: a transaction that set its commit mode locally.
+    Transaction(sqlx::Transaction<'c, Postgres>),
+}
+
+impl Unit<'_> {
+    /// The connection to run the call on.
+    pub fn connection(&mut self) -> &mut PgConnection {
+        match self {
+            Self::Session(connection) => connection,
+            Self::Transaction(transaction) => transaction,
+        }
+    }
+
+    /// Commits the transaction, if there is one.
+    pub async fn finish(self) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Session(_) => Ok(()),
+            Self::Transaction(transaction) => transaction.commit().await,
+        }
+    }
 }
 
 /// Where the current connection comes from.
@@ -135,6 +174,8 @@ pub(crate) struct OwnConnection {
     fallback: Option<PgPool>,
     /// What its commits wait for; `None` leaves the server's default.
     commit: Option<Commit>,
+    /// Behind a transaction pooler: no session settings, a transaction per call.
+    pooled: bool,
     held: Option<Held>,
 }
 
@@ -152,8 +193,17 @@ impl OwnConnection {
             options: (*pool.connect_options()).clone(),
             fallback: Some(pool.clone()),
             commit,
+            pooled: false,
             held: None,
         }
+    }
+
+    /// Marks it as going through a transaction pooler (when `pooled`): no session setting
+    /// is made, and each [`unit`](Self::unit) is a transaction that sets its commit mode
+    /// with `SET LOCAL`.
+    pub fn through_pooler(mut self, pooled: bool) -> Self {
+        self.pooled = pooled;
+        self
     }
 
     /// A connection of our own, never borrowed, with the server's default commit setting:
@@ -175,6 +225,22 @@ impl OwnConnection {
     /// the application's own commits.)
     pub fn without_commit_wait(pool: &PgPool) -> Self {
         Self::with_commit(pool, Some(Commit::NoFlushWait))
+    }
+
+    /// The connection for one call, connecting first if needed: the session itself, or
+    /// behind a transaction pooler a transaction of its own, begun with its commit mode in
+    /// the same round trip (see the module's documentation).
+    pub async fn unit(&mut self) -> Result<Unit<'_>, sqlx::Error> {
+        let (pooled, commit) = (self.pooled, self.commit);
+        let connection = self.get().await?;
+        if !pooled {
+            return Ok(Unit::Session(connection));
+        }
+        let transaction = match commit {
+            Some(commit) => sqlx::Connection::begin_with(connection, commit.begin()).await?,
+            None => sqlx::Connection::begin(connection).await?,
+        };
+        Ok(Unit::Transaction(transaction))
     }
 
     /// The open connection, connecting first if needed.
@@ -203,7 +269,7 @@ impl OwnConnection {
     async fn open(&self) -> Result<Held, sqlx::Error> {
         let error = match self.options.connect().await {
             Ok(mut connection) => {
-                if let Some(commit) = self.commit {
+                if let Some(commit) = self.commit.filter(|_| !self.pooled) {
                     sqlx::raw_sql(commit.statement())
                         .execute(&mut connection)
                         .await?;
@@ -221,7 +287,8 @@ impl OwnConnection {
         );
         // claims and heartbeats stay durable on it; outcomes keep the pool's setting
         let restore = match self.commit {
-            Some(Commit::Durable) => {
+            // behind a pooler each unit sets it locally instead
+            Some(Commit::Durable) if !self.pooled => {
                 let connection = borrowed.connection();
                 let before: String =
                     sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
@@ -232,7 +299,7 @@ impl OwnConnection {
                     .await?;
                 Some(before)
             }
-            Some(Commit::NoFlushWait) | None => None,
+            Some(_) | None => None,
         };
         Ok(Held::Borrowed {
             connection: borrowed,

@@ -28,7 +28,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     completions: mpsc::UnboundedSender<Finished>,
 ) -> TaskResult {
     let semaphore = Arc::clone(&shared.claims);
-    let mut connection = OwnConnection::durable(&shared.pool);
+    let mut connection =
+        OwnConnection::durable(&shared.pool).through_pooler(shared.config.transaction_pooler);
     let mut error_backoff = Duration::from_millis(100);
     loop {
         shared.faults.check(WorkerTask::Fetcher)?;
@@ -133,14 +134,22 @@ async fn claim<S>(
     connection: &mut OwnConnection,
     request: &ClaimRequest,
 ) -> Result<Vec<ClaimedMessage>, TransportError> {
-    let connection = connection.get().await?;
+    let mut unit = connection.unit().await?;
     let hint = shared
         .claim_hint
         .swap(i64::MAX, std::sync::atomic::Ordering::Relaxed);
-    let claimed = shared
+    let claimed = match shared
         .transport
-        .claim_many_hinted(connection, request, (hint != i64::MAX).then_some(hint))
-        .await;
+        .claim_many_hinted(
+            unit.connection(),
+            request,
+            (hint != i64::MAX).then_some(hint),
+        )
+        .await
+    {
+        Ok(claimed) => unit.finish().await.map(|()| claimed).map_err(Into::into),
+        Err(error) => Err(error),
+    };
     if claimed.is_err() && hint != i64::MAX {
         // not used: keep it for the next claim
         shared
@@ -174,11 +183,13 @@ async fn release_unstarted<S: Send + Sync + 'static>(
     let unreleased = &shared.unreleased_claims;
     unreleased.fetch_add(settlements.len(), std::sync::atomic::Ordering::Relaxed);
     let release = async {
-        let connection = connection.get().await?;
-        shared
+        let mut unit = connection.unit().await?;
+        let released = shared
             .transport
-            .settle_many(connection, &settlements, None)
-            .await
+            .settle_many(unit.connection(), &settlements, None)
+            .await?;
+        unit.finish().await?;
+        Ok::<_, TransportError>(released)
     };
     match bounded(shared.config.database_timeout, release).await {
         Ok(_) => {

@@ -24,7 +24,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let mut ticks = tokio::time::interval(shared.config.heartbeat_interval());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await; // the first tick is immediate
-    let mut connection = OwnConnection::durable(&shared.pool);
+    let mut connection =
+        OwnConnection::durable(&shared.pool).through_pooler(shared.config.transaction_pooler);
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
@@ -81,11 +82,13 @@ async fn extend<S>(
     leases: &[Lease],
 ) -> Result<Vec<Lease>, TransportError> {
     let lease = shared.config.lease;
-    if let Ok(connection) = connection.get().await {
-        return shared
+    if let Ok(mut unit) = connection.unit().await {
+        let lost = shared
             .transport
-            .extend_many(connection, leases, lease)
-            .await;
+            .extend_many(unit.connection(), leases, lease)
+            .await?;
+        unit.finish().await?;
+        return Ok(lost);
     }
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let mut transaction = pooled.connection().begin().await?;

@@ -13,6 +13,10 @@ use super::supervise::{TaskResult, WorkerTask};
 /// on every notification. Reconnects with backoff when the connection is lost, and wakes
 /// the fetcher after each reconnect, since notifications sent meanwhile are gone.
 /// Connecting (and the LISTEN statement) is bounded by the database timeout.
+///
+/// It connects as [`listen_connect_options`](super::WorkerBuilder::listen_connect_options)
+/// says, or else as the pool does (never through a transaction pooler: the supervisor does
+/// not start it there without such options).
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     stop: tokio_util::sync::CancellationToken,
@@ -20,13 +24,17 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let channel = shared.config.schema.channel();
     let mut backoff = Duration::from_millis(100);
     let mut connected_before = false;
+    let options = match &shared.config.listen_options {
+        Some(options) => options.0.clone(),
+        None => (*shared.pool.connect_options()).clone(),
+    };
     loop {
         // A pool of one connection of its own: PgListener keeps the connection it listens
         // on for good, which must not shrink the pool the handlers and the worker share. A
         // new one for each attempt: a connection abandoned at the timeout is never reused.
         let own_pool = PgPoolOptions::new()
             .max_connections(1)
-            .connect_lazy_with((*shared.pool.connect_options()).clone());
+            .connect_lazy_with(options.clone());
         let listener = bounded(shared.config.database_timeout, async {
             let mut listener = PgListener::connect_with(&own_pool).await?;
             listener.ignore_pool_close_event(true);

@@ -16,6 +16,14 @@
 //!   longer after each such run (see [`VacuumPace`]), and tries again early once the oldest
 //!   running transaction it can see has moved on.
 //!
+//! Behind a transaction pooler (`WorkerBuilder::behind_transaction_pooler`) no session
+//! state may be kept: the reads run in a transaction of their own with unnamed statements,
+//! and the vacuum takes no advisory lock (a session lock taken through the pooler would
+//! stay on a server connection the pooler keeps, held for good, and `VACUUM` cannot run in
+//! a transaction, so a transaction-level lock cannot cover it). There, `VACUUM
+//! (SKIP_LOCKED)` is its own election: a table another worker is vacuuming is locked, and
+//! skipped.
+//!
 //! Each database call, the `VACUUM` included, is bounded by the database timeout (a
 //! `VACUUM` abandoned by the worker still runs to its end on the server), and abandoned when
 //! the pool stops.
@@ -23,7 +31,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::{AssertSqlSafe, PgConnection, Postgres};
 use tokio::time::Instant;
 
 use super::Shared;
@@ -79,7 +87,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             let started = Instant::now();
             let swept = tokio::select! {
                 () = stop.cancelled() => return Ok(()),
-                swept = bounded(limit, housekeeping(&shared.pool, &schema)) => swept,
+                swept = bounded(limit, housekeeping(&shared, &schema)) => swept,
             };
             let took = started.elapsed();
             next_housekeeping = match swept {
@@ -119,7 +127,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         next_vacuum_check = Some(Instant::now() + CHECK_EVERY);
         let checked = tokio::select! {
             () = stop.cancelled() => return Ok(()),
-            checked = bounded(limit, check(&shared.pool, &schema)) => checked,
+            checked = bounded(limit, check(&shared, &schema)) => checked,
         };
         match checked {
             Ok(Due::Nothing) => {}
@@ -136,7 +144,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 match vacuumed {
                     Ok(true) => {
                         let took = started.elapsed();
-                        let after = bounded(limit, dead_rows(&shared.pool, &schema, &tables)).await;
+                        let after = bounded(limit, dead_rows(&shared, &schema, &tables)).await;
                         match after {
                             Ok((dead_after, xmin_after)) => {
                                 pace.ran(Instant::now(), took, dead, dead_after, xmin_after);
@@ -181,15 +189,53 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 }
 
 /// One call of `harel_maintain`: the claim floors lowered, the receipts pruned.
-async fn housekeeping(pool: &PgPool, schema: &crate::Schema) -> Result<(i32, i64), DatabaseError> {
-    let mut pooled = Checkout::acquire(pool).await?;
+async fn housekeeping<S>(
+    shared: &Shared<S>,
+    schema: &crate::Schema,
+) -> Result<(i32, i64), DatabaseError> {
+    let mut pooled = Checkout::acquire(&shared.pool).await?;
+    let pooler = shared.config.transaction_pooler;
+    let mut unit = Read::begin(pooled.connection(), pooler).await?;
     let done = sqlx::query_as(AssertSqlSafe(
         schema.render("SELECT floors_lowered, receipts_pruned FROM @schema@.harel_maintain()"),
     ))
-    .fetch_one(pooled.connection())
+    .persistent(!pooler)
+    .fetch_one(unit.connection())
     .await?;
+    unit.finish().await?;
     pooled.done();
     Ok(done)
+}
+
+/// A pool connection for one call: itself, or behind a transaction pooler a transaction
+/// (which alone keeps an unnamed statement's parse and execution on one server connection).
+enum Read<'c> {
+    Session(&'c mut PgConnection),
+    Transaction(sqlx::Transaction<'c, Postgres>),
+}
+
+impl<'c> Read<'c> {
+    async fn begin(connection: &'c mut PgConnection, pooler: bool) -> Result<Self, sqlx::Error> {
+        Ok(if pooler {
+            Self::Transaction(sqlx::Connection::begin(connection).await?)
+        } else {
+            Self::Session(connection)
+        })
+    }
+
+    fn connection(&mut self) -> &mut PgConnection {
+        match self {
+            Self::Session(connection) => connection,
+            Self::Transaction(transaction) => transaction,
+        }
+    }
+
+    async fn finish(self) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Session(_) => Ok(()),
+            Self::Transaction(transaction) => transaction.commit().await,
+        }
+    }
 }
 
 /// What a check found.
@@ -254,8 +300,10 @@ impl VacuumPace {
 }
 
 /// Reads whether autovacuum is on, and which queue tables have enough dead rows.
-async fn check(pool: &PgPool, schema: &crate::Schema) -> Result<Due, DatabaseError> {
-    let mut pooled = Checkout::acquire(pool).await?;
+async fn check<S>(shared: &Shared<S>, schema: &crate::Schema) -> Result<Due, DatabaseError> {
+    let mut pooled = Checkout::acquire(&shared.pool).await?;
+    let pooler = shared.config.transaction_pooler;
+    let mut unit = Read::begin(pooled.connection(), pooler).await?;
     let (autovacuum, due, dead, xmin): (String, Option<Vec<String>>, Option<i64>, i64) =
         sqlx::query_as(
             "SELECT current_setting('autovacuum'), array_agg(relname::text),
@@ -270,8 +318,10 @@ async fn check(pool: &PgPool, schema: &crate::Schema) -> Result<Due, DatabaseErr
         .bind(schema.name())
         .bind(MIN_DEAD_ROWS)
         .bind(DEAD_FRACTION)
-        .fetch_one(pooled.connection())
+        .persistent(!pooler)
+        .fetch_one(unit.connection())
         .await?;
+    unit.finish().await?;
     pooled.done();
     Ok(match (autovacuum.as_str(), due) {
         ("on", _) => Due::AutovacuumOn,
@@ -285,12 +335,14 @@ async fn check(pool: &PgPool, schema: &crate::Schema) -> Result<Due, DatabaseErr
 }
 
 /// The dead rows left in `tables`, and the oldest running transaction this session sees.
-async fn dead_rows(
-    pool: &PgPool,
+async fn dead_rows<S>(
+    shared: &Shared<S>,
     schema: &crate::Schema,
     tables: &[String],
 ) -> Result<(i64, i64), DatabaseError> {
-    let mut pooled = Checkout::acquire(pool).await?;
+    let mut pooled = Checkout::acquire(&shared.pool).await?;
+    let pooler = shared.config.transaction_pooler;
+    let mut unit = Read::begin(pooled.connection(), pooler).await?;
     let found = sqlx::query_as(
         "SELECT COALESCE(sum(n_dead_tup), 0)::bigint,
                 pg_snapshot_xmin(pg_current_snapshot())::text::bigint
@@ -299,15 +351,18 @@ async fn dead_rows(
     )
     .bind(schema.name())
     .bind(tables)
-    .fetch_one(pooled.connection())
+    .persistent(!pooler)
+    .fetch_one(unit.connection())
     .await?;
+    unit.finish().await?;
     pooled.done();
     Ok(found)
 }
 
 /// Vacuums `tables` unless another worker holds the schema's maintenance lock. Returns
 /// whether it did. Uses a connection of its own, closed afterwards: the lock is a session
-/// lock, and VACUUM cannot run inside a transaction.
+/// lock, and VACUUM cannot run inside a transaction. Behind a transaction pooler, no lock
+/// (see the module's documentation): `VACUUM (SKIP_LOCKED)` skips what another is at.
 async fn vacuum<S>(
     shared: &Shared<S>,
     schema: &crate::Schema,
@@ -317,10 +372,14 @@ async fn vacuum<S>(
     let mut own = OwnConnection::never_borrowed(&shared.pool);
     let connection = bounded(limit, own.get()).await?;
     let key = format!("harel-jobs vacuum {}", schema.name());
-    let elect = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
-        .bind(&key)
-        .fetch_one(&mut *connection);
-    let elected: bool = bounded(limit, elect).await?;
+    let elected: bool = if shared.config.transaction_pooler {
+        true
+    } else {
+        let elect = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
+            .bind(&key)
+            .fetch_one(&mut *connection);
+        bounded(limit, elect).await?
+    };
     if !elected {
         own.close(limit).await;
         return Ok(false);

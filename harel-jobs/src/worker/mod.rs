@@ -16,9 +16,10 @@
 //!
 //! The fetcher, the completer and the heartbeat work on connections of their own
 //! (`connection.rs`): claims and heartbeats commit durably, outcomes without waiting for the
-//! WAL flush, each set by a statement once the connection opens. Every database call of
-//! the pool is bounded by [`WorkerBuilder::database_timeout`]; a call abandoned at its bound
-//! drops its connection.
+//! WAL flush, each set by a statement once the connection opens (behind a transaction
+//! pooler, by `SET LOCAL` in each call's own transaction). Every database call of the pool
+//! is bounded by [`WorkerBuilder::database_timeout`]; a call abandoned at its bound drops
+//! its connection.
 
 mod complete;
 mod config;
@@ -142,8 +143,12 @@ impl<S: Send + Sync + 'static> Worker<S> {
     ///
     /// The worker opens four connections of its own besides `pool` (claims, outcomes, the
     /// heartbeat, LISTEN), so that handlers holding every pooled connection cannot starve
-    /// it. `pool` gives their connection settings and serves the worker's occasional
-    /// maintenance checks; share it with your handlers through `state` if they need one.
+    /// it, and a fifth for a moment while it vacuums (only where autovacuum is off). `pool`
+    /// gives their connection settings (LISTEN's too, unless
+    /// [`listen_connect_options`](WorkerBuilder::listen_connect_options) says otherwise) and
+    /// serves the worker's occasional maintenance checks; share it with your handlers
+    /// through `state` if they need one. Behind PgBouncer in transaction mode, see
+    /// [`behind_transaction_pooler`](WorkerBuilder::behind_transaction_pooler).
     pub fn builder(pool: PgPool, state: S) -> WorkerBuilder<S> {
         WorkerBuilder {
             pool,
@@ -280,6 +285,54 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         self
     }
 
+    /// LISTENs on a connection made with `options` instead of the pool's: behind a
+    /// transaction pooler, a direct connection to PostgreSQL (a LISTEN must stay on one
+    /// server session, which a transaction pooler does not keep). One connection, held for
+    /// the pool's life; nothing else runs on it.
+    ///
+    /// ```no_run
+    /// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Ping;
+    /// # impl harel_jobs::Job for Ping { const KIND: &'static str = "ping"; }
+    /// # impl harel_jobs::Handler<()> for Ping {
+    /// #     async fn handle(self, _: harel_jobs::JobContext<()>) -> harel_jobs::JobResult { Ok(()) }
+    /// # }
+    /// // `pool` connects through PgBouncer (transaction mode); LISTEN goes to the server
+    /// let direct: sqlx::postgres::PgConnectOptions =
+    ///     "postgres://app@db.internal:5432/app".parse()?;
+    /// let worker = harel_jobs::Worker::builder(pool, ())
+    ///     .register::<Ping>()
+    ///     .behind_transaction_pooler()
+    ///     .listen_connect_options(direct)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn listen_connect_options(mut self, options: sqlx::postgres::PgConnectOptions) -> Self {
+        self.config.listen_options = Some(config::ListenOptions(options));
+        self
+    }
+
+    /// The pool's connections go through a transaction pooler (PgBouncer in `pool_mode =
+    /// transaction`), which gives each transaction whatever server connection is free.
+    /// The worker then keeps no state in sessions:
+    /// - each claim, batch of outcomes, heartbeat and release runs in a transaction of its
+    ///   own, whose first round trip (`BEGIN; SET LOCAL synchronous_commit = …`) also chooses
+    ///   its durability (claims and heartbeats wait for the WAL flush, outcomes do not);
+    /// - its statements are unnamed ([`PreparedStatements::Unnamed`](crate::PreparedStatements)),
+    ///   parsed inside that transaction: nothing prepared is left on a server connection;
+    /// - maintenance takes no session lock (see the README's "Behind PgBouncer");
+    /// - LISTEN needs a connection past the pooler: with
+    ///   [`listen_connect_options`](Self::listen_connect_options) it LISTENs there; without,
+    ///   the pool polls only (every [`poll_interval`](Self::poll_interval)) and logs a
+    ///   warning at start saying so.
+    ///
+    /// Each call then costs four round trips (`BEGIN`, parse, execute, `COMMIT`) instead of
+    /// one; a batch of claims, outcomes or lease extensions still costs four in all.
+    pub fn behind_transaction_pooler(mut self) -> Self {
+        self.config.transaction_pooler = true;
+        self
+    }
+
     /// Whether this pool vacuums the queue tables when the server's autovacuum is off
     /// (default true). One worker per schema does it at a time; it needs the right to vacuum
     /// them (their owner), and logs a warning once if it lacks it. (The pool's other
@@ -325,7 +378,8 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         })?;
         let shared = Shared {
             pool: self.pool,
-            transport: Transport::new(self.config.schema.clone()),
+            transport: Transport::new(self.config.schema.clone())
+                .prepared_statements(self.config.prepared_statements()),
             state: self.state,
             registry: self.registry,
             slots: Arc::new(Semaphore::new(self.config.concurrency)),

@@ -229,7 +229,16 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
         Heartbeat,
         heartbeat::run(Arc::clone(&shared), background.clone()),
     );
-    let mut listener = shared.config.listen.then(|| {
+    if shared.config.listen && !shared.config.listens() {
+        tracing::warn!(
+            schema = shared.config.schema.name(),
+            poll_interval_ms = shared.config.poll_interval.as_millis() as u64,
+            "behind a transaction pooler with no direct LISTEN connection \
+             (WorkerBuilder::listen_connect_options): not listening, polling only; \
+             new jobs start within the poll interval"
+        );
+    }
+    let mut listener = shared.config.listens().then(|| {
         Watched::spawn(
             Listener,
             listen::run(Arc::clone(&shared), background.clone()),
