@@ -178,6 +178,43 @@ mod tests {
     }
 
     #[test]
+    fn behind_a_transaction_pooler_it_listens_only_past_it() {
+        let direct = WorkerConfig::default();
+        assert!(direct.listens());
+        assert_eq!(
+            direct.prepared_statements(),
+            crate::transport::PreparedStatements::Cached
+        );
+        let pooled = WorkerConfig {
+            transaction_pooler: true,
+            ..Default::default()
+        };
+        assert!(!pooled.listens(), "no LISTEN through the pooler");
+        assert_eq!(
+            pooled.prepared_statements(),
+            crate::transport::PreparedStatements::Unnamed
+        );
+        let options = "postgres://app:s3cret@db.internal:5432/app"
+            .parse()
+            .expect("a valid url");
+        let past_it = WorkerConfig {
+            listen_options: Some(ListenOptions(options)),
+            ..pooled.clone()
+        };
+        assert!(past_it.listens());
+        assert!(
+            !WorkerConfig {
+                listen: false,
+                ..past_it.clone()
+            }
+            .listens()
+        );
+        let printed = format!("{past_it:?}");
+        assert!(!printed.contains("s3cret"), "{printed}");
+        assert!(printed.contains("app@db.internal:5432/app"), "{printed}");
+    }
+
+    #[test]
     fn rejects_out_of_range() {
         let cases: Vec<(&str, WorkerConfig)> = vec![
             (
