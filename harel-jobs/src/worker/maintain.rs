@@ -39,6 +39,9 @@ use super::connection::{Checkout, OwnConnection, bounded};
 use super::supervise::{TaskResult, WorkerTask};
 use crate::error::DatabaseError;
 
+/// The tables every job churns: the queue's, and the outcome batches' receipts (one row
+/// inserted, updated and deleted per batch).
+const QUEUE_TABLES: &[&str] = &["transport_groups", "transport_messages", "settle_receipts"];
 /// How often the dead-row counts are read.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
 /// A table is vacuumed when its dead rows reach this many…
@@ -311,13 +314,14 @@ async fn check<S>(shared: &Shared<S>, schema: &crate::Schema) -> Result<Due, Dat
                     pg_snapshot_xmin(pg_current_snapshot())::text::bigint
                FROM pg_stat_user_tables
               WHERE schemaname = $1
-                AND relname IN ('transport_groups', 'transport_messages')
+                AND relname = ANY ($4)
                 AND n_dead_tup >= $2
                 AND n_dead_tup >= $3 * n_live_tup",
         )
         .bind(schema.name())
         .bind(MIN_DEAD_ROWS)
         .bind(DEAD_FRACTION)
+        .bind(QUEUE_TABLES)
         .persistent(!pooler)
         .fetch_one(unit.connection())
         .await?;
@@ -387,7 +391,7 @@ async fn vacuum<S>(
     // only our fixed table names, in our validated schema
     let names: Vec<String> = tables
         .iter()
-        .filter(|t| matches!(t.as_str(), "transport_groups" | "transport_messages"))
+        .filter(|t| QUEUE_TABLES.contains(&t.as_str()))
         .map(|table| format!("{}.\"{table}\"", schema.quoted()))
         .collect();
     let statement = format!("VACUUM (SKIP_LOCKED) {}", names.join(", "));
