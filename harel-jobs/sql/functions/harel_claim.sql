@@ -151,14 +151,14 @@ BEGIN
         WITH candidate AS (
             SELECT g.group_id, g.head_seq, g.head_attempts, g.priority, g.inline_seq,
                    g.inline_kind, g.inline_payload, g.inline_enqueued_at, g.inline_not_before,
-                   k.ord
+                   k.ord, g.ctid AS row_ctid
               FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
               JOIN @schema@.transport_groups g ON g.group_id = k.group_id
              WHERE g.group_id = ANY (v_candidates) -- by key (see harel_settle's fence)
         ), head AS (
             -- the group's inline message (the one that created it) while it has one, else
             -- its first message in transport_messages
-            SELECT c.group_id, c.ord,
+            SELECT c.group_id, c.ord, c.row_ctid,
                    COALESCE(c.inline_seq, m.seq) AS seq,
                    COALESCE(c.inline_kind, m.kind) AS kind,
                    COALESCE(c.inline_payload, m.payload) AS payload,
@@ -190,8 +190,10 @@ BEGIN
                    head_seq      = CASE WHEN h.due THEN h.seq ELSE g.head_seq END,
                    head_attempts = CASE WHEN h.due THEN h.attempt ELSE g.head_attempts END
               FROM head h
-             WHERE g.group_id = ANY (v_candidates)
-               AND g.group_id = h.group_id
+             -- by the row version the candidate read found (locked by us since the first
+             -- statement, so it is still the current one): a TID lookup per row, which no
+             -- statistics can turn into a walk of the table or a rescan of the batch
+             WHERE g.ctid = h.row_ctid
                AND h.seq IS NOT NULL
         )
         SELECT array_agg(h.group_id      ORDER BY h.ord) FILTER (WHERE h.due),
