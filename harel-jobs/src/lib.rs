@@ -82,6 +82,22 @@ pub use error::{
     PublishError, TransportError,
 };
 pub use harel_jobs_macros::job;
+/// The sqlx this crate is built with (0.9). Pools, connections and transactions handed to
+/// harel-jobs must come from this same sqlx: with another version in the application the
+/// compiler says "expected `Pool<Postgres>`, found a different `Pool<Postgres>`". Use this
+/// re-export, or depend on the same `sqlx = "0.9"` (and `tokio = "1"`) yourself.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use harel_jobs::sqlx::PgPool;
+///
+/// let pool: PgPool = harel_jobs::connect("postgres://postgres@127.0.0.1/postgres").await?;
+/// let mut tx = pool.begin().await?; // enqueue inside it, then commit
+/// tx.commit().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub use sqlx;
 pub use inspect::{Count, QueueStats};
 pub use job::{Handler, Job, JobOptions};
 pub use job_error::{Action, IntoJobResult, JobError, JobResult};
