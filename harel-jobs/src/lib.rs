@@ -82,6 +82,12 @@ pub use error::{
     PublishError, TransportError,
 };
 pub use harel_jobs_macros::job;
+pub use inspect::{Count, QueueStats};
+pub use job::{Handler, Job, JobOptions};
+pub use job_error::{Action, IntoJobResult, JobError, JobResult};
+pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
+pub use retry::Backoff;
+pub use schema::Schema;
 /// The sqlx this crate is built with (0.9). Pools, connections and transactions handed to
 /// harel-jobs must come from this same sqlx: with another version in the application the
 /// compiler says "expected `Pool<Postgres>`, found a different `Pool<Postgres>`". Use this
@@ -98,12 +104,6 @@ pub use harel_jobs_macros::job;
 /// # }
 /// ```
 pub use sqlx;
-pub use inspect::{Count, QueueStats};
-pub use job::{Handler, Job, JobOptions};
-pub use job_error::{Action, IntoJobResult, JobError, JobResult};
-pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
-pub use retry::Backoff;
-pub use schema::Schema;
 pub use transport::{PreparedStatements, Priority};
 #[cfg(feature = "__fault_injection")]
 #[doc(hidden)]
