@@ -163,26 +163,20 @@ async fn candidate_scan_buffers(q: &TestQueue, notices: &Notices) -> u64 {
         .unwrap_or_else(|| panic!("no buffer count in:\n{plan}"))
 }
 
-/// Under a snapshot held open (an idle transaction, a long report), vacuum removes nothing,
-/// and every job leaves dead entries where claims start their scans. The claim floors keep a
-/// claim's scan past them: its cost does not grow with the jobs churned meanwhile.
-#[tokio::test(flavor = "current_thread")]
-async fn a_held_snapshot_does_not_slow_the_claim() {
-    const CHURNED: usize = 20_000;
-    let q = TestQueue::new().await;
-    let notices = Notices::default();
-    let _collecting =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
-
+/// A session holding a snapshot open (as an idle transaction or a long report does) until
+/// it is rolled back.
+async fn hold_a_snapshot() -> sqlx::PgConnection {
     let mut holder = sqlx::PgConnection::connect(&database_url()).await.unwrap();
     sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
         .execute(&mut holder)
         .await
         .unwrap();
-    let messages: Vec<OutgoingMessage> = (0..CHURNED)
-        .map(|i| OutgoingMessage::new(format!("churn-{i}"), "test", "{}"))
-        .collect();
-    q.transport.publish_many(&q.pool, &messages).await.unwrap();
+    holder
+}
+
+/// Publishes `messages`, then claims and acks until the queue is empty.
+async fn churn(q: &TestQueue, messages: &[OutgoingMessage]) {
+    q.transport.publish_many(&q.pool, messages).await.unwrap();
     loop {
         let claimed = q
             .transport
@@ -195,6 +189,24 @@ async fn a_held_snapshot_does_not_slow_the_claim() {
         let leases: Vec<Lease> = claimed.into_iter().map(|m| m.lease).collect();
         q.transport.ack_many(&q.pool, &leases).await.unwrap();
     }
+}
+
+/// Under a snapshot held open (an idle transaction, a long report), vacuum removes nothing,
+/// and every job leaves dead entries where claims start their scans. The claim floors keep a
+/// claim's scan past them: its cost does not grow with the jobs churned meanwhile.
+#[tokio::test(flavor = "current_thread")]
+async fn a_held_snapshot_does_not_slow_the_claim() {
+    const CHURNED: usize = 20_000;
+    let q = TestQueue::new().await;
+    let notices = Notices::default();
+    let _collecting =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
+
+    let mut holder = hold_a_snapshot().await;
+    let messages: Vec<OutgoingMessage> = (0..CHURNED)
+        .map(|i| OutgoingMessage::new(format!("churn-{i}"), "test", "{}"))
+        .collect();
+    churn(&q, &messages).await;
     let dead: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.transport_groups"))
         .fetch_one(&q.pool)
         .await
@@ -286,11 +298,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
     let _collecting =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
 
-    let mut holder = sqlx::PgConnection::connect(&database_url()).await.unwrap();
-    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let mut holder = hold_a_snapshot().await;
     // half with a group of their own (inline), half in 60 groups of 50 (transport_messages)
     let messages: Vec<OutgoingMessage> = (0..CHURNED)
         .map(|i| match i % 2 {
@@ -298,19 +306,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             _ => OutgoingMessage::new(format!("shared-{}", i % 60), "test", "{}"),
         })
         .collect();
-    q.transport.publish_many(&q.pool, &messages).await.unwrap();
-    loop {
-        let claimed = q
-            .transport
-            .claim_many(&q.pool, &ClaimRequest::new(LONG).limit(500))
-            .await
-            .unwrap();
-        if claimed.is_empty() {
-            break;
-        }
-        let leases: Vec<Lease> = claimed.into_iter().map(|m| m.lease).collect();
-        q.transport.ack_many(&q.pool, &leases).await.unwrap();
-    }
+    churn(&q, &messages).await;
     assert_eq!(q.count("transport_messages").await, 0, "all churned");
     for statement in [
         "VACUUM @schema@.transport_groups, @schema@.transport_messages",
