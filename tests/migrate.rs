@@ -12,7 +12,7 @@ use harel_jobs::{
     DeadLetterQuery, DeadLetters, Handler, Job, JobContext, JobResult, Worker, check_schema,
     migrate_schema,
 };
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::{TestQueue, TestRole, pool_with};
 use serde::{Deserialize, Serialize};
 use sqlx::AssertSqlSafe;
 
@@ -77,23 +77,35 @@ fn job(group: &str, n: u32) -> OutgoingMessage {
 async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_loses_nothing() {
     let q = TestQueue::unmigrated().await;
     migrate_as_the_first_release(&q).await;
-    let t = &q.transport; // harel_publish kept its signature
     let s = format!("\"{}\"", q.schema.name());
 
-    // waiting (a group of two, and one alone), scheduled, leased, parked for a retry, dead
-    t.publish_many(&q.pool, &[job("two", 1), job("two", 2), job("one", 3)])
-        .await
-        .unwrap();
-    t.publish(&q.pool, &job("later", 4).delay(Duration::from_millis(1500)))
-        .await
-        .unwrap();
+    // waiting (a group of two, and one alone), scheduled, leased, parked for a retry, dead,
+    // enqueued as the first release did (its six-argument harel_publish)
+    let publish =
+        |groups: Vec<&'static str>, ns: Vec<i32>, priority: i16, delay_ms: Option<i64>| {
+            let sql = format!(
+                "SELECT {s}.harel_publish($1, array_fill('legacy'::text, ARRAY[cardinality($1)]),
+                    ARRAY(SELECT format('{{\"n\":%s}}', n) FROM unnest($2::int[]) AS n),
+                    array_fill($3::smallint, ARRAY[cardinality($1)]),
+                    array_fill(NULL::timestamptz, ARRAY[cardinality($1)]),
+                    array_fill($4::bigint, ARRAY[cardinality($1)]))"
+            );
+            let pool = q.pool.clone();
+            async move {
+                sqlx::query(AssertSqlSafe(sql))
+                    .bind(groups.into_iter().map(str::to_owned).collect::<Vec<_>>())
+                    .bind(ns)
+                    .bind(priority)
+                    .bind(delay_ms)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+        };
+    publish(vec!["two", "two", "one"], vec![1, 2, 3], 2, None).await;
+    publish(vec!["later"], vec![4], 2, Some(1500)).await;
     for (group, n) in [("leased", 5), ("parked", 6), ("dead", 7)] {
-        t.publish(
-            &q.pool,
-            &job(group, n).priority(harel_jobs::Priority::HIGHEST),
-        )
-        .await
-        .unwrap();
+        publish(vec![group], vec![n], 4, None).await;
     }
     // the first release's claim: (token, lease ms, limit, min priority)
     let token = uuid::Uuid::new_v4();
@@ -154,13 +166,22 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
     .into_iter()
     .collect();
     let expected: BTreeSet<String> = [
+        "harel_cancel",
+        "harel_cancel_group",
         "harel_claim",
         "harel_drop_empty_groups",
+        "harel_end_cancelled",
         "harel_extend",
+        "harel_job",
+        "harel_list_jobs",
         "harel_maintain",
+        "harel_move_on",
         "harel_notify",
         "harel_publish",
+        "harel_queued_state",
+        "harel_release_key",
         "harel_settle",
+        "harel_take_key",
     ]
     .map(String::from)
     .into();
@@ -310,4 +331,58 @@ async fn a_worker_on_a_schema_not_migrated_for_this_release_stops_and_says_so() 
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!handle.is_finished());
     handle.shutdown().await.unwrap();
+}
+
+/// An upgrade that replaces functions with new signatures (0005: harel_publish takes unique
+/// keys, harel_extend reports cancels) keeps the grants roles had on them: a producer and a
+/// worker set up for the first release go on working after `migrate`, without new grants.
+#[tokio::test]
+async fn roles_keep_their_grants_on_functions_an_upgrade_replaces() {
+    let q = TestQueue::unmigrated().await;
+    migrate_as_the_first_release(&q).await;
+    let role = TestRole::with_grants(
+        &q,
+        &[
+            "USAGE ON SCHEMA @schema@",
+            "EXECUTE ON FUNCTION @schema@.harel_publish",
+            "EXECUTE ON FUNCTION @schema@.harel_extend",
+        ],
+    )
+    .await;
+    harel_jobs::migrate_schema(&q.pool, &q.schema)
+        .await
+        .unwrap();
+
+    let pool = pool_with(&role.url, 1).await;
+    let seq = q
+        .transport
+        .publish(&pool, &job("granted", 1))
+        .await
+        .expect("the producer's grant survived the new harel_publish");
+    let claimed = q
+        .transport
+        .claim(
+            &q.pool,
+            &harel_jobs::transport::ClaimRequest::new(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(claimed.lease.seq, seq);
+    let statuses = q
+        .transport
+        .heartbeat(&pool, &[claimed.lease], Duration::from_secs(60))
+        .await
+        .expect("the worker's grant survived the new harel_extend");
+    assert_eq!(statuses, [harel_jobs::transport::LeaseStatus::Held]);
+    // and nothing more than it had
+    let denied = sqlx::query(q.sql("SELECT @schema@.harel_cancel(1, NULL, 0)"))
+        .execute(&pool)
+        .await
+        .expect_err("no grant on harel_cancel");
+    assert_eq!(
+        denied.as_database_error().and_then(|e| e.code()).as_deref(),
+        Some("42501")
+    );
+    pool.close().await;
 }

@@ -193,6 +193,17 @@ fn producer_must_not(q: &TestQueue) -> Vec<String> {
              ARRAY[gen_random_uuid()], 60000)"
         ),
         format!("SELECT {s}.harel_drop_empty_groups(ARRAY['g'], 200)"),
+        format!("SELECT * FROM {s}.harel_job(1)"),
+        format!("SELECT * FROM {s}.harel_list_jobs(NULL, NULL, NULL, 0, 10)"),
+        format!("SELECT {s}.harel_queued_state(true, true, now(), 1, NULL, now())"),
+        format!("SELECT {s}.harel_cancel(1, NULL, 0)"),
+        format!("SELECT * FROM {s}.harel_cancel_group('g', NULL, 0, 10)"),
+        format!("SELECT * FROM {s}.job_history"),
+        format!("DELETE FROM {s}.unique_keys"),
+        format!("SELECT {s}.harel_take_key('k', 1, NULL)"),
+        format!("SELECT {s}.harel_release_key('k', 1, false)"),
+        format!("SELECT {s}.harel_end_cancelled(ARRAY['g'])"),
+        format!("SELECT {s}.harel_move_on('g')"),
     ]
 }
 
@@ -454,6 +465,24 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
     let purged = dead.purge(&operator, chrono::Utc::now()).await.unwrap();
     assert_eq!((purged, dead.count(&operator).await.unwrap()), (0, 0));
 
+    // look jobs up and cancel them, through the Queue handle
+    let queue = harel_jobs::Queue::with_schema(operator.clone(), q.schema.clone());
+    let waiting = harel_jobs::JobId::new(
+        t.publish(&q.pool, &OutgoingMessage::new("g9", "k", "{}"))
+            .await
+            .unwrap(),
+    );
+    let info = queue.job(waiting).await.unwrap().expect("found");
+    assert_eq!(info.state, harel_jobs::JobState::Waiting);
+    let page = queue.jobs(&harel_jobs::JobQuery::new()).await.unwrap();
+    assert!(page.jobs.iter().any(|j| j.id == waiting));
+    let cancelled = queue.cancel(waiting).reason("operator").await.unwrap();
+    assert_eq!(cancelled, harel_jobs::CancelOutcome::Cancelled);
+    assert!(matches!(
+        queue.cancel_group("g0").await.unwrap(),
+        harel_jobs::CancelOutcome::Group { .. }
+    ));
+
     let claim = t
         .claim(&operator, &ClaimRequest::new(LONG))
         .await
@@ -464,6 +493,9 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
         format!("UPDATE {s}.transport_groups SET available_at = 'infinity'"),
         format!("DELETE FROM {s}.transport_messages"),
         format!("INSERT INTO {s}.dead_letters SELECT * FROM {s}.dead_letters"),
+        format!("DELETE FROM {s}.job_history"),
+        format!("UPDATE {s}.unique_keys SET held_until = NULL"),
+        format!("SELECT {s}.harel_end_cancelled(ARRAY['g1'])"),
     ] {
         assert_eq!(
             sqlstate(&operator, sql.clone()).await.as_deref(),

@@ -2,6 +2,7 @@
 //! pool; jobs/s from the pool's start to the last ack (the fill is not timed).
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use sqlx::PgPool;
 
@@ -40,6 +41,18 @@ pub async fn drain_once(
     concurrency: usize,
     fill: Fill,
 ) -> Res<f64> {
+    drain_once_retaining(ctx, worker_pool, concurrency, fill, None).await
+}
+
+/// [`drain_once`] with a pool that keeps completed jobs for `retain` when it is set (and
+/// then checks that every job is in the history).
+pub async fn drain_once_retaining(
+    ctx: &Ctx,
+    worker_pool: &PgPool,
+    concurrency: usize,
+    fill: Fill,
+    retain: Option<Duration>,
+) -> Res<f64> {
     let n = prepare(&ctx.pool, async || match fill {
         Fill::Single(n) => fill_single(&ctx.fill_pool, &ctx.transport, n).await,
         Fill::Groups { groups, per_group } => {
@@ -51,8 +64,17 @@ pub async fn drain_once(
         Fill::Single(_) => Probe::new(),
         Fill::Groups { .. } => Probe::with_fifo_check(),
     };
-    let outcome = queue::drain(worker_pool, probe.clone(), concurrency, n).await?;
+    let outcome =
+        queue::drain_retaining(worker_pool, probe.clone(), concurrency, n, retain).await?;
     expect_empty(&ctx.pool, "drain").await?;
+    if retain.is_some() {
+        let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM harel.job_history")
+            .fetch_one(&ctx.pool)
+            .await?;
+        if kept as u64 != n {
+            bail!("drain: {kept} jobs retained of {n}");
+        }
+    }
     if probe.started() != n {
         bail!("drain: {} handler runs for {n} jobs", probe.started());
     }
@@ -102,6 +124,46 @@ pub async fn run(ctx: &Ctx) -> Res<()> {
     }
     worker_pool.close().await;
     async_pool.close().await;
+    Ok(())
+}
+
+/// The cost of retention: the same drain at concurrency 16 and 64 with and without
+/// `retain_completed`, interleaved.
+pub async fn run_retention(ctx: &Ctx) -> Res<()> {
+    let n = ctx.size(100_000, 5_000);
+    let worker_pool = db::pool(&ctx.url, 8, &[]).await?;
+    let keep = Some(Duration::from_secs(3600));
+    drain_once_retaining(ctx, &worker_pool, 64, Fill::Single(n / 5), keep).await?;
+    let cases: [(&str, usize, Option<Duration>); 4] = [
+        ("drain_c16", 16, None),
+        ("drain_c16_retained", 16, keep),
+        ("drain_c64", 64, None),
+        ("drain_c64_retained", 64, keep),
+    ];
+    let mut samples = vec![Vec::new(); cases.len()];
+    for _ in 0..ctx.runs {
+        for (i, (_, concurrency, retain)) in cases.iter().enumerate() {
+            let rate =
+                drain_once_retaining(ctx, &worker_pool, *concurrency, Fill::Single(n), *retain)
+                    .await?;
+            samples[i].push(rate);
+        }
+    }
+    for (i, (name, _, retain)) in cases.iter().enumerate() {
+        let label = if retain.is_some() {
+            " label=\"completed jobs kept 1 h (retain_completed)\""
+        } else {
+            ""
+        };
+        ctx.report.figure(
+            *name,
+            "jobs/s",
+            &samples[i],
+            None,
+            format!("jobs={n} groups={n}{label}"),
+        );
+    }
+    worker_pool.close().await;
     Ok(())
 }
 

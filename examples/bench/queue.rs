@@ -15,9 +15,12 @@ pub const FILL_CHUNK: usize = 10_000;
 
 /// Empties the queue's tables (a fresh start for each run: no dead rows left by the last).
 pub async fn reset(pool: &PgPool) -> Res<()> {
-    sqlx::query("TRUNCATE harel.transport_messages, harel.transport_groups, harel.dead_letters")
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "TRUNCATE harel.transport_messages, harel.transport_groups, harel.dead_letters,
+                  harel.job_history",
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -113,11 +116,24 @@ impl DrainOutcome {
 
 /// A worker pool with the bench's jobs registered, at `concurrency`, defaults otherwise.
 pub fn worker(pool: &PgPool, state: State, concurrency: usize) -> Res<Worker<State>> {
-    Ok(Worker::builder(pool.clone(), state)
+    worker_retaining(pool, state, concurrency, None)
+}
+
+/// [`worker`], keeping completed jobs in the history for `retain` when it is set.
+pub fn worker_retaining(
+    pool: &PgPool,
+    state: State,
+    concurrency: usize,
+    retain: Option<Duration>,
+) -> Res<Worker<State>> {
+    let mut builder = Worker::builder(pool.clone(), state)
         .register::<Noop>()
         .register::<Stamped>()
-        .concurrency(concurrency)
-        .build()?)
+        .concurrency(concurrency);
+    if let Some(period) = retain {
+        builder = builder.retain_completed(period);
+    }
+    Ok(builder.build()?)
 }
 
 /// Starts a worker pool on `pool` and waits until it has acked `expect` jobs; the time is
@@ -130,7 +146,19 @@ pub async fn drain(
     concurrency: usize,
     expect: u64,
 ) -> Res<DrainOutcome> {
-    let outcome = drain_at_least(pool, state, concurrency, expect).await?;
+    drain_retaining(pool, state, concurrency, expect, None).await
+}
+
+/// [`drain`] with a pool that keeps completed jobs for `retain` when it is set.
+pub async fn drain_retaining(
+    pool: &PgPool,
+    state: State,
+    concurrency: usize,
+    expect: u64,
+    retain: Option<Duration>,
+) -> Res<DrainOutcome> {
+    let worker = worker_retaining(pool, state, concurrency, retain)?;
+    let outcome = drain_worker(worker, expect).await?;
     let stats = outcome.stats;
     if stats.succeeded != expect {
         bail!("the pool acked {} jobs, expected {expect}", stats.succeeded);
@@ -169,7 +197,11 @@ pub async fn drain_at_least(
     concurrency: usize,
     at_least: u64,
 ) -> Res<DrainOutcome> {
-    let worker = worker(pool, state, concurrency)?;
+    drain_worker(worker(pool, state, concurrency)?, at_least).await
+}
+
+/// Starts `worker` and stops it (gracefully) once it has acked `at_least` jobs.
+async fn drain_worker(worker: Worker<State>, at_least: u64) -> Res<DrainOutcome> {
     let started = Instant::now();
     let handle = worker.start();
     let waited = wait_for_acks(&handle, at_least, started).await;

@@ -1,18 +1,21 @@
 //! The attribute's arguments: `#[job(max_attempts = 5, priority = 2, timeout = "30s", …)]`.
 //!
-//! Parsing is in two layers. Syntax (`key = value`, separated by commas) is a hard error:
-//! [`JobArgs::parse`] returns `Err` and nothing of the arguments is used. Meaning (an
-//! unknown or repeated key, an out-of-range number, a malformed duration) is collected in
-//! [`JobArgs::errors`], one spanned error per mistake, and parsing goes on, so that one
-//! compile lists every mistake and the valid keys still apply.
+//! Parsing is in two layers. Syntax (`key = value`, or `unique` with an optional
+//! parenthesised list, separated by commas) is a hard error: [`JobArgs::parse`] returns
+//! `Err` and nothing of the arguments is used. Meaning (an unknown or repeated key, an
+//! out-of-range number, a malformed duration) is collected in [`JobArgs::errors`], one
+//! spanned error per mistake, and parsing goes on, so that one compile lists every mistake
+//! and the valid keys still apply. The names of `unique(…)` are checked against the
+//! function's parameters later, by [`UniqueArgs::resolve`], once the signature is known.
 
 use std::time::Duration;
 
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
 use syn::spanned::Spanned as _;
-use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token, parenthesized};
 
 use crate::diagnostic::Errors;
 
@@ -23,11 +26,13 @@ mod kw {
     syn::custom_keyword!(backoff);
     syn::custom_keyword!(backoff_max);
     syn::custom_keyword!(kind);
+    syn::custom_keyword!(retain);
+    syn::custom_keyword!(unique);
+    syn::custom_keyword!(hold);
 }
 
 /// The valid keys, as listed in the "unknown argument" error.
-pub(crate) const KEYS: &str =
-    "`max_attempts`, `priority`, `timeout`, `backoff`, `backoff_max`, `kind`, `crate`";
+pub(crate) const KEYS: &str = "`max_attempts`, `priority`, `timeout`, `backoff`, `backoff_max`, `retain`, `unique`, `kind`, `crate`";
 
 /// The highest priority (`Priority::HIGHEST` in harel-jobs).
 pub(crate) const MAX_PRIORITY: u8 = 4;
@@ -40,6 +45,10 @@ pub(crate) const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(3600);
 
 /// The longest kind, in bytes (`transport::MAX_KIND_BYTES` in harel-jobs).
 pub(crate) const MAX_KIND_BYTES: usize = 255;
+
+/// The longest `retain` or `hold`: 100 years of 365.25 days (`transport::MAX_DELAY` in
+/// harel-jobs, which refuses longer periods at run time).
+pub(crate) const MAX_PERIOD: Duration = Duration::from_millis(3_155_760_000_000);
 
 /// A value and the span of the literal it was read from, for errors that involve it later.
 #[derive(Clone, Debug)]
@@ -57,6 +66,8 @@ pub(crate) struct JobArgs {
     pub(crate) timeout: Option<Spanned<Duration>>,
     pub(crate) backoff: Option<Spanned<Duration>>,
     pub(crate) backoff_max: Option<Spanned<Duration>>,
+    pub(crate) retain: Option<Spanned<Duration>>,
+    pub(crate) unique: Option<UniqueArgs>,
     pub(crate) kind: Option<Spanned<String>>,
     pub(crate) krate: Option<Path>,
     /// Every meaningful mistake, each at its own span.
@@ -101,18 +112,24 @@ impl JobArgs {
         } else if lookahead.peek(kw::timeout) {
             let key = input.parse::<kw::timeout>()?.span;
             let value = value(input)?;
-            let parsed = duration_value("timeout", &value).and_then(|d| {
-                if d.value.is_zero() {
-                    Err(syn::Error::new(
-                        d.span,
-                        "`timeout` must be longer than zero",
-                    ))
-                } else {
-                    Ok(d)
-                }
-            });
+            let parsed = positive_duration("timeout", &value);
             if let Some(value) = self.accept("timeout", key, parsed) {
                 self.timeout = Some(value);
+            }
+        } else if lookahead.peek(kw::retain) {
+            let key = input.parse::<kw::retain>()?.span;
+            let value = value(input)?;
+            let parsed = period("retain", &value);
+            if let Some(value) = self.accept("retain", key, parsed) {
+                self.retain = Some(value);
+            }
+        } else if lookahead.peek(kw::unique) {
+            let key = input.parse::<kw::unique>()?.span;
+            let unique = UniqueArgs::parse(input, &mut self.errors)?;
+            if self.seen_before("unique") {
+                self.errors.push(repeated(key, "unique"));
+            } else if let Some(unique) = unique {
+                self.unique = Some(unique);
             }
         } else if lookahead.peek(kw::backoff_max) {
             let key = input.parse::<kw::backoff_max>()?.span;
@@ -240,6 +257,173 @@ impl JobArgs {
     }
 }
 
+/// The `unique` argument: `unique`, `unique(a, b)`, `unique(hold = "1h")`,
+/// `unique(a, b, hold = "1h")`.
+pub(crate) struct UniqueArgs {
+    /// The parameters the key is made of, as written; `None`: the whole job is the key.
+    /// Not yet checked against the function: see [`resolve`](Self::resolve).
+    pub(crate) fields: Option<Vec<Ident>>,
+    /// How long the key stays held after its job completed.
+    pub(crate) hold: Option<Spanned<Duration>>,
+}
+
+/// One item of `unique(…)`.
+enum UniqueItem {
+    /// A parameter name.
+    Name(Ident),
+    /// `hold = value`.
+    Hold { key: Span, value: Expr },
+    /// Another `key = value`: reported, then skipped.
+    Unknown(Ident),
+}
+
+impl Parse for UniqueItem {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        if input.peek(kw::hold) && input.peek2(Token![=]) {
+            let key = input.parse::<kw::hold>()?.span;
+            let value = value(input)?;
+            return Ok(Self::Hold { key, value });
+        }
+        // Any identifier, keywords included, so that `unique(type)` is "not a parameter"
+        // rather than a syntax error.
+        let name = Ident::parse_any(input)?;
+        if input.peek(Token![=]) {
+            value(input)?;
+            return Ok(Self::Unknown(name));
+        }
+        Ok(Self::Name(name))
+    }
+}
+
+impl UniqueArgs {
+    /// Parses what follows the `unique` keyword: nothing, or `(…)`. `Ok(None)`: the
+    /// argument is unusable, and `errors` says why.
+    fn parse(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Option<Self>> {
+        if input.peek(Token![=]) {
+            // `unique = true` and the like: a meaning error, the value skipped.
+            let value = value(input)?;
+            errors.push(syn::Error::new(
+                value.span(),
+                "`unique` takes no value: write `unique` (the whole job is the key) or `unique(user_id, …)` (these parameters are), optionally with `hold = \"1h\"` inside the parentheses",
+            ));
+            return Ok(None);
+        }
+        if !input.peek(syn::token::Paren) {
+            return Ok(Some(Self {
+                fields: None,
+                hold: None,
+            }));
+        }
+        let content;
+        let parens = parenthesized!(content in input);
+        let items = Punctuated::<UniqueItem, Token![,]>::parse_terminated(&content)?;
+        let mut names: Vec<Ident> = Vec::new();
+        let mut hold: Option<Spanned<Duration>> = None;
+        let mut hold_seen = false;
+        let mut valid = true;
+        for item in items {
+            match item {
+                UniqueItem::Name(name) => {
+                    if hold_seen {
+                        errors.push(syn::Error::new(
+                            name.span(),
+                            format!(
+                                "`{name}` comes after `hold`: list the parameters first, e.g. `unique({name}, hold = \"1h\")`"
+                            ),
+                        ));
+                        valid = false;
+                    } else if names.iter().any(|seen| seen.unraw() == name.unraw()) {
+                        errors.push(syn::Error::new(
+                            name.span(),
+                            format!("`{}` is named more than once in `unique(…)`", name.unraw()),
+                        ));
+                    } else {
+                        names.push(name);
+                    }
+                }
+                UniqueItem::Hold { key, value } => {
+                    if hold_seen {
+                        errors.push(repeated(key, "hold"));
+                        continue;
+                    }
+                    hold_seen = true;
+                    match period("hold", &value) {
+                        Ok(period) => hold = Some(period),
+                        Err(error) => {
+                            errors.push(error);
+                            valid = false;
+                        }
+                    }
+                }
+                UniqueItem::Unknown(name) => {
+                    errors.push(syn::Error::new(
+                        name.span(),
+                        format!(
+                            "unknown argument `{name}` in `unique(…)`: list parameter names, then optionally `hold = \"1h\"`"
+                        ),
+                    ));
+                    valid = false;
+                }
+            }
+        }
+        if names.is_empty() && !hold_seen && valid {
+            errors.push(syn::Error::new(
+                parens.span.join(),
+                "`unique()` names no parameter: write `unique` to make the whole job the key, or name the parameters of the key, e.g. `unique(user_id)`",
+            ));
+            return Ok(None);
+        }
+        Ok(valid.then(|| Self {
+            fields: (!names.is_empty()).then_some(names),
+            hold,
+        }))
+    }
+
+    /// The indexes in `fields` (the job struct's fields, in order) of the parameters the key
+    /// is made of, in the order written; `None` for the whole job. Each name that is not a
+    /// field is an error in `errors`: `context` (the name of the `JobContext` parameter, if
+    /// any) gets its own message.
+    pub(crate) fn resolve(
+        &self,
+        fields: &[&Ident],
+        context: Option<&Ident>,
+        errors: &mut Errors,
+    ) -> Option<Vec<usize>> {
+        let names = self.fields.as_ref()?;
+        let valid = if fields.is_empty() {
+            "the function has none: write `unique` to make the whole job the key".to_owned()
+        } else {
+            let list: Vec<String> = fields
+                .iter()
+                .map(|field| format!("`{}`", field.unraw()))
+                .collect();
+            format!("the valid ones are {}", list.join(", "))
+        };
+        let mut indexes = Vec::with_capacity(names.len());
+        for name in names {
+            let wanted = name.unraw();
+            if let Some(index) = fields.iter().position(|field| field.unraw() == wanted) {
+                indexes.push(index);
+            } else if context.is_some_and(|context| context.unraw() == wanted) {
+                errors.push(syn::Error::new(
+                    name.span(),
+                    format!(
+                        "`{wanted}` is the job context, which is not stored in the job and cannot be part of its unique key; {valid}"
+                    ),
+                ));
+            } else {
+                errors.push(syn::Error::new(
+                    name.span(),
+                    format!(
+                        "`{wanted}` in `unique(…)` is not a parameter of the function; {valid}"
+                    ),
+                ));
+            }
+        }
+        Some(indexes)
+    }
+}
+
 /// `= value`. The value is read as any expression, so that a wrong kind of value (a path,
 /// a negative number) is a spanned error about that key rather than a syntax error.
 fn value(input: ParseStream<'_>) -> syn::Result<Expr> {
@@ -326,6 +510,30 @@ fn parse_kind(value: &Expr) -> syn::Result<Spanned<String>> {
             span: lit.span(),
         }),
     }
+}
+
+/// A duration longer than zero (`timeout`).
+fn positive_duration(name: &str, value: &Expr) -> syn::Result<Spanned<Duration>> {
+    let duration = duration_value(name, value)?;
+    if duration.value.is_zero() {
+        return Err(syn::Error::new(
+            duration.span,
+            format!("`{name}` must be longer than zero"),
+        ));
+    }
+    Ok(duration)
+}
+
+/// A duration longer than zero and at most [`MAX_PERIOD`] (`retain`, `hold`).
+fn period(name: &str, value: &Expr) -> syn::Result<Spanned<Duration>> {
+    let duration = positive_duration(name, value)?;
+    if duration.value > MAX_PERIOD {
+        return Err(syn::Error::new(
+            duration.span,
+            format!("`{name}` is at most 100 years (\"{}\")", show(MAX_PERIOD)),
+        ));
+    }
+    Ok(duration)
 }
 
 fn duration_value(name: &str, value: &Expr) -> syn::Result<Spanned<Duration>> {
@@ -430,6 +638,34 @@ mod tests {
         args.errors.messages()
     }
 
+    fn names(unique: &UniqueArgs) -> Option<Vec<String>> {
+        unique
+            .fields
+            .as_ref()
+            .map(|names| names.iter().map(ToString::to_string).collect())
+    }
+
+    /// `unique(…)`'s fields resolved against the parameters `fields` (and a context `ctx`).
+    fn resolve(
+        tokens: proc_macro2::TokenStream,
+        fields: &[&str],
+    ) -> (Option<Vec<usize>>, Vec<String>) {
+        let args = parse(tokens);
+        assert!(args.errors.is_empty(), "{:?}", messages(&args));
+        let fields: Vec<Ident> = fields
+            .iter()
+            .map(|name| syn::parse_str(name).unwrap())
+            .collect();
+        let fields: Vec<&Ident> = fields.iter().collect();
+        let context: Ident = parse_quote!(ctx);
+        let mut errors = Errors::default();
+        let resolved =
+            args.unique
+                .expect("unique is given")
+                .resolve(&fields, Some(&context), &mut errors);
+        (resolved, errors.messages())
+    }
+
     #[test]
     fn empty() {
         let args: JobArgs = parse_quote!();
@@ -447,6 +683,8 @@ mod tests {
             timeout = "30s",
             backoff = "500ms",
             backoff_max = "10m",
+            retain = "24h",
+            unique(user_id, hold = "1h"),
             kind = "billing.charge",
             crate = ::my::jobs,
         );
@@ -460,6 +698,16 @@ mod tests {
         assert_eq!(
             args.backoff(),
             Some((Duration::from_millis(500), Duration::from_secs(600)))
+        );
+        assert_eq!(
+            args.retain.as_ref().unwrap().value,
+            Duration::from_secs(86_400)
+        );
+        let unique = args.unique.as_ref().unwrap();
+        assert_eq!(names(unique), Some(vec!["user_id".to_owned()]));
+        assert_eq!(
+            unique.hold.as_ref().unwrap().value,
+            Duration::from_secs(3600)
         );
         assert_eq!(args.kind.as_ref().unwrap().value, "billing.charge");
         assert_eq!(
@@ -554,6 +802,176 @@ mod tests {
     }
 
     #[test]
+    fn zero_or_too_long_retain() {
+        let args: JobArgs = parse_quote!(retain = "0ms");
+        assert_eq!(messages(&args), ["`retain` must be longer than zero"]);
+        assert!(args.retain.is_none());
+        let args: JobArgs = parse_quote!(retain = "876601h");
+        assert_eq!(
+            messages(&args),
+            ["`retain` is at most 100 years (\"876600h\")"]
+        );
+        let args: JobArgs = parse_quote!(retain = "876600h");
+        assert!(args.errors.is_empty());
+        let args: JobArgs = parse_quote!(retain = 24);
+        assert_eq!(
+            messages(&args),
+            ["`retain` must be a duration string, e.g. `retain = \"30s\"`"]
+        );
+        let args: JobArgs = parse_quote!(retain = "1h", retain = "2h");
+        assert_eq!(messages(&args), ["`retain` is given more than once"]);
+        assert_eq!(
+            args.retain.as_ref().unwrap().value,
+            Duration::from_secs(3600)
+        );
+    }
+
+    #[test]
+    fn unique_forms() {
+        let args: JobArgs = parse_quote!(unique);
+        let unique = args.unique.as_ref().unwrap();
+        assert_eq!(names(unique), None);
+        assert!(unique.hold.is_none());
+
+        let args: JobArgs = parse_quote!(unique(user_id, day), priority = 1);
+        assert!(args.errors.is_empty(), "{:?}", messages(&args));
+        let unique = args.unique.as_ref().unwrap();
+        assert_eq!(
+            names(unique),
+            Some(vec!["user_id".to_owned(), "day".to_owned()])
+        );
+        assert!(unique.hold.is_none());
+        assert_eq!(args.priority.as_ref().unwrap().value, 1);
+
+        let args: JobArgs = parse_quote!(unique(hold = "1h30m"));
+        let unique = args.unique.as_ref().unwrap();
+        assert_eq!(names(unique), None);
+        assert_eq!(
+            unique.hold.as_ref().unwrap().value,
+            Duration::from_secs(5400)
+        );
+
+        // a trailing comma; a parameter named `hold`; a raw name
+        let args: JobArgs = parse_quote!(unique(hold, r#type, hold = "5m",));
+        assert!(args.errors.is_empty(), "{:?}", messages(&args));
+        let unique = args.unique.as_ref().unwrap();
+        assert_eq!(
+            names(unique),
+            Some(vec!["hold".to_owned(), "r#type".to_owned()])
+        );
+        assert_eq!(
+            unique.hold.as_ref().unwrap().value,
+            Duration::from_secs(300)
+        );
+    }
+
+    #[test]
+    fn unique_errors() {
+        let args: JobArgs = parse_quote!(unique());
+        assert_eq!(
+            messages(&args),
+            [
+                "`unique()` names no parameter: write `unique` to make the whole job the key, or name the parameters of the key, e.g. `unique(user_id)`"
+            ]
+        );
+        assert!(args.unique.is_none());
+
+        // a repeated name is reported, the first kept
+        let args: JobArgs = parse_quote!(unique(a, b, a));
+        assert_eq!(
+            messages(&args),
+            ["`a` is named more than once in `unique(…)`"]
+        );
+        assert_eq!(
+            names(args.unique.as_ref().unwrap()),
+            Some(vec!["a".to_owned(), "b".to_owned()])
+        );
+        let args: JobArgs = parse_quote!(unique(r#a, a));
+        assert_eq!(messages(&args).len(), 1);
+
+        let args: JobArgs = parse_quote!(unique(a, hold = "0s"));
+        assert_eq!(messages(&args), ["`hold` must be longer than zero"]);
+        assert!(args.unique.is_none());
+
+        let args: JobArgs = parse_quote!(unique(hold = "1h", hold = "2h"));
+        assert_eq!(messages(&args), ["`hold` is given more than once"]);
+        assert_eq!(
+            args.unique.as_ref().unwrap().hold.as_ref().unwrap().value,
+            Duration::from_secs(3600)
+        );
+
+        let args: JobArgs = parse_quote!(unique(hold = "1h", a));
+        assert_eq!(
+            messages(&args),
+            ["`a` comes after `hold`: list the parameters first, e.g. `unique(a, hold = \"1h\")`"]
+        );
+
+        let args: JobArgs = parse_quote!(unique(a, keep = "1h"));
+        assert_eq!(
+            messages(&args),
+            [
+                "unknown argument `keep` in `unique(…)`: list parameter names, then optionally `hold = \"1h\"`"
+            ]
+        );
+        assert!(args.unique.is_none());
+
+        let args: JobArgs = parse_quote!(unique = true, priority = 1);
+        assert_eq!(messages(&args).len(), 1);
+        assert!(messages(&args)[0].starts_with("`unique` takes no value"));
+        assert!(args.unique.is_none());
+        assert_eq!(args.priority.as_ref().unwrap().value, 1);
+
+        let args: JobArgs = parse_quote!(unique(a), unique);
+        assert_eq!(messages(&args), ["`unique` is given more than once"]);
+        assert_eq!(
+            names(args.unique.as_ref().unwrap()),
+            Some(vec!["a".to_owned()])
+        );
+
+        let args: JobArgs = parse_quote!(unique(hold = "1s", hold = 5, b = 1, hold = "0s"));
+        assert_eq!(messages(&args).len(), 3, "{:?}", messages(&args));
+    }
+
+    #[test]
+    fn unique_names_are_parameters() {
+        let (resolved, errors) = resolve(
+            quote::quote!(unique(day, user_id)),
+            &["user_id", "day", "note"],
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(resolved, Some(vec![1, 0]));
+
+        let (resolved, errors) = resolve(quote::quote!(unique(hold = "1h")), &["user_id"]);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(resolved, None);
+
+        // raw or not, the same parameter
+        let (resolved, errors) =
+            resolve(quote::quote!(unique(r#type, r#kind)), &["r#type", "kind"]);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(resolved, Some(vec![0, 1]));
+
+        let (resolved, errors) =
+            resolve(quote::quote!(unique(user, ctx, day)), &["user_id", "day"]);
+        assert_eq!(
+            errors,
+            [
+                "`user` in `unique(…)` is not a parameter of the function; the valid ones are `user_id`, `day`",
+                "`ctx` is the job context, which is not stored in the job and cannot be part of its unique key; the valid ones are `user_id`, `day`",
+            ]
+        );
+        assert_eq!(resolved, Some(vec![1]));
+
+        let (_, errors) = resolve(quote::quote!(unique(a)), &[]);
+        assert_eq!(
+            errors,
+            [
+                "`a` in `unique(…)` is not a parameter of the function; the function has none: write `unique` to make the whole job the key"
+            ]
+        );
+    }
+
+    #[test]
     fn long_or_nul_kind() {
         let long = "k".repeat(MAX_KIND_BYTES + 1);
         let args = parse(quote::quote!(kind = #long));
@@ -594,6 +1012,12 @@ mod tests {
             "crate = \"x\"",
             "5",
             "priority = 1 kind = \"k\"",
+            "unique(a b)",
+            "unique(1)",
+            "unique(a, hold = )",
+            "unique[a]",
+            "unique(a) priority = 1",
+            "retain",
         ] {
             assert!(
                 syn::parse_str::<JobArgs>(source).is_err(),

@@ -75,6 +75,8 @@ use proc_macro::TokenStream;
 /// | `timeout` | duration string, longer than zero | the pool's default |
 /// | `backoff` | duration string: the first retry delay, doubling after each failed attempt | the pool's default, `"2s"` |
 /// | `backoff_max` | duration string: the cap of the doubling | `"1h"` |
+/// | `retain` | duration string, longer than zero, at most 100 years: how long completed jobs of this type stay in the queue's history | the pool's `retain_completed`, else none (deleted at once) |
+/// | `unique` | bare, or a list of parameters, optionally with `hold = "<duration>"`: see [Unique jobs](#unique-jobs) | not unique |
 /// | `kind` | string, 1 to 255 bytes | the function's name |
 /// | `crate` | path to harel-jobs | `::harel_jobs` |
 ///
@@ -87,6 +89,10 @@ use proc_macro::TokenStream;
 /// `kind` is the name the job is stored under and its handler found by. It must stay the
 /// same while jobs of the old name may be queued: renaming the function changes the
 /// default, so set `kind` explicitly before renaming (`kind = "send_welcome_email"`).
+///
+/// `retain` keeps each completed job of this type in the queue's history for that long,
+/// where `Queue::job` finds it as completed, with its attempts and duration; the maintenance
+/// task prunes it after. It overrides the worker pool's `retain_completed` for this type.
 ///
 /// `crate` is for code that reaches harel-jobs under another name (a re-export, a renamed
 /// dependency): every generated path starts with it, including serde and sqlx, which are
@@ -106,6 +112,42 @@ use proc_macro::TokenStream;
 /// a group of its own. `.group("…")` at enqueue overrides either, and is how several job
 /// types share one group.
 ///
+/// # Unique jobs
+///
+/// With `unique`, while a job holding the same key is queued (waiting, scheduled, running or
+/// retrying), enqueueing another writes nothing and fails with `PublishError::Duplicate`
+/// (which names the queued job). The key is the kind, `:`, and a JSON value:
+///
+/// - `unique`: the whole job, so two jobs are duplicates when all their arguments are equal
+///   (`"refresh_feed:{\"feed_id\":7,\"full\":true}"`);
+/// - `unique(user_id, day)`: only these parameters, as an array in the order written
+///   (`"daily_report:[42,\"2026-12-04\"]"`); the others may differ. Each name must be a
+///   parameter of the function stored in the job (not the `JobContext`), named once; the list
+///   cannot be empty;
+/// - `hold = "<duration>"` (longer than zero, at most 100 years), alone or after the names:
+///   `unique(hold = "1h")`, `unique(user_id, hold = "1h")`: the key also stays held that long
+///   after its job completed ("at most once an hour"). Without it the key is free as soon as
+///   the job completes. A job that becomes a dead letter or is cancelled frees its key.
+///
+/// ```ignore
+/// /// One report per user and day, and not again within the hour after it ran.
+/// #[job(unique(user_id, day, hold = "1h"), retain = "24h")]
+/// async fn daily_report(ctx: JobContext<AppState>, user_id: i64, day: String, note: String) { /* … */ }
+///
+/// let report = DailyReport { user_id: 42, day: "2026-12-04".into(), note: String::new() };
+/// match report.enqueue(&pool).await {
+///     Ok(id) => { /* queued */ }
+///     Err(error) if error.duplicate_of().is_some() => { /* already queued, or held */ }
+///     Err(error) => return Err(error.into()),
+/// }
+/// ```
+///
+/// Keys are compared as exact strings across every job kind of the queue; the kind prefix
+/// keeps two types apart. A change to what the key is made of (the list, its order, or for a
+/// bare `unique` any parameter, its name included) changes the keys: a job queued before the
+/// change does not block one enqueued after it. `.unique(…)` at enqueue replaces the type's
+/// key for one job (see `harel_jobs::Unique`).
+///
 /// # Generated items
 ///
 /// For `async fn send_welcome_email(ctx: JobContext<AppState>, #[group] user_id: i64,
@@ -115,15 +157,15 @@ use proc_macro::TokenStream;
 /// - `struct SendWelcomeEmail { pub user_id: i64, pub template: String }`, with the
 ///   function's visibility, its doc comments and `#[cfg]`s, and serde's `Serialize` and
 ///   `Deserialize` (no other derive: a job may hold secrets, so it does not need `Debug`);
-/// - `impl Job for SendWelcomeEmail`: `KIND`, `options()` from the arguments, and `group()`
-///   from the `#[group]` parameter;
+/// - `impl Job for SendWelcomeEmail`: `KIND`, `options()` from the arguments, `group()`
+///   from the `#[group]` parameter, and `unique()` from `unique`;
 /// - `impl Handler<AppState> for SendWelcomeEmail`, which calls the function with the
 ///   context and the fields (`impl<S: Send + Sync + 'static> Handler<S>` without a context
 ///   parameter). The function's future must be `Send`;
 /// - inherent methods, usable without importing a trait:
 ///   - `fn enqueue<'c, E: PgExecutor<'c>>(self, executor: E) -> Enqueue<'c, Self, E>`:
-///     options (`delay`, `not_before`, `priority`, `group`, `schema`), then `.await` for the
-///     `JobId`;
+///     options (`delay`, `not_before`, `priority`, `group`, `unique`, `schema`), then
+///     `.await` for the `JobId`;
 ///   - `async fn enqueue_many<'c, E: PgExecutor<'c>>(executor: E, jobs: impl
 ///     IntoIterator<Item = Self>) -> Result<Vec<JobId>, PublishError>`: one round trip,
 ///     at most 100,000 jobs and 64 MiB (`JobBatch`'s limits).
@@ -138,7 +180,7 @@ use proc_macro::TokenStream;
 /// `self`, is generic, has two `#[group]` parameters, a context parameter that is not first
 /// or marked `#[group]`, a parameter that is a pattern or a reference; an unknown (the
 /// message lists the valid keys) or repeated key, an out-of-range number, a malformed
-/// duration. A return type that is not a job result, or a `#[group]` type without `Display`,
+/// duration, a name in `unique(…)` that is not a parameter (the message lists them). A return type that is not a job result, or a `#[group]` type without `Display`,
 /// is reported at that type. All are reported at once, and the function is still emitted, so
 /// an IDE keeps working while the attribute is wrong.
 #[proc_macro_attribute]

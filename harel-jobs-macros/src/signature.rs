@@ -69,6 +69,9 @@ pub(crate) struct JobFn {
     pub(crate) item: ItemFn,
     /// `T` of a first parameter `JobContext<T>`.
     pub(crate) state: Option<Type>,
+    /// The name of the `JobContext` parameter, if it has one (a plain name), for errors that
+    /// name it where a field is expected.
+    pub(crate) context: Option<Ident>,
     /// The other parameters, in order.
     pub(crate) fields: Vec<Field>,
     /// The index in `fields` of the `#[group]` parameter.
@@ -80,6 +83,7 @@ impl JobFn {
     pub(crate) fn analyze(mut item: ItemFn, errors: &mut Errors) -> Self {
         check_signature(&item.sig, errors);
         let mut state = None;
+        let mut context = None;
         let mut fields = Vec::new();
         let mut group: Option<usize> = None;
         for (index, input) in item.sig.inputs.iter_mut().enumerate() {
@@ -96,6 +100,9 @@ impl JobFn {
             let group_attr = take_group_attr(param, errors);
             match context_state(&param.ty) {
                 Some(found) => {
+                    if let Pat::Ident(pat) = &*param.pat {
+                        context.get_or_insert_with(|| pat.ident.clone());
+                    }
                     if let Some(attr) = &group_attr {
                         errors.push(syn::Error::new_spanned(
                             &attr.attr,
@@ -138,6 +145,7 @@ impl JobFn {
         Self {
             item,
             state,
+            context,
             fields,
             group,
         }
@@ -303,6 +311,7 @@ mod tests {
         });
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(job.state.to_token_stream().to_string(), "AppState");
+        assert_eq!(job.context.unwrap(), "ctx");
         let names: Vec<String> = job.fields.iter().map(|f| f.ident.to_string()).collect();
         assert_eq!(names, ["user_id", "template"]);
         assert_eq!(job.group, Some(0));

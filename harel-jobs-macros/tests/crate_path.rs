@@ -15,7 +15,15 @@ mod facade {
 }
 
 /// Groups by the account.
-#[jobs::job(crate = jobs, max_attempts = 2, priority = 1, timeout = "1s", backoff = "1s")]
+#[jobs::job(
+    crate = jobs,
+    max_attempts = 2,
+    priority = 1,
+    timeout = "1s",
+    backoff = "1s",
+    retain = "1h",
+    unique(account, hold = "1m")
+)]
 async fn through_the_extern_crate(
     ctx: jobs::JobContext<u8>,
     #[group] account: u32,
@@ -24,7 +32,7 @@ async fn through_the_extern_crate(
     Ok(())
 }
 
-#[jobs::job(crate = crate::facade, kind = "facade")]
+#[jobs::job(crate = crate::facade, kind = "facade", unique)]
 async fn through_a_facade(value: String) {
     let _ = value;
 }
@@ -38,6 +46,16 @@ fn generated_items_use_the_given_path() {
     let job = ThroughTheExternCrate { account: 9 };
     assert_eq!(job.group().as_deref(), Some("through_the_extern_crate:9"));
     assert_eq!(ThroughAFacade::KIND, "facade");
+    assert_eq!(
+        ThroughTheExternCrate::options().retain,
+        Some(std::time::Duration::from_secs(3600))
+    );
+    let unique = job.unique().unwrap();
+    assert_eq!(unique.key(), "through_the_extern_crate:[9]");
+    let facade = ThroughAFacade {
+        value: "v".to_owned(),
+    };
+    assert_eq!(facade.unique().unwrap().key(), r#"facade:{"value":"v"}"#);
 
     tokio::runtime::Builder::new_current_thread()
         .build()

@@ -57,6 +57,34 @@ async fn with_path_context(
     let _ = (ctx, tenant);
 }
 
+/// Completed jobs kept a day.
+#[job(retain = "24h")]
+async fn archive(document_id: i64) {
+    let _ = document_id;
+}
+
+/// At most one queued refresh per feed and mode: the whole job is the key.
+#[job(unique)]
+async fn refresh_feed(feed_id: i64, full: bool) {
+    let _ = (feed_id, full);
+}
+
+/// One report per user and day, and not again within the hour after it ran.
+#[job(unique(user_id, day, hold = "1h"), retain = "168h")]
+async fn daily_report(ctx: JobContext<AppState>, user_id: i64, day: String, note: Option<String>) {
+    let _ = (ctx, user_id, day, note);
+}
+
+/// At most one queued sync, and none within 30 minutes of the last one.
+#[job(unique(hold = "30m"))]
+async fn sync_all() {}
+
+/// A one-parameter key is a one-element tuple.
+#[job(unique(tenant))]
+async fn reindex(tenant: String, shard: u32) {
+    let _ = (tenant, shard);
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .build()
@@ -96,6 +124,90 @@ fn options_come_from_the_attribute() {
             Duration::from_secs(600)
         ))
     );
+}
+
+#[test]
+fn retain_comes_from_the_attribute() {
+    assert_eq!(
+        Archive::options().retain,
+        Some(Duration::from_secs(24 * 3600))
+    );
+    assert_eq!(
+        DailyReport::options().retain,
+        Some(Duration::from_secs(7 * 24 * 3600))
+    );
+    assert_eq!(Ping::options().retain, None);
+    assert_eq!(SendWelcomeEmail::options().retain, None);
+}
+
+#[test]
+fn no_unique_by_default() {
+    assert_eq!(Ping {}.unique(), None);
+    assert_eq!(Archive { document_id: 1 }.unique(), None);
+    let job = SendWelcomeEmail {
+        user_id: 42,
+        template: "hi".into(),
+    };
+    assert_eq!(job.unique(), None);
+}
+
+#[test]
+fn unique_whole_job() {
+    let feed = |feed_id, full| RefreshFeed { feed_id, full };
+    let unique = feed(7, true).unique().expect("unique");
+    assert!(
+        unique.key().starts_with("refresh_feed:"),
+        "{}",
+        unique.key()
+    );
+    assert_eq!(unique.key(), r#"refresh_feed:{"feed_id":7,"full":true}"#);
+    assert_eq!(unique.hold(), None);
+    // equal jobs, equal keys; any difference, another key
+    assert_eq!(feed(7, true).unique(), feed(7, true).unique());
+    assert_ne!(feed(7, true).unique(), feed(8, true).unique());
+    assert_ne!(feed(7, true).unique(), feed(7, false).unique());
+}
+
+#[test]
+fn unique_fields_ignore_the_others() {
+    let report = |user_id, day: &str, note: Option<&str>| DailyReport {
+        user_id,
+        day: day.into(),
+        note: note.map(Into::into),
+    };
+    let unique = report(42, "2026-12-04", None).unique().expect("unique");
+    assert_eq!(unique.key(), r#"daily_report:[42,"2026-12-04"]"#);
+    assert_eq!(unique.hold(), Some(Duration::from_secs(3600)));
+    // `note` is not part of the key
+    assert_eq!(
+        report(42, "2026-12-04", Some("again")).unique(),
+        report(42, "2026-12-04", None).unique()
+    );
+    assert_ne!(
+        report(42, "2026-12-05", None).unique(),
+        report(42, "2026-12-04", None).unique()
+    );
+    assert_ne!(
+        report(43, "2026-12-04", None).unique(),
+        report(42, "2026-12-04", None).unique()
+    );
+
+    let reindex = |tenant: &str, shard| Reindex {
+        tenant: tenant.into(),
+        shard,
+    };
+    let unique = reindex("acme", 1).unique().expect("unique");
+    assert_eq!(unique.key(), r#"reindex:["acme"]"#);
+    assert_eq!(unique.hold(), None);
+    assert_eq!(reindex("acme", 2).unique(), Some(unique));
+    assert_ne!(reindex("other", 1).unique(), reindex("acme", 1).unique());
+}
+
+#[test]
+fn unique_hold_alone() {
+    let unique = SyncAll {}.unique().expect("unique");
+    assert_eq!(unique.key(), "sync_all:{}");
+    assert_eq!(unique.hold(), Some(Duration::from_secs(1800)));
 }
 
 #[test]

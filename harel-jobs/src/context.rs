@@ -2,8 +2,14 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;
+
+use crate::error::CompleteError;
+use crate::transport::{Lease, LeaseOutcome, Settlement, Transport};
 
 /// Injected into a handler: the pool's shared state, facts about this execution, and a
 /// cancellation signal. Not serialised; cheap to clone.
@@ -21,6 +27,27 @@ pub(crate) struct Execution {
     pub(crate) attempt: u32,
     pub(crate) max_attempts: u32,
     pub(crate) cancel: CancellationToken,
+    /// What `complete_in` writes with; `None` outside a worker (`for_test`).
+    pub(crate) completion: Option<Completion>,
+    pub(crate) flags: Arc<ExecutionFlags>,
+}
+
+/// What a handler needs to complete its job in its own transaction.
+#[derive(Debug)]
+pub(crate) struct Completion {
+    pub(crate) transport: Transport,
+    pub(crate) lease: Lease,
+    pub(crate) retain: Option<Duration>,
+}
+
+/// What the worker and the handler tell each other while the job runs.
+#[derive(Debug, Default)]
+pub(crate) struct ExecutionFlags {
+    /// The handler completed the job in its own transaction: the worker's own outcome
+    /// will find the lease gone, and that is no loss.
+    pub(crate) completed_in_tx: AtomicBool,
+    /// The heartbeat learned that a cancel of the job was asked for.
+    pub(crate) cancel_requested: AtomicBool,
 }
 
 impl<S> JobContext<S> {
@@ -40,6 +67,8 @@ impl<S> JobContext<S> {
                 attempt: 1,
                 max_attempts: 1,
                 cancel: CancellationToken::new(),
+                completion: None,
+                flags: Arc::default(),
             }),
         )
     }
@@ -80,11 +109,79 @@ impl<S> JobContext<S> {
         &self.execution.kind
     }
 
-    /// Whether the job should stop: the lease was lost (another worker may run it now), the
-    /// timeout passed, or the pool is shutting down and the grace period is over. A handler
-    /// that stops early should return an error; its result is not acked either way.
+    /// Whether the job should stop: its cancel was asked for (`Queue::cancel`; see
+    /// [`cancel_requested`](Self::cancel_requested)), the lease was lost (another worker
+    /// may run it now), the timeout passed, or the pool is shutting down and the grace
+    /// period is over. A handler that stops early should return an error; a cancelled job
+    /// ends as cancelled whatever it returns, and a lost lease's result is not written.
     pub fn is_cancelled(&self) -> bool {
         self.execution.cancel.is_cancelled()
+    }
+
+    /// Whether the job's cancel was asked for while it ran (`Queue::cancel`, learned at a
+    /// heartbeat). The job ends as cancelled whatever the handler returns.
+    pub fn cancel_requested(&self) -> bool {
+        self.execution
+            .flags
+            .cancel_requested
+            .load(Ordering::Acquire)
+    }
+
+    /// Completes the job inside the handler's own transaction, fenced on its lease: the
+    /// job's ack (or its retention in the history) commits if and only if `transaction`
+    /// commits, with the handler's writes. So a handler whose effects are writes to this
+    /// database has them exactly once: if its lease was taken over (it ran past its lease
+    /// and another worker claimed the job), this fails and the transaction must roll back.
+    ///
+    /// Pass the transaction (`&mut tx`); call it last, just before `commit`.
+    /// After it succeeded and the transaction committed, whatever the handler returns
+    /// changes nothing. In a context made by [`for_test`](Self::for_test) there is no lease:
+    /// it writes nothing and returns `Ok`.
+    ///
+    /// ```no_run
+    /// use harel_jobs::{job, JobContext, JobResult};
+    ///
+    /// #[job]
+    /// async fn credit(ctx: JobContext<sqlx::PgPool>, account: i64, cents: i64) -> JobResult {
+    ///     let mut tx = ctx.state().begin().await?;
+    ///     sqlx::query("UPDATE accounts SET cents = cents + $1 WHERE id = $2")
+    ///         .bind(cents)
+    ///         .bind(account)
+    ///         .execute(&mut *tx)
+    ///         .await?;
+    ///     ctx.complete_in(&mut tx).await?; // the credit and the ack commit together
+    ///     tx.commit().await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// [`CompleteError::LeaseLost`] (roll back: another worker has the job, or it already
+    /// completed), [`CompleteError::Cancelled`] (roll back: the job's cancel was asked for),
+    /// [`CompleteError::Transport`] (the write failed; the transaction is aborted).
+    pub async fn complete_in(&self, transaction: &mut PgConnection) -> Result<(), CompleteError> {
+        let Some(completion) = &self.execution.completion else {
+            return Ok(());
+        };
+        let settlement = match completion.retain {
+            Some(keep) => Settlement::Retain { keep },
+            None => Settlement::Ack,
+        };
+        let outcome = completion
+            .transport
+            .settle(transaction, &completion.lease, settlement)
+            .await?;
+        match outcome {
+            LeaseOutcome::Applied | LeaseOutcome::AlreadyApplied => {
+                self.execution
+                    .flags
+                    .completed_in_tx
+                    .store(true, Ordering::Release);
+                Ok(())
+            }
+            LeaseOutcome::Cancelled => Err(CompleteError::Cancelled),
+            LeaseOutcome::LeaseLost => Err(CompleteError::LeaseLost),
+        }
     }
 
     /// Completes when [`is_cancelled`](Self::is_cancelled) becomes true; for `select!`.

@@ -11,9 +11,11 @@ use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
 use crate::error::{InvalidMessage, PublishError};
-use crate::job::Job;
+use crate::job::{Job, Unique};
 use crate::schema::Schema;
-use crate::transport::{OutgoingMessage, PreparedStatements, Priority, Schedule, Transport};
+use crate::transport::{
+    OutgoingMessage, PreparedStatements, Priority, Published, Schedule, Transport,
+};
 
 /// The id of an enqueued job: its message's sequence number, unique and increasing in
 /// enqueue order. Dead letters keep it.
@@ -83,6 +85,7 @@ pub struct EnqueueOptions {
     group: Option<String>,
     priority: Option<u8>,
     schedule: Schedule,
+    unique: Option<Unique>,
 }
 
 impl EnqueueOptions {
@@ -120,6 +123,14 @@ impl EnqueueOptions {
         self
     }
 
+    /// Makes the job unique under `unique`'s key, instead of the key its type gives (if
+    /// any): see [`Unique`]. A duplicate is reported as [`PublishError::Duplicate`] (by
+    /// [`JobBatch::enqueue_each`] as [`Enqueued::Duplicate`]).
+    pub fn unique(mut self, unique: Unique) -> Self {
+        self.unique = Some(unique);
+        self
+    }
+
     /// The message for `job`: group override, else the job's group, else a fresh one.
     fn message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
         let group = match &self.group {
@@ -130,8 +141,11 @@ impl EnqueueOptions {
             Some(p) => Priority::new(p).map_err(InvalidMessage::from)?,
             None => J::options().priority.unwrap_or_default(),
         };
-        let message =
+        let mut message =
             OutgoingMessage::serialize(group, J::KIND, job).map_err(PublishError::Serialize)?;
+        if let Some(unique) = self.unique.clone().or_else(|| job.unique()) {
+            message = message.unique(unique.key(), unique.hold());
+        }
         Ok(message.priority(priority).schedule(self.schedule))
     }
 }
@@ -227,6 +241,14 @@ impl<'c, J: Job, E: PgExecutor<'c>> Enqueue<'c, J, E> {
         self
     }
 
+    /// Makes the job unique under `unique`'s key (see [`EnqueueOptions::unique`]): if the
+    /// key is held, the await fails with [`PublishError::Duplicate`], writes nothing, and
+    /// leaves the transaction usable.
+    pub fn unique(mut self, unique: Unique) -> Self {
+        self.options = self.options.unique(unique);
+        self
+    }
+
     /// Enqueues into the queue in `schema` instead of the default `harel`.
     pub fn schema(mut self, schema: &Schema) -> Self {
         self.schema = Some(schema.clone());
@@ -250,8 +272,16 @@ impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
         Box::pin(async move {
             let message = self.options.message(&self.job)?;
             let transport = transport_for(self.schema.as_ref(), self.statements);
-            let seq = transport.publish(self.executor, &message).await?;
-            Ok(JobId(seq))
+            let outcomes = transport
+                .publish_many_outcomes(self.executor, std::slice::from_ref(&message))
+                .await?;
+            match outcomes.first().copied().map(Enqueued::from) {
+                Some(Enqueued::New(id)) => Ok(id),
+                Some(Enqueued::Duplicate { existing }) => Err(PublishError::Duplicate { existing }),
+                None => Err(PublishError::Database(crate::error::DatabaseError::new(
+                    sqlx::Error::RowNotFound,
+                ))),
+            }
         })
     }
 }
@@ -370,8 +400,62 @@ impl JobBatch {
         self,
         executor: E,
     ) -> Result<Vec<JobId>, PublishError> {
+        let outcomes = self.enqueue_each(executor).await?;
+        Ok(outcomes.into_iter().map(Enqueued::id).collect())
+    }
+
+    /// Enqueues every job as [`enqueue`](Self::enqueue) does, saying for each whether it
+    /// was queued or is a duplicate of a queued unique job (nothing written for it). The
+    /// first job of the batch with a key takes it; later ones are its duplicates.
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue).
+    pub async fn enqueue_each<'c, E: PgExecutor<'c>>(
+        self,
+        executor: E,
+    ) -> Result<Vec<Enqueued>, PublishError> {
         let transport = transport_for(self.schema.as_ref(), self.statements);
-        let seqs = transport.publish_many(executor, &self.messages).await?;
-        Ok(seqs.into_iter().map(JobId).collect())
+        let outcomes = transport
+            .publish_many_outcomes(executor, &self.messages)
+            .await?;
+        Ok(outcomes.into_iter().map(Enqueued::from).collect())
+    }
+}
+
+/// What an enqueue did with one job of a [`JobBatch`] ([`JobBatch::enqueue_each`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Enqueued {
+    /// Queued under this id.
+    New(JobId),
+    /// Not queued: a unique job whose key the job `existing` holds.
+    Duplicate {
+        /// The job that holds the key.
+        existing: JobId,
+    },
+}
+
+impl Enqueued {
+    /// The new job's id, or the id of the job holding the key.
+    pub fn id(self) -> JobId {
+        match self {
+            Self::New(id) | Self::Duplicate { existing: id } => id,
+        }
+    }
+
+    /// Whether it was a duplicate.
+    pub fn is_duplicate(self) -> bool {
+        matches!(self, Self::Duplicate { .. })
+    }
+}
+
+impl From<Published> for Enqueued {
+    fn from(published: Published) -> Self {
+        match published {
+            Published::Duplicate(seq) => Self::Duplicate {
+                existing: JobId(seq),
+            },
+            Published::New(seq) => Self::New(JobId(seq)),
+        }
     }
 }

@@ -163,6 +163,12 @@ pub enum InvalidMessage {
     /// The delay does not fit in PostgreSQL's interval arithmetic (over about 290,000 years).
     #[error("delay is too long")]
     DelayTooLong,
+    /// The unique key is empty, too long, or contains a NUL character.
+    #[error("unique key must be 1 to {max} bytes without NUL characters")]
+    InvalidUniqueKey {
+        /// The limit in bytes.
+        max: usize,
+    },
     /// The batch holds more than
     /// [`MAX_BATCH_MESSAGES`](crate::transport::MAX_BATCH_MESSAGES) messages. Nothing was
     /// sent; split it.
@@ -199,12 +205,65 @@ pub enum PublishError {
     /// The database failed or refused the write.
     #[error("publish failed: {0}")]
     Database(#[from] DatabaseError),
+    /// A unique job ([`Unique`](crate::Unique)) whose key is held by the queued job
+    /// `existing` (or by one completed within the key's hold period): nothing was written,
+    /// and the caller's transaction is unaffected (it can go on and commit).
+    #[error("duplicate of job {existing}: its unique key is held")]
+    Duplicate {
+        /// The job that holds the key.
+        existing: crate::JobId,
+    },
+}
+
+impl PublishError {
+    /// The job holding the key, if this is a [`Duplicate`](Self::Duplicate).
+    pub fn duplicate_of(&self) -> Option<crate::JobId> {
+        match self {
+            Self::Duplicate { existing } => Some(*existing),
+            _ => None,
+        }
+    }
 }
 
 impl From<sqlx::Error> for PublishError {
     fn from(e: sqlx::Error) -> Self {
         Self::Database(DatabaseError::new(e))
     }
+}
+
+/// Why an operation of a [`Queue`](crate::Queue) (look a job up, cancel) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueueError {
+    /// An argument out of range (a cancel reason over 8 KiB, a keep period over 100
+    /// years, an empty group id): nothing was sent.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    /// The database failed or refused the operation.
+    #[error("queue operation failed: {0}")]
+    Database(#[from] DatabaseError),
+    /// The database answered something this release does not understand (a newer
+    /// release's function?).
+    #[error("unexpected reply from the database")]
+    UnexpectedReply,
+}
+
+/// Why [`JobContext::complete_in`](crate::JobContext::complete_in) did not complete the
+/// job. In every case the handler's transaction must roll back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompleteError {
+    /// This worker no longer holds the job's lease: it ran past the lease and another
+    /// worker claimed the job, or the job was already completed. Nothing was written.
+    #[error("the job's lease is lost: roll back, another worker may run it")]
+    LeaseLost,
+    /// A cancel of the job was asked for while it ran: it ends as cancelled, and its
+    /// effects must not commit.
+    #[error("the job was cancelled: roll back")]
+    Cancelled,
+    /// The write failed; the transaction is aborted.
+    #[error("completing the job failed: {0}")]
+    Transport(#[from] TransportError),
 }
 
 /// Why a transport operation (claim, ack, nack, extend) failed.

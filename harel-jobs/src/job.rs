@@ -48,6 +48,61 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     fn group(&self) -> Option<String> {
         None
     }
+
+    /// The unique key of this job, if at most one job with it may be queued at a time
+    /// (see [`Unique`]). `None` (the default): no limit.
+    fn unique(&self) -> Option<Unique> {
+        None
+    }
+}
+
+/// A unique job's key: while a job holding the key is queued (waiting, scheduled, running
+/// or retrying), enqueueing another with the same key writes nothing and reports
+/// [`PublishError::Duplicate`](crate::PublishError::Duplicate) with the queued job's id.
+/// With [`hold_after_completion`](Self::hold_after_completion), the key also stays held
+/// that long after its job completed ("at most once per hour"). A job that becomes a dead
+/// letter or is cancelled frees its key.
+///
+/// Keys are compared as exact strings, across every job kind of the queue: prefix them
+/// with the kind (as `#[job(unique)]` does) unless two kinds are meant to share one.
+///
+/// ```
+/// use std::time::Duration;
+/// use harel_jobs::Unique;
+///
+/// let daily = Unique::new("report:2026-12-04").hold_after_completion(Duration::from_secs(3600));
+/// assert_eq!(daily.key(), "report:2026-12-04");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Unique {
+    key: String,
+    hold: Option<Duration>,
+}
+
+impl Unique {
+    /// The key `key` (1 to 1,024 bytes, no NUL characters), held while its job is queued.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            hold: None,
+        }
+    }
+
+    /// Also holds the key for `period` after its job completed (at most 100 years).
+    pub fn hold_after_completion(mut self, period: Duration) -> Self {
+        self.hold = Some(period);
+        self
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// How long the key stays held after its job completed (`None`: it is free at once).
+    pub fn hold(&self) -> Option<Duration> {
+        self.hold
+    }
 }
 
 /// Runs a [`Job`] with the worker pool's shared state `S`.
@@ -68,6 +123,9 @@ pub struct JobOptions {
     pub backoff: Option<Backoff>,
     /// Longest one attempt may run; past it the attempt fails (and is retried).
     pub timeout: Option<Duration>,
+    /// How long a completed job of this type is kept in the queue's history (where
+    /// `Queue::job` finds it), instead of being deleted at once.
+    pub retain: Option<Duration>,
 }
 
 impl JobOptions {
@@ -78,6 +136,7 @@ impl JobOptions {
             priority: None,
             backoff: None,
             timeout: None,
+            retain: None,
         }
     }
 
@@ -102,6 +161,12 @@ impl JobOptions {
     /// Sets the timeout of one attempt.
     pub const fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Keeps completed jobs of this type for `period` (at most 100 years).
+    pub const fn retain(mut self, period: Duration) -> Self {
+        self.retain = Some(period);
         self
     }
 }

@@ -64,6 +64,7 @@ mod inspect;
 mod job;
 mod job_error;
 mod migrate;
+mod queue;
 mod retry;
 mod schema;
 pub mod transport;
@@ -76,16 +77,20 @@ pub mod __private;
 pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
 pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
-pub use enqueue::{Enqueue, EnqueueOptions, JobBatch, JobId};
+pub use enqueue::{Enqueue, EnqueueOptions, Enqueued, JobBatch, JobId};
 pub use error::{
-    ConfigError, ConnectError, DatabaseError, InvalidMessage, InvalidPriority, MigrateError,
-    PublishError, TransportError,
+    CompleteError, ConfigError, ConnectError, DatabaseError, InvalidMessage, InvalidPriority,
+    MigrateError, PublishError, QueueError, TransportError,
 };
 pub use harel_jobs_macros::job;
 pub use inspect::{Count, QueueStats};
-pub use job::{Handler, Job, JobOptions};
+pub use job::{Handler, Job, JobOptions, Unique};
 pub use job_error::{Action, IntoJobResult, JobError, JobResult};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
+pub use queue::{
+    Cancel, CancelOutcome, DEFAULT_CANCELLED_RETENTION, JobInfo, JobPage, JobQuery, JobState,
+    MAX_PAGE, MAX_REASON_BYTES, Queue, StateFilter,
+};
 pub use retry::Backoff;
 pub use schema::Schema;
 /// The sqlx this crate is built with (0.9). Pools, connections and transactions handed to

@@ -59,6 +59,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0004_inline_first_messages.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 5,
+        name: "job_lifecycle",
+        sql: include_str!("../sql/migrations/0005_job_lifecycle.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied.
@@ -70,6 +76,22 @@ const FUNCTIONS: &[Function] = &[
     Function {
         name: "harel_notify",
         sql: include_str!("../sql/functions/harel_notify.sql"),
+    },
+    Function {
+        name: "harel_release_key",
+        sql: include_str!("../sql/functions/harel_release_key.sql"),
+    },
+    Function {
+        name: "harel_take_key",
+        sql: include_str!("../sql/functions/harel_take_key.sql"),
+    },
+    Function {
+        name: "harel_move_on",
+        sql: include_str!("../sql/functions/harel_move_on.sql"),
+    },
+    Function {
+        name: "harel_end_cancelled",
+        sql: include_str!("../sql/functions/harel_end_cancelled.sql"),
     },
     Function {
         name: "harel_publish",
@@ -91,10 +113,30 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_maintain",
         sql: include_str!("../sql/functions/harel_maintain.sql"),
     },
+    Function {
+        name: "harel_queued_state",
+        sql: include_str!("../sql/functions/harel_queued_state.sql"),
+    },
+    Function {
+        name: "harel_job",
+        sql: include_str!("../sql/functions/harel_job.sql"),
+    },
+    Function {
+        name: "harel_list_jobs",
+        sql: include_str!("../sql/functions/harel_list_jobs.sql"),
+    },
+    Function {
+        name: "harel_cancel",
+        sql: include_str!("../sql/functions/harel_cancel.sql"),
+    },
+    Function {
+        name: "harel_cancel_group",
+        sql: include_str!("../sql/functions/harel_cancel_group.sql"),
+    },
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");
@@ -225,6 +267,11 @@ impl Plan {
     }
 
     async fn apply(&self, tx: &mut PgConnection, schema: &Schema) -> Result<(), MigrateError> {
+        let grants = if self.migrations.is_empty() {
+            Vec::new()
+        } else {
+            execute_grants(tx, schema).await?
+        };
         for migration in &self.migrations {
             let failed = |source: sqlx::Error| MigrateError::Migration {
                 version: migration.version,
@@ -282,8 +329,62 @@ impl Plan {
                 "harel-jobs function applied"
             );
         }
-        Ok(())
+        restore_grants(tx, schema, &grants).await
     }
+}
+
+/// Who may execute which of the schema's functions (by name), other than their owner.
+/// Read before the versioned migrations run: one that changes a function's signature drops
+/// it, and with it the grants roles had on it.
+async fn execute_grants(
+    tx: &mut PgConnection,
+    schema: &Schema,
+) -> Result<Vec<(String, String)>, MigrateError> {
+    let grants = sqlx::query_as(
+        "SELECT p.proname::text, a.grantee::regrole::text
+           FROM pg_proc p
+          CROSS JOIN LATERAL aclexplode(p.proacl) AS a
+          WHERE p.pronamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = $1)
+            AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner",
+    )
+    .bind(schema.name())
+    .persistent(false)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(grants)
+}
+
+/// Gives each role of `grants` back its `EXECUTE` on the function of that name, after a
+/// migration replaced the function with one of a new signature (sql/README.md, rule 3). A
+/// grant that is still there is given again, which changes nothing.
+async fn restore_grants(
+    tx: &mut PgConnection,
+    schema: &Schema,
+    grants: &[(String, String)],
+) -> Result<(), MigrateError> {
+    let (functions, roles): (Vec<&str>, Vec<&str>) = grants
+        .iter()
+        .map(|(function, role)| (function.as_str(), role.as_str()))
+        .unzip();
+    // identifiers quoted by the server (format's %I); only names read from the catalog
+    let statements: Vec<String> = sqlx::query_scalar(
+        "SELECT format('GRANT EXECUTE ON FUNCTION %s TO %s', p.oid::regprocedure, g.role)
+           FROM unnest($2::text[], $3::text[]) AS g(function, role)
+           JOIN pg_proc p ON p.proname = g.function
+          WHERE p.pronamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = $1)",
+    )
+    .bind(schema.name())
+    .bind(functions)
+    .bind(roles)
+    .persistent(false)
+    .fetch_all(&mut *tx)
+    .await?;
+    for statement in statements {
+        sqlx::raw_sql(AssertSqlSafe(statement))
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
 }
 
 /// One row of [`applied_query`]: what it is (`m`igration, `f`unction, `o`ur checksum),

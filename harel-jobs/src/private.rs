@@ -29,3 +29,14 @@ pub fn priority(value: u8) -> crate::Priority {
         Err(error) => panic!("#[job]: {error}"),
     }
 }
+
+/// The unique key of `#[job(unique)]` / `#[job(unique(a, b))]`: the job kind, `:`, and the
+/// chosen fields (or the whole job) as JSON. Serialising cannot fail for a job that was
+/// serialised as its payload; if it did, the empty key is refused at enqueue
+/// ([`InvalidMessage::InvalidUniqueKey`](crate::InvalidMessage::InvalidUniqueKey)).
+pub fn unique_key<T: serde::Serialize + ?Sized>(kind: &str, fields: &T) -> String {
+    match serde_json::to_string(fields) {
+        Ok(json) => format!("{kind}:{json}"),
+        Err(_) => String::new(),
+    }
+}

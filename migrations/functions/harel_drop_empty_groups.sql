@@ -45,9 +45,11 @@ BEGIN
     -- (An inline message is never in a group called empty: it is the head. Called from a
     -- settle, the group's inline message was just settled: it goes.)
     UPDATE "harel".transport_groups g
-       SET locked_by = NULL, head_seq = NULL, head_attempts = 0,
+       SET locked_by = NULL, head_seq = NULL, head_attempts = 0, head_started_at = NULL,
+           cancel_requested_at = NULL, cancel_reason = NULL, cancel_keep_ms = NULL,
            inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
            inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL,
+           inline_unique_key = NULL,
            available_at = CASE WHEN g.group_id = ANY (v_lockable) THEN statement_timestamp()
                                ELSE clock_timestamp() + p_recheck_ms * interval '1 millisecond' END
      WHERE g.group_id = ANY (p_groups)

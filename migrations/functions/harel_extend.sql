@@ -1,13 +1,14 @@
 -- harel_extend: the heartbeat. Pushes the lease of each (group, message, token) still held
 -- to the extension's time + p_lease_ms, one round trip for a batch. Returns one row per
 -- input, in input order, per lease like harel_settle: whether it was extended (false: the lease
--- was lost).
+-- was lost), and whether a cancel of the job was asked for (harel_cancel): its worker then
+-- signals the handler, and the settle of the lease ends the job as cancelled.
 CREATE OR REPLACE FUNCTION "harel".harel_extend(
     p_groups   TEXT[],
     p_seqs     BIGINT[],
     p_tokens   UUID[],
     p_lease_ms BIGINT
-) RETURNS TABLE (seq BIGINT, extended BOOLEAN)
+) RETURNS TABLE (seq BIGINT, extended BOOLEAN, cancel_requested BOOLEAN)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -18,6 +19,7 @@ DECLARE
     v_expiry TIMESTAMPTZ := statement_timestamp() + p_lease_ms * interval '1 millisecond';
     v_seqs   BIGINT[];
     v_tokens UUID[];
+    v_cancel BOOLEAN[];
 BEGIN
     IF p_lease_ms NOT BETWEEN 1 AND 86400000
        OR cardinality(p_seqs) IS DISTINCT FROM cardinality(p_groups)
@@ -42,14 +44,19 @@ BEGIN
           FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
          WHERE g.group_id = ANY (p_groups)
            AND g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
-        RETURNING g.head_seq, x.token
+        RETURNING g.head_seq, x.token, g.cancel_requested_at IS NOT NULL AS cancel
     )
-    SELECT array_agg(e.head_seq), array_agg(e.token) INTO v_seqs, v_tokens FROM extended e;
+    SELECT array_agg(e.head_seq), array_agg(e.token), array_agg(e.cancel)
+      INTO v_seqs, v_tokens, v_cancel
+      FROM extended e;
 
     RETURN QUERY
-    SELECT x.seq, EXISTS (SELECT 1 FROM unnest(v_seqs, v_tokens) AS done(seq, token)
-                           WHERE done.seq = x.seq AND done.token = x.token)
+    SELECT x.seq, d.seq IS NOT NULL, COALESCE(d.cancel, false)
       FROM unnest(p_seqs, p_tokens) WITH ORDINALITY AS x(seq, token, ord)
+      LEFT JOIN LATERAL (SELECT done.seq, done.cancel
+                           FROM unnest(v_seqs, v_tokens, v_cancel) AS done(seq, token, cancel)
+                          WHERE done.seq = x.seq AND done.token = x.token
+                          LIMIT 1) AS d ON true
      ORDER BY x.ord;
 END
 $$;

@@ -10,10 +10,12 @@
 -- the floor: cheap while vacuum keeps up, slower under an old snapshot, which is why the
 -- worker spaces its calls out by how long they take.
 --
--- It also prunes settle receipts older than an hour: each worker deletes its previous
--- receipt with every batch, so only the last receipt of a worker that stopped stays behind.
+-- It also prunes settle receipts older than an hour (each worker deletes its previous
+-- receipt with every batch, so only the last receipt of a worker that stopped stays behind),
+-- finished jobs in job_history past their keep_until, and unique keys whose hold is over:
+-- each at most 10,000 rows a call, oldest first, by index.
 CREATE OR REPLACE FUNCTION "harel".harel_maintain()
-RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT)
+RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -25,9 +27,10 @@ DECLARE
     v_straggler TIMESTAMPTZ;
     v_lowered   INT := 0;
     v_pruned    BIGINT;
+    v_history   BIGINT;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('harel-jobs maintain "harel"', 0)) THEN
-        RETURN QUERY SELECT 0, 0::bigint;
+        RETURN QUERY SELECT 0, 0::bigint, 0::bigint;
         RETURN;
     END IF;
 
@@ -60,7 +63,24 @@ BEGIN
     )
     SELECT count(*) INTO v_pruned FROM pruned;
 
-    RETURN QUERY SELECT v_lowered, v_pruned;
+    WITH pruned AS (
+        DELETE FROM "harel".job_history h
+         -- = ANY (ARRAY(…)): rows looked up by key (see sql/README.md)
+         WHERE h.id = ANY (ARRAY(SELECT o.id FROM "harel".job_history o
+                                  WHERE o.keep_until < statement_timestamp()
+                                  ORDER BY o.keep_until
+                                  LIMIT 10000))
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_history FROM pruned;
+
+    DELETE FROM "harel".unique_keys u
+     WHERE u.key = ANY (ARRAY(SELECT o.key FROM "harel".unique_keys o
+                               WHERE o.held_until < statement_timestamp()
+                               ORDER BY o.held_until
+                               LIMIT 10000));
+
+    RETURN QUERY SELECT v_lowered, v_pruned, v_history;
 END
 $$;
 

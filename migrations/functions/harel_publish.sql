@@ -12,6 +12,13 @@
 -- `seq` in array order. A message's not-before time is `p_not_before`, or now() plus
 -- `p_delay_ms`, or NULL (due at once).
 --
+-- Unique jobs (migration 0005): a message with a key in `p_unique_keys` is queued only if
+-- it can take that key (see harel_take_key), held while it is queued and, with a period in
+-- `p_unique_hold_ms`, that long after it completed. Otherwise it is a duplicate: nothing is
+-- written for it and its row of the result is the NEGATED id of the job holding the key.
+-- Keys are taken in key order (concurrent batches do not deadlock on each other), and the
+-- first message of a batch with a key takes it: later ones are its duplicates.
+--
 -- Why the group row is locked FOR KEY SHARE when it already exists: a settle that drains a
 -- group deletes its row, and cannot see a message this (maybe long) transaction has not
 -- committed. Holding KEY SHARE blocks that delete (the settle then frees the row instead,
@@ -24,7 +31,9 @@ CREATE OR REPLACE FUNCTION "harel".harel_publish(
     p_payloads    TEXT[],
     p_priorities  SMALLINT[],
     p_not_before  TIMESTAMPTZ[],
-    p_delay_ms    BIGINT[]
+    p_delay_ms    BIGINT[],
+    p_unique_keys    TEXT[] DEFAULT NULL,
+    p_unique_hold_ms BIGINT[] DEFAULT NULL
 ) RETURNS SETOF BIGINT
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -47,6 +56,10 @@ DECLARE
     v_seq        BIGINT;
     v_seqs       BIGINT[];
     v_ready      TIMESTAMPTZ;
+    v_results    BIGINT[];
+    v_holder     BIGINT;
+    v_kept       BIGINT[];
+    k            RECORD;
 BEGIN
     -- The limits of transport/message.rs, checked again here for callers that bypass it.
     IF v_count IS NULL OR v_count = 0
@@ -54,9 +67,26 @@ BEGIN
        OR cardinality(p_payloads) IS DISTINCT FROM v_count
        OR cardinality(p_priorities) IS DISTINCT FROM v_count
        OR cardinality(p_not_before) IS DISTINCT FROM v_count
-       OR cardinality(p_delay_ms) IS DISTINCT FROM v_count THEN
-        RAISE EXCEPTION 'harel_publish: the six arrays must have one element per message'
+       OR cardinality(p_delay_ms) IS DISTINCT FROM v_count
+       OR (p_unique_keys IS NOT NULL AND cardinality(p_unique_keys) <> v_count)
+       OR (p_unique_hold_ms IS NOT NULL AND cardinality(p_unique_hold_ms) <> v_count) THEN
+        RAISE EXCEPTION 'harel_publish: the arrays must have one element per message'
             USING ERRCODE = '22023';
+    END IF;
+    IF p_unique_keys IS NOT NULL AND EXISTS (
+           SELECT 1 FROM unnest(p_unique_keys) AS u(key)
+            WHERE octet_length(u.key) NOT BETWEEN 1 AND 1024) THEN
+        RAISE EXCEPTION 'harel_publish: unique keys must be 1 to 1024 bytes'
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_unique_hold_ms IS NOT NULL AND EXISTS (
+           SELECT 1 FROM unnest(p_unique_hold_ms) AS u(hold_ms)
+            WHERE u.hold_ms NOT BETWEEN 0 AND 3155760000000) THEN
+        RAISE EXCEPTION 'harel_publish: unique hold periods are 0 to 100 years'
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_unique_keys IS NOT NULL AND p_unique_hold_ms IS NULL THEN
+        p_unique_hold_ms := array_fill(NULL::bigint, ARRAY[v_count]);
     END IF;
     SELECT CASE
              WHEN bool_or(x.group_id IS NULL OR octet_length(x.group_id) NOT BETWEEN 1 AND 1024)
@@ -84,13 +114,20 @@ BEGIN
     IF v_count = 1 THEN
         v_ready := COALESCE(p_not_before[1], v_now + p_delay_ms[1] * interval '1 millisecond');
         v_seq := nextval('"harel".transport_messages_seq_seq');
+        IF p_unique_keys[1] IS NOT NULL THEN
+            v_holder := "harel".harel_take_key(p_unique_keys[1], v_seq, p_unique_hold_ms[1]);
+            IF v_holder <> v_seq THEN
+                RETURN NEXT -v_holder;
+                RETURN;
+            END IF;
+        END IF;
         RETURN NEXT v_seq;
         LOOP
             INSERT INTO "harel".transport_groups
                    (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
-                    inline_enqueued_at, inline_not_before)
+                    inline_enqueued_at, inline_not_before, inline_unique_key)
             VALUES (p_groups[1], p_priorities[1], GREATEST(v_now, v_ready), v_seq, p_kinds[1],
-                    p_payloads[1]::json, v_now, v_ready)
+                    p_payloads[1]::json, v_now, v_ready, p_unique_keys[1])
             ON CONFLICT (group_id) DO NOTHING;
             IF FOUND THEN
                 v_new_from := GREATEST(v_now, v_ready);
@@ -100,10 +137,11 @@ BEGIN
               WHERE g.group_id = p_groups[1] FOR KEY SHARE;
             IF FOUND THEN
                 INSERT INTO "harel".transport_messages
-                       (seq, group_id, kind, payload, priority, not_before, enqueued_at)
+                       (seq, group_id, kind, payload, priority, not_before, enqueued_at,
+                        unique_key)
                 OVERRIDING SYSTEM VALUE
                 VALUES (v_seq, p_groups[1], p_kinds[1], p_payloads[1]::json, p_priorities[1],
-                        v_ready, v_now);
+                        v_ready, v_now, p_unique_keys[1]);
                 EXIT;
             END IF;
             -- deleted by a draining settle between the two statements: insert again
@@ -118,6 +156,40 @@ BEGIN
     SELECT array_agg(nextval('"harel".transport_messages_seq_seq') ORDER BY x.ord)
       INTO v_seqs
       FROM generate_series(1, v_count) AS x(ord);
+    v_results := v_seqs;
+
+    -- Unique keys, in key order; a duplicate is dropped from every array below.
+    IF p_unique_keys IS NOT NULL THEN
+        FOR k IN SELECT u.key, min(u.ord) AS ord, array_agg(u.ord) AS ords
+                   FROM unnest(p_unique_keys) WITH ORDINALITY AS u(key, ord)
+                  WHERE u.key IS NOT NULL
+                  GROUP BY u.key
+                  ORDER BY u.key LOOP
+            v_holder := "harel".harel_take_key(k.key, v_seqs[k.ord], p_unique_hold_ms[k.ord]);
+            FOR i IN 1..cardinality(k.ords) LOOP
+                IF k.ords[i] <> k.ord OR v_holder <> v_seqs[k.ord] THEN
+                    v_results[k.ords[i]] := -v_holder;
+                END IF;
+            END LOOP;
+        END LOOP;
+        SELECT array_agg(x.ord ORDER BY x.ord) INTO v_kept
+          FROM unnest(v_results) WITH ORDINALITY AS x(result, ord)
+         WHERE x.result > 0;
+        IF v_kept IS NULL THEN
+            RETURN QUERY SELECT unnest(v_results);
+            RETURN;
+        END IF;
+        IF cardinality(v_kept) < v_count THEN
+            SELECT array_agg(p_groups[o] ORDER BY o), array_agg(p_kinds[o] ORDER BY o),
+                   array_agg(p_payloads[o] ORDER BY o), array_agg(p_priorities[o] ORDER BY o),
+                   array_agg(p_not_before[o] ORDER BY o), array_agg(p_delay_ms[o] ORDER BY o),
+                   array_agg(p_unique_keys[o] ORDER BY o), array_agg(v_seqs[o] ORDER BY o)
+              INTO p_groups, p_kinds, p_payloads, p_priorities, p_not_before, p_delay_ms,
+                   p_unique_keys, v_seqs
+              FROM unnest(v_kept) AS o;
+            v_count := cardinality(v_kept);
+        END IF;
+    END IF;
 
     -- Each group's first message of the batch, sorted by group so that concurrent
     -- publishers take row locks in one order: it creates the group row if there is none.
@@ -137,13 +209,14 @@ BEGIN
         WITH inserted AS (
             INSERT INTO "harel".transport_groups AS g
                    (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
-                    inline_enqueued_at, inline_not_before)
+                    inline_enqueued_at, inline_not_before, inline_unique_key)
             SELECT u.group_id, p_priorities[u.ord],
                    GREATEST(v_now, COALESCE(p_not_before[u.ord],
                                             v_now + p_delay_ms[u.ord] * interval '1 millisecond')),
                    v_seqs[u.ord], p_kinds[u.ord], p_payloads[u.ord]::json, v_now,
                    COALESCE(p_not_before[u.ord],
-                            v_now + p_delay_ms[u.ord] * interval '1 millisecond')
+                            v_now + p_delay_ms[u.ord] * interval '1 millisecond'),
+                   p_unique_keys[u.ord]
               FROM unnest(v_pending, v_firsts) AS u(group_id, ord)
              ORDER BY u.group_id
             ON CONFLICT (group_id) DO NOTHING
@@ -170,16 +243,18 @@ BEGIN
 
     -- The others into transport_messages.
     INSERT INTO "harel".transport_messages
-           (seq, group_id, kind, payload, priority, not_before, enqueued_at)
+           (seq, group_id, kind, payload, priority, not_before, enqueued_at, unique_key)
     OVERRIDING SYSTEM VALUE
     SELECT x.seq, x.group_id, x.kind, x.payload::json, x.priority,
-           COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'), v_now
+           COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'), v_now,
+           p_unique_keys[x.ord]
       FROM unnest(v_seqs, p_groups, p_kinds, p_payloads, p_priorities, p_not_before,
-                  p_delay_ms) AS x(seq, group_id, kind, payload, priority, not_before, delay_ms)
+                  p_delay_ms) WITH ORDINALITY
+           AS x(seq, group_id, kind, payload, priority, not_before, delay_ms, ord)
      WHERE NOT EXISTS (SELECT 1 FROM unnest(v_inlined) AS i(seq) WHERE i.seq = x.seq)
      ORDER BY x.seq;
 
-    RETURN QUERY SELECT unnest(v_seqs);
+    RETURN QUERY SELECT unnest(v_results);
 
     -- wake idle workers when the transaction commits (see harel_notify)
     SELECT bool_or(x.not_before IS NULL AND COALESCE(x.delay_ms, 0) <= 0) INTO v_due
@@ -190,5 +265,5 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_publish(TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[])
-    FROM PUBLIC;
+REVOKE ALL ON FUNCTION "harel".harel_publish(
+    TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], BIGINT[]) FROM PUBLIC;

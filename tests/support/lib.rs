@@ -167,12 +167,17 @@ pub const WORKER_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_maintain",
 ];
 
-/// What the README's "Database roles" grants an operator (stats and dead letters).
+/// What the README's "Database roles" grants an operator (stats, dead letters, job lookup
+/// and cancel).
 pub const OPERATOR_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA @schema@",
     "SELECT ON @schema@.jobs, @schema@.transport_messages, @schema@.transport_groups",
     "SELECT, DELETE ON @schema@.dead_letters",
     "EXECUTE ON FUNCTION @schema@.harel_publish",
+    "EXECUTE ON FUNCTION @schema@.harel_job",
+    "EXECUTE ON FUNCTION @schema@.harel_list_jobs",
+    "EXECUTE ON FUNCTION @schema@.harel_cancel",
+    "EXECUTE ON FUNCTION @schema@.harel_cancel_group",
 ];
 
 impl TestRole {

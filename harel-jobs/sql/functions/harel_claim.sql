@@ -57,6 +57,7 @@ DECLARE
     v_enqueued   TIMESTAMPTZ[];
     v_candidates TEXT[];
     v_empty      TEXT[];
+    v_cancelled  TEXT[];
     v_not_due    BIGINT;
     -- how far below the oldest claimable group a floor stays (see above)
     c_margin     CONSTANT INTERVAL := interval '250 milliseconds';
@@ -151,6 +152,7 @@ BEGIN
         WITH candidate AS (
             SELECT g.group_id, g.head_seq, g.head_attempts, g.priority, g.inline_seq,
                    g.inline_kind, g.inline_payload, g.inline_enqueued_at, g.inline_not_before,
+                   g.cancel_requested_at IS NOT NULL AS cancel_requested,
                    k.ord, g.ctid AS row_ctid
               FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
               JOIN @schema@.transport_groups g ON g.group_id = k.group_id
@@ -158,7 +160,7 @@ BEGIN
         ), head AS (
             -- the group's inline message (the one that created it) while it has one, else
             -- its first message in transport_messages
-            SELECT c.group_id, c.ord, c.row_ctid,
+            SELECT c.group_id, c.ord, c.row_ctid, c.cancel_requested,
                    COALESCE(c.inline_seq, m.seq) AS seq,
                    COALESCE(c.inline_kind, m.kind) AS kind,
                    COALESCE(c.inline_payload, m.payload) AS payload,
@@ -167,7 +169,7 @@ BEGIN
                    COALESCE(c.inline_enqueued_at, m.enqueued_at) AS enqueued_at,
                    CASE WHEN c.inline_seq IS NOT NULL THEN c.inline_not_before
                         ELSE m.not_before END AS not_before,
-                   COALESCE(c.inline_seq, m.seq) IS NOT NULL
+                   COALESCE(c.inline_seq, m.seq) IS NOT NULL AND NOT c.cancel_requested
                        AND (CASE WHEN c.inline_seq IS NOT NULL THEN c.inline_not_before
                                  ELSE m.not_before END IS NULL
                             OR CASE WHEN c.inline_seq IS NOT NULL THEN c.inline_not_before
@@ -188,13 +190,14 @@ BEGIN
                SET locked_by     = CASE WHEN h.due THEN p_token END,
                    available_at  = CASE WHEN h.due THEN v_expiry ELSE h.not_before END,
                    head_seq      = CASE WHEN h.due THEN h.seq ELSE g.head_seq END,
-                   head_attempts = CASE WHEN h.due THEN h.attempt ELSE g.head_attempts END
+                   head_attempts = CASE WHEN h.due THEN h.attempt ELSE g.head_attempts END,
+                   head_started_at = CASE WHEN h.due THEN v_now ELSE g.head_started_at END
               FROM head h
              -- by the row version the candidate read found (locked by us since the first
              -- statement, so it is still the current one): a TID lookup per row, which no
              -- statistics can turn into a walk of the table or a rescan of the batch
              WHERE g.ctid = h.row_ctid
-               AND h.seq IS NOT NULL
+               AND h.seq IS NOT NULL AND NOT h.cancel_requested
         )
         SELECT array_agg(h.group_id      ORDER BY h.ord) FILTER (WHERE h.due),
                array_agg(h.seq           ORDER BY h.ord) FILTER (WHERE h.due),
@@ -204,9 +207,10 @@ BEGIN
                array_agg(h.priority      ORDER BY h.ord) FILTER (WHERE h.due),
                array_agg(h.enqueued_at   ORDER BY h.ord) FILTER (WHERE h.due),
                array_agg(h.group_id)                     FILTER (WHERE h.seq IS NULL),
-               count(*) FILTER (WHERE h.seq IS NOT NULL AND NOT h.due)
+               array_agg(h.group_id) FILTER (WHERE h.seq IS NOT NULL AND h.cancel_requested),
+               count(*) FILTER (WHERE h.seq IS NOT NULL AND NOT h.due AND NOT h.cancel_requested)
           INTO v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority, v_enqueued,
-               v_empty, v_not_due
+               v_empty, v_cancelled, v_not_due
           FROM head h;
 
         IF v_groups IS NOT NULL THEN
@@ -216,8 +220,15 @@ BEGIN
             v_need := v_need - cardinality(v_groups);
         END IF;
 
+        -- A lapsed lease of a job whose cancel was asked for while it ran (its worker died
+        -- before settling it): it ends as cancelled, never runs again.
+        IF v_cancelled IS NOT NULL THEN
+            PERFORM @schema@.harel_end_cancelled(v_cancelled);
+        END IF;
+
         -- Done when full, or when nothing odd was met (the queue has no more due groups).
-        EXIT WHEN v_need = 0 OR (v_empty IS NULL AND v_not_due = 0) OR v_rounds >= 8;
+        EXIT WHEN v_need = 0 OR (v_empty IS NULL AND v_not_due = 0 AND v_cancelled IS NULL)
+                  OR v_rounds >= 8;
 
         -- Empty groups: a drain raced a publish, or a stale row. Drop or free them; one whose
         -- publisher is still open is looked at again shortly, never spun on.

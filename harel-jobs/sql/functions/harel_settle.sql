@@ -2,12 +2,16 @@
 --
 -- Each input names a lease (group, message seq, token) and what becomes of its message:
 --   'ack'      done: the message is deleted;
+--   'retain'   done, and kept in job_history for p_delay_ms (completed-job retention);
 --   'dead'     failed for good: the message moves to dead_letters with p_errors' text and
 --              p_attempts' count (NULL: the attempts the claims counted);
 --   'release'  given back: the group waits p_delay_ms (0: claimable at once), the error (if
 --              any) is recorded on the message, and p_counted = false gives the attempt back.
--- 'ack' and 'dead' move the group on: freed with available_at = now (behind every waiting
--- group: round-robin) if it has more messages, its row deleted if it is drained.
+-- 'ack', 'retain' and 'dead' move the group on: freed with available_at = now (behind every
+-- waiting group: round-robin) if it has more messages, its row deleted if it is drained.
+-- Whatever the action, a lease whose cancel was asked for while it ran (harel_cancel) ends
+-- its message as cancelled (harel_end_cancelled). A message's unique key is released when
+-- it leaves the queue (harel_release_key).
 --
 -- Fenced per input: it applies only if the group is still leased to that token at that
 -- message. Applying it always ends the lease (the token is cleared, or the row gone), so the
@@ -20,8 +24,9 @@
 -- waits for it). p_forget names the previous batch's receipt, whose reply the caller has:
 -- it is deleted.
 --
--- Returns one row per input, in input order: its seq and 'applied', 'replayed' or 'lost'
--- (the group is no longer leased to this token at this message: nothing changed).
+-- Returns one row per input, in input order: its seq and 'applied', 'cancelled' (applied as
+-- a cancel), 'replayed' or 'lost' (the group is no longer leased to this token at this
+-- message: nothing changed).
 CREATE OR REPLACE FUNCTION @schema@.harel_settle(
     p_groups   TEXT[],
     p_seqs     BIGINT[],
@@ -53,6 +58,10 @@ DECLARE
     v_attempts INT[];
     v_errors   TEXT[];
     v_inline   BOOLEAN[];
+    v_started  TIMESTAMPTZ[];
+    v_keys     TEXT[];
+    v_key      TEXT;
+    v_cancels  TEXT[];
     v_drained  TEXT[];
     v_err_groups   TEXT[];
     v_err_seqs     BIGINT[];
@@ -72,11 +81,11 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_actions, p_delay_ms, p_errors)
                              AS x(action, delay_ms, error)
                 WHERE x.action IS NULL
-                   OR x.action NOT IN ('ack', 'dead', 'release')
+                   OR x.action NOT IN ('ack', 'retain', 'dead', 'release')
                    OR (x.action = 'dead' AND x.error IS NULL)
-                   OR (x.action = 'release'
+                   OR (x.action IN ('release', 'retain')
                        AND (x.delay_ms IS NULL OR x.delay_ms NOT BETWEEN 0 AND 3155760000000))) THEN
-        RAISE EXCEPTION 'harel_settle: actions are ack, dead (with an error) or release (with a delay of 0 to 100 years)'
+        RAISE EXCEPTION 'harel_settle: actions are ack, retain or release (with a period of 0 to 100 years) or dead (with an error)'
             USING ERRCODE = '22023';
     END IF;
 
@@ -114,12 +123,20 @@ BEGIN
     -- 84,000 buffers per settle in the horizon benchmark, and tests/transport_env.rs.
     SELECT array_agg(f.ord), array_agg(f.group_id), array_agg(f.seq), array_agg(f.action),
            array_agg(f.delay_ms), array_agg(f.counted), array_agg(f.attempts),
-           array_agg(left(f.error, 16384)), array_agg(f.inline)
+           array_agg(left(f.error, 16384)), array_agg(f.inline), array_agg(f.started),
+           array_agg(f.unique_key),
+           array_agg(f.group_id) FILTER (WHERE f.action = 'cancel')
       INTO v_ords, v_groups, v_seqs, v_actions, v_delays, v_counted, v_attempts, v_errors,
-           v_inline
-      FROM (SELECT x.ord, g.group_id, x.seq, x.action, x.delay_ms, x.counted,
+           v_inline, v_started, v_keys, v_cancels
+      FROM (SELECT x.ord, g.group_id, x.seq,
+                   CASE WHEN g.cancel_requested_at IS NOT NULL THEN 'cancel'
+                        ELSE x.action END AS action,
+                   x.delay_ms, x.counted,
                    COALESCE(x.attempts, g.head_attempts) AS attempts, x.error,
-                   g.inline_seq IS NOT DISTINCT FROM x.seq AS inline
+                   g.inline_seq IS NOT DISTINCT FROM x.seq AS inline,
+                   g.head_started_at AS started,
+                   CASE WHEN g.inline_seq IS NOT DISTINCT FROM x.seq
+                        THEN g.inline_unique_key END AS unique_key
               FROM unnest(p_groups, p_seqs, p_tokens, p_actions, p_delay_ms, p_counted,
                           p_errors, p_attempts)
                    WITH ORDINALITY AS x(group_id, seq, token, action, delay_ms, counted, error,
@@ -182,10 +199,41 @@ BEGIN
               JOIN @schema@.transport_groups g ON g.group_id = d.group_id
              WHERE d.action = 'dead' AND d.inline AND g.group_id = ANY (v_groups);
         END IF;
+        IF 'retain' = ANY (v_actions) THEN
+            INSERT INTO @schema@.job_history
+                   (id, group_id, kind, payload, priority, state, attempts, last_error,
+                    enqueued_at, started_at, finished_at, keep_until)
+            SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, 'completed', d.attempts,
+                   m.last_error, m.enqueued_at, d.started, v_now,
+                   v_now + d.delay_ms * interval '1 millisecond'
+              FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_delays, v_started, v_inline)
+                   AS d(group_id, seq, action, attempts, delay_ms, started, inline)
+             CROSS JOIN LATERAL (SELECT t.* FROM @schema@.transport_messages t
+                                  WHERE t.group_id = d.group_id AND t.seq = d.seq
+                                 OFFSET 0) AS m
+             WHERE d.action = 'retain' AND NOT d.inline
+            UNION ALL
+            SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
+                   'completed', d.attempts, g.inline_last_error, g.inline_enqueued_at, d.started,
+                   v_now, v_now + d.delay_ms * interval '1 millisecond'
+              FROM unnest(v_groups, v_actions, v_attempts, v_delays, v_started, v_inline)
+                   AS d(group_id, action, attempts, delay_ms, started, inline)
+              JOIN @schema@.transport_groups g ON g.group_id = d.group_id
+             WHERE d.action = 'retain' AND d.inline AND g.group_id = ANY (v_groups)
+            ON CONFLICT (id) DO NOTHING;
+        END IF;
         FOR i IN 1..cardinality(v_groups) LOOP
-            IF v_actions[i] <> 'release' AND NOT v_inline[i] THEN
-                DELETE FROM @schema@.transport_messages m
-                 WHERE m.group_id = v_groups[i] AND m.seq = v_seqs[i];
+            IF v_actions[i] IN ('ack', 'retain', 'dead') THEN
+                IF NOT v_inline[i] THEN
+                    DELETE FROM @schema@.transport_messages m
+                     WHERE m.group_id = v_groups[i] AND m.seq = v_seqs[i]
+                    RETURNING m.unique_key INTO v_key;
+                ELSE
+                    v_key := v_keys[i];
+                END IF;
+                IF v_key IS NOT NULL THEN
+                    PERFORM @schema@.harel_release_key(v_key, v_seqs[i], v_actions[i] <> 'dead');
+                END IF;
             END IF;
         END LOOP;
 
@@ -193,7 +241,7 @@ BEGIN
         -- snapshot sees messages committed since the fence.
         WITH finished AS (
             SELECT f.group_id FROM unnest(v_groups, v_actions) AS f(group_id, action)
-             WHERE f.action <> 'release'
+             WHERE f.action IN ('ack', 'retain', 'dead')
         ), next_head AS (
             SELECT f.group_id, n.not_before, n.seq IS NOT NULL AS has_next
               FROM finished f
@@ -205,10 +253,11 @@ BEGIN
                      LIMIT 1) AS n ON true
         ), freed AS (
             UPDATE @schema@.transport_groups g
-               SET locked_by = NULL, head_seq = NULL, head_attempts = 0,
+               SET locked_by = NULL, head_seq = NULL, head_attempts = 0, head_started_at = NULL,
                    available_at = GREATEST(v_now, nh.not_before),
                    inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
-                   inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL
+                   inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL,
+                   inline_unique_key = NULL
               FROM next_head nh
              WHERE g.group_id = ANY (v_groups) AND g.group_id = nh.group_id AND nh.has_next
         )
@@ -217,6 +266,10 @@ BEGIN
 
         IF v_drained IS NOT NULL THEN
             PERFORM @schema@.harel_drop_empty_groups(v_drained, 200);
+        END IF;
+
+        IF v_cancels IS NOT NULL THEN
+            PERFORM @schema@.harel_end_cancelled(v_cancels);
         END IF;
     END IF;
 
@@ -229,7 +282,11 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    SELECT x.seq, CASE WHEN x.applied THEN 'applied' ELSE 'lost' END
+    SELECT x.seq, CASE WHEN NOT x.applied THEN 'lost'
+                       WHEN v_cancels IS NOT NULL
+                            AND v_actions[array_position(v_ords, x.ord)] = 'cancel'
+                            THEN 'cancelled'
+                       ELSE 'applied' END
       FROM unnest(p_seqs, v_applied) WITH ORDINALITY AS x(seq, applied, ord)
      ORDER BY x.ord;
 END

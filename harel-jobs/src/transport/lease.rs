@@ -74,6 +74,7 @@ pub struct ClaimedMessage {
 /// The outcome of a fenced write.
 #[must_use = "a lost lease means another worker may be running the job"]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LeaseOutcome {
     /// The lease was still held: the write happened.
     Applied,
@@ -83,12 +84,17 @@ pub enum LeaseOutcome {
     /// The group is no longer leased to this token at this message (the lease lapsed and
     /// another worker claimed it, or the message was already settled): nothing changed.
     LeaseLost,
+    /// The lease was still held, but a cancel of the job had been asked for while it ran
+    /// (`Queue::cancel`): whatever the settlement said, the job ended as cancelled and its
+    /// group moved on.
+    Cancelled,
 }
 
 impl LeaseOutcome {
-    /// Whether the write happened (now, or when the batch was first sent).
+    /// Whether the write happened (now, or when the batch was first sent); a
+    /// [`Cancelled`](Self::Cancelled) lease was ended too.
     pub fn is_applied(self) -> bool {
-        matches!(self, Self::Applied | Self::AlreadyApplied)
+        matches!(self, Self::Applied | Self::AlreadyApplied | Self::Cancelled)
     }
 
     pub(crate) fn from_applied(applied: bool) -> Self {
@@ -98,4 +104,17 @@ impl LeaseOutcome {
             Self::LeaseLost
         }
     }
+}
+
+/// What a heartbeat found about one lease ([`Transport::heartbeat`](super::Transport::heartbeat)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseStatus {
+    /// Still held, and extended.
+    Held,
+    /// Still held and extended, and a cancel of the job was asked for: stop the handler;
+    /// its settlement will end the job as cancelled whatever it says.
+    CancelRequested,
+    /// Lost: the group is no longer leased to this token at this message.
+    Lost,
 }

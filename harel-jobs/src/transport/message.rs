@@ -12,6 +12,8 @@ use crate::error::{InvalidMessage, InvalidPriority};
 pub const MAX_GROUP_BYTES: usize = 1024;
 /// The longest job kind accepted, in bytes.
 pub const MAX_KIND_BYTES: usize = 255;
+/// The longest unique key accepted, in bytes (it is indexed).
+pub const MAX_UNIQUE_KEY_BYTES: usize = 1024;
 /// The largest payload accepted, in bytes of JSON text (4 MiB). Queues carry references to
 /// large data, not the data.
 pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
@@ -130,6 +132,8 @@ pub struct OutgoingMessage {
     pub(crate) schedule: Schedule,
     /// The payload came from `serde_json` and needs no second parse.
     pub(crate) payload_is_json: bool,
+    /// The unique key and how long it is held after completion (`harel_take_key`).
+    pub(crate) unique: Option<(String, Option<Duration>)>,
 }
 
 impl OutgoingMessage {
@@ -147,6 +151,7 @@ impl OutgoingMessage {
             priority: Priority::default(),
             schedule: Schedule::Now,
             payload_is_json: false,
+            unique: None,
         }
     }
 
@@ -190,6 +195,16 @@ impl OutgoingMessage {
         self
     }
 
+    /// Makes the message unique under `key` (1 to [`MAX_UNIQUE_KEY_BYTES`] bytes): it is
+    /// published only if no message holding `key` is queued (nor, with `hold`, completed
+    /// less than `hold` ago); otherwise [`Transport::publish_many_outcomes`](super::Transport::publish_many_outcomes)
+    /// reports it as [`Published::Duplicate`](super::Published::Duplicate) and nothing is
+    /// written for it.
+    pub fn unique(mut self, key: impl Into<String>, hold: Option<Duration>) -> Self {
+        self.unique = Some((key.into(), hold));
+        self
+    }
+
     /// The group id.
     pub fn group(&self) -> &str {
         &self.group
@@ -228,6 +243,16 @@ impl OutgoingMessage {
         }
         if let Schedule::After(delay) = self.schedule {
             delay_millis(delay)?;
+        }
+        if let Some((key, hold)) = &self.unique {
+            if key.is_empty() || key.len() > MAX_UNIQUE_KEY_BYTES || key.contains('\0') {
+                return Err(InvalidMessage::InvalidUniqueKey {
+                    max: MAX_UNIQUE_KEY_BYTES,
+                });
+            }
+            if let Some(hold) = hold {
+                delay_millis(*hold)?;
+            }
         }
         Ok(())
     }

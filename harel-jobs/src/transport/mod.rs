@@ -42,12 +42,31 @@ use sqlx::query::QueryAs;
 use sqlx::{AssertSqlSafe, PgExecutor, Postgres};
 use uuid::Uuid;
 
-pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseToken};
+pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
 pub(crate) use message::delay_millis;
 pub use message::{
     MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_GROUP_BYTES, MAX_KIND_BYTES,
-    MAX_PAYLOAD_BYTES, OutgoingMessage, Priority, Schedule,
+    MAX_PAYLOAD_BYTES, MAX_UNIQUE_KEY_BYTES, OutgoingMessage, Priority, Schedule,
 };
+
+/// What a publish did with one message ([`Transport::publish_many_outcomes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Published {
+    /// Queued, with this sequence number.
+    New(i64),
+    /// Not queued: its unique key is held by the message with this sequence number.
+    Duplicate(i64),
+}
+
+impl Published {
+    /// The sequence number of the new message, or of the one holding the key.
+    pub fn seq(self) -> i64 {
+        match self {
+            Self::New(seq) | Self::Duplicate(seq) => seq,
+        }
+    }
+}
 pub use settlement::{MAX_ERROR_BYTES, Receipt, Settlement, storable_error};
 
 use crate::error::{PublishError, TransportError};
@@ -145,7 +164,9 @@ impl Statements {
     fn new(schema: &Schema) -> Self {
         let render = |sql: &str| Arc::<str>::from(schema.render(sql));
         Self {
-            publish: render("SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6) AS s"),
+            publish: render(
+                "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8) AS s",
+            ),
             claim: render(
                 "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at \
                  FROM @schema@.harel_claim($1, $2, $3, $4, $5)",
@@ -154,7 +175,9 @@ impl Statements {
                 "SELECT seq, outcome \
                  FROM @schema@.harel_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             ),
-            extend: render("SELECT seq, extended FROM @schema@.harel_extend($1, $2, $3, $4)"),
+            extend: render(
+                "SELECT seq, extended, cancel_requested FROM @schema@.harel_extend($1, $2, $3, $4)",
+            ),
         }
     }
 }
@@ -225,7 +248,8 @@ impl Transport {
 
     /// Publishes many messages in one round trip, in order: messages of one group keep
     /// their order in the slice. All are validated first; one invalid message and none is
-    /// written. Returns the sequence numbers in the slice's order.
+    /// written. Returns the sequence numbers in the slice's order (for a unique message
+    /// whose key was held, the holder's: see [`publish_many_outcomes`](Self::publish_many_outcomes)).
     ///
     /// # Errors
     /// As [`publish`](Self::publish); also [`PublishError::Invalid`] for a batch of more than
@@ -235,6 +259,20 @@ impl Transport {
         executor: E,
         messages: &[OutgoingMessage],
     ) -> Result<Vec<i64>, PublishError> {
+        let outcomes = self.publish_many_outcomes(executor, messages).await?;
+        Ok(outcomes.into_iter().map(Published::seq).collect())
+    }
+
+    /// [`publish_many`](Self::publish_many), saying for each message whether it was queued
+    /// or is a duplicate of a queued unique message ([`OutgoingMessage::unique`]).
+    ///
+    /// # Errors
+    /// As [`publish_many`](Self::publish_many).
+    pub async fn publish_many_outcomes<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        messages: &[OutgoingMessage],
+    ) -> Result<Vec<Published>, PublishError> {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
@@ -246,8 +284,20 @@ impl Transport {
         let mut priorities = Vec::with_capacity(n);
         let mut not_before: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(n);
         let mut delays: Vec<Option<i64>> = Vec::with_capacity(n);
+        // NULL arrays unless some message is unique: the common publish binds nothing more
+        let any_unique = messages.iter().any(|m| m.unique.is_some());
+        let mut unique_keys: Vec<Option<&str>> = Vec::new();
+        let mut unique_holds: Vec<Option<i64>> = Vec::new();
         for message in messages {
             message.validate()?;
+            if any_unique {
+                let (key, hold) = match &message.unique {
+                    Some((key, hold)) => (Some(key.as_str()), *hold),
+                    None => (None, None),
+                };
+                unique_keys.push(key);
+                unique_holds.push(hold.map(delay_millis).transpose()?);
+            }
             groups.push(message.group.as_str());
             kinds.push(message.kind.as_str());
             payloads.push(message.payload.as_str());
@@ -267,17 +317,34 @@ impl Transport {
                 }
             }
         }
-        let seqs = sqlx::query_scalar(AssertSqlSafe(self.sql.publish.clone()))
+        let seqs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(self.sql.publish.clone()))
             .bind(groups)
             .bind(kinds)
             .bind(payloads)
             .bind(priorities)
             .bind(not_before)
             .bind(delays)
+            .bind(any_unique.then_some(unique_keys))
+            .bind(any_unique.then_some(unique_holds))
             .persistent(self.persistent)
             .fetch_all(executor)
             .await?;
-        Ok(seqs)
+        if seqs.len() != n {
+            return Err(PublishError::Database(crate::error::DatabaseError::new(
+                sqlx::Error::RowNotFound,
+            )));
+        }
+        // harel_publish answers a duplicate with the holder's seq negated
+        Ok(seqs
+            .into_iter()
+            .map(|seq| {
+                if seq < 0 {
+                    Published::Duplicate(-seq)
+                } else {
+                    Published::New(seq)
+                }
+            })
+            .collect())
     }
 
     /// Leases one group and returns its head message, or `None` when nothing is claimable
@@ -461,6 +528,12 @@ impl Transport {
             errors.push(settlement.error());
             let (delay, count, made) = match settlement {
                 Settlement::Ack => (None, None, None),
+                Settlement::Retain { keep } => {
+                    let millis = delay_millis(*keep).map_err(|_| {
+                        TransportError::InvalidArgument("retention is over 100 years")
+                    })?;
+                    (Some(millis), None, None)
+                }
                 Settlement::DeadLetter { attempts, .. } => (
                     None,
                     None,
@@ -497,6 +570,7 @@ impl Transport {
             "applied" => Some(LeaseOutcome::Applied),
             "replayed" => Some(LeaseOutcome::AlreadyApplied),
             "lost" => Some(LeaseOutcome::LeaseLost),
+            "cancelled" => Some(LeaseOutcome::Cancelled),
             _ => None,
         })
     }
@@ -527,24 +601,49 @@ impl Transport {
         leases: &[Lease],
         duration: Duration,
     ) -> Result<Vec<Lease>, TransportError> {
+        let statuses = self.heartbeat(executor, leases, duration).await?;
+        Ok(leases
+            .iter()
+            .zip(statuses)
+            .filter(|(_, status)| *status == LeaseStatus::Lost)
+            .map(|(lease, _)| lease.clone())
+            .collect())
+    }
+
+    /// Extends many leases in one round trip, as [`extend_many`](Self::extend_many), and
+    /// says for each, in order, whether it is still held and whether its job's cancel was
+    /// asked for.
+    ///
+    /// # Errors
+    /// As [`extend`](Self::extend).
+    pub async fn heartbeat<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        leases: &[Lease],
+        duration: Duration,
+    ) -> Result<Vec<LeaseStatus>, TransportError> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
         let lease_ms = lease_millis(duration)?;
         let columns = LeaseColumns::new(leases.iter());
-        let rows: Vec<(i64, bool)> = columns
+        let rows: Vec<(i64, bool, bool)> = columns
             .bind(sqlx::query_as(AssertSqlSafe(self.sql.extend.clone())))
             .bind(lease_ms)
             .persistent(self.persistent)
             .fetch_all(executor)
             .await?;
-        let extended = in_input_order(&columns.seqs, rows, Some)?;
-        Ok(leases
-            .iter()
-            .zip(extended)
-            .filter(|(_, extended)| !extended)
-            .map(|(lease, _)| lease.clone())
-            .collect())
+        let rows = rows
+            .into_iter()
+            .map(|(seq, extended, cancel)| (seq, (extended, cancel)))
+            .collect();
+        in_input_order(&columns.seqs, rows, |(extended, cancel)| {
+            Some(match (extended, cancel) {
+                (false, _) => LeaseStatus::Lost,
+                (true, false) => LeaseStatus::Held,
+                (true, true) => LeaseStatus::CancelRequested,
+            })
+        })
     }
 }
 

@@ -16,6 +16,12 @@ pub enum Settlement {
     /// Done: the message is deleted and its group moves on (claimable at once if it has
     /// more messages, gone if it is drained).
     Ack,
+    /// Done, as `Ack`, and the job is kept in the queue's history as completed for `keep`
+    /// (at most 100 years), where `Queue::job` finds it; pruned after that.
+    Retain {
+        /// How long the completed job is kept.
+        keep: Duration,
+    },
     /// Failed for good: the message moves to the dead-letter table with `error`, and its
     /// group moves on as for `Ack`.
     DeadLetter {
@@ -61,6 +67,7 @@ impl Settlement {
     pub(super) fn action(&self) -> &'static str {
         match self {
             Self::Ack => "ack",
+            Self::Retain { .. } => "retain",
             Self::DeadLetter { .. } => "dead",
             Self::Release { .. } => "release",
         }
@@ -69,7 +76,7 @@ impl Settlement {
     /// The error text, made storable (see [`storable_error`]).
     pub(super) fn error(&self) -> Option<String> {
         match self {
-            Self::Ack => None,
+            Self::Ack | Self::Retain { .. } => None,
             Self::DeadLetter { error, .. } => Some(storable_error(error)),
             Self::Release { error, .. } => error.as_deref().map(storable_error),
         }

@@ -11,6 +11,7 @@
 //! it becomes a plain dead letter (or, for an ack, is dropped and the job runs again).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -27,6 +28,21 @@ use crate::transport::{Lease, LeaseOutcome, Receipt, Settlement};
 pub(crate) struct Finished {
     pub lease: Lease,
     pub outcome: Outcome,
+    /// How long to keep the job in the history if it succeeded (`None`: not at all).
+    pub retain: Option<Duration>,
+    /// Set when the handler completed the job in its own transaction
+    /// (`JobContext::complete_in`): this outcome then finds the lease gone, as expected.
+    pub completed_in_tx: Arc<crate::context::ExecutionFlags>,
+}
+
+impl Finished {
+    /// What the transport writes for it.
+    fn settlement(&self) -> Settlement {
+        match (&self.outcome, self.retain) {
+            (Outcome::Succeeded, Some(keep)) => Settlement::Retain { keep },
+            (outcome, _) => outcome.settlement(),
+        }
+    }
 }
 
 /// Runs until the channel closes (every sender dropped), then flushes what is left.
@@ -62,15 +78,32 @@ async fn flush<S: Send + Sync + 'static>(
     let settlements: Vec<(Lease, Settlement)> = batch
         .drain(..)
         .map(|finished| {
-            let settlement = finished.outcome.settlement();
-            outcomes.push(finished.outcome);
+            let settlement = finished.settlement();
+            outcomes.push((finished.outcome, finished.completed_in_tx));
             (finished.lease, settlement)
         })
         .collect();
     let written = writer.write(shared, &settlements).await;
-    for (((lease, _), outcome), written) in settlements.iter().zip(&outcomes).zip(written) {
+    for (((lease, _), (outcome, completed_in_tx)), written) in
+        settlements.iter().zip(&outcomes).zip(written)
+    {
         shared.inflight.remove(lease.seq);
         match written {
+            Written::AsDecided(LeaseOutcome::Cancelled)
+            | Written::AsDeadLetter(LeaseOutcome::Cancelled) => {
+                shared.stats.cancelled();
+                tracing::info!(
+                    group = %lease.group,
+                    message_id = lease.seq,
+                    "job cancelled while it ran: ended as cancelled"
+                );
+            }
+            Written::AsDecided(LeaseOutcome::LeaseLost)
+                if completed_in_tx.completed_in_tx.load(Ordering::Acquire) =>
+            {
+                // the handler's own transaction completed it (and committed)
+                shared.stats.settled(outcome);
+            }
             Written::AsDecided(written) if written.is_applied() => {
                 if written == LeaseOutcome::AlreadyApplied {
                     tracing::debug!(message_id = lease.seq, "outcome was already written");
@@ -202,7 +235,7 @@ impl Writer {
             TransportError::Database(error) => error.code().unwrap_or_default(),
             _ => String::new(),
         };
-        if *settlement == Settlement::Ack {
+        if matches!(settlement, Settlement::Ack | Settlement::Retain { .. }) {
             tracing::error!(
                 error = %error,
                 message_id = lease.seq,

@@ -25,6 +25,9 @@ pub(crate) struct WorkerConfig {
     pub backoff: Backoff,
     /// Timeout of one attempt unless the job type says otherwise. Default none.
     pub timeout: Option<Duration>,
+    /// How long completed jobs are kept in the history unless the job type says otherwise.
+    /// Default none: deleted when they complete.
+    pub retain: Option<Duration>,
     /// How long shutdown lets running handlers finish. Default 30 s.
     pub shutdown_grace: Duration,
     /// The longest the pool waits for one database call (opening a connection included)
@@ -73,6 +76,7 @@ impl Default for WorkerConfig {
             max_attempts: 10,
             backoff: Backoff::DEFAULT,
             timeout: None,
+            retain: None,
             shutdown_grace: Duration::from_secs(30),
             database_timeout: Duration::from_secs(10),
             min_priority: Priority::LOWEST,
@@ -93,6 +97,7 @@ impl WorkerConfig {
         super::outcome::Limits {
             max_attempts: self.max_attempts,
             backoff: self.backoff,
+            retain: self.retain,
         }
     }
 
@@ -156,6 +161,9 @@ impl WorkerConfig {
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return invalid("timeout", "must be above zero");
+        }
+        if self.retain.is_some_and(|r| r > crate::transport::MAX_DELAY) {
+            return invalid("retain_completed", "must be at most 100 years");
         }
         if self.database_timeout < Duration::from_millis(100)
             || self.database_timeout > Duration::from_secs(3_600)

@@ -13,7 +13,7 @@ use tracing::Instrument;
 use super::Shared;
 use super::complete::Finished;
 use super::outcome::{Attempted, Limits, Outcome, decide};
-use crate::context::{Execution, JobContext};
+use crate::context::{Completion, Execution, ExecutionFlags, JobContext};
 use crate::job_error::{Action, JobResult};
 use crate::transport::{ClaimedMessage, MAX_DELAY};
 
@@ -27,9 +27,10 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 ) {
     let seq = message.lease.seq;
     let cancel = shared.hard_stop.child_token();
+    let flags = Arc::new(ExecutionFlags::default());
     shared
         .inflight
-        .insert(message.lease.clone(), cancel.clone());
+        .insert(message.lease.clone(), cancel.clone(), Arc::clone(&flags));
     let span = tracing::info_span!(
         "harel_job",
         kind = %message.kind,
@@ -46,7 +47,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         Some(_slot) => {
             // a panic anywhere on the job's path is a failed attempt (`attempt` catches the
             // ones it can attribute; this net catches the rest, with the pool's limits)
-            let attempted = AssertUnwindSafe(attempt(&shared, &message, cancel))
+            let attempted = AssertUnwindSafe(attempt(&shared, &message, cancel, &flags))
                 .catch_unwind()
                 .instrument(span.clone())
                 .await;
@@ -65,16 +66,25 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         decided(message.attempt, limits, attempted)
     };
     let _entered = span.enter();
+    let completed_in_tx = flags
+        .completed_in_tx
+        .load(std::sync::atomic::Ordering::Acquire);
     if !shared.inflight.settle(seq) {
         // the heartbeat found the lease lost: another worker may run this job now, so its
         // result must not be written (the heartbeat already counted the lost lease)
         shared.inflight.remove(seq);
-        tracing::warn!("lease lost while the job ran: result discarded, the job may run again");
+        if completed_in_tx {
+            tracing::debug!("the handler completed the job in its own transaction");
+        } else {
+            tracing::warn!("lease lost while the job ran: result discarded, the job may run again");
+        }
         return;
     }
     let finished = Finished {
         lease: message.lease,
         outcome,
+        retain: limits.retain,
+        completed_in_tx: flags,
     };
     if completions.send(finished).is_err() {
         // only after the completer stopped, which shutdown does last: the lease lapses and
@@ -96,6 +106,7 @@ async fn attempt<S: Send + Sync + 'static>(
     shared: &Shared<S>,
     message: &ClaimedMessage,
     cancel: tokio_util::sync::CancellationToken,
+    flags: &Arc<ExecutionFlags>,
 ) -> (Attempted, Limits) {
     let config = &shared.config;
     let Some(handler) = shared.registry.get(&message.kind) else {
@@ -107,6 +118,7 @@ async fn attempt<S: Send + Sync + 'static>(
     let limits = Limits {
         max_attempts: options.max_attempts.unwrap_or(config.max_attempts),
         backoff: options.backoff.unwrap_or(config.backoff),
+        retain: options.retain.or(config.retain),
     };
     if message.attempt > limits.max_attempts {
         return (Attempted::OutOfAttempts, limits);
@@ -119,6 +131,12 @@ async fn attempt<S: Send + Sync + 'static>(
         attempt: message.attempt,
         max_attempts: limits.max_attempts,
         cancel: cancel.clone(),
+        completion: Some(Completion {
+            transport: shared.transport.clone(),
+            lease: message.lease.clone(),
+            retain: limits.retain,
+        }),
+        flags: Arc::clone(flags),
     };
     let ctx = JobContext::new(Arc::clone(&shared.state), Arc::new(execution));
     // decoding runs the job type's own code (`deserialize_with`, `Deserialize` impls)

@@ -8,7 +8,7 @@ use super::Shared;
 use super::connection::{Checkout, OwnConnection, bounded};
 use super::supervise::{TaskResult, WorkerTask};
 use crate::error::TransportError;
-use crate::transport::Lease;
+use crate::transport::{Lease, LeaseStatus};
 
 /// Extends held leases every heartbeat interval until `stop` fires. A lease found lost
 /// cancels its job's context, and its result will not be written.
@@ -49,9 +49,26 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             extended = beat => extended,
         };
         match extended {
-            Ok(lost) if lost.is_empty() => {}
-            Ok(lost) => {
-                for lease in shared.inflight.mark_lost(&lost) {
+            Ok(statuses) => {
+                let of = |wanted: LeaseStatus| -> Vec<Lease> {
+                    leases
+                        .iter()
+                        .zip(&statuses)
+                        .filter(|(_, status)| **status == wanted)
+                        .map(|(lease, _)| lease.clone())
+                        .collect()
+                };
+                for lease in shared
+                    .inflight
+                    .request_cancel(&of(LeaseStatus::CancelRequested))
+                {
+                    tracing::info!(
+                        group = %lease.group,
+                        message_id = lease.seq,
+                        "the job's cancel was asked for: signalling its handler"
+                    );
+                }
+                for lease in shared.inflight.mark_lost(&of(LeaseStatus::Lost)) {
                     shared.stats.lease_lost();
                     tracing::warn!(
                         group = %lease.group,
@@ -73,33 +90,33 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 }
 
 /// One beat: extends `leases` on the heartbeat's own connection, or on a pooled one if that
-/// cannot be opened (the server out of connections?). Returns the leases found lost. Either
+/// cannot be opened (the server out of connections?). Returns each lease's status. Either
 /// way the extension commits durably: on a pooled connection, in a transaction of its own
 /// with `SET LOCAL synchronous_commit = on`, which leaves the pool's sessions as they were.
 async fn extend<S>(
     shared: &Shared<S>,
     connection: &mut OwnConnection,
     leases: &[Lease],
-) -> Result<Vec<Lease>, TransportError> {
+) -> Result<Vec<LeaseStatus>, TransportError> {
     let lease = shared.config.lease;
     if let Ok(mut unit) = connection.unit().await {
-        let lost = shared
+        let statuses = shared
             .transport
-            .extend_many(unit.connection(), leases, lease)
+            .heartbeat(unit.connection(), leases, lease)
             .await?;
         unit.finish().await?;
-        return Ok(lost);
+        return Ok(statuses);
     }
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let mut transaction = pooled.connection().begin().await?;
     sqlx::raw_sql("SET LOCAL synchronous_commit = on")
         .execute(&mut *transaction)
         .await?;
-    let lost = shared
+    let statuses = shared
         .transport
-        .extend_many(&mut *transaction, leases, lease)
+        .heartbeat(&mut *transaction, leases, lease)
         .await?;
     transaction.commit().await?;
     pooled.done();
-    Ok(lost)
+    Ok(statuses)
 }

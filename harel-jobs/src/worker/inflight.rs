@@ -1,10 +1,12 @@
 //! The leases this worker holds right now, for the heartbeat and for shutdown.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::context::ExecutionFlags;
 use crate::transport::Lease;
 
 /// Where a held job is.
@@ -22,6 +24,7 @@ enum Phase {
 struct Entry {
     lease: Lease,
     cancel: CancellationToken,
+    flags: Arc<ExecutionFlags>,
     phase: Phase,
 }
 
@@ -40,10 +43,11 @@ impl InFlight {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn insert(&self, lease: Lease, cancel: CancellationToken) {
+    pub fn insert(&self, lease: Lease, cancel: CancellationToken, flags: Arc<ExecutionFlags>) {
         let entry = Entry {
             lease,
             cancel,
+            flags,
             phase: Phase::Running,
         };
         self.entries().insert(entry.lease.seq, entry);
@@ -75,7 +79,8 @@ impl InFlight {
     }
 
     /// The heartbeat found these leases lost: cancel their handlers. Returns the ones whose
-    /// handler was still running (the others are being completed and will be told).
+    /// handler was still running (the others are being completed and will be told), except
+    /// those the handler completed in its own transaction (no loss: that is how it ends).
     pub fn mark_lost(&self, lost: &[Lease]) -> Vec<Lease> {
         let mut entries = self.entries();
         let mut running = Vec::new();
@@ -85,10 +90,29 @@ impl InFlight {
             {
                 entry.phase = Phase::Lost;
                 entry.cancel.cancel();
-                running.push(lease.clone());
+                if !entry.flags.completed_in_tx.load(Ordering::Acquire) {
+                    running.push(lease.clone());
+                }
             }
         }
         running
+    }
+
+    /// The heartbeat learned that these leases' jobs are to be cancelled: signal their
+    /// handlers (their outcome will end them as cancelled). Returns the ones newly told.
+    pub fn request_cancel(&self, leases: &[Lease]) -> Vec<Lease> {
+        let entries = self.entries();
+        let mut told = Vec::new();
+        for lease in leases {
+            if let Some(entry) = entries.get(&lease.seq)
+                && entry.lease == *lease
+                && !entry.flags.cancel_requested.swap(true, Ordering::AcqRel)
+            {
+                entry.cancel.cancel();
+                told.push(lease.clone());
+            }
+        }
+        told
     }
 
     pub fn len(&self) -> usize {

@@ -239,6 +239,16 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         self
     }
 
+    /// Keeps completed jobs in the queue's history for `period` (at most 100 years), for
+    /// types that do not set their own (`#[job(retain = "…")]`): `Queue::job` then finds
+    /// them as completed, with their attempts and duration; the maintenance task prunes
+    /// them after `period`. Default none: a completed job is deleted at once, which is what
+    /// keeps an ack cheap (BENCHMARKS.md has the cost).
+    pub fn retain_completed(mut self, period: Duration) -> Self {
+        self.config.retain = Some(period);
+        self
+    }
+
     /// How long shutdown waits for running handlers before giving their jobs back
     /// (default 30 s).
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {

@@ -69,6 +69,8 @@ pub(crate) enum Outcome {
 pub(crate) struct Limits {
     pub max_attempts: u32,
     pub backoff: Backoff,
+    /// How long a completed job is kept in the history (`None`: deleted at once).
+    pub retain: Option<Duration>,
 }
 
 /// The policy. `attempt` is the attempt just made (from 1; the claim counted it);
@@ -168,6 +170,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_attempts: 3,
         backoff: Backoff::exponential(Duration::from_secs(2), Duration::from_secs(60)),
+        retain: None,
     };
 
     fn failed(error: &str, retry_after: Option<Duration>) -> Attempted {

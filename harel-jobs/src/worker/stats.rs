@@ -18,6 +18,9 @@ pub struct WorkerStats {
     pub snoozed: u64,
     /// Jobs moved to the dead letters.
     pub dead_lettered: u64,
+    /// Jobs ended as cancelled: their cancel was asked for while they ran
+    /// (`Queue::cancel`), whatever their handler returned.
+    pub cancelled: u64,
     /// Jobs given back unfinished (shutdown).
     pub released: u64,
     /// Leases found lost (by the heartbeat or when writing an outcome).
@@ -38,6 +41,7 @@ pub(crate) struct Stats {
     retried: AtomicU64,
     snoozed: AtomicU64,
     dead_lettered: AtomicU64,
+    cancelled: AtomicU64,
     released: AtomicU64,
     leases_lost: AtomicU64,
     database_errors: AtomicU64,
@@ -66,6 +70,9 @@ impl Stats {
     pub fn dead_lettered(&self) {
         bump(&self.dead_lettered, 1);
     }
+    pub fn cancelled(&self) {
+        bump(&self.cancelled, 1);
+    }
     pub fn outcome_dropped(&self) {
         bump(&self.outcomes_dropped, 1);
     }
@@ -87,6 +94,7 @@ impl Stats {
             retried: read(&self.retried),
             snoozed: read(&self.snoozed),
             dead_lettered: read(&self.dead_lettered),
+            cancelled: read(&self.cancelled),
             released: read(&self.released),
             leases_lost: read(&self.leases_lost),
             database_errors: read(&self.database_errors),

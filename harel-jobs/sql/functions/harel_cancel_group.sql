@@ -1,0 +1,116 @@
+-- harel_cancel_group: cancels the jobs of one group ("this user was deleted"). One round
+-- trip; what an operator calls. Bounded: at most p_limit jobs a call, oldest first; the
+-- caller calls again while `remaining` says so.
+--
+-- Every job of the group that is not running ends now as cancelled (kept in job_history for
+-- p_keep_ms with p_reason; unique keys freed). A running job gets a cancel request, as
+-- harel_cancel gives it (`requested`): it ends as cancelled when its handler returns. The
+-- group row stays while that job runs, and goes when nothing is left.
+--
+-- Returns the number of jobs cancelled now, whether a running job's cancel was requested,
+-- and whether jobs remain to cancel (p_limit was reached).
+CREATE OR REPLACE FUNCTION @schema@.harel_cancel_group(
+    p_group   TEXT,
+    p_reason  TEXT,
+    p_keep_ms BIGINT,
+    p_limit   INT
+) RETURNS TABLE (cancelled INT, requested BOOLEAN, remaining BOOLEAN)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now       TIMESTAMPTZ;
+    g           RECORD;
+    v_running   BOOLEAN;
+    v_count     INT := 0;
+    v_deleted   BIGINT;
+BEGIN
+    IF p_group IS NULL OR octet_length(p_group) NOT BETWEEN 1 AND 1024
+       OR p_keep_ms IS NULL OR p_keep_ms NOT BETWEEN 0 AND 3155760000000
+       OR octet_length(p_reason) > 8192 OR p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'harel_cancel_group: need a group id of 1 to 1024 bytes, a reason of at most 8192 bytes (or NULL), a keep period of 0 to 100 years and a limit of 1 to 10000'
+            USING ERRCODE = '22023';
+    END IF;
+
+    SELECT * INTO g FROM @schema@.transport_groups t
+     WHERE t.group_id = p_group
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 0, false, false;
+        RETURN;
+    END IF;
+    v_now := clock_timestamp();
+    v_running := g.locked_by IS NOT NULL AND g.available_at > v_now;
+
+    IF v_running THEN
+        UPDATE @schema@.transport_groups t
+           SET cancel_requested_at = COALESCE(t.cancel_requested_at, v_now),
+               cancel_reason = CASE WHEN t.cancel_requested_at IS NULL THEN p_reason
+                                    ELSE t.cancel_reason END,
+               cancel_keep_ms = COALESCE(t.cancel_keep_ms, p_keep_ms)
+         WHERE t.group_id = p_group;
+    ELSIF g.inline_seq IS NOT NULL THEN
+        -- the inline head (not running) first: recorded from the row, whose inline columns
+        -- are cleared when the group is freed or dropped below
+        INSERT INTO @schema@.job_history
+               (id, group_id, kind, payload, priority, state, attempts, last_error,
+                enqueued_at, started_at, finished_at, cancel_reason, keep_until)
+        VALUES (g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
+                'cancelled', CASE WHEN g.head_seq = g.inline_seq THEN g.head_attempts ELSE 0 END,
+                g.inline_last_error, g.inline_enqueued_at,
+                CASE WHEN g.head_seq = g.inline_seq THEN g.head_started_at END, v_now, p_reason,
+                v_now + p_keep_ms * interval '1 millisecond')
+        ON CONFLICT (id) DO NOTHING;
+        IF g.inline_unique_key IS NOT NULL THEN
+            PERFORM @schema@.harel_release_key(g.inline_unique_key, g.inline_seq, false);
+        END IF;
+        v_count := 1;
+    END IF;
+
+    -- The queued messages, oldest first, but never the running head.
+    WITH doomed AS (
+        SELECT t.seq FROM @schema@.transport_messages t
+         WHERE t.group_id = p_group
+           AND NOT (v_running AND t.seq = g.head_seq)
+         ORDER BY t.seq
+         LIMIT p_limit - v_count
+    ), gone AS (
+        DELETE FROM @schema@.transport_messages t
+         WHERE t.group_id = p_group AND t.seq = ANY (ARRAY(SELECT d.seq FROM doomed d))
+        RETURNING t.*
+    ), recorded AS (
+        INSERT INTO @schema@.job_history
+               (id, group_id, kind, payload, priority, state, attempts, last_error,
+                enqueued_at, started_at, finished_at, cancel_reason, keep_until)
+        SELECT x.seq, x.group_id, x.kind, x.payload, x.priority, 'cancelled',
+               CASE WHEN x.seq = g.head_seq THEN g.head_attempts ELSE x.attempts END,
+               x.last_error, x.enqueued_at,
+               CASE WHEN x.seq = g.head_seq THEN g.head_started_at END, v_now, p_reason,
+               v_now + p_keep_ms * interval '1 millisecond'
+          FROM gone x
+        ON CONFLICT (id) DO NOTHING
+    ), released AS (
+        DELETE FROM @schema@.unique_keys u
+         USING gone x
+         WHERE u.key = x.unique_key AND u.job_id = x.seq
+    )
+    SELECT count(*) INTO v_deleted FROM gone;
+    v_count := v_count + v_deleted::int;
+
+    IF NOT v_running THEN
+        -- more than p_limit: what is left waits for the next call (in the same transaction,
+        -- as Queue::cancel_group makes them, nothing of it can run meanwhile)
+        RETURN QUERY SELECT v_count, false, @schema@.harel_move_on(p_group);
+        RETURN;
+    END IF;
+
+    RETURN QUERY SELECT v_count, true, EXISTS (
+        SELECT 1 FROM @schema@.transport_messages t
+         WHERE t.group_id = p_group AND t.seq <> g.head_seq);
+END
+$$;
+
+REVOKE ALL ON FUNCTION @schema@.harel_cancel_group(TEXT, TEXT, BIGINT, INT) FROM PUBLIC;

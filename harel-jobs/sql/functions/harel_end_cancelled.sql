@@ -1,0 +1,67 @@
+-- harel_end_cancelled: ends the head of each group as cancelled and moves the group on.
+-- Internal: called by harel_cancel (a head that is not running), harel_settle (the lease of a
+-- head whose cancel was asked for while it ran) and harel_claim (such a lease that lapsed),
+-- all holding the groups' rows locked, never by a role.
+--
+-- The head (the group's inline message, else its first message) goes to job_history as
+-- cancelled with the group's cancel_reason, kept cancel_keep_ms; its unique key is freed; the
+-- group is freed behind every waiting group if it has more messages, else dropped.
+-- Scalar statements per group: cancels are rare, and each one looks its rows up by key.
+CREATE OR REPLACE FUNCTION @schema@.harel_end_cancelled(p_groups TEXT[]) RETURNS VOID
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now     TIMESTAMPTZ := statement_timestamp();
+    g         RECORD;
+    m         RECORD;
+BEGIN
+    FOR g IN SELECT * FROM @schema@.transport_groups t
+              WHERE t.group_id = ANY (p_groups) ORDER BY t.group_id LOOP
+        IF g.inline_seq IS NOT NULL THEN
+            INSERT INTO @schema@.job_history
+                   (id, group_id, kind, payload, priority, state, attempts, last_error,
+                    enqueued_at, started_at, finished_at, cancel_reason, keep_until)
+            VALUES (g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
+                    'cancelled',
+                    CASE WHEN g.head_seq = g.inline_seq THEN g.head_attempts ELSE 0 END,
+                    g.inline_last_error, g.inline_enqueued_at,
+                    CASE WHEN g.head_seq = g.inline_seq THEN g.head_started_at END, v_now,
+                    g.cancel_reason,
+                    v_now + COALESCE(g.cancel_keep_ms, 0) * interval '1 millisecond')
+            ON CONFLICT (id) DO NOTHING;
+            IF g.inline_unique_key IS NOT NULL THEN
+                PERFORM @schema@.harel_release_key(g.inline_unique_key, g.inline_seq, false);
+            END IF;
+        ELSE
+            DELETE FROM @schema@.transport_messages t
+             WHERE t.group_id = g.group_id
+               AND t.seq = (SELECT f.seq FROM @schema@.transport_messages f
+                             WHERE f.group_id = g.group_id ORDER BY f.seq LIMIT 1)
+            RETURNING t.* INTO m;
+            IF m.seq IS NOT NULL THEN
+                INSERT INTO @schema@.job_history
+                       (id, group_id, kind, payload, priority, state, attempts, last_error,
+                        enqueued_at, started_at, finished_at, cancel_reason, keep_until)
+                VALUES (m.seq, m.group_id, m.kind, m.payload, m.priority, 'cancelled',
+                        CASE WHEN g.head_seq = m.seq THEN g.head_attempts ELSE m.attempts END,
+                        m.last_error, m.enqueued_at,
+                        CASE WHEN g.head_seq = m.seq THEN g.head_started_at END, v_now,
+                        g.cancel_reason,
+                        v_now + COALESCE(g.cancel_keep_ms, 0) * interval '1 millisecond')
+                ON CONFLICT (id) DO NOTHING;
+                IF m.unique_key IS NOT NULL THEN
+                    PERFORM @schema@.harel_release_key(m.unique_key, m.seq, false);
+                END IF;
+            END IF;
+        END IF;
+
+        PERFORM @schema@.harel_move_on(g.group_id);
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @schema@.harel_end_cancelled(TEXT[]) FROM PUBLIC;

@@ -1,0 +1,86 @@
+-- harel_job: one job's state and facts, by id. One round trip, reading by key only; what an
+-- operator (or a producer's application, given the grant) calls. STABLE: every statement
+-- reads the same snapshot, so a job moving between tables is seen in exactly one place.
+--
+-- At most one row; none: no such job (it completed without retention, or was pruned).
+--   state      'waiting' (due, not started), 'scheduled' (not before `at`), 'running'
+--              (attempt `attempts` since `started_at`, leased until `at`), 'retrying' (the
+--              next attempt after `at`; a lapsed lease is retried at once), 'completed',
+--              'dead', 'cancelled' (at `finished_at`)
+--   attempts   attempts started so far (the running one included)
+--   at         see state; NULL for the finished states
+--   cancel_requested  a running job whose cancel was asked for
+CREATE OR REPLACE FUNCTION @schema@.harel_job(p_id BIGINT)
+RETURNS TABLE (
+    state            TEXT,
+    group_id         TEXT,
+    kind             TEXT,
+    payload          TEXT,
+    priority         SMALLINT,
+    attempts         INT,
+    enqueued_at      TIMESTAMPTZ,
+    at               TIMESTAMPTZ,
+    started_at       TIMESTAMPTZ,
+    finished_at      TIMESTAMPTZ,
+    last_error       TEXT,
+    cancel_reason    TEXT,
+    cancel_requested BOOLEAN
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now TIMESTAMPTZ := clock_timestamp();
+BEGIN
+    RETURN QUERY
+    WITH queued AS (
+        SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, m.enqueued_at, m.not_before,
+               m.attempts, m.last_error
+          FROM @schema@.transport_messages m
+         WHERE m.seq = p_id
+        UNION ALL
+        SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
+               g.inline_enqueued_at, g.inline_not_before, 0, g.inline_last_error
+          FROM @schema@.transport_groups g
+         WHERE g.inline_seq = p_id
+    ), facts AS (
+        SELECT q.*, g.head_seq = q.seq AS is_head, g.head_attempts, g.head_started_at,
+               g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason
+          FROM queued q
+          LEFT JOIN LATERAL (SELECT t.* FROM @schema@.transport_groups t
+                              WHERE t.group_id = q.group_id OFFSET 0) AS g ON true
+    )
+    SELECT @schema@.harel_queued_state(
+               COALESCE(f.is_head, false), f.locked_by IS NOT NULL, f.available_at,
+               CASE WHEN f.is_head THEN f.head_attempts ELSE f.attempts END, f.not_before,
+               v_now),
+           f.group_id, f.kind, f.payload::text, f.priority,
+           CASE WHEN f.is_head THEN f.head_attempts ELSE f.attempts END,
+           f.enqueued_at,
+           CASE WHEN f.is_head AND (f.locked_by IS NOT NULL OR f.head_attempts > 0)
+                     THEN f.available_at
+                WHEN f.not_before > v_now THEN f.not_before END,
+           CASE WHEN f.is_head THEN f.head_started_at END,
+           NULL::timestamptz, f.last_error,
+           CASE WHEN f.is_head THEN f.cancel_reason END,
+           COALESCE(f.is_head AND f.cancel_requested_at IS NOT NULL, false)
+      FROM facts f
+    UNION ALL
+    SELECT h.state, h.group_id, h.kind, h.payload::text, h.priority, h.attempts, h.enqueued_at,
+           NULL, h.started_at, h.finished_at, h.last_error, h.cancel_reason, false
+      FROM @schema@.job_history h
+     WHERE h.id = p_id
+    UNION ALL
+    SELECT 'dead', d.group_id, d.kind, d.payload::text, d.priority, d.attempts, d.enqueued_at,
+           NULL, NULL, d.failed_at, d.last_error, NULL, false
+      FROM @schema@.dead_letters d
+     WHERE d.id = p_id
+     LIMIT 1;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @schema@.harel_job(BIGINT) FROM PUBLIC;

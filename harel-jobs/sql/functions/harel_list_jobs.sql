@@ -1,0 +1,145 @@
+-- harel_list_jobs: a page of jobs in id order, filtered by state, kind and group, with
+-- keyset pagination (no OFFSET). One round trip, bounded work: each place a job can be
+-- (transport_messages, an inline message of transport_groups, job_history, dead_letters) is
+-- read by index from p_after on, at most 2,000 rows each, whatever the filters.
+--
+-- p_state: NULL (any), 'queued' (waiting, scheduled, running or retrying), or one state of
+-- harel_job. p_kind, p_group: NULL for any. Returns harel_job's columns with the id first:
+-- at most p_limit (1..1000) jobs, then ONE cursor row (state NULL) whose id is where the
+-- next page starts (pass it as p_after), NULL when nothing is left. A page may be short,
+-- even empty, while the cursor is not NULL: the filters kept few of the rows one call reads.
+-- STABLE: the page is one snapshot.
+CREATE OR REPLACE FUNCTION @schema@.harel_list_jobs(
+    p_state TEXT,
+    p_kind  TEXT,
+    p_group TEXT,
+    p_after BIGINT,
+    p_limit INT
+)
+RETURNS TABLE (
+    id               BIGINT,
+    state            TEXT,
+    group_id         TEXT,
+    kind             TEXT,
+    payload          TEXT,
+    priority         SMALLINT,
+    attempts         INT,
+    enqueued_at      TIMESTAMPTZ,
+    at               TIMESTAMPTZ,
+    started_at       TIMESTAMPTZ,
+    finished_at      TIMESTAMPTZ,
+    last_error       TEXT,
+    cancel_reason    TEXT,
+    cancel_requested BOOLEAN
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now      TIMESTAMPTZ := clock_timestamp();
+    v_after    BIGINT := COALESCE(p_after, 0);
+    c_scan     CONSTANT INT := 2000;
+    v_queued   BOOLEAN := p_state IS NULL
+                          OR p_state IN ('queued', 'waiting', 'scheduled', 'running', 'retrying');
+    v_history  BOOLEAN := p_state IS NULL OR p_state IN ('completed', 'cancelled');
+    v_dead     BOOLEAN := p_state IS NULL OR p_state = 'dead';
+BEGIN
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000
+       OR (p_state IS NOT NULL AND p_state NOT IN ('queued', 'waiting', 'scheduled', 'running',
+                                                    'retrying', 'completed', 'dead',
+                                                    'cancelled')) THEN
+        RAISE EXCEPTION 'harel_list_jobs: need a limit of 1 to 1000 and a known state (or NULL)'
+            USING ERRCODE = '22023';
+    END IF;
+
+    RETURN QUERY
+    WITH m AS MATERIALIZED (
+        SELECT t.seq, t.group_id, t.kind, t.payload, t.priority, t.enqueued_at, t.not_before,
+               t.attempts, t.last_error
+          FROM @schema@.transport_messages t
+         WHERE v_queued AND t.seq > v_after AND (p_group IS NULL OR t.group_id = p_group)
+         ORDER BY t.seq
+         LIMIT c_scan
+    ), i AS MATERIALIZED (
+        SELECT t.inline_seq AS seq, t.group_id, t.inline_kind AS kind,
+               t.inline_payload AS payload, t.priority, t.inline_enqueued_at AS enqueued_at,
+               t.inline_not_before AS not_before, 0 AS attempts,
+               t.inline_last_error AS last_error
+          FROM @schema@.transport_groups t
+         WHERE v_queued AND t.inline_seq > v_after
+           AND (p_group IS NULL OR t.group_id = p_group)
+         ORDER BY t.inline_seq
+         LIMIT c_scan
+    ), h AS MATERIALIZED (
+        SELECT t.* FROM @schema@.job_history t
+         WHERE v_history AND t.id > v_after AND (p_group IS NULL OR t.group_id = p_group)
+         ORDER BY t.id
+         LIMIT c_scan
+    ), d AS MATERIALIZED (
+        SELECT t.* FROM @schema@.dead_letters t
+         WHERE v_dead AND t.id > v_after AND (p_group IS NULL OR t.group_id = p_group)
+         ORDER BY t.id
+         LIMIT c_scan
+    ), bound AS (
+        -- a source that gave c_scan rows may have more: this page ends where the first such
+        -- source's rows end, so that no job is skipped
+        SELECT LEAST((SELECT max(x.seq) FROM m x HAVING count(*) = c_scan),
+                     (SELECT max(x.seq) FROM i x HAVING count(*) = c_scan),
+                     (SELECT max(x.id) FROM h x HAVING count(*) = c_scan),
+                     (SELECT max(x.id) FROM d x HAVING count(*) = c_scan)) AS upto
+    ), queued AS (
+        SELECT q.*, g.head_seq = q.seq AS is_head, g.head_attempts, g.head_started_at,
+               g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason
+          FROM (SELECT * FROM m UNION ALL SELECT * FROM i) AS q
+          LEFT JOIN LATERAL (SELECT t.* FROM @schema@.transport_groups t
+                              WHERE t.group_id = q.group_id OFFSET 0) AS g ON true
+    ), found AS (
+        SELECT f.seq AS id,
+               @schema@.harel_queued_state(
+                   COALESCE(f.is_head, false), f.locked_by IS NOT NULL, f.available_at,
+                   CASE WHEN f.is_head THEN f.head_attempts ELSE f.attempts END,
+                   f.not_before, v_now) AS state,
+               f.group_id, f.kind, f.payload::text AS payload, f.priority,
+               CASE WHEN f.is_head THEN f.head_attempts ELSE f.attempts END AS attempts,
+               f.enqueued_at,
+               CASE WHEN f.is_head AND (f.locked_by IS NOT NULL OR f.head_attempts > 0)
+                         THEN f.available_at
+                    WHEN f.not_before > v_now THEN f.not_before END AS at,
+               CASE WHEN f.is_head THEN f.head_started_at END AS started_at,
+               NULL::timestamptz AS finished_at, f.last_error,
+               CASE WHEN f.is_head THEN f.cancel_reason END AS cancel_reason,
+               COALESCE(f.is_head AND f.cancel_requested_at IS NOT NULL, false)
+                   AS cancel_requested
+          FROM queued f
+        UNION ALL
+        SELECT x.id, x.state, x.group_id, x.kind, x.payload::text, x.priority, x.attempts,
+               x.enqueued_at, NULL, x.started_at, x.finished_at, x.last_error,
+               x.cancel_reason, false
+          FROM h x
+        UNION ALL
+        SELECT x.id, 'dead', x.group_id, x.kind, x.payload::text, x.priority, x.attempts,
+               x.enqueued_at, NULL, NULL, x.failed_at, x.last_error, NULL, false
+          FROM d x
+    ), page AS MATERIALIZED (
+        SELECT r.* FROM found r, bound b
+         WHERE (b.upto IS NULL OR r.id <= b.upto)
+           AND (p_kind IS NULL OR r.kind = p_kind)
+           AND (p_state IS NULL OR r.state = p_state
+                OR (p_state = 'queued'
+                    AND r.state IN ('waiting', 'scheduled', 'running', 'retrying')))
+         ORDER BY r.id
+         LIMIT p_limit
+    )
+    SELECT * FROM (SELECT * FROM page p ORDER BY p.id) AS rows
+    UNION ALL
+    SELECT CASE WHEN (SELECT count(*) FROM page) = p_limit THEN (SELECT max(p.id) FROM page p)
+                ELSE (SELECT b.upto FROM bound b) END,
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @schema@.harel_list_jobs(TEXT, TEXT, TEXT, BIGINT, INT) FROM PUBLIC;

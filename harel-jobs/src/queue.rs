@@ -1,0 +1,720 @@
+//! [`Queue`]: one handle naming a queue (a pool and a schema) for everything done to it
+//! from application code: enqueue, look a job up, cancel, dead letters, depth, workers.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{AssertSqlSafe, PgExecutor, PgPool};
+
+use crate::dead_letters::DeadLetters;
+use crate::enqueue::{Enqueue, JobBatch, JobId};
+use crate::error::{DatabaseError, MigrateError, QueueError};
+use crate::inspect::QueueStats;
+use crate::job::Job;
+use crate::schema::Schema;
+use crate::transport::{MAX_DELAY, PreparedStatements, Priority, delay_millis};
+use crate::worker::WorkerBuilder;
+
+/// How long a cancelled job is kept in the history unless the cancel says otherwise.
+pub const DEFAULT_CANCELLED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The longest cancel reason, in bytes.
+pub const MAX_REASON_BYTES: usize = 8 * 1024;
+
+/// How many jobs one round trip of [`Queue::cancel_group`] cancels at most.
+const GROUP_CANCEL_STEP: i32 = 1_000;
+
+/// The most jobs one page of [`Queue::jobs`] holds.
+pub const MAX_PAGE: u32 = 1_000;
+
+/// A queue: a pool and the schema the queue lives in. Cheap to clone; the one way to name a
+/// queue for enqueueing, looking jobs up, cancelling, dead letters, depth and workers.
+///
+/// ```no_run
+/// use harel_jobs::{job, CancelOutcome, JobContext, JobResult, JobState, Queue};
+///
+/// #[job]
+/// async fn send_report(_ctx: JobContext<()>, account: i64) -> JobResult {
+///     Ok(())
+/// }
+///
+/// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// let queue = Queue::new(pool.clone());
+/// queue.migrate().await?;
+///
+/// let mut tx = pool.begin().await?;
+/// let id = queue.enqueue(&mut *tx, SendReport { account: 7 }).await?;
+/// tx.commit().await?;
+///
+/// if let Some(job) = queue.job(id).await? {
+///     println!("job {id} is {:?} after {} attempts", job.state, job.attempts);
+/// }
+/// match queue.cancel(id).reason("account closed").await? {
+///     CancelOutcome::Cancelled => println!("it will never run"),
+///     CancelOutcome::Requested => println!("running: its handler is told at its next heartbeat"),
+///     other => println!("too late: {other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Queue {
+    pool: PgPool,
+    schema: Schema,
+    statements: PreparedStatements,
+}
+
+impl Queue {
+    /// The queue in the default schema (`harel`).
+    pub fn new(pool: PgPool) -> Self {
+        Self::with_schema(pool, Schema::default())
+    }
+
+    /// The queue in `schema`.
+    pub fn with_schema(pool: PgPool, schema: Schema) -> Self {
+        Self {
+            pool,
+            schema,
+            statements: PreparedStatements::default(),
+        }
+    }
+
+    /// Sends its statements as `statements` says (default [`PreparedStatements::Cached`];
+    /// [`PreparedStatements::Unnamed`] behind PgBouncer before 1.21).
+    pub fn prepared_statements(mut self, statements: PreparedStatements) -> Self {
+        self.statements = statements;
+        self
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// Creates or upgrades the queue's schema ([`migrate_schema`](crate::migrate_schema)).
+    ///
+    /// # Errors
+    /// As [`migrate_schema`](crate::migrate_schema).
+    pub async fn migrate(&self) -> Result<(), MigrateError> {
+        crate::migrate::migrate_schema(&self.pool, &self.schema).await
+    }
+
+    /// Enqueues `job` through `executor`: inside a transaction (`&mut *tx`), the job exists
+    /// if and only if it commits. Options (delay, priority, group, unique key) go on the
+    /// returned [`Enqueue`] before `.await`.
+    pub fn enqueue<'c, J: Job, E: PgExecutor<'c>>(&self, executor: E, job: J) -> Enqueue<'c, J, E> {
+        Enqueue::new(job, executor)
+            .schema(&self.schema)
+            .prepared_statements(self.statements)
+    }
+
+    /// An empty [`JobBatch`] for this queue.
+    pub fn batch(&self) -> JobBatch {
+        JobBatch::for_schema(&self.schema).prepared_statements(self.statements)
+    }
+
+    /// A job's state and facts, or `None` if no job has this id (or it completed without
+    /// retention, or its history was pruned). One round trip.
+    ///
+    /// # Errors
+    /// [`QueueError::Database`].
+    pub async fn job(&self, id: JobId) -> Result<Option<JobInfo>, QueueError> {
+        let row: Option<JobRow> = sqlx::query_as(AssertSqlSafe(self.schema.render(
+            "SELECT state, group_id, kind, payload, priority, attempts, enqueued_at, at,
+                    started_at, finished_at, last_error, cancel_reason, cancel_requested
+               FROM @schema@.harel_job($1)",
+        )))
+        .bind(id.get())
+        .persistent(self.statements.persistent())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(DatabaseError::new)?;
+        row.map(|row| JobInfo::from_row(id, row)).transpose()
+    }
+
+    /// A page of jobs in id order, as `query` filters them (state, kind, group), from
+    /// `query`'s cursor on. Keyset pagination: pass [`JobPage::next`] to
+    /// [`JobQuery::after`] for the next page; `None` means there is none. One round trip of
+    /// bounded work, whatever the queue holds: a page may come back short (even empty)
+    /// with a cursor when the filters keep few of the jobs one call reads.
+    ///
+    /// ```no_run
+    /// # use harel_jobs::{JobQuery, Queue, StateFilter};
+    /// # async fn example(queue: Queue) -> Result<(), harel_jobs::QueueError> {
+    /// let mut query = JobQuery::new().state(StateFilter::Dead).kind("send_welcome_email");
+    /// loop {
+    ///     let page = queue.jobs(&query).await?;
+    ///     for job in &page.jobs {
+    ///         println!("{} {:?} {:?}", job.id, job.state, job.last_error);
+    ///     }
+    ///     match page.next {
+    ///         Some(next) => query = query.after(next),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for a limit outside 1..=1000;
+    /// [`QueueError::Database`].
+    pub async fn jobs(&self, query: &JobQuery) -> Result<JobPage, QueueError> {
+        if query.limit == 0 || query.limit > MAX_PAGE {
+            return Err(QueueError::InvalidArgument("a page holds 1 to 1,000 jobs"));
+        }
+        let rows: Vec<ListRow> = sqlx::query_as(AssertSqlSafe(self.schema.render(
+            "SELECT id, state, group_id, kind, payload, priority, attempts, enqueued_at, at,
+                    started_at, finished_at, last_error, cancel_reason, cancel_requested
+               FROM @schema@.harel_list_jobs($1, $2, $3, $4, $5)",
+        )))
+        .bind(query.state.map(StateFilter::as_str))
+        .bind(query.kind.as_deref())
+        .bind(query.group.as_deref())
+        .bind(query.after.map(JobId::get))
+        .bind(i32::try_from(query.limit).unwrap_or(100))
+        .persistent(self.statements.persistent())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(DatabaseError::new)?;
+        let mut jobs = Vec::with_capacity(rows.len());
+        let mut next = None;
+        for row in rows {
+            let (id, state) = (row.0, row.1.clone());
+            match (id, state) {
+                (Some(id), Some(_)) => {
+                    let row = job_row(row).ok_or(QueueError::UnexpectedReply)?;
+                    jobs.push(JobInfo::from_row(JobId::new(id), row)?);
+                }
+                (cursor, None) => next = cursor.map(JobId::new),
+                (None, Some(_)) => return Err(QueueError::UnexpectedReply),
+            }
+        }
+        jobs.sort_by_key(|job| job.id);
+        Ok(JobPage { jobs, next })
+    }
+
+    /// Cancels a job: at once if it is waiting, scheduled or retrying (it never runs); if it
+    /// runs, its handler is signalled at its worker's next heartbeat and the job ends as
+    /// cancelled whatever the handler returns. See [`CancelOutcome`]. Set a reason (kept
+    /// with the job, shown by [`job`](Self::job)) and how long the cancelled job is kept
+    /// before `.await`.
+    pub fn cancel(&self, id: JobId) -> Cancel<'_> {
+        Cancel {
+            queue: self,
+            target: Target::Job(id),
+            reason: None,
+            keep: DEFAULT_CANCELLED_RETENTION,
+        }
+    }
+
+    /// Cancels every job of `group` ("this user was deleted"): the waiting, scheduled and
+    /// retrying ones at once, a running one as [`cancel`](Self::cancel) does. In one
+    /// transaction, however many jobs the group holds (each round trip cancels up to 1,000
+    /// of them): either all are cancelled or, on an error, none.
+    pub fn cancel_group(&self, group: impl Into<String>) -> Cancel<'_> {
+        Cancel {
+            queue: self,
+            target: Target::Group(group.into()),
+            reason: None,
+            keep: DEFAULT_CANCELLED_RETENTION,
+        }
+    }
+
+    /// The queue's dead letters.
+    pub fn dead_letters(&self) -> DeadLetters {
+        DeadLetters::new(self.schema.clone())
+    }
+
+    /// The queue's depth and state counts ([`QueueStats`]).
+    ///
+    /// # Errors
+    /// [`DatabaseError`] if it cannot be read.
+    pub async fn stats(&self) -> Result<QueueStats, DatabaseError> {
+        QueueStats::fetch(&self.pool, &self.schema).await
+    }
+
+    /// A worker pool for this queue, sharing `state` with its handlers: register job
+    /// types, then `build()` and `start()`.
+    pub fn worker<S: Send + Sync + 'static>(&self, state: S) -> WorkerBuilder<S> {
+        crate::worker::Worker::builder(self.pool.clone(), state).schema(self.schema.clone())
+    }
+
+    async fn cancel_one(
+        &self,
+        id: JobId,
+        reason: Option<&str>,
+        keep_ms: i64,
+    ) -> Result<CancelOutcome, QueueError> {
+        let outcome: String = sqlx::query_scalar(AssertSqlSafe(
+            self.schema
+                .render("SELECT @schema@.harel_cancel($1, $2, $3)"),
+        ))
+        .bind(id.get())
+        .bind(reason)
+        .bind(keep_ms)
+        .persistent(self.statements.persistent())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(DatabaseError::new)?;
+        CancelOutcome::parse(&outcome).ok_or(QueueError::UnexpectedReply)
+    }
+
+    async fn cancel_all(
+        &self,
+        group: &str,
+        reason: Option<&str>,
+        keep_ms: i64,
+    ) -> Result<CancelOutcome, QueueError> {
+        if group.is_empty() || group.len() > crate::transport::MAX_GROUP_BYTES {
+            return Err(QueueError::InvalidArgument(
+                "a group id is 1 to 1,024 bytes",
+            ));
+        }
+        let mut tx = self.pool.begin().await.map_err(DatabaseError::new)?;
+        let mut cancelled: u64 = 0;
+        let mut requested = false;
+        loop {
+            let (now, running, remaining): (i32, bool, bool) =
+                sqlx::query_as(AssertSqlSafe(self.schema.render(
+                    "SELECT cancelled, requested, remaining
+                       FROM @schema@.harel_cancel_group($1, $2, $3, $4)",
+                )))
+                .bind(group)
+                .bind(reason)
+                .bind(keep_ms)
+                .bind(GROUP_CANCEL_STEP)
+                .persistent(self.statements.persistent())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(DatabaseError::new)?;
+            cancelled += u64::try_from(now).unwrap_or(0);
+            requested |= running;
+            if !remaining {
+                break;
+            }
+        }
+        tx.commit().await.map_err(DatabaseError::new)?;
+        Ok(CancelOutcome::Group {
+            cancelled,
+            running_requested: requested,
+        })
+    }
+}
+
+/// What [`Queue::cancel`] (or [`Queue::cancel_group`]) is to cancel.
+#[derive(Debug)]
+enum Target {
+    Job(JobId),
+    Group(String),
+}
+
+/// A cancel on its way: options first, then `.await`. Made by [`Queue::cancel`] and
+/// [`Queue::cancel_group`].
+#[must_use = "a cancel does nothing until awaited"]
+#[derive(Debug)]
+pub struct Cancel<'q> {
+    queue: &'q Queue,
+    target: Target,
+    reason: Option<String>,
+    keep: Duration,
+}
+
+impl Cancel<'_> {
+    /// Why (and by whom): kept with the cancelled job, at most 8 KiB
+    /// ([`MAX_REASON_BYTES`]).
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// How long the cancelled job stays in the history, where [`Queue::job`] finds it
+    /// (default [`DEFAULT_CANCELLED_RETENTION`], 7 days; at most 100 years).
+    pub fn keep(mut self, period: Duration) -> Self {
+        self.keep = period;
+        self
+    }
+}
+
+impl<'q> IntoFuture for Cancel<'q> {
+    type Output = Result<CancelOutcome, QueueError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'q>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            if self
+                .reason
+                .as_ref()
+                .is_some_and(|r| r.len() > MAX_REASON_BYTES || r.contains('\0'))
+            {
+                return Err(QueueError::InvalidArgument(
+                    "a cancel reason is at most 8 KiB, without NUL characters",
+                ));
+            }
+            if self.keep > MAX_DELAY {
+                return Err(QueueError::InvalidArgument(
+                    "a cancelled job is kept at most 100 years",
+                ));
+            }
+            let keep_ms = delay_millis(self.keep)
+                .map_err(|_| QueueError::InvalidArgument("keep period too long"))?;
+            let reason = self.reason.as_deref();
+            match &self.target {
+                Target::Job(id) => self.queue.cancel_one(*id, reason, keep_ms).await,
+                Target::Group(group) => self.queue.cancel_all(group, reason, keep_ms).await,
+            }
+        })
+    }
+}
+
+/// What a cancel did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    /// The job was waiting, scheduled or retrying: it is cancelled and will never run.
+    Cancelled,
+    /// The job is running: its handler is signalled at its worker's next heartbeat
+    /// ([`JobContext::is_cancelled`](crate::JobContext::is_cancelled)), and it ends as
+    /// cancelled whatever the handler returns (if its worker dies, when its lease lapses).
+    Requested,
+    /// Too late: it had completed (known only while completed jobs are retained).
+    AlreadyCompleted,
+    /// Too late: it had become a dead letter.
+    AlreadyDead,
+    /// It had been cancelled before.
+    AlreadyCancelled,
+    /// No job has this id (or it completed without retention, or was pruned).
+    NotFound,
+    /// [`Queue::cancel_group`]: how many jobs were cancelled at once, and whether a running
+    /// job was asked to stop (it ends as cancelled when its handler returns).
+    Group {
+        /// Jobs cancelled at once.
+        cancelled: u64,
+        /// Whether the group had a running job, now asked to stop.
+        running_requested: bool,
+    },
+}
+
+impl CancelOutcome {
+    fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "cancelled" => Self::Cancelled,
+            "requested" => Self::Requested,
+            "completed" => Self::AlreadyCompleted,
+            "dead" => Self::AlreadyDead,
+            "already_cancelled" => Self::AlreadyCancelled,
+            "not_found" => Self::NotFound,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a job is in its life ([`Queue::job`]). How long each state is kept: the queued
+/// ones until the job moves on; `Completed` only with retention (`#[job(retain = "…")]`
+/// or [`WorkerBuilder::retain_completed`]), for that period; `Cancelled` for the cancel's
+/// keep period (7 days by default); `Dead` until the dead letter is deleted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobState {
+    /// Due, waiting for a worker (or for the jobs before it in its group).
+    Waiting,
+    /// Not to start before `at`.
+    Scheduled {
+        /// The earliest start (database clock).
+        at: DateTime<Utc>,
+    },
+    /// A handler runs it.
+    Running {
+        /// When this attempt began (`None` for a job claimed by a release before 0.5).
+        since: Option<DateTime<Utc>>,
+        /// When its lease ends unless its worker's heartbeat extends it.
+        lease_until: DateTime<Utc>,
+        /// Whether its cancel was asked for (it ends as cancelled).
+        cancel_requested: bool,
+    },
+    /// An attempt failed (or its worker died); the next one starts at `after`.
+    Retrying {
+        /// The earliest next attempt (in the past: as soon as a worker is free).
+        after: DateTime<Utc>,
+    },
+    /// Done (kept only with retention).
+    Completed {
+        /// When the last attempt began, if known.
+        started_at: Option<DateTime<Utc>>,
+        /// When it completed.
+        at: DateTime<Utc>,
+    },
+    /// Failed for good: in the dead letters.
+    Dead {
+        /// When it failed for the last time.
+        at: DateTime<Utc>,
+    },
+    /// Cancelled.
+    Cancelled {
+        /// When it ended.
+        at: DateTime<Utc>,
+        /// The cancel's reason, if one was given.
+        reason: Option<String>,
+    },
+}
+
+/// A job as [`Queue::job`] finds it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// Its id.
+    pub id: JobId,
+    /// Where it is in its life.
+    pub state: JobState,
+    /// Its kind ([`Job::KIND`]).
+    pub kind: String,
+    /// Its group.
+    pub group: String,
+    /// Its payload, as JSON text ([`decode`](Self::decode) for the typed job).
+    pub payload: String,
+    /// The priority it was enqueued with.
+    pub priority: Priority,
+    /// Attempts started so far (a running one included).
+    pub attempts: u32,
+    /// When it was enqueued.
+    pub enqueued_at: DateTime<Utc>,
+    /// The last failed attempt's error, if any.
+    pub last_error: Option<String>,
+}
+
+impl JobInfo {
+    /// The payload as the job type `J`.
+    ///
+    /// # Errors
+    /// The payload does not decode as `J`.
+    pub fn decode<J: Job>(&self) -> Result<J, serde_json::Error> {
+        serde_json::from_str(&self.payload)
+    }
+
+    /// How long the last attempt ran, for a completed job whose start is known.
+    pub fn duration(&self) -> Option<Duration> {
+        match &self.state {
+            JobState::Completed {
+                started_at: Some(started),
+                at,
+            } => (*at - *started).to_std().ok(),
+            _ => None,
+        }
+    }
+
+    fn from_row(id: JobId, row: JobRow) -> Result<Self, QueueError> {
+        let (
+            state,
+            group,
+            kind,
+            payload,
+            priority,
+            attempts,
+            enqueued_at,
+            at,
+            started_at,
+            finished_at,
+            last_error,
+            cancel_reason,
+            cancel_requested,
+        ) = row;
+        let unexpected = || QueueError::UnexpectedReply;
+        let (Some(priority), Some(attempts), Some(enqueued_at), Some(cancel_requested)) =
+            (priority, attempts, enqueued_at, cancel_requested)
+        else {
+            return Err(unexpected());
+        };
+        let state = match state.as_str() {
+            "waiting" => JobState::Waiting,
+            "scheduled" => JobState::Scheduled {
+                at: at.ok_or_else(unexpected)?,
+            },
+            "running" => JobState::Running {
+                since: started_at,
+                lease_until: at.ok_or_else(unexpected)?,
+                cancel_requested,
+            },
+            "retrying" => JobState::Retrying {
+                after: at.unwrap_or(enqueued_at),
+            },
+            "completed" => JobState::Completed {
+                started_at,
+                at: finished_at.ok_or_else(unexpected)?,
+            },
+            "dead" => JobState::Dead {
+                at: finished_at.ok_or_else(unexpected)?,
+            },
+            "cancelled" => JobState::Cancelled {
+                at: finished_at.ok_or_else(unexpected)?,
+                reason: cancel_reason,
+            },
+            _ => return Err(unexpected()),
+        };
+        Ok(Self {
+            id,
+            state,
+            kind,
+            group,
+            payload,
+            priority: Priority::from_db(priority),
+            attempts: u32::try_from(attempts).unwrap_or(0),
+            enqueued_at,
+            last_error,
+        })
+    }
+}
+
+/// A row of `harel_job`.
+type JobRow = (
+    String,
+    String,
+    String,
+    String,
+    Option<i16>,
+    Option<i32>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<String>,
+    Option<String>,
+    Option<bool>,
+);
+
+/// A row of `harel_list_jobs`: its id, then `harel_job`'s columns (all NULL in the cursor
+/// row).
+type ListRow = (
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<i16>,
+    Option<i32>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<String>,
+    Option<String>,
+    Option<bool>,
+);
+
+/// A listed job's row as `harel_job` gives it, if its columns are there.
+fn job_row(row: ListRow) -> Option<JobRow> {
+    Some((
+        row.1?, row.2?, row.3?, row.4?, row.5, row.6, row.7, row.8, row.9, row.10, row.11, row.12,
+        row.13,
+    ))
+}
+
+/// Which jobs [`Queue::jobs`] lists, and from where: a filter and a cursor.
+#[derive(Clone, Debug)]
+pub struct JobQuery {
+    state: Option<StateFilter>,
+    kind: Option<String>,
+    group: Option<String>,
+    after: Option<JobId>,
+    limit: u32,
+}
+
+impl Default for JobQuery {
+    fn default() -> Self {
+        Self {
+            state: None,
+            kind: None,
+            group: None,
+            after: None,
+            limit: 100,
+        }
+    }
+}
+
+impl JobQuery {
+    /// Every job, from the first, 100 a page.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only jobs in this state.
+    pub fn state(mut self, state: StateFilter) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Only jobs of this kind.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Only jobs of this group.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// Jobs with an id above this one: the cursor of the previous page ([`JobPage::next`]).
+    pub fn after(mut self, id: JobId) -> Self {
+        self.after = Some(id);
+        self
+    }
+
+    /// At most this many jobs a page (1 to [`MAX_PAGE`]; default 100).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// A state to list jobs in ([`JobQuery::state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StateFilter {
+    /// Waiting, scheduled, running or retrying: every job still in the queue.
+    Queued,
+    /// [`JobState::Waiting`].
+    Waiting,
+    /// [`JobState::Scheduled`].
+    Scheduled,
+    /// [`JobState::Running`].
+    Running,
+    /// [`JobState::Retrying`].
+    Retrying,
+    /// [`JobState::Completed`] (retained ones).
+    Completed,
+    /// [`JobState::Dead`].
+    Dead,
+    /// [`JobState::Cancelled`].
+    Cancelled,
+}
+
+impl StateFilter {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Waiting => "waiting",
+            Self::Scheduled => "scheduled",
+            Self::Running => "running",
+            Self::Retrying => "retrying",
+            Self::Completed => "completed",
+            Self::Dead => "dead",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One page of [`Queue::jobs`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct JobPage {
+    /// The jobs, in id order.
+    pub jobs: Vec<JobInfo>,
+    /// Where the next page starts ([`JobQuery::after`]); `None` when there is none.
+    pub next: Option<JobId>,
+}

@@ -1,0 +1,115 @@
+-- harel_cancel: cancels one job by id. One round trip; what an operator calls.
+--
+-- Returns one row, what became of the job:
+--   'cancelled'  it was waiting, scheduled or retrying: it ended now, as cancelled, kept in
+--                job_history for p_keep_ms with p_reason. It never runs (again): a claim
+--                racing this call either leased it first (then it is running, below) or
+--                waits for this call's transaction and finds it gone.
+--   'requested'  it is running: the cancel is recorded on its group row. The worker's next
+--                heartbeat learns it and signals the handler; whatever the handler then
+--                returns, the settle of its lease ends the job as cancelled (and if the
+--                worker dies first, the claim that finds the lapsed lease does). Asked again,
+--                the first reason stands.
+--   'completed', 'dead', 'already_cancelled'
+--                it had already ended so (completed: only while it is retained);
+--   'not_found'  no such job (or it completed without retention, or was pruned).
+-- The group moves on as after an ack: behind every waiting group, or dropped when empty.
+CREATE OR REPLACE FUNCTION "harel".harel_cancel(
+    p_id      BIGINT,
+    p_reason  TEXT,
+    p_keep_ms BIGINT
+) RETURNS TEXT
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now    TIMESTAMPTZ;
+    v_group  TEXT;
+    g        RECORD;
+    m        RECORD;
+    v_state  TEXT;
+BEGIN
+    IF p_id IS NULL OR p_keep_ms IS NULL OR p_keep_ms NOT BETWEEN 0 AND 3155760000000
+       OR octet_length(p_reason) > 8192 THEN
+        RAISE EXCEPTION 'harel_cancel: need an id, a reason of at most 8192 bytes (or NULL) and a keep period of 0 to 100 years'
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- A few rounds at most: a job that moves (settled, its group dropped) between reading
+    -- where it is and locking its group is looked for again.
+    FOR round IN 1..5 LOOP
+        v_group := NULL;
+        SELECT t.group_id INTO v_group FROM "harel".transport_messages t WHERE t.seq = p_id;
+        IF v_group IS NULL THEN
+            SELECT t.group_id INTO v_group FROM "harel".transport_groups t
+             WHERE t.inline_seq = p_id;
+        END IF;
+        IF v_group IS NULL THEN
+            SELECT CASE h.state WHEN 'cancelled' THEN 'already_cancelled' ELSE h.state END
+              INTO v_state FROM "harel".job_history h WHERE h.id = p_id;
+            IF v_state IS NULL AND EXISTS (SELECT 1 FROM "harel".dead_letters d
+                                            WHERE d.id = p_id) THEN
+                v_state := 'dead';
+            END IF;
+            RETURN COALESCE(v_state, 'not_found');
+        END IF;
+
+        -- Waits for a claim or settle holding the group; a new statement after it sees what
+        -- they committed.
+        SELECT * INTO g FROM "harel".transport_groups t
+         WHERE t.group_id = v_group
+           FOR NO KEY UPDATE;
+        CONTINUE WHEN NOT FOUND;
+        v_now := clock_timestamp();
+        IF g.inline_seq IS DISTINCT FROM p_id AND NOT EXISTS (
+               SELECT 1 FROM "harel".transport_messages t
+                WHERE t.group_id = v_group AND t.seq = p_id) THEN
+            CONTINUE;
+        END IF;
+
+        IF g.head_seq = p_id AND g.locked_by IS NOT NULL AND g.available_at > v_now THEN
+            UPDATE "harel".transport_groups t
+               SET cancel_requested_at = COALESCE(t.cancel_requested_at, v_now),
+                   cancel_reason = CASE WHEN t.cancel_requested_at IS NULL THEN p_reason
+                                        ELSE t.cancel_reason END,
+                   cancel_keep_ms = COALESCE(t.cancel_keep_ms, p_keep_ms)
+             WHERE t.group_id = v_group;
+            RETURN 'requested';
+        END IF;
+
+        IF g.inline_seq = p_id OR (g.inline_seq IS NULL AND p_id = (
+               SELECT f.seq FROM "harel".transport_messages f
+                WHERE f.group_id = v_group ORDER BY f.seq LIMIT 1)) THEN
+            -- its group's head (waiting, scheduled, parked for a retry, or a lapsed lease):
+            -- the group moves on
+            UPDATE "harel".transport_groups t
+               SET cancel_requested_at = v_now, cancel_reason = p_reason,
+                   cancel_keep_ms = p_keep_ms
+             WHERE t.group_id = v_group;
+            PERFORM "harel".harel_end_cancelled(ARRAY[v_group]);
+        ELSE
+            -- behind the head: only the message goes
+            DELETE FROM "harel".transport_messages t
+             WHERE t.group_id = v_group AND t.seq = p_id
+            RETURNING t.* INTO m;
+            INSERT INTO "harel".job_history
+                   (id, group_id, kind, payload, priority, state, attempts, last_error,
+                    enqueued_at, started_at, finished_at, cancel_reason, keep_until)
+            VALUES (m.seq, m.group_id, m.kind, m.payload, m.priority, 'cancelled', m.attempts,
+                    m.last_error, m.enqueued_at, NULL, v_now, p_reason,
+                    v_now + p_keep_ms * interval '1 millisecond')
+            ON CONFLICT (id) DO NOTHING;
+            IF m.unique_key IS NOT NULL THEN
+                PERFORM "harel".harel_release_key(m.unique_key, m.seq, false);
+            END IF;
+        END IF;
+        RETURN 'cancelled';
+    END LOOP;
+    RAISE EXCEPTION 'harel_cancel: job % kept moving; try again', p_id USING ERRCODE = '40001';
+END
+$$;
+
+REVOKE ALL ON FUNCTION "harel".harel_cancel(BIGINT, TEXT, BIGINT) FROM PUBLIC;

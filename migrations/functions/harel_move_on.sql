@@ -1,0 +1,37 @@
+-- harel_move_on: a group's head has ended outside a settle (cancelled): free the group
+-- behind every waiting group, claimable when its next message is due, or drop it if it has
+-- none. Internal: called by harel_end_cancelled and harel_cancel_group, which hold the
+-- group's row locked; returns whether the group still has messages. (harel_settle does the
+-- same for a batch, set-based.)
+CREATE OR REPLACE FUNCTION "harel".harel_move_on(p_group TEXT) RETURNS BOOLEAN
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_next RECORD;
+BEGIN
+    SELECT n.seq, n.not_before INTO v_next
+      FROM "harel".transport_messages n
+     WHERE n.group_id = p_group
+     ORDER BY n.seq
+     LIMIT 1;
+    IF v_next.seq IS NULL THEN
+        PERFORM "harel".harel_drop_empty_groups(ARRAY[p_group], 200);
+        RETURN false;
+    END IF;
+    UPDATE "harel".transport_groups t
+       SET locked_by = NULL, head_seq = NULL, head_attempts = 0, head_started_at = NULL,
+           available_at = GREATEST(statement_timestamp(), v_next.not_before),
+           cancel_requested_at = NULL, cancel_reason = NULL, cancel_keep_ms = NULL,
+           inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
+           inline_enqueued_at = NULL, inline_not_before = NULL,
+           inline_last_error = NULL, inline_unique_key = NULL
+     WHERE t.group_id = p_group;
+    RETURN true;
+END
+$$;
+
+REVOKE ALL ON FUNCTION "harel".harel_move_on(TEXT) FROM PUBLIC;
