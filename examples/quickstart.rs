@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use harel_jobs::{JobContext, JobError, JobResult, QueueStats, Schema, Worker, job};
+use harel_jobs::{JobContext, JobError, JobResult, JobState, Queue, Schema, job};
 
 /// What the handlers share: here, a way to report, and a count of finished jobs.
 #[derive(Default)]
@@ -93,44 +93,42 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Connect (waiting for the database if it is starting) and create the queue's schema.
     let pool = harel_jobs::connect(&url).await?;
-    let schema = Schema::new("harel_quickstart")?;
     sqlx::query("DROP SCHEMA IF EXISTS harel_quickstart CASCADE")
         .execute(&pool)
         .await?;
-    harel_jobs::migrate_schema(&pool, &schema).await?;
+    // The queue: a pool and the schema it lives in.
+    let queue = Queue::with_schema(pool.clone(), Schema::new("harel_quickstart")?);
+    queue.migrate().await?;
 
     // Enqueue inside one transaction: the jobs exist if and only if it commits.
     let mut tx = pool.begin().await?;
-    SendWelcomeEmail {
+    let mut ids = Vec::new();
+    let welcome = SendWelcomeEmail {
         user_id: 42,
         template: "welcome".into(),
-    }
-    .enqueue(&mut *tx)
-    .schema(&schema)
-    .await?;
+    };
+    ids.push(queue.enqueue(&mut *tx, welcome).await?);
     for (step, action) in [(1, "reserve stock"), (2, "charge card"), (3, "ship")] {
-        FulfilOrder {
+        let fulfil = FulfilOrder {
             order_id: 7,
             step,
             action: action.into(),
-        }
-        .enqueue(&mut *tx)
-        .schema(&schema)
-        .await?;
+        };
+        ids.push(queue.enqueue(&mut *tx, fulfil).await?);
     }
-    SyncPartner {
+    let sync = SyncPartner {
         partner: "acme".into(),
-    }
-    .enqueue(&mut *tx)
-    .schema(&schema)
-    .await?;
+    };
+    ids.push(queue.enqueue(&mut *tx, sync).await?);
     tx.commit().await?;
-    let expected = 5;
+    let expected = ids.len();
     println!("harel-jobs quickstart: {expected} jobs enqueued in one transaction");
 
-    // Run the embedded worker pool until every job is done.
-    let worker = Worker::builder(pool.clone(), AppState::default())
-        .schema(schema.clone())
+    // Run the embedded worker pool until every job is done, keeping completed jobs for an
+    // hour so that we can look at them below.
+    let worker = queue
+        .worker(AppState::default())
+        .retain_completed(Duration::from_secs(3600))
         .register::<SendWelcomeEmail>()
         .register::<FulfilOrder>()
         .register::<SyncPartner>()
@@ -139,12 +137,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let handle = worker.start();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let queue = QueueStats::fetch(&pool, &schema).await?;
-        if queue.is_idle() {
+        let stats = queue.stats().await?;
+        if stats.is_idle() {
             break;
         }
         if Instant::now() > deadline {
-            return Err(format!("jobs still queued after 30 s: {queue:?}").into());
+            return Err(format!("jobs still queued after 30 s: {stats:?}").into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -158,6 +156,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     if stats.succeeded as usize != expected || stats.dead_lettered != 0 {
         return Err("not every job succeeded".into());
+    }
+
+    // What became of each job, as the queue remembers it.
+    for id in ids {
+        let Some(job) = queue.job(id).await? else {
+            return Err(format!("job {id} is not retained").into());
+        };
+        let JobState::Completed { .. } = job.state else {
+            return Err(format!("job {id} is {:?}", job.state).into());
+        };
+        let took = job.duration().unwrap_or_default();
+        println!(
+            "  job {id} {} (group {}): completed after {} attempt(s), last one {} ms",
+            job.kind,
+            job.group,
+            job.attempts,
+            took.as_millis()
+        );
     }
     Ok(())
 }

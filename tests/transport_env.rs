@@ -395,6 +395,37 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
                 .await
                 .unwrap();
         }
+        // the operator's calls: look up (a live job, a churned one), list from a cursor,
+        // cancel (a job, a group), and a unique enqueue and its duplicate
+        let unique = OutgoingMessage::new(format!("unique-{round}"), "test", "{}")
+            .unique(format!("key-{round}"), None);
+        let ids = q
+            .transport
+            .publish_many(&mut conn, &[unique.clone(), unique])
+            .await
+            .unwrap();
+        for id in [ids[0], 1] {
+            sqlx::query(q.sql("SELECT * FROM @schema@.harel_job($1)"))
+                .bind(id)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        sqlx::query(q.sql("SELECT * FROM @schema@.harel_list_jobs('queued', NULL, NULL, $1, 10)"))
+            .bind(ids[0] - 1)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(q.sql("SELECT * FROM @schema@.harel_cancel($1, 'test', 60000)"))
+            .bind(ids[0])
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(q.sql("SELECT * FROM @schema@.harel_cancel_group($1, 'test', 60000, 100)"))
+            .bind(format!("deep-{round}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
     }
     conn.close().await.unwrap();
     sqlx::raw_sql("ROLLBACK")
@@ -424,6 +455,10 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
         "harel_claim",
         "harel_extend",
         "harel_settle",
+        "harel_job",
+        "harel_list_jobs",
+        "harel_cancel",
+        "harel_cancel_group",
     ] {
         assert!(
             functions.contains(expected),
