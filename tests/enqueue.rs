@@ -122,7 +122,7 @@ async fn a_batch_job_gets_the_same_group_priority_delay_and_not_before_as_a_sing
         let alone = row(&q, single_id, at).await;
         for r in [&in_batch, &alone] {
             assert_eq!((r.1, r.2, &r.3), (*priority, *priority, due), "{r:?}");
-            assert!(r.0.starts_with("ping:"), "a group of its own: {r:?}");
+            assert!(r.0.starts_with("own:"), "a group of its own: {r:?}");
         }
         assert_ne!(in_batch.0, alone.0, "each job gets a group of its own");
     }

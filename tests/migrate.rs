@@ -180,6 +180,8 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_publish",
         "harel_queued_state",
         "harel_release_key",
+        "harel_schedule_fire",
+        "harel_schedules",
         "harel_settle",
         "harel_take_key",
     ]

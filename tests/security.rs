@@ -204,6 +204,12 @@ fn producer_must_not(q: &TestQueue) -> Vec<String> {
         format!("SELECT {s}.harel_release_key('k', 1, false)"),
         format!("SELECT {s}.harel_end_cancelled(ARRAY['g'])"),
         format!("SELECT {s}.harel_move_on('g')"),
+        format!(
+            "SELECT {s}.harel_schedule_fire('x', 'every 1s', now(), now(), 'g', 'k', '{{}}', \
+             2::smallint)"
+        ),
+        format!("SELECT * FROM {s}.harel_schedules(NULL)"),
+        format!("DELETE FROM {s}.schedules"),
     ]
 }
 
@@ -355,6 +361,7 @@ async fn a_worker_can_work_and_can_neither_enqueue_nor_touch_leases_it_does_not_
         !sql.contains("harel_claim")
             && !sql.contains("harel_maintain")
             && !sql.contains("harel_extend")
+            && !sql.contains("harel_schedule")
     }) {
         assert_eq!(
             sqlstate(&worker, sql.clone()).await.as_deref(),

@@ -93,7 +93,10 @@ async fn racing_claimers_never_share_a_group_and_process_each_message_once_in_or
             .collect();
         let seqs = q.transport.publish_many(&q.pool, &batch).await.unwrap();
         for (m, seq) in batch.iter().zip(seqs) {
-            expected.entry(m.group().to_owned()).or_default().push(seq);
+            expected
+                .entry(m.group().expect("a named group").to_owned())
+                .or_default()
+                .push(seq);
         }
     }
     let total = GROUPS * PER_GROUP;

@@ -42,13 +42,23 @@ pub async fn prepare(pool: &PgPool, fill: impl AsyncFnOnce() -> Res<u64>) -> Res
     Ok(n)
 }
 
-/// Publishes `n` no-op messages, each in a group of its own, in chunks of [`FILL_CHUNK`].
+/// Publishes `n` no-op messages, each in a group of its own (as ungrouped jobs are), in
+/// chunks of [`FILL_CHUNK`].
 pub async fn fill_single(pool: &PgPool, transport: &Transport, n: u64) -> Res<u64> {
     let mut next = 0u64;
     while next < n {
         let end = (next + FILL_CHUNK as u64).min(n);
         let chunk: Vec<OutgoingMessage> = (next..end)
-            .map(|i| OutgoingMessage::new(format!("s{i}"), Noop::KIND, "{}"))
+            .map(|_| match std::env::var("HAREL_BENCH_FILL").as_deref() {
+                // a named group per job, as the first releases named the group of a job
+                // without one (for comparisons with them)
+                Ok("uuid") => OutgoingMessage::new(
+                    format!("noop:{}", uuid::Uuid::new_v4().simple()),
+                    Noop::KIND,
+                    "{}",
+                ),
+                _ => OutgoingMessage::new("-", Noop::KIND, "{}").in_own_group(),
+            })
             .collect();
         transport.publish_many(pool, &chunk).await?;
         next = end;

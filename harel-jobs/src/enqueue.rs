@@ -132,27 +132,23 @@ impl EnqueueOptions {
     }
 
     /// The message for `job`: group override, else the job's group, else a fresh one.
-    fn message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
-        let group = match &self.group {
-            Some(group) => group.clone(),
-            None => job.group().unwrap_or_else(|| fresh_group(J::KIND)),
-        };
+    pub(crate) fn message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
+        let group = self.group.clone().or_else(|| job.group());
         let priority = match self.priority {
             Some(p) => Priority::new(p).map_err(InvalidMessage::from)?,
             None => J::options().priority.unwrap_or_default(),
         };
         let mut message =
-            OutgoingMessage::serialize(group, J::KIND, job).map_err(PublishError::Serialize)?;
+            OutgoingMessage::serialize(group.as_deref().unwrap_or_default(), J::KIND, job)
+                .map_err(PublishError::Serialize)?;
+        if group.is_none() {
+            message = message.in_own_group();
+        }
         if let Some(unique) = self.unique.clone().or_else(|| job.unique()) {
             message = message.unique(unique.key(), unique.hold());
         }
         Ok(message.priority(priority).schedule(self.schedule))
     }
-}
-
-/// A group of its own for a job without one: its kind and a random UUID.
-fn fresh_group(kind: &str) -> String {
-    format!("{kind}:{}", uuid::Uuid::new_v4().simple())
 }
 
 /// The transport of the default schema, built once.

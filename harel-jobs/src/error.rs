@@ -439,6 +439,15 @@ pub enum ConfigError {
          'pg_' hold the system's own catalogs; pick another name"
     )]
     ReservedSchemaName(String),
+    /// A periodic schedule that cannot be used: a bad name, cron expression, time zone or
+    /// interval, or a name declared twice on one worker.
+    #[error("invalid schedule {name:?}: {reason}")]
+    InvalidSchedule {
+        /// The schedule's name (cut to 64 characters when it is the problem).
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// Two registered job types share one kind.
     #[error("two registered job types have the kind {0:?}: kinds must be unique")]
     DuplicateKind(&'static str),

@@ -64,6 +64,7 @@ mod inspect;
 mod job;
 mod job_error;
 mod migrate;
+mod periodic;
 mod queue;
 mod retry;
 mod schema;
@@ -87,9 +88,10 @@ pub use inspect::{Count, QueueStats};
 pub use job::{Handler, Job, JobOptions, Unique};
 pub use job_error::{Action, IntoJobResult, JobError, JobResult};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
+pub use periodic::{MAX_CATCH_UP, MAX_SCHEDULE_NAME_BYTES, MissedTicks, Periodic};
 pub use queue::{
     Cancel, CancelOutcome, DEFAULT_CANCELLED_RETENTION, JobInfo, JobPage, JobQuery, JobState,
-    MAX_PAGE, MAX_REASON_BYTES, Queue, StateFilter,
+    MAX_PAGE, MAX_REASON_BYTES, Queue, ScheduleInfo, StateFilter,
 };
 pub use retry::Backoff;
 pub use schema::Schema;

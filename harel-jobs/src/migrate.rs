@@ -65,6 +65,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0005_job_lifecycle.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 6,
+        name: "schedules",
+        sql: include_str!("../sql/migrations/0006_schedules.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied.
@@ -133,10 +139,18 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_cancel_group",
         sql: include_str!("../sql/functions/harel_cancel_group.sql"),
     },
+    Function {
+        name: "harel_schedule_fire",
+        sql: include_str!("../sql/functions/harel_schedule_fire.sql"),
+    },
+    Function {
+        name: "harel_schedules",
+        sql: include_str!("../sql/functions/harel_schedules.sql"),
+    },
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

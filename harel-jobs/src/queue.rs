@@ -226,6 +226,36 @@ impl Queue {
         }
     }
 
+    /// The periodic schedules workers declared on this queue
+    /// ([`WorkerBuilder::periodic`]), by name, with their last and next tick. A schedule no
+    /// worker declares any more stays listed (its `updated_at` stops moving). One round
+    /// trip.
+    ///
+    /// # Errors
+    /// [`QueueError::Database`].
+    pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>, QueueError> {
+        let rows: Vec<ScheduleRow> = sqlx::query_as(AssertSqlSafe(self.schema.render(
+            "SELECT name, spec, last_tick, next_tick, updated_at
+               FROM @schema@.harel_schedules(NULL)",
+        )))
+        .persistent(self.statements.persistent())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(DatabaseError::new)?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(name, spec, last_tick, next_tick, updated_at)| ScheduleInfo {
+                    name,
+                    spec,
+                    last_tick,
+                    next_tick,
+                    updated_at,
+                },
+            )
+            .collect())
+    }
+
     /// The queue's dead letters.
     pub fn dead_letters(&self) -> DeadLetters {
         DeadLetters::new(self.schema.clone())
@@ -305,6 +335,31 @@ impl Queue {
             running_requested: requested,
         })
     }
+}
+
+/// A row of `harel_schedules`.
+type ScheduleRow = (
+    String,
+    String,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    DateTime<Utc>,
+);
+
+/// A periodic schedule as [`Queue::schedules`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScheduleInfo {
+    /// Its name.
+    pub name: String,
+    /// How it was last declared: `cron <expression> (<time zone>)` or `every <n>s`.
+    pub spec: String,
+    /// The last tick whose job was enqueued (`None`: none yet).
+    pub last_tick: Option<DateTime<Utc>>,
+    /// The tick after it, as the worker that enqueued it computed it.
+    pub next_tick: Option<DateTime<Utc>>,
+    /// When a worker last declared it or enqueued a tick.
+    pub updated_at: DateTime<Utc>,
 }
 
 /// What [`Queue::cancel`] (or [`Queue::cancel_group`]) is to cancel.

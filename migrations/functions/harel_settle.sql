@@ -60,6 +60,7 @@ DECLARE
     v_inline   BOOLEAN[];
     v_started  TIMESTAMPTZ[];
     v_keys     TEXT[];
+    v_keys_held TEXT[];
     v_key      TEXT;
     v_cancels  TEXT[];
     v_drained  TEXT[];
@@ -124,10 +125,10 @@ BEGIN
     SELECT array_agg(f.ord), array_agg(f.group_id), array_agg(f.seq), array_agg(f.action),
            array_agg(f.delay_ms), array_agg(f.counted), array_agg(f.attempts),
            array_agg(left(f.error, 16384)), array_agg(f.inline), array_agg(f.started),
-           array_agg(f.unique_key),
+           array_agg(f.unique_key), array_agg(f.unique_key) FILTER (WHERE f.unique_key IS NOT NULL),
            array_agg(f.group_id) FILTER (WHERE f.action = 'cancel')
       INTO v_ords, v_groups, v_seqs, v_actions, v_delays, v_counted, v_attempts, v_errors,
-           v_inline, v_started, v_keys, v_cancels
+           v_inline, v_started, v_keys, v_keys_held, v_cancels
       FROM (SELECT x.ord, g.group_id, x.seq,
                    CASE WHEN g.cancel_requested_at IS NOT NULL THEN 'cancel'
                         ELSE x.action END AS action,
@@ -196,8 +197,10 @@ BEGIN
                    d.attempts, d.error, g.inline_enqueued_at
               FROM unnest(v_groups, v_actions, v_attempts, v_errors, v_inline)
                    AS d(group_id, action, attempts, error, inline)
-              JOIN "harel".transport_groups g ON g.group_id = d.group_id
-             WHERE d.action = 'dead' AND d.inline AND g.group_id = ANY (v_groups);
+             CROSS JOIN LATERAL (SELECT t.* FROM "harel".transport_groups t
+                                  WHERE t.group_id = d.group_id
+                                 OFFSET 0) AS g
+             WHERE d.action = 'dead' AND d.inline;
         END IF;
         IF 'retain' = ANY (v_actions) THEN
             INSERT INTO "harel".job_history
@@ -218,12 +221,20 @@ BEGIN
                    v_now, v_now + d.delay_ms * interval '1 millisecond'
               FROM unnest(v_groups, v_actions, v_attempts, v_delays, v_started, v_inline)
                    AS d(group_id, action, attempts, delay_ms, started, inline)
-              JOIN "harel".transport_groups g ON g.group_id = d.group_id
-             WHERE d.action = 'retain' AND d.inline AND g.group_id = ANY (v_groups)
+             -- one lookup by key per row (a join with `group_id = ANY (v_groups)` looked the
+             -- whole batch up once per row: retained drains ran five times slower)
+             CROSS JOIN LATERAL (SELECT t.* FROM "harel".transport_groups t
+                                  WHERE t.group_id = d.group_id
+                                 OFFSET 0) AS g
+             WHERE d.action = 'retain' AND d.inline
             ON CONFLICT (id) DO NOTHING;
         END IF;
-        FOR i IN 1..cardinality(v_groups) LOOP
-            IF v_actions[i] IN ('ack', 'retain', 'dead') THEN
+        -- a finished message leaves transport_messages (an inline one goes with its group
+        -- row's update or delete below), and frees its unique key if it held one; nothing
+        -- to do per message for the common batch, inline and without keys
+        IF NOT (true = ALL (v_inline) AND v_keys_held IS NULL) THEN
+            FOR i IN 1..cardinality(v_groups) LOOP
+                CONTINUE WHEN v_actions[i] NOT IN ('ack', 'retain', 'dead');
                 IF NOT v_inline[i] THEN
                     DELETE FROM "harel".transport_messages m
                      WHERE m.group_id = v_groups[i] AND m.seq = v_seqs[i]
@@ -234,8 +245,8 @@ BEGIN
                 IF v_key IS NOT NULL THEN
                     PERFORM "harel".harel_release_key(v_key, v_seqs[i], v_actions[i] <> 'dead');
                 END IF;
-            END IF;
-        END LOOP;
+            END LOOP;
+        END IF;
 
         -- Move the finished groups on (an inline message ends here). A new statement: its
         -- snapshot sees messages committed since the fence.

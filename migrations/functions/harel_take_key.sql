@@ -46,7 +46,11 @@ BEGIN
                 END IF;
             ELSIF EXISTS (SELECT 1 FROM "harel".transport_messages m WHERE m.seq = v_holder)
                OR EXISTS (SELECT 1 FROM "harel".transport_groups g
-                           WHERE g.inline_seq = v_holder) THEN
+                           WHERE g.group_id = 'own:' || lpad(v_holder::text, 19, '0')
+                             AND g.inline_seq = v_holder)
+               OR EXISTS (SELECT 1 FROM "harel".transport_groups g
+                           WHERE g.inline_seq = v_holder
+                             AND g.group_id <> 'own:' || lpad(g.inline_seq::text, 19, '0')) THEN
                 RETURN v_holder;
             END IF;
             UPDATE "harel".unique_keys u

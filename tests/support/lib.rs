@@ -165,6 +165,8 @@ pub const WORKER_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_settle",
     "EXECUTE ON FUNCTION @schema@.harel_extend",
     "EXECUTE ON FUNCTION @schema@.harel_maintain",
+    "EXECUTE ON FUNCTION @schema@.harel_schedule_fire",
+    "EXECUTE ON FUNCTION @schema@.harel_schedules",
 ];
 
 /// What the README's "Database roles" grants an operator (stats, dead letters, job lookup
@@ -178,6 +180,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_list_jobs",
     "EXECUTE ON FUNCTION @schema@.harel_cancel",
     "EXECUTE ON FUNCTION @schema@.harel_cancel_group",
+    "EXECUTE ON FUNCTION @schema@.harel_schedules",
 ];
 
 impl TestRole {

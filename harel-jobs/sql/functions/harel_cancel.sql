@@ -45,7 +45,12 @@ BEGIN
         SELECT t.group_id INTO v_group FROM @schema@.transport_messages t WHERE t.seq = p_id;
         IF v_group IS NULL THEN
             SELECT t.group_id INTO v_group FROM @schema@.transport_groups t
-             WHERE t.inline_seq = p_id;
+             WHERE t.group_id = 'own:' || lpad(p_id::text, 19, '0') AND t.inline_seq = p_id;
+        END IF;
+        IF v_group IS NULL THEN
+            SELECT t.group_id INTO v_group FROM @schema@.transport_groups t
+             WHERE t.inline_seq = p_id
+               AND t.group_id <> 'own:' || lpad(t.inline_seq::text, 19, '0');
         END IF;
         IF v_group IS NULL THEN
             SELECT CASE h.state WHEN 'cancelled' THEN 'already_cancelled' ELSE h.state END

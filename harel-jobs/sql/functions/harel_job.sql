@@ -43,10 +43,18 @@ BEGIN
           FROM @schema@.transport_messages m
          WHERE m.seq = p_id
         UNION ALL
+        -- a group of its own, by its key (migration 0005)
+        SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
+               g.inline_enqueued_at, g.inline_not_before, 0, g.inline_last_error
+          FROM @schema@.transport_groups g
+         WHERE g.group_id = 'own:' || lpad(p_id::text, 19, '0') AND g.inline_seq = p_id
+        UNION ALL
+        -- the first message of a named group, by the partial index
         SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
                g.inline_enqueued_at, g.inline_not_before, 0, g.inline_last_error
           FROM @schema@.transport_groups g
          WHERE g.inline_seq = p_id
+           AND g.group_id <> 'own:' || lpad(g.inline_seq::text, 19, '0')
     ), facts AS (
         SELECT q.*, g.head_seq = q.seq AS is_head, g.head_attempts, g.head_started_at,
                g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason

@@ -65,14 +65,30 @@ BEGIN
          ORDER BY t.seq
          LIMIT c_scan
     ), i AS MATERIALIZED (
+        -- first messages of named groups, by the partial index
         SELECT t.inline_seq AS seq, t.group_id, t.inline_kind AS kind,
                t.inline_payload AS payload, t.priority, t.inline_enqueued_at AS enqueued_at,
                t.inline_not_before AS not_before, 0 AS attempts,
                t.inline_last_error AS last_error
           FROM @schema@.transport_groups t
          WHERE v_queued AND t.inline_seq > v_after
+           AND t.group_id <> 'own:' || lpad(t.inline_seq::text, 19, '0')
            AND (p_group IS NULL OR t.group_id = p_group)
          ORDER BY t.inline_seq
+         LIMIT c_scan
+    ), o AS MATERIALIZED (
+        -- jobs in groups of their own, by the groups' key: 'own:' and 19 digits sort as
+        -- the seqs do (';' follows ':')
+        SELECT t.inline_seq AS seq, t.group_id, t.inline_kind AS kind,
+               t.inline_payload AS payload, t.priority, t.inline_enqueued_at AS enqueued_at,
+               t.inline_not_before AS not_before, 0 AS attempts,
+               t.inline_last_error AS last_error
+          FROM @schema@.transport_groups t
+         WHERE v_queued AND t.group_id > 'own:' || lpad(v_after::text, 19, '0')
+           AND t.group_id < 'own;'
+           AND t.group_id = 'own:' || lpad(t.inline_seq::text, 19, '0')
+           AND (p_group IS NULL OR t.group_id = p_group)
+         ORDER BY t.group_id
          LIMIT c_scan
     ), h AS MATERIALIZED (
         SELECT t.* FROM @schema@.job_history t
@@ -89,12 +105,13 @@ BEGIN
         -- source's rows end, so that no job is skipped
         SELECT LEAST((SELECT max(x.seq) FROM m x HAVING count(*) = c_scan),
                      (SELECT max(x.seq) FROM i x HAVING count(*) = c_scan),
+                     (SELECT max(x.seq) FROM o x HAVING count(*) = c_scan),
                      (SELECT max(x.id) FROM h x HAVING count(*) = c_scan),
                      (SELECT max(x.id) FROM d x HAVING count(*) = c_scan)) AS upto
     ), queued AS (
         SELECT q.*, g.head_seq = q.seq AS is_head, g.head_attempts, g.head_started_at,
                g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason
-          FROM (SELECT * FROM m UNION ALL SELECT * FROM i) AS q
+          FROM (SELECT * FROM m UNION ALL SELECT * FROM i UNION ALL SELECT * FROM o) AS q
           LEFT JOIN LATERAL (SELECT t.* FROM @schema@.transport_groups t
                               WHERE t.group_id = q.group_id OFFSET 0) AS g ON true
     ), found AS (

@@ -12,6 +12,10 @@
 -- `seq` in array order. A message's not-before time is `p_not_before`, or now() plus
 -- `p_delay_ms`, or NULL (due at once).
 --
+-- A NULL group id: a group of its own, named 'own:' and the message's seq in 19 digits
+-- (migration 0005; `transport::own_group` in Rust), which finds the job by its id through
+-- the group's key.
+--
 -- Unique jobs (migration 0005): a message with a key in `p_unique_keys` is queued only if
 -- it can take that key (see harel_take_key), held while it is queued and, with a period in
 -- `p_unique_hold_ms`, that long after it completed. Otherwise it is a duplicate: nothing is
@@ -73,24 +77,25 @@ BEGIN
         RAISE EXCEPTION 'harel_publish: the arrays must have one element per message'
             USING ERRCODE = '22023';
     END IF;
-    IF p_unique_keys IS NOT NULL AND EXISTS (
-           SELECT 1 FROM unnest(p_unique_keys) AS u(key)
-            WHERE octet_length(u.key) NOT BETWEEN 1 AND 1024) THEN
-        RAISE EXCEPTION 'harel_publish: unique keys must be 1 to 1024 bytes'
-            USING ERRCODE = '22023';
-    END IF;
-    IF p_unique_hold_ms IS NOT NULL AND EXISTS (
-           SELECT 1 FROM unnest(p_unique_hold_ms) AS u(hold_ms)
-            WHERE u.hold_ms NOT BETWEEN 0 AND 3155760000000) THEN
-        RAISE EXCEPTION 'harel_publish: unique hold periods are 0 to 100 years'
-            USING ERRCODE = '22023';
-    END IF;
-    IF p_unique_keys IS NOT NULL AND p_unique_hold_ms IS NULL THEN
-        p_unique_hold_ms := array_fill(NULL::bigint, ARRAY[v_count]);
+    -- (nested: a statement with a subquery costs an executor start even when it is not
+    -- needed, and most publishes have no unique key)
+    IF p_unique_keys IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(p_unique_keys) AS u(key)
+                    WHERE octet_length(u.key) NOT BETWEEN 1 AND 1024) THEN
+            RAISE EXCEPTION 'harel_publish: unique keys must be 1 to 1024 bytes'
+                USING ERRCODE = '22023';
+        END IF;
+        IF p_unique_hold_ms IS NULL THEN
+            p_unique_hold_ms := array_fill(NULL::bigint, ARRAY[v_count]);
+        ELSIF EXISTS (SELECT 1 FROM unnest(p_unique_hold_ms) AS u(hold_ms)
+                       WHERE u.hold_ms NOT BETWEEN 0 AND 3155760000000) THEN
+            RAISE EXCEPTION 'harel_publish: unique hold periods are 0 to 100 years'
+                USING ERRCODE = '22023';
+        END IF;
     END IF;
     SELECT CASE
-             WHEN bool_or(x.group_id IS NULL OR octet_length(x.group_id) NOT BETWEEN 1 AND 1024)
-               THEN 'group ids must be 1 to 1024 bytes'
+             WHEN bool_or(octet_length(x.group_id) NOT BETWEEN 1 AND 1024)
+               THEN 'group ids must be 1 to 1024 bytes (or NULL: a group of its own)'
              WHEN bool_or(x.kind IS NULL OR octet_length(x.kind) NOT BETWEEN 1 AND 255)
                THEN 'job kinds must be 1 to 255 bytes'
              WHEN bool_or(x.payload IS NULL OR octet_length(x.payload) > 4194304)
@@ -114,6 +119,7 @@ BEGIN
     IF v_count = 1 THEN
         v_ready := COALESCE(p_not_before[1], v_now + p_delay_ms[1] * interval '1 millisecond');
         v_seq := nextval('@schema@.transport_messages_seq_seq');
+        p_groups[1] := COALESCE(p_groups[1], 'own:' || lpad(v_seq::text, 19, '0'));
         IF p_unique_keys[1] IS NOT NULL THEN
             v_holder := @schema@.harel_take_key(p_unique_keys[1], v_seq, p_unique_hold_ms[1]);
             IF v_holder <> v_seq THEN
@@ -157,6 +163,12 @@ BEGIN
       INTO v_seqs
       FROM generate_series(1, v_count) AS x(ord);
     v_results := v_seqs;
+    IF array_position(p_groups, NULL) IS NOT NULL THEN
+        SELECT array_agg(COALESCE(x.group_id, 'own:' || lpad(v_seqs[x.ord]::text, 19, '0'))
+                         ORDER BY x.ord)
+          INTO p_groups
+          FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord);
+    END IF;
 
     -- Unique keys, in key order; a duplicate is dropped from every array below.
     IF p_unique_keys IS NOT NULL THEN

@@ -1,7 +1,10 @@
 -- harel-jobs migration 0005: jobs users can look up, cancel, keep and deduplicate.
 --
--- - Look a job up by id: an index on each place a queued job lives (transport_messages, and
---   the inline message of transport_groups).
+-- - Look a job up by id: an index on transport_messages' seq; a job published without a
+--   group gets a group of its own named after its seq ('own:' and 19 digits: the group's
+--   key finds it, and these names sort as the seqs do); the other inline messages (the first
+--   message of a named group) have a partial index. So the common job, ungrouped, pays for
+--   no new index: a claim's update of its group row writes the same two index entries.
 -- - Finished jobs kept for a while (job_history): cancelled jobs always, completed jobs when
 --   their type or pool asks for it ("retention"). Pruned by harel_maintain in batches.
 -- - Cancel a running job: the request waits on the group row until the handler returns
@@ -34,7 +37,7 @@ ALTER TABLE @schema@.transport_messages ADD COLUMN unique_key TEXT;
 -- A job by its id, wherever it is queued.
 CREATE INDEX transport_messages_by_id ON @schema@.transport_messages (seq);
 CREATE INDEX transport_groups_by_inline_id ON @schema@.transport_groups (inline_seq)
-    WHERE inline_seq IS NOT NULL;
+    WHERE inline_seq IS NOT NULL AND group_id <> 'own:' || lpad(inline_seq::text, 19, '0');
 
 CREATE TABLE @schema@.job_history (
     id            BIGINT      PRIMARY KEY,  -- the job's id (its message's seq)

@@ -46,7 +46,7 @@ pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
 pub(crate) use message::delay_millis;
 pub use message::{
     MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_GROUP_BYTES, MAX_KIND_BYTES,
-    MAX_PAYLOAD_BYTES, MAX_UNIQUE_KEY_BYTES, OutgoingMessage, Priority, Schedule,
+    MAX_PAYLOAD_BYTES, MAX_UNIQUE_KEY_BYTES, OutgoingMessage, Priority, Schedule, own_group,
 };
 
 /// What a publish did with one message ([`Transport::publish_many_outcomes`]).
@@ -298,7 +298,7 @@ impl Transport {
                 unique_keys.push(key);
                 unique_holds.push(hold.map(delay_millis).transpose()?);
             }
-            groups.push(message.group.as_str());
+            groups.push(message.group.as_deref());
             kinds.push(message.kind.as_str());
             payloads.push(message.payload.as_str());
             priorities.push(i16::from(message.priority.get()));

@@ -212,13 +212,16 @@ async fn housekeeping<S>(
 
 /// A pool connection for one call: itself, or behind a transaction pooler a transaction
 /// (which alone keeps an unnamed statement's parse and execution on one server connection).
-enum Read<'c> {
+pub(super) enum Read<'c> {
     Session(&'c mut PgConnection),
     Transaction(sqlx::Transaction<'c, Postgres>),
 }
 
 impl<'c> Read<'c> {
-    async fn begin(connection: &'c mut PgConnection, pooler: bool) -> Result<Self, sqlx::Error> {
+    pub(super) async fn begin(
+        connection: &'c mut PgConnection,
+        pooler: bool,
+    ) -> Result<Self, sqlx::Error> {
         Ok(if pooler {
             Self::Transaction(sqlx::Connection::begin(connection).await?)
         } else {
@@ -226,14 +229,14 @@ impl<'c> Read<'c> {
         })
     }
 
-    fn connection(&mut self) -> &mut PgConnection {
+    pub(super) fn connection(&mut self) -> &mut PgConnection {
         match self {
             Self::Session(connection) => connection,
             Self::Transaction(transaction) => transaction,
         }
     }
 
-    async fn finish(self) -> Result<(), sqlx::Error> {
+    pub(super) async fn finish(self) -> Result<(), sqlx::Error> {
         match self {
             Self::Session(_) => Ok(()),
             Self::Transaction(transaction) => transaction.commit().await,

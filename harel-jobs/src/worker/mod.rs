@@ -33,6 +33,7 @@ mod listen;
 mod maintain;
 mod outcome;
 mod registry;
+mod schedule;
 mod stats;
 mod supervise;
 
@@ -96,6 +97,8 @@ pub(crate) struct Shared<S> {
     faults: Faults,
     /// Jobs the fetcher claimed during shutdown and has not given back yet.
     unreleased_claims: std::sync::atomic::AtomicUsize,
+    /// The periodic schedules this pool enqueues the jobs of.
+    schedules: Vec<schedule::PeriodicJob>,
 }
 
 /// A configured worker pool, ready to [`start`](Worker::start).
@@ -157,6 +160,8 @@ impl<S: Send + Sync + 'static> Worker<S> {
             config: WorkerConfig::default(),
             duplicate: None,
             faults: Faults::default(),
+            schedules: Vec::new(),
+            duplicate_schedule: None,
         }
     }
 
@@ -183,9 +188,61 @@ pub struct WorkerBuilder<S> {
     config: WorkerConfig,
     duplicate: Option<&'static str>,
     faults: Faults,
+    schedules: Vec<schedule::PeriodicJob>,
+    /// A schedule name declared twice.
+    duplicate_schedule: Option<String>,
 }
 
 impl<S: Send + Sync + 'static> WorkerBuilder<S> {
+    /// Enqueues the job `make` builds for each tick of `schedule` (given the tick's time),
+    /// exactly once per tick however many worker processes declare the same schedule: the
+    /// database decides which one's call enqueues it (no leader). The job runs like any
+    /// other: on whichever worker claims it, with its type's retries and group. Register
+    /// its type on the pools that should run it.
+    ///
+    /// Ticks fire by this process's clock. Ticks that passed while no worker ran the
+    /// schedule are handled, when a worker starts, by the schedule's
+    /// [`MissedTicks`](crate::MissedTicks) policy. `Queue::schedules` lists the schedules
+    /// with their last and next tick. The worker's role needs `EXECUTE` on
+    /// `harel_schedule_fire` and `harel_schedules` (README, "Database roles").
+    ///
+    /// ```no_run
+    /// use harel_jobs::{job, JobContext, JobResult, Periodic, Worker};
+    ///
+    /// #[job]
+    /// async fn nightly_report(_ctx: JobContext<()>, day: String) -> JobResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// let nightly = Periodic::cron("nightly-report", "0 3 * * *")?.time_zone("Europe/Paris")?;
+    /// let worker = Worker::builder(pool, ())
+    ///     .register::<NightlyReport>()
+    ///     .periodic(nightly, |tick| NightlyReport { day: tick.date_naive().to_string() })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn periodic<J: crate::Job>(
+        mut self,
+        schedule: crate::Periodic,
+        make: impl Fn(chrono::DateTime<chrono::Utc>) -> J + Send + Sync + 'static,
+    ) -> Self {
+        if self
+            .schedules
+            .iter()
+            .any(|s| s.schedule.name() == schedule.name())
+        {
+            self.duplicate_schedule
+                .get_or_insert_with(|| schedule.name().to_owned());
+        }
+        let options = crate::EnqueueOptions::new();
+        self.schedules.push(schedule::PeriodicJob {
+            schedule,
+            make: Box::new(move |tick| options.message(&make(tick))),
+        });
+        self
+    }
+
     /// Handles jobs of type `J` (its [`Job::KIND`](crate::Job::KIND)).
     pub fn register<J: Handler<S>>(mut self) -> Self {
         if !self.registry.register::<J>() {
@@ -382,6 +439,12 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         if let Some(kind) = self.duplicate {
             return Err(ConfigError::DuplicateKind(kind));
         }
+        if let Some(name) = self.duplicate_schedule {
+            return Err(ConfigError::InvalidSchedule {
+                name,
+                reason: "declared twice on one worker".to_owned(),
+            });
+        }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::Invalid {
             name: "runtime",
             reason: "build the worker inside a Tokio runtime",
@@ -406,6 +469,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             hard_stop: CancellationToken::new(),
             faults: self.faults,
             unreleased_claims: std::sync::atomic::AtomicUsize::new(0),
+            schedules: self.schedules,
         };
         Ok(Worker {
             shared: Arc::new(shared),

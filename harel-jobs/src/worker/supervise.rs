@@ -35,7 +35,7 @@ use crate::error::MigrateError;
 
 use super::connection::bounded;
 use super::execute::panic_message;
-use super::{Shared, WorkerError, complete, fetch, heartbeat, listen, maintain};
+use super::{Shared, WorkerError, complete, fetch, heartbeat, listen, maintain, schedule};
 
 /// One of a worker pool's background tasks, as named in [`WorkerError::TaskFailed`] and in
 /// the logs.
@@ -52,11 +52,13 @@ pub enum WorkerTask {
     Listener,
     /// Vacuums the queue tables when autovacuum is off.
     Maintenance,
+    /// Enqueues the jobs of periodic schedules.
+    Scheduler,
 }
 
 impl WorkerTask {
     /// Its name in messages and logs: `fetcher`, `completer`, `heartbeat`, `listener`,
-    /// `maintenance`.
+    /// `maintenance`, `scheduler`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Fetcher => "fetcher",
@@ -64,6 +66,7 @@ impl WorkerTask {
             Self::Heartbeat => "heartbeat",
             Self::Listener => "listener",
             Self::Maintenance => "maintenance",
+            Self::Scheduler => "scheduler",
         }
     }
 }
@@ -213,7 +216,7 @@ async fn check_schema<S>(shared: &Shared<S>) -> Result<bool, WorkerError> {
 pub(super) async fn supervise<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
 ) -> Result<(), WorkerError> {
-    use WorkerTask::{Completer, Fetcher, Heartbeat, Listener, Maintenance};
+    use WorkerTask::{Completer, Fetcher, Heartbeat, Listener, Maintenance, Scheduler};
 
     // nothing runs against a schema this release cannot work with
     if !check_schema(&shared).await? {
@@ -253,6 +256,12 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
             maintain::run(Arc::clone(&shared), background.clone()),
         )
     });
+    let mut scheduler = (!shared.schedules.is_empty()).then(|| {
+        Watched::spawn(
+            Scheduler,
+            schedule::run(Arc::clone(&shared), background.clone()),
+        )
+    });
     let mut fetcher = Watched::spawn(
         Fetcher,
         fetch::run(Arc::clone(&shared), jobs.clone(), completions),
@@ -269,6 +278,7 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
         let mut watched = vec![&mut fetcher, &mut completer, &mut heartbeat];
         watched.extend(listener.as_mut());
         watched.extend(maintenance.as_mut());
+        watched.extend(scheduler.as_mut());
         tokio::select! {
             biased;
             () = shared.stop_claiming.cancelled() => {}
@@ -319,6 +329,7 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
     let mut background = vec![&mut heartbeat];
     background.extend(listener.as_mut());
     background.extend(maintenance.as_mut());
+    background.extend(scheduler.as_mut());
     for watched in background {
         match timeout_at(stopped_by, watched.join()).await {
             Ok(reason) => failed.note(watched.task, reason),

@@ -1,0 +1,261 @@
+//! The scheduler: enqueues the jobs of the pool's periodic schedules, one per tick across
+//! every worker that declares the schedule (`harel_schedule_fire` decides, in the
+//! database, which worker's call enqueues a tick).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::AssertSqlSafe;
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use super::connection::{Checkout, bounded};
+use super::maintain::Read;
+use super::supervise::{TaskResult, WorkerTask};
+use crate::error::{DatabaseError, PublishError};
+use crate::periodic::Periodic;
+use crate::transport::OutgoingMessage;
+
+/// One schedule of the pool, and how it makes the job of a tick.
+pub(crate) struct PeriodicJob {
+    pub schedule: Periodic,
+    #[allow(clippy::type_complexity)]
+    pub make: Box<dyn Fn(DateTime<Utc>) -> Result<OutgoingMessage, PublishError> + Send + Sync>,
+}
+
+/// How long to wait before trying a schedule again after the database failed.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// How long to wait before firing again a tick the database's clock had not reached.
+const NOT_DUE_RETRY: Duration = Duration::from_millis(200);
+
+/// Where one schedule stands in this worker.
+struct Cursor {
+    /// The last tick enqueued (by any worker, as far as this one knows).
+    last: Option<DateTime<Utc>>,
+    /// Ticks after this are this worker's to fire as they come; those before it were
+    /// missed, and handled once at start by the schedule's policy.
+    live_from: DateTime<Utc>,
+    /// Not before this (after a failure).
+    retry_at: Option<tokio::time::Instant>,
+}
+
+/// Runs until `stop` fires.
+pub(crate) async fn run<S: Send + Sync + 'static>(
+    shared: Arc<Shared<S>>,
+    stop: CancellationToken,
+) -> TaskResult {
+    let schedules = &shared.schedules;
+    let started = Utc::now();
+    // what the database knows of our schedules, retried until it answers
+    let known = loop {
+        shared.faults.check(WorkerTask::Scheduler)?;
+        let read = tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            read = bounded(shared.config.database_timeout, last_ticks(&shared)) => read,
+        };
+        match read {
+            Ok(known) => break known,
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot read the schedules yet, retrying");
+                tokio::select! {
+                    () = stop.cancelled() => return Ok(()),
+                    () = tokio::time::sleep(RETRY_AFTER) => {}
+                }
+            }
+        }
+    };
+    let mut cursors: Vec<Cursor> = Vec::with_capacity(schedules.len());
+    for job in schedules.iter() {
+        let last = known.get(job.schedule.name()).copied().flatten();
+        // the missed ticks, as the schedule's policy says; then the first declaration
+        let mut cursor = Cursor {
+            last,
+            live_from: started,
+            retry_at: None,
+        };
+        let missed = job.schedule.due(last, started);
+        if missed.is_empty() {
+            let declared = fire(&shared, job, None).await;
+            if let Err(error) = declared {
+                tracing::warn!(schedule = job.schedule.name(), error = %error, "cannot declare the schedule");
+            }
+        }
+        for tick in missed {
+            if !fire_logged(&shared, job, tick, &mut cursor).await {
+                break;
+            }
+        }
+        cursors.push(cursor);
+    }
+
+    loop {
+        shared.faults.check(WorkerTask::Scheduler)?;
+        let now = Utc::now();
+        // fire what is due, then sleep until the next tick of any schedule
+        let mut wake: Option<DateTime<Utc>> = None;
+        for (job, cursor) in schedules.iter().zip(cursors.iter_mut()) {
+            if cursor
+                .retry_at
+                .is_some_and(|at| at > tokio::time::Instant::now())
+            {
+                continue;
+            }
+            let from = cursor
+                .last
+                .map_or(cursor.live_from, |last| last.max(cursor.live_from));
+            // usually one tick; several when this worker fell behind (the database was
+            // unreachable, the process was paused): the policy's most recent ones
+            for tick in job.schedule.live_ticks(from, now) {
+                if !fire_logged(&shared, job, tick, cursor).await {
+                    break;
+                }
+            }
+            let from = cursor
+                .last
+                .map_or(cursor.live_from, |last| last.max(cursor.live_from));
+            if let Some(next) = job.schedule.next_after(from.max(now)) {
+                wake = Some(wake.map_or(next, |w| w.min(next)));
+            }
+        }
+        let retry = cursors.iter().filter_map(|c| c.retry_at).min();
+        let until_tick = wake
+            .and_then(|at| (at - Utc::now()).to_std().ok())
+            .unwrap_or(Duration::ZERO);
+        let sleep_until = match retry {
+            Some(at) => at.min(tokio::time::Instant::now() + until_tick),
+            None if wake.is_none() => tokio::time::Instant::now() + Duration::from_secs(3600),
+            None => tokio::time::Instant::now() + until_tick,
+        };
+        tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            () = tokio::time::sleep_until(sleep_until) => {}
+        }
+    }
+}
+
+/// Fires `tick` of `job`, logging what happened; moves the cursor on unless the database
+/// failed (the tick is then tried again after [`RETRY_AFTER`]). Returns whether it moved.
+async fn fire_logged<S: Send + Sync + 'static>(
+    shared: &Shared<S>,
+    job: &PeriodicJob,
+    tick: DateTime<Utc>,
+    cursor: &mut Cursor,
+) -> bool {
+    match fire(shared, job, Some(tick)).await {
+        Ok(Some(0)) => {
+            // the database's clock has not reached the tick: ours runs ahead
+            tracing::debug!(
+                schedule = job.schedule.name(),
+                %tick,
+                "tick not due yet by the database's clock; trying again"
+            );
+            cursor.retry_at = Some(tokio::time::Instant::now() + NOT_DUE_RETRY);
+            return false;
+        }
+        Ok(Some(id)) => {
+            tracing::debug!(schedule = job.schedule.name(), %tick, job_id = id, "periodic job enqueued");
+        }
+        Ok(None) => {
+            tracing::debug!(schedule = job.schedule.name(), %tick, "tick already enqueued by another worker");
+        }
+        Err(FireError::Job(error)) => {
+            // the same tick would fail the same way: skip it
+            tracing::error!(
+                schedule = job.schedule.name(),
+                %tick,
+                error = %error,
+                "the periodic job could not be made: this tick is skipped"
+            );
+        }
+        Err(error) => {
+            tracing::warn!(
+                schedule = job.schedule.name(),
+                %tick,
+                error = %error,
+                "cannot enqueue the periodic job; trying again"
+            );
+            cursor.retry_at = Some(tokio::time::Instant::now() + RETRY_AFTER);
+            return false;
+        }
+    }
+    cursor.retry_at = None;
+    cursor.last = Some(cursor.last.map_or(tick, |last| last.max(tick)));
+    true
+}
+
+/// One call of `harel_schedule_fire`: the job of `tick` (or, `None`, only the schedule's
+/// declaration). Returns the new job's id, `None` if another worker had enqueued it.
+async fn fire<S: Send + Sync + 'static>(
+    shared: &Shared<S>,
+    job: &PeriodicJob,
+    tick: Option<DateTime<Utc>>,
+) -> Result<Option<i64>, FireError> {
+    // Some(0): the database's clock has not reached `tick` (nothing written)
+    let schedule = &job.schedule;
+    let message = match tick {
+        Some(tick) => Some((job.make)(tick).map_err(FireError::Job)?),
+        None => None,
+    };
+    let next = schedule.next_after(tick.unwrap_or_else(Utc::now));
+    let pooler = shared.config.transaction_pooler;
+    let call = async {
+        let mut pooled = Checkout::acquire(&shared.pool).await?;
+        let mut unit = Read::begin(pooled.connection(), pooler).await?;
+        let id: Option<i64> =
+            sqlx::query_scalar(AssertSqlSafe(shared.config.schema.render(
+                "SELECT @schema@.harel_schedule_fire($1, $2, $3, $4, $5, $6, $7, $8)",
+            )))
+            .bind(schedule.name())
+            .bind(schedule.spec())
+            .bind(tick)
+            .bind(next)
+            .bind(message.as_ref().and_then(|m| m.group.as_deref()))
+            .bind(message.as_ref().map(|m| m.kind.as_str()))
+            .bind(message.as_ref().map(|m| m.payload.as_str()))
+            .bind(message.as_ref().map(|m| i16::from(m.priority.get())))
+            .persistent(!pooler)
+            .fetch_one(unit.connection())
+            .await?;
+        unit.finish().await?;
+        pooled.done();
+        Ok::<_, sqlx::Error>(id)
+    };
+    bounded(shared.config.database_timeout, call)
+        .await
+        .map_err(|error: sqlx::Error| FireError::Database(DatabaseError::new(error)))
+}
+
+/// The last tick the database holds for each of this pool's schedules.
+async fn last_ticks<S: Send + Sync + 'static>(
+    shared: &Shared<S>,
+) -> Result<HashMap<String, Option<DateTime<Utc>>>, sqlx::Error> {
+    let names: Vec<&str> = shared.schedules.iter().map(|j| j.schedule.name()).collect();
+    let pooler = shared.config.transaction_pooler;
+    let mut pooled = Checkout::acquire(&shared.pool).await?;
+    let mut unit = Read::begin(pooled.connection(), pooler).await?;
+    let rows: Vec<(String, Option<DateTime<Utc>>)> = sqlx::query_as(AssertSqlSafe(
+        shared
+            .config
+            .schema
+            .render("SELECT name, last_tick FROM @schema@.harel_schedules($1)"),
+    ))
+    .bind(names)
+    .persistent(!pooler)
+    .fetch_all(unit.connection())
+    .await?;
+    unit.finish().await?;
+    pooled.done();
+    Ok(rows.into_iter().collect())
+}
+
+/// Why a tick was not enqueued.
+#[derive(Debug, thiserror::Error)]
+enum FireError {
+    #[error("the job of the tick could not be made: {0}")]
+    Job(PublishError),
+    #[error(transparent)]
+    Database(DatabaseError),
+}

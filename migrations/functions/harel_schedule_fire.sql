@@ -1,0 +1,70 @@
+-- harel_schedule_fire: enqueues the job of one tick of a schedule, unless another worker
+-- already did. One round trip; what a worker's scheduler calls.
+--
+-- The schedule's row moves to p_tick only if its last tick is older (a row lock, so two
+-- workers firing the same tick are serialised and the second finds it done), and the job is
+-- published (harel_publish) in the same transaction: one job per tick, never none once
+-- the row moved. Returns the job's id, or NULL if this tick (or a later one) was already
+-- enqueued, and 0 (writing nothing) for a tick the DATABASE's clock has not reached yet (a
+-- second of tolerance): ticks fire by each worker's clock, but a worker whose clock runs
+-- ahead cannot move the schedule past ticks the others have yet to fire. A declaration
+-- (p_tick NULL: a worker starts with nothing missed to enqueue) only records the schedule,
+-- its spec and its next tick.
+CREATE OR REPLACE FUNCTION "harel".harel_schedule_fire(
+    p_name      TEXT,
+    p_spec      TEXT,
+    p_tick      TIMESTAMPTZ,
+    p_next_tick TIMESTAMPTZ,
+    p_group     TEXT,
+    p_kind      TEXT,
+    p_payload   TEXT,
+    p_priority  SMALLINT
+) RETURNS BIGINT
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_id BIGINT;
+BEGIN
+    IF p_name IS NULL OR octet_length(p_name) NOT BETWEEN 1 AND 255
+       OR p_spec IS NULL OR octet_length(p_spec) > 1024 THEN
+        RAISE EXCEPTION 'harel_schedule_fire: need a name of 1 to 255 bytes and a spec of at most 1024'
+            USING ERRCODE = '22023';
+    END IF;
+
+    IF p_tick > clock_timestamp() + interval '1 second' THEN
+        RETURN 0::bigint;
+    END IF;
+
+    IF p_tick IS NULL THEN
+        INSERT INTO "harel".schedules AS s (name, spec, next_tick)
+        VALUES (p_name, p_spec, p_next_tick)
+        ON CONFLICT (name) DO UPDATE
+           SET spec = excluded.spec, updated_at = statement_timestamp(),
+               next_tick = excluded.next_tick;
+        RETURN NULL;
+    END IF;
+
+    INSERT INTO "harel".schedules AS s (name, spec, last_tick, next_tick)
+    VALUES (p_name, p_spec, p_tick, p_next_tick)
+    ON CONFLICT (name) DO UPDATE
+       SET last_tick = excluded.last_tick, next_tick = excluded.next_tick,
+           spec = excluded.spec, updated_at = statement_timestamp()
+     WHERE s.last_tick IS NULL OR s.last_tick < excluded.last_tick;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+
+    SELECT p.s INTO v_id
+      FROM "harel".harel_publish(ARRAY[p_group], ARRAY[p_kind], ARRAY[p_payload],
+                                  ARRAY[p_priority], ARRAY[NULL::timestamptz],
+                                  ARRAY[NULL::bigint]) AS p(s);
+    RETURN v_id;
+END
+$$;
+
+REVOKE ALL ON FUNCTION "harel".harel_schedule_fire(
+    TEXT, TEXT, TIMESTAMPTZ, TIMESTAMPTZ, TEXT, TEXT, TEXT, SMALLINT) FROM PUBLIC;
