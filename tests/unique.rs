@@ -147,6 +147,30 @@ async fn a_key_held_by_an_open_transaction_goes_to_the_next_if_it_rolls_back() {
     assert!(queue.job(id).await.unwrap().is_some());
 }
 
+/// A duplicate found inside a transaction that stays open holds no lock on the key: the
+/// settle that frees the key does not wait for that transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_in_an_open_transaction_does_not_block_the_holders_settle() {
+    let q = TestQueue::new().await;
+    let queue = queue(&q);
+    queue.enqueue(&q.pool, Sync { account: 8 }).await.unwrap();
+    let lease = claim_one(&q).await.lease;
+    let mut open = q.pool.begin().await.unwrap();
+    let duplicate = queue.enqueue(&mut *open, Sync { account: 8 }).await;
+    assert!(matches!(duplicate, Err(PublishError::Duplicate { .. })));
+    // the holder completes while that transaction is still open
+    let acked = tokio::time::timeout(Duration::from_secs(10), q.transport.ack(&q.pool, &lease))
+        .await
+        .expect("the settle waited for the duplicate's transaction")
+        .unwrap();
+    assert!(acked.is_applied());
+    open.commit().await.unwrap();
+    queue
+        .enqueue(&q.pool, Sync { account: 8 })
+        .await
+        .expect("the key is free");
+}
+
 /// The key is freed when its job completes, dies or is cancelled; with a hold period it
 /// stays held that long after completion (and not after a failure).
 #[tokio::test]

@@ -7,9 +7,11 @@
 -- that long after the job completed.
 --
 -- Race-free: the insert of a key another open transaction is inserting waits for that
--- transaction (and takes the key if it rolls back); a held key is locked while it is
--- looked at, so a release and a take never cross. A key whose job is gone without a
--- release (a worker of a release before 0005 settled it) is taken over.
+-- transaction (and takes the key if it rolls back). A duplicate is answered without a lock
+-- (a settle releasing the key must never wait for the caller's transaction); taking over a
+-- key whose hold is over, or whose job is gone without a release (a worker of a release
+-- before 0005 settled it), is a conditional update on the holder read, tried again if
+-- another transaction changed the key meanwhile.
 CREATE OR REPLACE FUNCTION "harel".harel_take_key(
     p_key     TEXT,
     p_job     BIGINT,
@@ -36,8 +38,7 @@ BEGIN
 
         SELECT u.job_id, u.held_until INTO v_holder, v_until
           FROM "harel".unique_keys u
-         WHERE u.key = p_key
-           FOR UPDATE;
+         WHERE u.key = p_key;
         IF FOUND THEN
             IF v_until IS NOT NULL THEN
                 -- its job completed: held until the period is over
@@ -55,8 +56,12 @@ BEGIN
             END IF;
             UPDATE "harel".unique_keys u
                SET job_id = p_job, hold_ms = p_hold_ms, held_until = NULL
-             WHERE u.key = p_key;
-            RETURN p_job;
+             WHERE u.key = p_key AND u.job_id = v_holder
+               AND u.held_until IS NOT DISTINCT FROM v_until;
+            IF FOUND THEN
+                RETURN p_job;
+            END IF;
+            CONTINUE; -- changed hands meanwhile: look again
         END IF;
         -- released between the two statements: insert again
     END LOOP;
