@@ -56,7 +56,21 @@ impl<S> JobContext<S> {
     }
 
     /// A context for calling a handler outside the worker pool, in tests: attempt 1 of 1,
-    /// group and message id made up, never cancelled.
+    /// kind and group `"test"`, message id 0, never cancelled. The `with_*` methods set
+    /// what a test needs, so that a handler's attempt-dependent branches can be tested.
+    ///
+    /// ```
+    /// use harel_jobs::JobContext;
+    ///
+    /// let last_try = JobContext::for_test(())
+    ///     .with_attempt(5, 5)
+    ///     .with_group("user-42")
+    ///     .with_message_id(1234);
+    /// assert_eq!((last_try.attempt(), last_try.max_attempts()), (5, 5));
+    /// assert_eq!((last_try.group(), last_try.message_id()), ("user-42", 1234));
+    /// last_try.cancel_for_test();
+    /// assert!(last_try.is_cancelled());
+    /// ```
     pub fn for_test(state: S) -> Self {
         Self::new(
             Arc::new(state),
@@ -71,6 +85,57 @@ impl<S> JobContext<S> {
                 flags: Arc::default(),
             }),
         )
+    }
+
+    /// This context with `execution` changed by `change` (for the `with_*` test setters).
+    fn changed(self, change: impl FnOnce(&mut Execution)) -> Self {
+        let current = &self.execution;
+        let mut execution = Execution {
+            kind: current.kind.clone(),
+            group: current.group.clone(),
+            message_id: current.message_id,
+            attempt: current.attempt,
+            max_attempts: current.max_attempts,
+            cancel: current.cancel.clone(),
+            completion: None,
+            flags: Arc::clone(&current.flags),
+        };
+        change(&mut execution);
+        Self {
+            state: self.state,
+            execution: Arc::new(execution),
+        }
+    }
+
+    /// For tests: this is attempt `attempt` of `max_attempts`.
+    pub fn with_attempt(self, attempt: u32, max_attempts: u32) -> Self {
+        self.changed(|e| {
+            e.attempt = attempt;
+            e.max_attempts = max_attempts;
+        })
+    }
+
+    /// For tests: the job's group.
+    pub fn with_group(self, group: impl Into<String>) -> Self {
+        let group = group.into();
+        self.changed(|e| e.group = group)
+    }
+
+    /// For tests: the job's message id.
+    pub fn with_message_id(self, id: i64) -> Self {
+        self.changed(|e| e.message_id = id)
+    }
+
+    /// For tests: the job's kind.
+    pub fn with_kind(self, kind: impl Into<String>) -> Self {
+        let kind = kind.into();
+        self.changed(|e| e.kind = kind)
+    }
+
+    /// For tests: signals cancellation, as a lost lease or a cancel of the job would
+    /// ([`is_cancelled`](Self::is_cancelled) and [`cancelled`](Self::cancelled) see it).
+    pub fn cancel_for_test(&self) {
+        self.execution.cancel.cancel();
     }
 
     /// The worker pool's shared state.
