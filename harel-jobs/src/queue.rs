@@ -14,7 +14,7 @@ use crate::error::{DatabaseError, MigrateError, QueueError};
 use crate::inspect::QueueStats;
 use crate::job::Job;
 use crate::schema::Schema;
-use crate::transport::{MAX_DELAY, PreparedStatements, Priority, delay_millis};
+use crate::transport::{PreparedStatements, Priority, delay_millis};
 use crate::worker::WorkerBuilder;
 
 /// How long a cancelled job is kept in the history unless the cancel says otherwise.
@@ -301,11 +301,9 @@ impl Queue {
         reason: Option<&str>,
         keep_ms: i64,
     ) -> Result<CancelOutcome, QueueError> {
-        if group.is_empty() || group.len() > crate::transport::MAX_GROUP_BYTES {
-            return Err(QueueError::InvalidArgument(
-                "a group id is 1 to 1,024 bytes",
-            ));
-        }
+        crate::transport::validate_group(group).map_err(|_| {
+            QueueError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
+        })?;
         let mut tx = self.pool.begin().await.map_err(DatabaseError::new)?;
         let mut cancelled: u64 = 0;
         let mut requested = false;
@@ -411,13 +409,9 @@ impl<'q> IntoFuture for Cancel<'q> {
                     "a cancel reason is at most 8 KiB, without NUL characters",
                 ));
             }
-            if self.keep > MAX_DELAY {
-                return Err(QueueError::InvalidArgument(
-                    "a cancelled job is kept at most 100 years",
-                ));
-            }
-            let keep_ms = delay_millis(self.keep)
-                .map_err(|_| QueueError::InvalidArgument("keep period too long"))?;
+            let keep_ms = delay_millis(self.keep).map_err(|_| {
+                QueueError::InvalidArgument("a cancelled job is kept at most 100 years")
+            })?;
             let reason = self.reason.as_deref();
             match &self.target {
                 Target::Job(id) => self.queue.cancel_one(*id, reason, keep_ms).await,

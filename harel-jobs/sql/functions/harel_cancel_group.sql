@@ -53,20 +53,13 @@ BEGIN
                cancel_keep_ms = COALESCE(t.cancel_keep_ms, p_keep_ms)
          WHERE t.group_id = p_group;
     ELSIF g.inline_seq IS NOT NULL THEN
-        -- the inline head (not running) first: recorded from the row, whose inline columns
-        -- are cleared when the group is freed or dropped below
-        INSERT INTO @schema@.job_history
-               (id, group_id, kind, payload, priority, state, attempts, last_error,
-                enqueued_at, started_at, finished_at, cancel_reason, keep_until)
-        VALUES (g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
-                'cancelled', CASE WHEN g.head_seq = g.inline_seq THEN g.head_attempts ELSE 0 END,
-                g.inline_last_error, g.inline_enqueued_at,
-                CASE WHEN g.head_seq = g.inline_seq THEN g.head_started_at END, v_now, p_reason,
-                v_now + p_keep_ms * interval '1 millisecond')
-        ON CONFLICT (id) DO NOTHING;
-        IF g.inline_unique_key IS NOT NULL THEN
-            PERFORM @schema@.harel_release_key(g.inline_unique_key, g.inline_seq, false);
-        END IF;
+        -- the inline head (not running) first, as a single cancel ends it (the group is
+        -- freed, still locked by us, or dropped if that was its only job)
+        UPDATE @schema@.transport_groups t
+           SET cancel_requested_at = v_now, cancel_reason = p_reason,
+               cancel_keep_ms = p_keep_ms
+         WHERE t.group_id = p_group;
+        PERFORM @schema@.harel_end_cancelled(ARRAY[p_group]);
         v_count := 1;
     END IF;
 

@@ -305,7 +305,7 @@ pub fn own_group(seq: i64) -> String {
 }
 
 /// Checks a group id: 1 to [`MAX_GROUP_BYTES`] bytes, no NUL.
-fn validate_group(group: &str) -> Result<(), InvalidMessage> {
+pub(crate) fn validate_group(group: &str) -> Result<(), InvalidMessage> {
     if group.is_empty() {
         return Err(InvalidMessage::EmptyGroup);
     }

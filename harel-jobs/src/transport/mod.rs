@@ -43,11 +43,11 @@ use sqlx::{AssertSqlSafe, PgExecutor, Postgres};
 use uuid::Uuid;
 
 pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
-pub(crate) use message::delay_millis;
 pub use message::{
     MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_GROUP_BYTES, MAX_KIND_BYTES,
     MAX_PAYLOAD_BYTES, MAX_UNIQUE_KEY_BYTES, OutgoingMessage, Priority, Schedule, own_group,
 };
+pub(crate) use message::{delay_millis, validate_group};
 
 /// What a publish did with one message ([`Transport::publish_many_outcomes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -42,6 +42,15 @@ struct Cursor {
     retry_at: Option<tokio::time::Instant>,
 }
 
+impl Cursor {
+    /// The time up to which this worker has nothing left to fire: its last tick, or when it
+    /// started firing live ticks, whichever is later.
+    fn done_through(&self) -> DateTime<Utc> {
+        self.last
+            .map_or(self.live_from, |last| last.max(self.live_from))
+    }
+}
+
 /// Runs until `stop` fires.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
@@ -103,20 +112,14 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             {
                 continue;
             }
-            let from = cursor
-                .last
-                .map_or(cursor.live_from, |last| last.max(cursor.live_from));
             // usually one tick; several when this worker fell behind (the database was
             // unreachable, the process was paused): the policy's most recent ones
-            for tick in job.schedule.live_ticks(from, now) {
+            for tick in job.schedule.live_ticks(cursor.done_through(), now) {
                 if !fire_logged(&shared, job, tick, cursor).await {
                     break;
                 }
             }
-            let from = cursor
-                .last
-                .map_or(cursor.live_from, |last| last.max(cursor.live_from));
-            if let Some(next) = job.schedule.next_after(from.max(now)) {
+            if let Some(next) = job.schedule.next_after(cursor.done_through().max(now)) {
                 wake = Some(wake.map_or(next, |w| w.min(next)));
             }
         }
