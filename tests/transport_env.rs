@@ -52,8 +52,11 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Notices {
 async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_groups() {
     let q = TestQueue::new().await;
     for statement in [
-        "INSERT INTO @schema@.transport_groups (group_id, priority, available_at) \
-         SELECT 'g' || i, i % 5, now() - i * interval '1 millisecond' \
+        // two queues: the default one (0) and "mail"
+        "SELECT @schema@.harel_ensure_queue('mail')",
+        "INSERT INTO @schema@.transport_groups (group_id, priority, available_at, queue_id) \
+         SELECT 'g' || i, i % 5, now() - i * interval '1 millisecond', \
+                (SELECT id FROM @schema@.queues WHERE name = 'mail') * (i / 7 % 2) \
          FROM generate_series(1, 50000) AS i",
         "INSERT INTO @schema@.transport_messages (group_id, kind, payload, priority) \
          SELECT 'g' || i, 'test', '{}', i % 5 FROM generate_series(1, 50000) AS i",
@@ -87,8 +90,19 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
     let requests = (0..7).map(|_| ClaimRequest::new(LONG)).chain([
         ClaimRequest::new(LONG).limit(10),
         ClaimRequest::new(LONG).min_priority(harel_jobs::Priority::new(3).unwrap()),
+        ClaimRequest::new(LONG).queue("mail"),
+        ClaimRequest::new(LONG).queue("mail").limit(10),
     ]);
     for request in requests {
+        let claimed = q.transport.claim_many(&mut conn, &request).await.unwrap();
+        assert!(!claimed.is_empty());
+    }
+    // a queue with a concurrency limit counts its leases through their own index
+    let queue = harel_jobs::Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let limits = harel_jobs::QueueLimits::none().concurrency(100);
+    queue.set_limits("mail", limits).await.unwrap();
+    for _ in 0..2 {
+        let request = ClaimRequest::new(LONG).queue("mail").limit(10);
         let claimed = q.transport.claim_many(&mut conn, &request).await.unwrap();
         assert!(!claimed.is_empty());
     }
@@ -105,13 +119,28 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
     );
     let candidate_plans: Vec<&&String> =
         plans.iter().filter(|p| p.contains("SKIP LOCKED")).collect();
-    assert_eq!(candidate_plans.len(), 9, "one candidate scan per claim");
+    assert_eq!(candidate_plans.len(), 13, "one candidate scan per claim");
     for plan in &candidate_plans {
         assert!(
             plan.contains("Index Scan using transport_groups_claimable"),
             "the candidate scan does not use the claimable index:\n{plan}"
         );
         assert!(!plan.contains("Sort"), "the candidate scan sorts:\n{plan}");
+    }
+    let count_plans: Vec<&&String> = plans
+        .iter()
+        .filter(|p| p.contains("g.limited_queue = v_queue"))
+        .collect();
+    assert_eq!(
+        count_plans.len(),
+        2,
+        "one count of live leases per limited claim"
+    );
+    for plan in &count_plans {
+        assert!(
+            plan.contains("transport_groups_limited"),
+            "the live leases are not counted through their index:\n{plan}"
+        );
     }
     for plan in &plans {
         assert!(

@@ -29,10 +29,11 @@ mod kw {
     syn::custom_keyword!(retain);
     syn::custom_keyword!(unique);
     syn::custom_keyword!(hold);
+    syn::custom_keyword!(queue);
 }
 
 /// The valid keys, as listed in the "unknown argument" error.
-pub(crate) const KEYS: &str = "`max_attempts`, `priority`, `timeout`, `backoff`, `backoff_max`, `retain`, `unique`, `kind`, `crate`";
+pub(crate) const KEYS: &str = "`max_attempts`, `priority`, `timeout`, `backoff`, `backoff_max`, `retain`, `unique`, `queue`, `kind`, `crate`";
 
 /// The highest priority (`Priority::HIGHEST` in harel-jobs).
 pub(crate) const MAX_PRIORITY: u8 = 4;
@@ -45,6 +46,9 @@ pub(crate) const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(3600);
 
 /// The longest kind, in bytes (`transport::MAX_KIND_BYTES` in harel-jobs).
 pub(crate) const MAX_KIND_BYTES: usize = 255;
+
+/// The longest queue name, in characters (`transport::MAX_QUEUE_NAME_LEN` in harel-jobs).
+pub(crate) const MAX_QUEUE_NAME_LEN: usize = 64;
 
 /// The longest `retain` or `hold`: 100 years of 365.25 days (`transport::MAX_DELAY` in
 /// harel-jobs, which refuses longer periods at run time).
@@ -69,6 +73,7 @@ pub(crate) struct JobArgs {
     pub(crate) retain: Option<Spanned<Duration>>,
     pub(crate) unique: Option<UniqueArgs>,
     pub(crate) kind: Option<Spanned<String>>,
+    pub(crate) queue: Option<Spanned<String>>,
     pub(crate) krate: Option<Path>,
     /// Every meaningful mistake, each at its own span.
     pub(crate) errors: Errors,
@@ -144,6 +149,13 @@ impl JobArgs {
             let parsed = duration_value("backoff", &value);
             if let Some(value) = self.accept("backoff", key, parsed) {
                 self.backoff = Some(value);
+            }
+        } else if lookahead.peek(kw::queue) {
+            let key = input.parse::<kw::queue>()?.span;
+            let value = value(input)?;
+            let parsed = parse_queue(&value);
+            if let Some(value) = self.accept("queue", key, parsed) {
+                self.queue = Some(value);
             }
         } else if lookahead.peek(kw::kind) {
             let key = input.parse::<kw::kind>()?.span;
@@ -483,6 +495,32 @@ fn parse_priority(value: &Expr) -> syn::Result<Spanned<u8>> {
         }),
         _ => Err(syn::Error::new(lit.span(), RANGE)),
     }
+}
+
+/// `queue = "mail"`: checked by the rule of `harel_ensure_queue`.
+fn parse_queue(value: &Expr) -> syn::Result<Spanned<String>> {
+    let lit = str_literal(
+        value,
+        "`queue` must be a string literal, e.g. `queue = \"mail\"`",
+    )?;
+    let queue = lit.value();
+    let valid = !queue.is_empty()
+        && queue.len() <= MAX_QUEUE_NAME_LEN
+        && queue
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+    if !valid {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`queue` must be 1 to {MAX_QUEUE_NAME_LEN} ASCII letters, digits, '_', '-', '.' or ':'"
+            ),
+        ));
+    }
+    Ok(Spanned {
+        value: queue,
+        span: lit.span(),
+    })
 }
 
 fn parse_kind(value: &Expr) -> syn::Result<Spanned<String>> {
@@ -981,6 +1019,24 @@ mod tests {
         );
         let args: JobArgs = parse_quote!(kind = "a\0b");
         assert_eq!(messages(&args), ["`kind` cannot contain a NUL character"]);
+    }
+
+    #[test]
+    fn queue_names() {
+        let args: JobArgs = parse_quote!(queue = "mail.eu-1");
+        assert!(messages(&args).is_empty());
+        assert_eq!(args.queue.map(|q| q.value).as_deref(), Some("mail.eu-1"));
+        for bad in ["", "no spaces", "é"] {
+            let args: JobArgs = parse_quote!(queue = #bad);
+            assert_eq!(
+                messages(&args),
+                ["`queue` must be 1 to 64 ASCII letters, digits, '_', '-', '.' or ':'"],
+                "{bad:?}"
+            );
+        }
+        let long = "q".repeat(MAX_QUEUE_NAME_LEN + 1);
+        let args = parse(quote::quote!(queue = #long));
+        assert_eq!(messages(&args).len(), 1);
     }
 
     #[test]

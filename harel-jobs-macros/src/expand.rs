@@ -126,6 +126,10 @@ fn generate(
         Some(kind) => LitStr::new(&kind.value, kind.span),
         None => LitStr::new(&fn_name, fn_ident.span()),
     };
+    let queue = args.queue.as_ref().map(|queue| {
+        let name = LitStr::new(&queue.value, queue.span);
+        quote!(const QUEUE: &'static str = #name;)
+    });
     // `#[cfg]` on the function applies to everything generated from it.
     let cfgs: Vec<&Attribute> = item
         .attrs
@@ -284,6 +288,7 @@ fn generate(
         #(#cfgs)*
         impl #krate::Job for #struct_ident {
             const KIND: &'static str = #kind;
+            #queue
 
             fn options() -> #krate::JobOptions {
                 #options

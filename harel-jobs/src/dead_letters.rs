@@ -35,6 +35,8 @@ pub struct DeadLetter {
     pub enqueued_at: DateTime<Utc>,
     /// When it was given up on.
     pub failed_at: DateTime<Utc>,
+    /// Its queue (where a retry puts it back).
+    pub queue: String,
 }
 
 impl DeadLetter {
@@ -102,10 +104,11 @@ type Row = (
     String,
     DateTime<Utc>,
     DateTime<Utc>,
+    String,
 );
 
 const COLUMNS: &str = "id, group_id, kind, payload::text, priority, attempts, last_error, \
-                       enqueued_at, failed_at";
+                       enqueued_at, failed_at, queue";
 
 impl DeadLetters {
     /// The dead letters of the queue in `schema`.
@@ -184,10 +187,11 @@ impl DeadLetters {
     ) -> Result<Option<JobId>, DatabaseError> {
         let new_id: Option<i64> = sqlx::query_scalar(self.sql(
             "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = $1
-                        RETURNING group_id, kind, payload, priority)
+                        RETURNING group_id, kind, payload, priority, queue)
              SELECT s FROM d, LATERAL @schema@.harel_publish(
                  ARRAY[d.group_id], ARRAY[d.kind], ARRAY[d.payload::text], ARRAY[d.priority],
-                 ARRAY[NULL::timestamptz], ARRAY[NULL::bigint]) AS s",
+                 ARRAY[NULL::timestamptz], ARRAY[NULL::bigint], NULL, NULL,
+                 ARRAY[d.queue]) AS s",
         ))
         .bind(id.get())
         .persistent(false)
@@ -233,7 +237,8 @@ impl DeadLetters {
 }
 
 fn from_row(row: Row) -> DeadLetter {
-    let (id, group, kind, payload, priority, attempts, last_error, enqueued_at, failed_at) = row;
+    let (id, group, kind, payload, priority, attempts, last_error, enqueued_at, failed_at, queue) =
+        row;
     DeadLetter {
         id: JobId::new(id),
         group,
@@ -244,5 +249,6 @@ fn from_row(row: Row) -> DeadLetter {
         last_error,
         enqueued_at,
         failed_at,
+        queue,
     }
 }

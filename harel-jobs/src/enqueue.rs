@@ -86,6 +86,7 @@ pub struct EnqueueOptions {
     priority: Option<u8>,
     schedule: Schedule,
     unique: Option<Unique>,
+    queue: Option<String>,
 }
 
 impl EnqueueOptions {
@@ -131,6 +132,13 @@ impl EnqueueOptions {
         self
     }
 
+    /// Puts the job in the named queue instead of its type's ([`Job::QUEUE`]). A group
+    /// belongs to one queue: see [`PublishError::GroupInAnotherQueue`].
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
     /// The message for `job`: group override, else the job's group, else a fresh one.
     pub(crate) fn message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
         let group = self.group.clone().or_else(|| job.group());
@@ -147,7 +155,11 @@ impl EnqueueOptions {
         if let Some(unique) = self.unique.clone().or_else(|| job.unique()) {
             message = message.unique(unique.key(), unique.hold());
         }
-        Ok(message.priority(priority).schedule(self.schedule))
+        let queue = self.queue.as_deref().unwrap_or(J::QUEUE);
+        Ok(message
+            .priority(priority)
+            .schedule(self.schedule)
+            .queue(queue))
     }
 }
 
@@ -242,6 +254,13 @@ impl<'c, J: Job, E: PgExecutor<'c>> Enqueue<'c, J, E> {
     /// leaves the transaction usable.
     pub fn unique(mut self, unique: Unique) -> Self {
         self.options = self.options.unique(unique);
+        self
+    }
+
+    /// Puts the job in the named queue instead of its type's (see
+    /// [`EnqueueOptions::queue`]).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.options = self.options.queue(queue);
         self
     }
 

@@ -163,6 +163,13 @@ pub enum InvalidMessage {
     /// The delay does not fit in PostgreSQL's interval arithmetic (over about 290,000 years).
     #[error("delay is too long")]
     DelayTooLong,
+    /// The queue name is empty, too long, or has a character other than ASCII letters,
+    /// digits, `_`, `-`, `.` and `:`.
+    #[error("queue names are 1 to {max} ASCII letters, digits, '_', '-', '.' or ':'")]
+    InvalidQueueName {
+        /// The limit in characters.
+        max: usize,
+    },
     /// The unique key is empty, too long, or contains a NUL character.
     #[error("unique key must be 1 to {max} bytes without NUL characters")]
     InvalidUniqueKey {
@@ -213,6 +220,11 @@ pub enum PublishError {
         /// The job that holds the key.
         existing: crate::JobId,
     },
+    /// The job's group exists in another queue (a group belongs to the queue of the job
+    /// that created it), or a batch put one new group in two queues. Nothing was written;
+    /// the transaction is aborted (roll it back).
+    #[error("the job's group belongs to another queue")]
+    GroupInAnotherQueue,
 }
 
 impl PublishError {
@@ -227,7 +239,12 @@ impl PublishError {
 
 impl From<sqlx::Error> for PublishError {
     fn from(e: sqlx::Error) -> Self {
-        Self::Database(DatabaseError::new(e))
+        let error = DatabaseError::new(e);
+        // harel_publish's own code for a group in another queue (class HJ: not PostgreSQL's)
+        if error.code().as_deref() == Some("HJ001") {
+            return Self::GroupInAnotherQueue;
+        }
+        Self::Database(error)
     }
 }
 

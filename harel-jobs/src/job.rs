@@ -37,6 +37,12 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// job kind "…"`. To rename a job type, keep its kind (`#[job(kind = "…")]`).
     const KIND: &'static str;
 
+    /// The queue jobs of this type go to (`#[job(queue = "mail")]`), unless an enqueue
+    /// names another. Worker pools serve the queues they name
+    /// ([`WorkerBuilder::queue`](crate::WorkerBuilder::queue)), each with its own
+    /// concurrency.
+    const QUEUE: &'static str = crate::transport::DEFAULT_QUEUE;
+
     /// Options declared on the type. The worker pool's defaults fill what is `None`.
     fn options() -> JobOptions {
         JobOptions::new()

@@ -66,6 +66,7 @@ mod job_error;
 mod migrate;
 mod periodic;
 mod queue;
+mod queue_control;
 mod retry;
 mod schema;
 pub mod transport;
@@ -93,6 +94,7 @@ pub use queue::{
     Cancel, CancelOutcome, DEFAULT_CANCELLED_RETENTION, JobInfo, JobPage, JobQuery, JobState,
     MAX_PAGE, MAX_REASON_BYTES, Queue, ScheduleInfo, StateFilter,
 };
+pub use queue_control::{QueueInfo, QueueLimits, RateLimit};
 pub use retry::Backoff;
 pub use schema::Schema;
 /// The sqlx this crate is built with (0.9). Pools, connections and transactions handed to
@@ -111,7 +113,7 @@ pub use schema::Schema;
 /// # }
 /// ```
 pub use sqlx;
-pub use transport::{PreparedStatements, Priority};
+pub use transport::{DEFAULT_QUEUE, PreparedStatements, Priority};
 #[cfg(feature = "__fault_injection")]
 #[doc(hidden)]
 pub use worker::InjectedFault;

@@ -71,6 +71,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0006_schedules.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 7,
+        name: "named_queues",
+        sql: include_str!("../sql/migrations/0007_named_queues.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied.
@@ -98,6 +104,10 @@ const FUNCTIONS: &[Function] = &[
     Function {
         name: "harel_end_cancelled",
         sql: include_str!("../sql/functions/harel_end_cancelled.sql"),
+    },
+    Function {
+        name: "harel_ensure_queue",
+        sql: include_str!("../sql/functions/harel_ensure_queue.sql"),
     },
     Function {
         name: "harel_publish",
@@ -147,10 +157,18 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_schedules",
         sql: include_str!("../sql/functions/harel_schedules.sql"),
     },
+    Function {
+        name: "harel_set_queue",
+        sql: include_str!("../sql/functions/harel_set_queue.sql"),
+    },
+    Function {
+        name: "harel_queues",
+        sql: include_str!("../sql/functions/harel_queues.sql"),
+    },
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

@@ -87,6 +87,11 @@ impl Queue {
         self
     }
 
+    /// How its statements are sent.
+    pub(crate) fn prepared(&self) -> PreparedStatements {
+        self.statements
+    }
+
     /// The pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool

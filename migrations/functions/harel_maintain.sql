@@ -23,7 +23,9 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_floors    BIGINT[];
+    v_floor     BIGINT;
+    v_floor_name TEXT;
+    q           RECORD;
     v_straggler TIMESTAMPTZ;
     v_lowered   INT := 0;
     v_pruned    BIGINT;
@@ -34,24 +36,26 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT ARRAY[f0.last_value, f1.last_value, f2.last_value, f3.last_value, f4.last_value]
-      INTO v_floors
-      FROM "harel".claim_floor_0 f0, "harel".claim_floor_1 f1, "harel".claim_floor_2 f2,
-           "harel".claim_floor_3 f3, "harel".claim_floor_4 f4;
-    FOR l IN 0..4 LOOP
-        v_straggler := NULL;
-        -- below the floor, so in the past: claimable, whether free, parked or lease lapsed
-        SELECT g.available_at INTO v_straggler
-          FROM "harel".transport_groups g
-         WHERE g.priority = l
-           AND g.available_at < timestamptz 'epoch' + v_floors[l + 1] * interval '1 microsecond'
-         ORDER BY g.available_at
-         LIMIT 1;
-        IF v_straggler IS NOT NULL THEN
-            PERFORM setval(('"harel".claim_floor_' || l)::regclass,
-                           GREATEST((extract(epoch FROM v_straggler) * 1000000)::bigint - 1000, 0));
-            v_lowered := v_lowered + 1;
-        END IF;
+    -- every queue's floors (queue 0's sequences are claim_floor_<level>, see migration 0007)
+    FOR q IN SELECT qs.id FROM "harel".queues qs ORDER BY qs.id LOOP
+        v_floor_name := CASE WHEN q.id = 0 THEN '"harel".claim_floor_'
+                             ELSE '"harel".claim_floor_q' || q.id || '_' END;
+        FOR l IN 0..4 LOOP
+            v_floor := COALESCE(pg_sequence_last_value((v_floor_name || l)::regclass), 0);
+            v_straggler := NULL;
+            -- below the floor, so in the past: claimable, whether free, parked or lease lapsed
+            SELECT g.available_at INTO v_straggler
+              FROM "harel".transport_groups g
+             WHERE g.queue_id = q.id AND g.priority = l
+               AND g.available_at < timestamptz 'epoch' + v_floor * interval '1 microsecond'
+             ORDER BY g.available_at
+             LIMIT 1;
+            IF v_straggler IS NOT NULL THEN
+                PERFORM setval((v_floor_name || l)::regclass,
+                               GREATEST((extract(epoch FROM v_straggler) * 1000000)::bigint - 1000, 0));
+                v_lowered := v_lowered + 1;
+            END IF;
+        END LOOP;
     END LOOP;
 
     WITH pruned AS (

@@ -181,6 +181,8 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_cancel",
     "EXECUTE ON FUNCTION @schema@.harel_cancel_group",
     "EXECUTE ON FUNCTION @schema@.harel_schedules",
+    "EXECUTE ON FUNCTION @schema@.harel_queues",
+    "EXECUTE ON FUNCTION @schema@.harel_set_queue",
 ];
 
 impl TestRole {

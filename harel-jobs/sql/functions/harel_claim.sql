@@ -22,12 +22,23 @@
 -- dead, leased until later, or written by a transaction that commits more than
 -- FLOOR_MARGIN after it wrote (a long application transaction around an enqueue: its
 -- NOTIFY or harel_maintain's sweep brings it back).
+--
+-- Named queues (migration 0007): a claim takes groups of one queue (p_queue), through that
+-- queue's part of the index and its own floors. A paused queue, or one nothing was ever
+-- published into, gives nothing. A queue with a concurrency limit or a rate limit is
+-- claimed under its advisory lock (claims of other queues never wait for it): the claim
+-- takes at most the limit less the queue's live leases (counted through
+-- transport_groups_limited, where this claim puts its leases), and at most the starts the
+-- rate allows now (a generic cell rate algorithm: the sequence queue_rate_q<N> holds the
+-- theoretical arrival time, advanced by what was claimed; a burst of up to the limit is
+-- allowed after a quiet period).
 CREATE OR REPLACE FUNCTION @schema@.harel_claim(
     p_token        UUID,
     p_lease_ms     BIGINT,
     p_limit        INT,
     p_min_priority INT DEFAULT 0,
-    p_hint         BIGINT DEFAULT NULL
+    p_hint         BIGINT DEFAULT NULL,
+    p_queue        TEXT DEFAULT 'default'
 ) RETURNS TABLE (
     group_id    TEXT,
     seq         BIGINT,
@@ -69,6 +80,16 @@ DECLARE
     v_levels     INT[];
     v_positions  TIMESTAMPTZ[];
     v_raise_to   TIMESTAMPTZ;
+    v_queue      SMALLINT;
+    v_paused     BOOLEAN;
+    v_limit      INT;
+    v_rate       INT;
+    v_period_us  DOUBLE PRECISION;
+    v_running    BIGINT;
+    v_now_us     BIGINT := (extract(epoch FROM statement_timestamp()) * 1000000)::bigint;
+    v_tat_us     DOUBLE PRECISION;
+    v_claimed    INT := 0;
+    v_floor_name TEXT;
 BEGIN
     IF p_limit NOT BETWEEN 1 AND 10000 OR p_lease_ms NOT BETWEEN 1 AND 86400000
        OR p_min_priority NOT BETWEEN 0 AND 4 THEN
@@ -76,16 +97,61 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    SELECT ARRAY[f0.last_value, f1.last_value, f2.last_value, f3.last_value, f4.last_value]
-      INTO v_floors
-      FROM @schema@.claim_floor_0 f0, @schema@.claim_floor_1 f1, @schema@.claim_floor_2 f2,
-           @schema@.claim_floor_3 f3, @schema@.claim_floor_4 f4;
+    SELECT q.id, q.paused_at IS NOT NULL, q.concurrency_limit, q.rate_limit,
+           (q.rate_period_ms * 1000)::double precision
+      INTO v_queue, v_paused, v_limit, v_rate, v_period_us
+      FROM @schema@.queues q
+     WHERE q.name = p_queue;
+    IF NOT FOUND OR v_paused THEN
+        RETURN;
+    END IF;
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
+        -- one claim of this queue at a time, so that each sees the leases of the last
+        PERFORM pg_advisory_xact_lock(hashtextextended('harel-jobs queue @schema@', v_queue));
+        -- the leases start now, not when the statement began waiting for the lock: the
+        -- count below sees every settle committed until now
+        v_now := clock_timestamp();
+        v_expiry := v_now + p_lease_ms * interval '1 millisecond';
+        v_now_us := (extract(epoch FROM v_now) * 1000000)::bigint;
+        IF v_limit IS NOT NULL THEN
+            SELECT count(*) INTO v_running
+              FROM @schema@.transport_groups g
+             WHERE g.limited_queue = v_queue AND g.available_at > v_now
+               AND g.locked_by IS NOT NULL;
+            v_need := LEAST(v_need, (v_limit - v_running)::int);
+        END IF;
+        IF v_rate IS NOT NULL THEN
+            v_tat_us := GREATEST(COALESCE(pg_sequence_last_value(
+                                     ('@schema@.queue_rate_q' || v_queue)::regclass), 0),
+                                 v_now_us)::double precision;
+            v_need := LEAST(v_need,
+                            floor((v_now_us + v_period_us - v_tat_us) / (v_period_us / v_rate))::int);
+        END IF;
+        IF v_need <= 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    IF v_queue = 0 THEN
+        SELECT ARRAY[f0.last_value, f1.last_value, f2.last_value, f3.last_value, f4.last_value]
+          INTO v_floors
+          FROM @schema@.claim_floor_0 f0, @schema@.claim_floor_1 f1, @schema@.claim_floor_2 f2,
+               @schema@.claim_floor_3 f3, @schema@.claim_floor_4 f4;
+    ELSE
+        SELECT array_agg(COALESCE(pg_sequence_last_value(
+                   ('@schema@.claim_floor_q' || v_queue || '_' || l.level)::regclass), 0)
+                   ORDER BY l.level)
+          INTO v_floors
+          FROM generate_series(0, 4) AS l(level);
+    END IF;
+    v_floor_name := CASE WHEN v_queue = 0 THEN '@schema@.claim_floor_'
+                         ELSE '@schema@.claim_floor_q' || v_queue || '_' END;
     -- a hinted group below a floor: lower the floor for good (not only for this claim,
     -- which may fill up with other groups first)
     IF p_hint IS NOT NULL THEN
         FOR l IN p_min_priority..4 LOOP
             IF p_hint < v_floors[l + 1] THEN
-                PERFORM setval(('@schema@.claim_floor_' || l)::regclass, GREATEST(p_hint, 0));
+                PERFORM setval((v_floor_name || l)::regclass, GREATEST(p_hint, 0));
                 v_floors[l + 1] := GREATEST(p_hint, 0);
             END IF;
         END LOOP;
@@ -112,7 +178,8 @@ BEGIN
                  CROSS JOIN LATERAL (
                         SELECT g.group_id, g.available_at
                           FROM @schema@.transport_groups g
-                         WHERE g.priority = p.level
+                         WHERE g.queue_id = v_queue
+                           AND g.priority = p.level
                            AND g.available_at >= v_scan_from[p.level + 1]
                            AND g.available_at <= v_now
                          ORDER BY g.available_at
@@ -138,7 +205,7 @@ BEGIN
                 -- in steps of c_step at least: each setval writes WAL
                 IF (extract(epoch FROM v_raise_to) * 1000000)::bigint
                    > v_floors[l + 1] + c_step_us THEN
-                    PERFORM setval(('@schema@.claim_floor_' || l)::regclass,
+                    PERFORM setval((v_floor_name || l)::regclass,
                                    (extract(epoch FROM v_raise_to) * 1000000)::bigint);
                 END IF;
             END LOOP;
@@ -191,7 +258,9 @@ BEGIN
                    available_at  = CASE WHEN h.due THEN v_expiry ELSE h.not_before END,
                    head_seq      = CASE WHEN h.due THEN h.seq ELSE g.head_seq END,
                    head_attempts = CASE WHEN h.due THEN h.attempt ELSE g.head_attempts END,
-                   head_started_at = CASE WHEN h.due THEN v_now ELSE g.head_started_at END
+                   head_started_at = CASE WHEN h.due THEN v_now ELSE g.head_started_at END,
+                   limited_queue = CASE WHEN NOT h.due THEN g.limited_queue
+                                        WHEN v_limit IS NOT NULL THEN v_queue END
               FROM head h
              -- by the row version the candidate read found (locked by us since the first
              -- statement, so it is still the current one): a TID lookup per row, which no
@@ -218,6 +287,7 @@ BEGIN
             SELECT * FROM unnest(v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority,
                                  v_enqueued);
             v_need := v_need - cardinality(v_groups);
+            v_claimed := v_claimed + cardinality(v_groups);
         END IF;
 
         -- A lapsed lease of a job whose cancel was asked for while it ran (its worker died
@@ -236,7 +306,13 @@ BEGIN
             PERFORM @schema@.harel_drop_empty_groups(v_empty, 200);
         END IF;
     END LOOP;
+
+    -- the starts made count against the rate (setval: outside MVCC and the transaction)
+    IF v_rate IS NOT NULL AND v_claimed > 0 THEN
+        PERFORM setval(('@schema@.queue_rate_q' || v_queue)::regclass,
+                       ceil(v_tat_us + v_claimed * (v_period_us / v_rate))::bigint);
+    END IF;
 END
 $$;
 
-REVOKE ALL ON FUNCTION @schema@.harel_claim(UUID, BIGINT, INT, INT, BIGINT) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @schema@.harel_claim(UUID, BIGINT, INT, INT, BIGINT, TEXT) FROM PUBLIC;

@@ -23,6 +23,12 @@
 -- Keys are taken in key order (concurrent batches do not deadlock on each other), and the
 -- first message of a batch with a key takes it: later ones are its duplicates.
 --
+-- Named queues (migration 0007): `p_queues` names each message's queue (NULL: every message,
+-- or its element, is in 'default'); a queue is created by the first message into it. A
+-- group belongs to the queue of the message that created it: a message for an existing
+-- group of another queue is refused (SQLSTATE HJ001), as is a batch that puts one new
+-- group in two.
+--
 -- Why the group row is locked FOR KEY SHARE when it already exists: a settle that drains a
 -- group deletes its row, and cannot see a message this (maybe long) transaction has not
 -- committed. Holding KEY SHARE blocks that delete (the settle then frees the row instead,
@@ -37,7 +43,8 @@ CREATE OR REPLACE FUNCTION @schema@.harel_publish(
     p_not_before  TIMESTAMPTZ[],
     p_delay_ms    BIGINT[],
     p_unique_keys    TEXT[] DEFAULT NULL,
-    p_unique_hold_ms BIGINT[] DEFAULT NULL
+    p_unique_hold_ms BIGINT[] DEFAULT NULL,
+    p_queues         TEXT[] DEFAULT NULL
 ) RETURNS SETOF BIGINT
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -63,6 +70,10 @@ DECLARE
     v_results    BIGINT[];
     v_holder     BIGINT;
     v_kept       BIGINT[];
+    v_queue      SMALLINT := 0::smallint;
+    v_queues     SMALLINT[];
+    v_group_q    SMALLINT;
+    v_mismatched BIGINT;
     k            RECORD;
 BEGIN
     -- The limits of transport/message.rs, checked again here for callers that bypass it.
@@ -73,7 +84,8 @@ BEGIN
        OR cardinality(p_not_before) IS DISTINCT FROM v_count
        OR cardinality(p_delay_ms) IS DISTINCT FROM v_count
        OR (p_unique_keys IS NOT NULL AND cardinality(p_unique_keys) <> v_count)
-       OR (p_unique_hold_ms IS NOT NULL AND cardinality(p_unique_hold_ms) <> v_count) THEN
+       OR (p_unique_hold_ms IS NOT NULL AND cardinality(p_unique_hold_ms) <> v_count)
+       OR (p_queues IS NOT NULL AND cardinality(p_queues) <> v_count) THEN
         RAISE EXCEPTION 'harel_publish: the arrays must have one element per message'
             USING ERRCODE = '22023';
     END IF;
@@ -118,6 +130,9 @@ BEGIN
     -- run than the set-based batch path below.
     IF v_count = 1 THEN
         v_ready := COALESCE(p_not_before[1], v_now + p_delay_ms[1] * interval '1 millisecond');
+        IF p_queues[1] IS NOT NULL AND p_queues[1] <> 'default' THEN
+            v_queue := @schema@.harel_ensure_queue(p_queues[1]);
+        END IF;
         v_seq := nextval('@schema@.transport_messages_seq_seq');
         p_groups[1] := COALESCE(p_groups[1], 'own:' || lpad(v_seq::text, 19, '0'));
         IF p_unique_keys[1] IS NOT NULL THEN
@@ -131,17 +146,21 @@ BEGIN
         LOOP
             INSERT INTO @schema@.transport_groups
                    (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
-                    inline_enqueued_at, inline_not_before, inline_unique_key)
+                    inline_enqueued_at, inline_not_before, inline_unique_key, queue_id)
             VALUES (p_groups[1], p_priorities[1], GREATEST(v_now, v_ready), v_seq, p_kinds[1],
-                    p_payloads[1]::json, v_now, v_ready, p_unique_keys[1])
+                    p_payloads[1]::json, v_now, v_ready, p_unique_keys[1], v_queue)
             ON CONFLICT (group_id) DO NOTHING;
             IF FOUND THEN
                 v_new_from := GREATEST(v_now, v_ready);
                 EXIT;
             END IF;
-            PERFORM 1 FROM @schema@.transport_groups g
-              WHERE g.group_id = p_groups[1] FOR KEY SHARE;
+            SELECT g.queue_id INTO v_group_q FROM @schema@.transport_groups g
+             WHERE g.group_id = p_groups[1] FOR KEY SHARE;
             IF FOUND THEN
+                IF v_group_q <> v_queue THEN
+                    RAISE EXCEPTION 'harel_publish: a group belongs to one queue, and this group is in another'
+                        USING ERRCODE = 'HJ001';
+                END IF;
                 INSERT INTO @schema@.transport_messages
                        (seq, group_id, kind, payload, priority, not_before, enqueued_at,
                         unique_key)
@@ -170,6 +189,25 @@ BEGIN
           FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord);
     END IF;
 
+    -- Each message's queue id (all 0 unless a queue is named), each named queue looked up
+    -- (or created) once; one new group in two queues is refused.
+    IF p_queues IS NOT NULL THEN
+        SELECT array_agg(COALESCE(n.id, 0::smallint) ORDER BY x.ord)
+          INTO v_queues
+          FROM unnest(p_queues) WITH ORDINALITY AS x(name, ord)
+          LEFT JOIN (SELECT d.name, @schema@.harel_ensure_queue(d.name) AS id
+                       FROM (SELECT DISTINCT u.name FROM unnest(p_queues) AS u(name)
+                              WHERE u.name IS NOT NULL AND u.name <> 'default') AS d) AS n
+            ON n.name = x.name;
+        IF EXISTS (SELECT 1 FROM unnest(p_groups, v_queues) AS x(group_id, queue_id)
+                    GROUP BY x.group_id HAVING min(x.queue_id) <> max(x.queue_id)) THEN
+            RAISE EXCEPTION 'harel_publish: a group belongs to one queue, and this batch puts one in two'
+                USING ERRCODE = 'HJ001';
+        END IF;
+    ELSE
+        v_queues := array_fill(0::smallint, ARRAY[v_count]);
+    END IF;
+
     -- Unique keys, in key order; a duplicate is dropped from every array below.
     IF p_unique_keys IS NOT NULL THEN
         FOR k IN SELECT u.key, min(u.ord) AS ord, array_agg(u.ord) AS ords
@@ -195,9 +233,10 @@ BEGIN
             SELECT array_agg(p_groups[o] ORDER BY o), array_agg(p_kinds[o] ORDER BY o),
                    array_agg(p_payloads[o] ORDER BY o), array_agg(p_priorities[o] ORDER BY o),
                    array_agg(p_not_before[o] ORDER BY o), array_agg(p_delay_ms[o] ORDER BY o),
-                   array_agg(p_unique_keys[o] ORDER BY o), array_agg(v_seqs[o] ORDER BY o)
+                   array_agg(p_unique_keys[o] ORDER BY o), array_agg(v_seqs[o] ORDER BY o),
+                   array_agg(v_queues[o] ORDER BY o)
               INTO p_groups, p_kinds, p_payloads, p_priorities, p_not_before, p_delay_ms,
-                   p_unique_keys, v_seqs
+                   p_unique_keys, v_seqs, v_queues
               FROM unnest(v_kept) AS o;
             v_count := cardinality(v_kept);
         END IF;
@@ -221,14 +260,14 @@ BEGIN
         WITH inserted AS (
             INSERT INTO @schema@.transport_groups AS g
                    (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
-                    inline_enqueued_at, inline_not_before, inline_unique_key)
+                    inline_enqueued_at, inline_not_before, inline_unique_key, queue_id)
             SELECT u.group_id, p_priorities[u.ord],
                    GREATEST(v_now, COALESCE(p_not_before[u.ord],
                                             v_now + p_delay_ms[u.ord] * interval '1 millisecond')),
                    v_seqs[u.ord], p_kinds[u.ord], p_payloads[u.ord]::json, v_now,
                    COALESCE(p_not_before[u.ord],
                             v_now + p_delay_ms[u.ord] * interval '1 millisecond'),
-                   p_unique_keys[u.ord]
+                   p_unique_keys[u.ord], v_queues[u.ord]
               FROM unnest(v_pending, v_firsts) AS u(group_id, ord)
              ORDER BY u.group_id
             ON CONFLICT (group_id) DO NOTHING
@@ -240,16 +279,24 @@ BEGIN
           FROM inserted i;
         EXIT WHEN v_inserted = cardinality(v_pending);
 
+        -- (a locked group in another queue than its messages: one that existed before,
+        -- as the groups just inserted carry the queue we gave them)
         WITH locked AS MATERIALIZED (
-            SELECT g.group_id FROM @schema@.transport_groups g
+            SELECT g.group_id, g.queue_id FROM @schema@.transport_groups g
              WHERE g.group_id = ANY (v_pending)
              ORDER BY g.group_id
                FOR KEY SHARE
         )
-        SELECT array_agg(u.group_id ORDER BY u.group_id), array_agg(u.ord ORDER BY u.group_id)
-          INTO v_pending, v_firsts
+        SELECT array_agg(u.group_id ORDER BY u.group_id) FILTER (WHERE l.group_id IS NULL),
+               array_agg(u.ord ORDER BY u.group_id) FILTER (WHERE l.group_id IS NULL),
+               count(*) FILTER (WHERE l.queue_id <> v_queues[u.ord])
+          INTO v_pending, v_firsts, v_mismatched
           FROM unnest(v_pending, v_firsts) AS u(group_id, ord)
-         WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.group_id = u.group_id);
+          LEFT JOIN locked l ON l.group_id = u.group_id;
+        IF v_mismatched > 0 THEN
+            RAISE EXCEPTION 'harel_publish: a group belongs to one queue, and this batch adds to one in another'
+                USING ERRCODE = 'HJ001';
+        END IF;
         EXIT WHEN v_pending IS NULL;
     END LOOP;
 
@@ -278,4 +325,5 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION @schema@.harel_publish(
-    TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], BIGINT[]) FROM PUBLIC;
+    TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], BIGINT[], TEXT[])
+    FROM PUBLIC;

@@ -183,18 +183,24 @@ BEGIN
         -- looks rows up by key: linear in the batch.
         IF 'dead' = ANY (v_actions) THEN
             INSERT INTO @schema@.dead_letters
-                   (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at)
+                   (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at,
+                    queue)
             SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, d.attempts, d.error,
-                   m.enqueued_at
+                   m.enqueued_at, q.name
               FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_errors, v_inline)
                    AS d(group_id, seq, action, attempts, error, inline)
              CROSS JOIN LATERAL (SELECT t.* FROM @schema@.transport_messages t
                                   WHERE t.group_id = d.group_id AND t.seq = d.seq
                                  OFFSET 0) AS m
+             CROSS JOIN LATERAL (SELECT qs.name FROM @schema@.transport_groups t
+                                   JOIN @schema@.queues qs ON qs.id = t.queue_id
+                                  WHERE t.group_id = d.group_id
+                                 OFFSET 0) AS q
              WHERE d.action = 'dead' AND NOT d.inline
             UNION ALL
             SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
-                   d.attempts, d.error, g.inline_enqueued_at
+                   d.attempts, d.error, g.inline_enqueued_at,
+                   (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id)
               FROM unnest(v_groups, v_actions, v_attempts, v_errors, v_inline)
                    AS d(group_id, action, attempts, error, inline)
              CROSS JOIN LATERAL (SELECT t.* FROM @schema@.transport_groups t

@@ -30,6 +30,29 @@ pub const MAX_BATCH_MESSAGES: usize = 100_000;
 /// larger batches.
 pub const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
 
+/// The queue a job goes to unless it names another: every job before named queues
+/// existed, and the queue a worker pool serves unless it names its queues.
+pub const DEFAULT_QUEUE: &str = "default";
+/// The longest queue name accepted, in characters.
+pub const MAX_QUEUE_NAME_LEN: usize = 64;
+
+/// Checks a queue name: 1 to [`MAX_QUEUE_NAME_LEN`] ASCII letters, digits, `_`, `-`, `.`
+/// or `:` (the same rule as `harel_ensure_queue`).
+pub(crate) fn validate_queue_name(name: &str) -> Result<(), InvalidMessage> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_QUEUE_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+    if valid {
+        Ok(())
+    } else {
+        Err(InvalidMessage::InvalidQueueName {
+            max: MAX_QUEUE_NAME_LEN,
+        })
+    }
+}
+
 /// A group's priority: 0 (lowest) to 4 (highest).
 ///
 /// Claims serve the highest priority first and round-robin among the groups of one
@@ -135,6 +158,8 @@ pub struct OutgoingMessage {
     pub(crate) payload_is_json: bool,
     /// The unique key and how long it is held after completion (`harel_take_key`).
     pub(crate) unique: Option<(String, Option<Duration>)>,
+    /// The named queue (`None`: [`DEFAULT_QUEUE`]).
+    pub(crate) queue: Option<String>,
 }
 
 impl OutgoingMessage {
@@ -153,6 +178,7 @@ impl OutgoingMessage {
             schedule: Schedule::Now,
             payload_is_json: false,
             unique: None,
+            queue: None,
         }
     }
 
@@ -206,6 +232,21 @@ impl OutgoingMessage {
         self
     }
 
+    /// Puts the message in the named queue (1 to [`MAX_QUEUE_NAME_LEN`] letters, digits,
+    /// `_`, `-`, `.` or `:`), created by the first message into it. A group belongs to the
+    /// queue of the message that created it: publishing into an existing group of another
+    /// queue fails ([`PublishError::GroupInAnotherQueue`](crate::PublishError::GroupInAnotherQueue)).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        let queue = queue.into();
+        self.queue = (queue != DEFAULT_QUEUE).then_some(queue);
+        self
+    }
+
+    /// The queue's name.
+    pub fn queue_name(&self) -> &str {
+        self.queue.as_deref().unwrap_or(DEFAULT_QUEUE)
+    }
+
     /// Puts the message in a group of its own, named when it is published after its seq
     /// (`own:` and the seq in 19 digits: [`own_group`]), instead of the group it was made
     /// with. Cheaper than a group id of the caller's: the queue finds the job by its id
@@ -255,6 +296,9 @@ impl OutgoingMessage {
         }
         if let Schedule::After(delay) = self.schedule {
             delay_millis(delay)?;
+        }
+        if let Some(queue) = &self.queue {
+            validate_queue_name(queue)?;
         }
         if let Some((key, hold)) = &self.unique {
             if key.is_empty() || key.len() > MAX_UNIQUE_KEY_BYTES || key.contains('\0') {

@@ -44,10 +44,11 @@ use uuid::Uuid;
 
 pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
 pub use message::{
-    MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_GROUP_BYTES, MAX_KIND_BYTES,
-    MAX_PAYLOAD_BYTES, MAX_UNIQUE_KEY_BYTES, OutgoingMessage, Priority, Schedule, own_group,
+    DEFAULT_QUEUE, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_GROUP_BYTES, MAX_KIND_BYTES,
+    MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME_LEN, MAX_UNIQUE_KEY_BYTES, OutgoingMessage, Priority,
+    Schedule, own_group,
 };
-pub(crate) use message::{delay_millis, validate_group};
+pub(crate) use message::{delay_millis, validate_group, validate_queue_name};
 
 /// What a publish did with one message ([`Transport::publish_many_outcomes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -83,6 +84,8 @@ pub struct ClaimRequest {
     pub min_priority: Priority,
     /// How many groups to lease at most (one head message each).
     pub limit: u32,
+    /// The queue to claim from (`None`: [`DEFAULT_QUEUE`]).
+    pub queue: Option<String>,
 }
 
 impl ClaimRequest {
@@ -93,7 +96,15 @@ impl ClaimRequest {
             lease,
             min_priority: Priority::LOWEST,
             limit: 1,
+            queue: None,
         }
+    }
+
+    /// Sets the queue to claim from.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        let queue = queue.into();
+        self.queue = (queue != DEFAULT_QUEUE).then_some(queue);
+        self
     }
 
     /// Sets the most groups to lease.
@@ -165,11 +176,11 @@ impl Statements {
         let render = |sql: &str| Arc::<str>::from(schema.render(sql));
         Self {
             publish: render(
-                "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8) AS s",
+                "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8, $9) AS s",
             ),
             claim: render(
                 "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at \
-                 FROM @schema@.harel_claim($1, $2, $3, $4, $5)",
+                 FROM @schema@.harel_claim($1, $2, $3, $4, $5, $6)",
             ),
             settle: render(
                 "SELECT seq, outcome \
@@ -288,6 +299,9 @@ impl Transport {
         let any_unique = messages.iter().any(|m| m.unique.is_some());
         let mut unique_keys: Vec<Option<&str>> = Vec::new();
         let mut unique_holds: Vec<Option<i64>> = Vec::new();
+        // and NULL unless some message names a queue
+        let any_queue = messages.iter().any(|m| m.queue.is_some());
+        let mut queues: Vec<Option<&str>> = Vec::new();
         for message in messages {
             message.validate()?;
             if any_unique {
@@ -297,6 +311,9 @@ impl Transport {
                 };
                 unique_keys.push(key);
                 unique_holds.push(hold.map(delay_millis).transpose()?);
+            }
+            if any_queue {
+                queues.push(message.queue.as_deref());
             }
             groups.push(message.group.as_deref());
             kinds.push(message.kind.as_str());
@@ -326,6 +343,7 @@ impl Transport {
             .bind(delays)
             .bind(any_unique.then_some(unique_keys))
             .bind(any_unique.then_some(unique_holds))
+            .bind(any_queue.then_some(queues))
             .persistent(self.persistent)
             .fetch_all(executor)
             .await?;
@@ -402,6 +420,7 @@ impl Transport {
             .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
             .bind(i32::from(request.min_priority.get()))
             .bind(hint)
+            .bind(request.queue.as_deref().unwrap_or(DEFAULT_QUEUE))
             .persistent(self.persistent)
             .fetch_all(executor)
             .await?;

@@ -26,6 +26,8 @@ use crate::transport::{Lease, LeaseOutcome, Receipt, Settlement};
 /// A job's lease and what the policy decided for it.
 #[derive(Debug)]
 pub(crate) struct Finished {
+    /// The pool's lane (queue) the job ran in.
+    pub lane: usize,
     pub lease: Lease,
     pub outcome: Outcome,
     /// How long to keep the job in the history if it succeeded (`None`: not at all).
@@ -79,12 +81,12 @@ async fn flush<S: Send + Sync + 'static>(
         .drain(..)
         .map(|finished| {
             let settlement = finished.settlement();
-            outcomes.push((finished.outcome, finished.completed_in_tx));
+            outcomes.push((finished.lane, finished.outcome, finished.completed_in_tx));
             (finished.lease, settlement)
         })
         .collect();
     let written = writer.write(shared, &settlements).await;
-    for (((lease, _), (outcome, completed_in_tx)), written) in
+    for (((lease, _), (lane, outcome, completed_in_tx)), written) in
         settlements.iter().zip(&outcomes).zip(written)
     {
         shared.inflight.remove(lease.seq);
@@ -109,7 +111,7 @@ async fn flush<S: Send + Sync + 'static>(
                     tracing::debug!(message_id = lease.seq, "outcome was already written");
                 }
                 if let Some(wait) = outcome.wait() {
-                    shared.wake_after(wait);
+                    shared.lanes[*lane].wake_after(wait);
                 }
                 shared.stats.settled(outcome);
             }
@@ -120,7 +122,7 @@ async fn flush<S: Send + Sync + 'static>(
             Written::Dropped => shared.stats.outcome_dropped(),
         }
     }
-    shared.wake.notify_one();
+    shared.wake_all();
 }
 
 fn lost<S>(shared: &Shared<S>, lease: &Lease) {

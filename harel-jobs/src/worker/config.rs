@@ -11,8 +11,13 @@ use crate::transport::Priority;
 /// [`Worker::builder`](super::Worker::builder), validated by `build`.
 #[derive(Clone, Debug)]
 pub(crate) struct WorkerConfig {
-    /// Handlers running at once. Default 16.
+    /// Handlers running at once, of the default queue when no queue is named. Default 16.
     pub concurrency: usize,
+    /// Whether `concurrency` was set (it cannot be with named queues: ambiguous).
+    pub concurrency_set: bool,
+    /// The named queues served, each with its concurrency (empty: the default queue, with
+    /// `concurrency`).
+    pub queues: Vec<(String, usize)>,
     /// Lease of a claimed job; extended by the heartbeat while the handler runs. Default 30 s.
     pub lease: Duration,
     /// Time between heartbeats. Default a third of the lease.
@@ -70,6 +75,8 @@ impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
             concurrency: 16,
+            concurrency_set: false,
+            queues: Vec::new(),
             lease: Duration::from_secs(30),
             heartbeat: None,
             poll_interval: Duration::from_secs(1),
@@ -101,13 +108,22 @@ impl WorkerConfig {
         }
     }
 
-    /// How many jobs may be claimed and unfinished at once while handlers are fast: the
-    /// concurrency plus a buffer of the concurrency again or one claim batch, whichever is
-    /// more, so that even a small pool claims in full batches. (Slow handlers get no
-    /// buffer: a buffered job would hold its lease for a whole handler run while another
-    /// worker could run it.)
-    pub fn prefetch_limit(&self) -> usize {
-        self.concurrency + self.concurrency.max(self.claim_batch)
+    /// The queues served and each one's concurrency: the named ones, or the default queue
+    /// with `concurrency`.
+    pub fn lanes(&self) -> Vec<(String, usize)> {
+        if self.queues.is_empty() {
+            vec![(crate::transport::DEFAULT_QUEUE.to_owned(), self.concurrency)]
+        } else {
+            self.queues.clone()
+        }
+    }
+
+    /// The handlers that may run at once, over every queue served.
+    pub fn total_concurrency(&self) -> usize {
+        self.lanes()
+            .iter()
+            .map(|(_, concurrency)| concurrency)
+            .sum()
     }
 
     /// How the pool's statements are sent: unnamed behind a transaction pooler.
@@ -136,6 +152,27 @@ impl WorkerConfig {
         let invalid = |name, reason| Err(ConfigError::Invalid { name, reason });
         if self.concurrency == 0 || self.concurrency > 10_000 {
             return invalid("concurrency", "must be between 1 and 10,000");
+        }
+        if self.concurrency_set && !self.queues.is_empty() {
+            return invalid(
+                "concurrency",
+                "applies to the default queue when no queue is named; with named queues, \
+                 give each its concurrency (.queue(\"default\", n) for the default queue)",
+            );
+        }
+        for (i, (queue, concurrency)) in self.queues.iter().enumerate() {
+            if crate::transport::validate_queue_name(queue).is_err() {
+                return invalid(
+                    "queue",
+                    "names are 1 to 64 ASCII letters, digits, '_', '-', '.' or ':'",
+                );
+            }
+            if *concurrency == 0 || *concurrency > 10_000 {
+                return invalid("queue", "concurrency must be between 1 and 10,000");
+            }
+            if self.queues[..i].iter().any(|(other, _)| other == queue) {
+                return invalid("queue", "a queue is named twice");
+            }
         }
         if self.lease < Duration::from_millis(100) || self.lease > Duration::from_secs(86_400) {
             return invalid("lease", "must be between 100 ms and 24 h");

@@ -22,6 +22,7 @@ use crate::transport::{ClaimedMessage, MAX_DELAY};
 /// back without counting the attempt.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
+    lane: usize,
     message: ClaimedMessage,
     completions: tokio::sync::mpsc::UnboundedSender<Finished>,
 ) {
@@ -34,20 +35,21 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let span = tracing::info_span!(
         "harel_job",
         kind = %message.kind,
+        queue = %shared.lanes[lane].queue,
         group = %message.lease.group,
         message_id = seq,
         attempt = message.attempt,
     );
     let slot = tokio::select! {
         biased;
-        slot = Arc::clone(&shared.slots).acquire_owned() => slot.ok(),
+        slot = Arc::clone(&shared.lanes[lane].slots).acquire_owned() => slot.ok(),
         () = shared.stop_claiming.cancelled() => None,
     };
     let (attempted, limits) = match slot {
         Some(_slot) => {
             // a panic anywhere on the job's path is a failed attempt (`attempt` catches the
             // ones it can attribute; this net catches the rest, with the pool's limits)
-            let attempted = AssertUnwindSafe(attempt(&shared, &message, cancel, &flags))
+            let attempted = AssertUnwindSafe(attempt(&shared, lane, &message, cancel, &flags))
                 .catch_unwind()
                 .instrument(span.clone())
                 .await;
@@ -81,6 +83,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         return;
     }
     let finished = Finished {
+        lane,
         lease: message.lease,
         outcome,
         retain: limits.retain,
@@ -104,6 +107,7 @@ enum Interrupted {
 /// with the limits of its job type.
 async fn attempt<S: Send + Sync + 'static>(
     shared: &Shared<S>,
+    lane: usize,
     message: &ClaimedMessage,
     cancel: tokio_util::sync::CancellationToken,
     flags: &Arc<ExecutionFlags>,
@@ -176,7 +180,7 @@ async fn attempt<S: Send + Sync + 'static>(
             return (Attempted::Interrupted { started: true }, limits);
         }
     };
-    shared.record_run_time(started.elapsed());
+    shared.lanes[lane].record_run_time(started.elapsed());
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "handler ended"

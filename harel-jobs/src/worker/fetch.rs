@@ -1,4 +1,5 @@
-//! The fetcher: claims batches of groups as capacity frees up, and starts their jobs.
+//! The fetcher: claims batches of groups as capacity frees up, and starts their jobs. One
+//! per queue the pool serves (its lane), each on a connection of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,21 +14,36 @@ use super::{Shared, execute};
 use crate::error::TransportError;
 use crate::transport::{ClaimRequest, ClaimedMessage, Lease, LeaseToken, Settlement};
 
-/// Claims and starts jobs until told to stop claiming.
-///
-/// Each round waits until fewer jobs are claimed and unfinished than the claim limit
-/// (the concurrency, or twice it while handlers are fast: `Shared::claim_limit`), takes
-/// all the room up to the claim batch, and claims that many groups in one round trip. A full batch means more work is
-/// likely waiting: claim again at once. A short batch means the queue is drained for now:
-/// wait for a NOTIFY, a completed batch of acks (which may have freed groups), or the poll
-/// interval. Each claim, and the release of jobs claimed while shutdown began, is bounded by
-/// the database timeout.
+/// Claims and starts the jobs of every queue the pool serves until told to stop claiming:
+/// one [`run_lane`] per queue. Ends when they all have, or at the first that failed.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     jobs: TaskTracker,
     completions: mpsc::UnboundedSender<Finished>,
 ) -> TaskResult {
-    let semaphore = Arc::clone(&shared.claims);
+    let lanes = (0..shared.lanes.len())
+        .map(|lane| run_lane(Arc::clone(&shared), lane, jobs.clone(), completions.clone()));
+    futures_util::future::try_join_all(lanes).await?;
+    Ok(())
+}
+
+/// Claims and starts one queue's jobs until told to stop claiming.
+///
+/// Each round waits until fewer jobs are claimed and unfinished than the claim limit
+/// (the concurrency, or twice it while handlers are fast: `Lane::claim_limit`), takes
+/// all the room up to the claim batch, and claims that many groups in one round trip. A full batch means more work is
+/// likely waiting: claim again at once. A short batch means the queue is drained for now:
+/// wait for a NOTIFY, a completed batch of acks (which may have freed groups), or the poll
+/// interval. Each claim, and the release of jobs claimed while shutdown began, is bounded by
+/// the database timeout.
+async fn run_lane<S: Send + Sync + 'static>(
+    shared: Arc<Shared<S>>,
+    lane: usize,
+    jobs: TaskTracker,
+    completions: mpsc::UnboundedSender<Finished>,
+) -> TaskResult {
+    let this = &shared.lanes[lane];
+    let semaphore = Arc::clone(&this.claims);
     let mut connection =
         OwnConnection::durable(&shared.pool).through_pooler(shared.config.transaction_pooler);
     let mut error_backoff = Duration::from_millis(100);
@@ -42,14 +58,14 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             },
         };
         // at most `claim_limit` jobs claimed and unfinished; wait for one to end if over
-        let limit = shared.claim_limit();
-        let outstanding = shared.outstanding();
+        let limit = this.claim_limit();
+        let outstanding = this.outstanding();
         if outstanding > limit {
             drop(permits);
             tokio::select! {
                 biased;
                 () = shared.stop_claiming.cancelled() => break,
-                () = shared.job_ended.notified() => {}
+                () = this.job_ended.notified() => {}
             }
             continue;
         }
@@ -68,10 +84,11 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             lease: shared.config.lease,
             min_priority: shared.config.min_priority,
             limit: wanted as u32,
+            queue: Some(this.queue.clone()),
         };
 
         let limit = shared.config.database_timeout;
-        let claimed = match bounded(limit, claim(&shared, &mut connection, &request)).await {
+        let claimed = match bounded(limit, claim(&shared, lane, &mut connection, &request)).await {
             Ok(claimed) => {
                 error_backoff = Duration::from_millis(100);
                 claimed
@@ -108,9 +125,9 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             let shared = Arc::clone(&shared);
             let completions = completions.clone();
             jobs.spawn(async move {
-                execute::run(Arc::clone(&shared), message, completions).await;
+                execute::run(Arc::clone(&shared), lane, message, completions).await;
                 drop(permit);
-                shared.job_ended.notify_one();
+                shared.lanes[lane].job_ended.notify_one();
             });
         }
         drop(permits);
@@ -119,8 +136,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             tokio::select! {
                 biased;
                 () = shared.stop_claiming.cancelled() => break,
-                () = shared.wake.notified() => {}
-                () = tokio::time::sleep_until(shared.next_look()) => {}
+                () = this.wake.notified() => {}
+                () = tokio::time::sleep_until(this.next_look(shared.config.poll_interval)) => {}
             }
         }
     }
@@ -131,11 +148,12 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 /// One claim on the fetcher's own connection.
 async fn claim<S>(
     shared: &Shared<S>,
+    lane: usize,
     connection: &mut OwnConnection,
     request: &ClaimRequest,
 ) -> Result<Vec<ClaimedMessage>, TransportError> {
     let mut unit = connection.unit().await?;
-    let hint = shared
+    let hint = shared.lanes[lane]
         .claim_hint
         .swap(i64::MAX, std::sync::atomic::Ordering::Relaxed);
     let claimed = match shared
@@ -152,9 +170,7 @@ async fn claim<S>(
     };
     if claimed.is_err() && hint != i64::MAX {
         // not used: keep it for the next claim
-        shared
-            .claim_hint
-            .fetch_min(hint, std::sync::atomic::Ordering::Relaxed);
+        shared.lanes[lane].hint(hint);
     }
     claimed
 }

@@ -53,7 +53,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 }
                 connected_before = true;
                 backoff = Duration::from_millis(100);
-                shared.wake.notify_one();
+                shared.wake_all();
                 loop {
                     let received = tokio::select! {
                         () = stop.cancelled() => return Ok(()),
@@ -63,11 +63,11 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                         Ok(Some(notification)) => {
                             // the position of the oldest group the publisher created, if any
                             if let Ok(position) = notification.payload().parse::<i64>() {
-                                shared
-                                    .claim_hint
-                                    .fetch_min(position, std::sync::atomic::Ordering::Relaxed);
+                                for lane in &shared.lanes {
+                                    lane.hint(position);
+                                }
                             }
-                            shared.wake.notify_one();
+                            shared.wake_all();
                         }
                         Ok(None) => {
                             tracing::warn!(channel = %channel, "notification listener lost its connection");

@@ -29,6 +29,7 @@ mod fault;
 mod fetch;
 mod heartbeat;
 mod inflight;
+mod lane;
 mod listen;
 mod maintain;
 mod outcome;
@@ -42,7 +43,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "__fault_injection")]
@@ -59,6 +59,7 @@ use crate::transport::{Priority, Transport};
 use config::WorkerConfig;
 use fault::Faults;
 use inflight::InFlight;
+use lane::Lane;
 use registry::Registry;
 use stats::Stats;
 
@@ -69,26 +70,10 @@ pub(crate) struct Shared<S> {
     state: Arc<S>,
     registry: Registry<S>,
     config: WorkerConfig,
-    /// One permit per handler allowed to run.
-    slots: Arc<Semaphore>,
-    /// One permit per job claimed and not yet finished (running or waiting for a slot):
-    /// the prefetch limit, of which the fetcher uses more than the concurrency only while
-    /// handlers are fast (see `claim_limit`).
-    claims: Arc<Semaphore>,
-    /// Signalled when a job task ends (a claim permit came back).
-    job_ended: Notify,
-    /// A moving average of handler run times, in microseconds (`u64::MAX`: none yet).
-    handler_micros: std::sync::atomic::AtomicU64,
+    /// The queues the pool serves, each with its own slots and fetcher.
+    lanes: Vec<Lane>,
     inflight: InFlight,
     stats: Stats,
-    /// Wakes the fetcher: a NOTIFY arrived, or acks may have freed groups.
-    wake: Notify,
-    /// The oldest group position the NOTIFYs received since the last claim carried
-    /// (`i64::MAX`: none): the next claim looks from there too (see `harel_claim`).
-    claim_hint: std::sync::atomic::AtomicI64,
-    /// The earliest time a group this worker parked (retry, snooze) becomes claimable:
-    /// the fetcher wakes then rather than at the next poll.
-    next_due: std::sync::Mutex<Option<tokio::time::Instant>>,
     /// Shutdown has begun: claim nothing more.
     stop_claiming: CancellationToken,
     /// The grace period is over: abandon running handlers (they are released).
@@ -254,6 +239,34 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     /// How many handlers run at once (default 16).
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.config.concurrency = concurrency;
+        self.config.concurrency_set = true;
+        self
+    }
+
+    /// Serves the named queue with `concurrency` handlers of its own (1 to 10,000), claimed
+    /// by a fetcher of its own (one more connection per queue): a flood of jobs in one
+    /// queue never takes the slots of another. A pool that names no queue serves the
+    /// default one ([`DEFAULT_QUEUE`](crate::DEFAULT_QUEUE)) with
+    /// [`concurrency`](Self::concurrency); a pool that names queues serves exactly those
+    /// (name `"default"` among them to serve it too), and then `concurrency` is refused.
+    /// Each queue's claims are one round trip, its own priority order and groups.
+    ///
+    /// ```no_run
+    /// # use harel_jobs::{Worker, Handler, JobContext, JobResult};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Ping;
+    /// # impl harel_jobs::Job for Ping { const KIND: &'static str = "ping"; }
+    /// # impl Handler<()> for Ping { async fn handle(self, _: JobContext<()>) -> JobResult { Ok(()) } }
+    /// # fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// let worker = Worker::builder(pool, ())
+    ///     .register::<Ping>()
+    ///     .queue("default", 8)
+    ///     .queue("mail", 4)
+    ///     .queue("webhooks", 16)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn queue(mut self, name: impl Into<String>, concurrency: usize) -> Self {
+        self.config.queues.push((name.into(), concurrency));
         self
     }
 
@@ -455,16 +468,15 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
                 .prepared_statements(self.config.prepared_statements()),
             state: self.state,
             registry: self.registry,
-            slots: Arc::new(Semaphore::new(self.config.concurrency)),
-            claims: Arc::new(Semaphore::new(self.config.prefetch_limit())),
-            job_ended: Notify::new(),
-            handler_micros: std::sync::atomic::AtomicU64::new(u64::MAX),
+            lanes: self
+                .config
+                .lanes()
+                .into_iter()
+                .map(|(queue, concurrency)| Lane::new(queue, concurrency, self.config.claim_batch))
+                .collect(),
             config: self.config,
             inflight: InFlight::default(),
             stats: Stats::default(),
-            wake: Notify::new(),
-            claim_hint: std::sync::atomic::AtomicI64::new(i64::MAX),
-            next_due: std::sync::Mutex::new(None),
             stop_claiming: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
             faults: self.faults,
@@ -631,90 +643,11 @@ impl Drop for WorkerHandle {
     }
 }
 
-/// Handlers faster than this on average let the fetcher claim ahead (prefetch).
-const PREFETCH_BELOW: Duration = Duration::from_millis(5);
-
 impl<S> Shared<S> {
-    /// Records a handler's run time in the moving average (weight 1/8).
-    fn record_run_time(&self, took: Duration) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let average = self.handler_micros.load(Relaxed);
-        self.handler_micros
-            .store(next_average(average, took), Relaxed);
-    }
-
-    /// How many jobs may be claimed and unfinished at once: the prefetch limit (see
-    /// `WorkerConfig::prefetch_limit`) while handlers are fast (a job then waits for a slot for a fraction of a millisecond, and
-    /// claims come in bigger batches), the concurrency otherwise (a buffered job would hold
-    /// its lease for a whole handler run while other workers could run it).
-    fn claim_limit(&self) -> usize {
-        let average = self
-            .handler_micros
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if average < PREFETCH_BELOW.as_micros() as u64 {
-            self.config.prefetch_limit()
-        } else {
-            self.config.concurrency
+    /// Wakes every lane's fetcher (a NOTIFY arrived, or acks may have freed groups).
+    fn wake_all(&self) {
+        for lane in &self.lanes {
+            lane.wake.notify_one();
         }
-    }
-
-    /// Jobs claimed and not finished.
-    fn outstanding(&self) -> usize {
-        self.config.prefetch_limit() - self.claims.available_permits()
-    }
-
-    /// Remembers that a group becomes claimable after `delay`.
-    fn wake_after(&self, delay: Duration) {
-        let due = tokio::time::Instant::now() + delay;
-        let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
-        if next.is_none_or(|current| due < current) {
-            *next = Some(due);
-        }
-    }
-
-    /// When the fetcher, finding the queue drained, should look again: at the next poll,
-    /// or earlier when a group this worker parked becomes due.
-    fn next_look(&self) -> tokio::time::Instant {
-        let poll = tokio::time::Instant::now() + self.config.poll_interval;
-        let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
-        match *next {
-            Some(due) if due <= poll => {
-                *next = None;
-                // a little after: the database's clock decides, ours only estimates it
-                due + Duration::from_millis(5)
-            }
-            _ => poll,
-        }
-    }
-}
-
-/// The moving average of run times after one more run, in microseconds (weight 1/8;
-/// `u64::MAX` means no run yet).
-fn next_average(average: u64, took: Duration) -> u64 {
-    let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX / 2);
-    if average == u64::MAX {
-        took
-    } else {
-        average - average / 8 + took / 8
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_run_time_average_follows_recent_runs() {
-        let first = next_average(u64::MAX, Duration::from_millis(40));
-        assert_eq!(first, 40_000);
-        let mut average = first;
-        for _ in 0..40 {
-            average = next_average(average, Duration::from_micros(200));
-        }
-        assert!(average < PREFETCH_BELOW.as_micros() as u64, "{average}");
-        for _ in 0..10 {
-            average = next_average(average, Duration::from_millis(50));
-        }
-        assert!(average > PREFETCH_BELOW.as_micros() as u64, "{average}");
     }
 }

@@ -268,7 +268,8 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
     );
     tracing::info!(
         schema = shared.config.schema.name(),
-        concurrency = shared.config.concurrency,
+        concurrency = shared.config.total_concurrency(),
+        queues = ?shared.lanes.iter().map(|lane| (&lane.queue, lane.concurrency)).collect::<Vec<_>>(),
         kinds = ?shared.registry.kinds().collect::<Vec<_>>(),
         "worker pool started"
     );

@@ -1,0 +1,55 @@
+-- harel_queues: every queue (migration 0007) with its settings and how many of its groups
+-- are ready to start and running now. What an operator (and the CLI, the dashboard) lists.
+-- One round trip, one snapshot.
+--
+-- The counts read at most 10,000 index entries per queue and priority level (a queue of a
+-- million waiting groups costs no more than one of ten thousand): `ready` is the groups
+-- whose next job may start now, `running` the live leases; `counts_exact` is false when a
+-- scan stopped at its cap, and the counts are then lower bounds.
+CREATE OR REPLACE FUNCTION @schema@.harel_queues()
+RETURNS TABLE (
+    name              TEXT,
+    paused_at         TIMESTAMPTZ,
+    concurrency_limit INT,
+    rate_limit        INT,
+    rate_period_ms    BIGINT,
+    ready             BIGINT,
+    running           BIGINT,
+    counts_exact      BOOLEAN
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    c_cap CONSTANT INT := 10000;
+BEGIN
+    RETURN QUERY
+    SELECT q.name, q.paused_at, q.concurrency_limit, q.rate_limit, q.rate_period_ms,
+           sum(c.ready)::bigint, sum(c.running)::bigint,
+           bool_and(c.ready_seen < c_cap AND c.future_seen < c_cap)
+      FROM @schema@.queues q
+     CROSS JOIN generate_series(0, 4) AS l(level)
+     CROSS JOIN LATERAL (
+            SELECT r.n AS ready, r.n AS ready_seen, f.running, f.seen AS future_seen
+              FROM (SELECT count(*) AS n
+                      FROM (SELECT 1 FROM @schema@.transport_groups g
+                             WHERE g.queue_id = q.id AND g.priority = l.level
+                               AND g.available_at <= statement_timestamp()
+                             LIMIT c_cap) AS x) AS r,
+                   (SELECT count(*) FILTER (WHERE y.locked_by IS NOT NULL) AS running,
+                           count(*) AS seen
+                      FROM (SELECT g.locked_by FROM @schema@.transport_groups g
+                             WHERE g.queue_id = q.id AND g.priority = l.level
+                               AND g.available_at > statement_timestamp()
+                             ORDER BY g.available_at
+                             LIMIT c_cap) AS y) AS f) AS c
+     GROUP BY q.id, q.name, q.paused_at, q.concurrency_limit, q.rate_limit, q.rate_period_ms
+     ORDER BY q.id;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @schema@.harel_queues() FROM PUBLIC;

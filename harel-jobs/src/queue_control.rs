@@ -1,0 +1,237 @@
+//! Named queues as an operator sees them: list them, pause and resume them, limit them
+//! across the fleet ([`Queue::queues`], [`Queue::pause`], [`Queue::resume`],
+//! [`Queue::set_limits`]).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::AssertSqlSafe;
+
+use crate::error::{DatabaseError, QueueError};
+use crate::inspect::Count;
+use crate::queue::Queue;
+use crate::transport::validate_queue_name;
+
+/// At most `starts` jobs of a queue start per `per`, across every worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RateLimit {
+    /// How many starts (1 to 1,000,000).
+    pub starts: u32,
+    /// Per how long (1 ms to 24 h).
+    pub per: Duration,
+}
+
+/// The limits of a named queue across every worker process ([`Queue::set_limits`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use harel_jobs::QueueLimits;
+///
+/// let partner_api = QueueLimits::none().concurrency(5).rate(10, Duration::from_secs(1));
+/// assert_eq!(partner_api.concurrency_limit(), Some(5));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct QueueLimits {
+    concurrency: Option<u32>,
+    rate: Option<RateLimit>,
+}
+
+impl QueueLimits {
+    /// No limit: as many run as the workers' concurrency allows.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// At most `running` of the queue's jobs run at once, over every worker (1 to
+    /// 1,000,000).
+    pub fn concurrency(mut self, running: u32) -> Self {
+        self.concurrency = Some(running);
+        self
+    }
+
+    /// At most `starts` of the queue's jobs start per `per`, over every worker; a burst of
+    /// up to `starts` is allowed after a quiet period.
+    pub fn rate(mut self, starts: u32, per: Duration) -> Self {
+        self.rate = Some(RateLimit { starts, per });
+        self
+    }
+
+    /// The concurrency limit, if any.
+    pub fn concurrency_limit(&self) -> Option<u32> {
+        self.concurrency
+    }
+
+    /// The rate limit, if any.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.rate
+    }
+}
+
+/// A named queue: its settings and how busy it is ([`Queue::queues`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueInfo {
+    /// Its name.
+    pub name: String,
+    /// When it was paused (`None`: it runs).
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Its limits across every worker.
+    pub limits: QueueLimits,
+    /// Groups whose next job may start now (jobs waiting, or retrying and due). Counted up
+    /// to 10,000 per priority level, then a lower bound.
+    pub ready: Count,
+    /// Jobs running now (live leases). Counted up to 10,000 per priority level.
+    pub running: Count,
+}
+
+impl QueueInfo {
+    /// Whether it is paused.
+    pub fn is_paused(&self) -> bool {
+        self.paused_at.is_some()
+    }
+}
+
+type QueueRow = (
+    String,
+    Option<DateTime<Utc>>,
+    Option<i32>,
+    Option<i32>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<bool>,
+);
+
+impl Queue {
+    /// Every queue of this schema (the default one, and each named queue a job was
+    /// published into or an operator set), with its settings, ready and running counts.
+    /// One round trip; its cost does not grow with the queues' depth.
+    ///
+    /// # Errors
+    /// [`QueueError::Database`].
+    pub async fn queues(&self) -> Result<Vec<QueueInfo>, QueueError> {
+        let rows: Vec<QueueRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
+            "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms, ready,
+                    running, counts_exact
+               FROM @schema@.harel_queues()",
+        )))
+        .persistent(self.prepared().persistent())
+        .fetch_all(self.pool())
+        .await
+        .map_err(DatabaseError::new)?;
+        Ok(rows.into_iter().map(queue_info).collect())
+    }
+
+    /// Pauses the named queue: no worker starts its jobs until it is resumed (each worker's
+    /// next claim sees it); running jobs finish, and enqueueing into it still works.
+    /// Creates the queue if nothing was published into it yet. Returns the queue as it now
+    /// is (counts not read: zero).
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for an invalid name, [`QueueError::Database`].
+    pub async fn pause(&self, queue: &str) -> Result<QueueInfo, QueueError> {
+        self.set_queue(queue, Some(true), None).await
+    }
+
+    /// Resumes the named queue: workers claim it again (at once where they listen, else
+    /// within their poll interval).
+    ///
+    /// # Errors
+    /// As [`pause`](Self::pause).
+    pub async fn resume(&self, queue: &str) -> Result<QueueInfo, QueueError> {
+        self.set_queue(queue, Some(false), None).await
+    }
+
+    /// Sets the named queue's limits across every worker (replacing the ones it had;
+    /// [`QueueLimits::none`] removes them). The claims of a limited queue take the queue's
+    /// lock one at a time; other queues never wait for it. Jobs that were running when a
+    /// concurrency limit was first set are not counted against it.
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for an invalid name or a limit out of range,
+    /// [`QueueError::Database`].
+    pub async fn set_limits(
+        &self,
+        queue: &str,
+        limits: QueueLimits,
+    ) -> Result<QueueInfo, QueueError> {
+        self.set_queue(queue, None, Some(limits)).await
+    }
+
+    async fn set_queue(
+        &self,
+        queue: &str,
+        paused: Option<bool>,
+        limits: Option<QueueLimits>,
+    ) -> Result<QueueInfo, QueueError> {
+        validate_queue_name(queue).map_err(|_| {
+            QueueError::InvalidArgument(
+                "queue names are 1 to 64 ASCII letters, digits, '_', '-', '.' or ':'",
+            )
+        })?;
+        let given = limits.unwrap_or_default();
+        let concurrency = match given.concurrency {
+            Some(n @ 1..=1_000_000) => Some(n as i32),
+            Some(_) => {
+                return Err(QueueError::InvalidArgument(
+                    "a concurrency limit is 1 to 1,000,000",
+                ));
+            }
+            None => None,
+        };
+        let rate = match given.rate {
+            Some(RateLimit { starts, per })
+                if (1..=1_000_000).contains(&starts)
+                    && per >= Duration::from_millis(1)
+                    && per <= Duration::from_secs(86_400) =>
+            {
+                Some((starts as i32, per.as_millis() as i64))
+            }
+            Some(_) => {
+                return Err(QueueError::InvalidArgument(
+                    "a rate limit is 1 to 1,000,000 starts per 1 ms to 24 h",
+                ));
+            }
+            None => None,
+        };
+        let row: QueueRow = sqlx::query_as(AssertSqlSafe(self.schema().render(
+            "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms,
+                    NULL::bigint, NULL::bigint, NULL::boolean
+               FROM @schema@.harel_set_queue($1, $2, $3, $4, $5, $6)",
+        )))
+        .bind(queue)
+        .bind(paused)
+        .bind(limits.is_some())
+        .bind(concurrency)
+        .bind(rate.map(|(starts, _)| starts))
+        .bind(rate.map(|(_, per)| per))
+        .persistent(self.prepared().persistent())
+        .fetch_one(self.pool())
+        .await
+        .map_err(DatabaseError::new)?;
+        Ok(queue_info(row))
+    }
+}
+
+fn queue_info(row: QueueRow) -> QueueInfo {
+    let (name, paused_at, concurrency, rate, period_ms, ready, running, exact) = row;
+    let count = |n: Option<i64>| match exact {
+        Some(false) => Count::AtLeast(n.unwrap_or(0)),
+        _ => Count::Exact(n.unwrap_or(0)),
+    };
+    QueueInfo {
+        name,
+        paused_at,
+        limits: QueueLimits {
+            concurrency: concurrency.and_then(|n| u32::try_from(n).ok()),
+            rate: rate.zip(period_ms).and_then(|(starts, ms)| {
+                Some(RateLimit {
+                    starts: u32::try_from(starts).ok()?,
+                    per: Duration::from_millis(u64::try_from(ms).ok()?),
+                })
+            }),
+        },
+        ready: count(ready),
+        running: count(running),
+    }
+}

@@ -1,0 +1,142 @@
+//! One queue a pool serves: its own slots, claims and fetcher, so that a flood in one queue
+//! never takes the slots of another.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+
+/// Below this average run time a lane's handlers count as fast, and it claims ahead (see
+/// [`Lane::claim_limit`]).
+const PREFETCH_BELOW: Duration = Duration::from_millis(5);
+
+/// A queue served by the pool, with what its fetcher and its jobs share.
+pub(crate) struct Lane {
+    /// The queue's name.
+    pub queue: String,
+    /// Handlers of this queue allowed to run at once.
+    pub concurrency: usize,
+    /// Jobs claimed and not finished at most while handlers are fast (see `claim_limit`).
+    prefetch_limit: usize,
+    /// One permit per handler allowed to run.
+    pub slots: Arc<Semaphore>,
+    /// One permit per job claimed and not yet finished (running or waiting for a slot).
+    pub claims: Arc<Semaphore>,
+    /// Signalled when a job task ends (a claim permit came back).
+    pub job_ended: Notify,
+    /// A moving average of handler run times, in microseconds (`u64::MAX`: none yet).
+    handler_micros: AtomicU64,
+    /// Wakes the fetcher: a NOTIFY arrived, or acks may have freed groups.
+    pub wake: Notify,
+    /// The oldest group position the NOTIFYs received since the last claim carried
+    /// (`i64::MAX`: none): the next claim looks from there too (see `harel_claim`).
+    pub claim_hint: AtomicI64,
+    /// The earliest time a group this lane parked (retry, snooze) becomes claimable: the
+    /// fetcher wakes then rather than at the next poll.
+    next_due: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Lane {
+    /// A lane for `queue` running `concurrency` handlers, claiming ahead by up to
+    /// `claim_batch` (or the concurrency, whichever is more) while handlers are fast.
+    pub fn new(queue: String, concurrency: usize, claim_batch: usize) -> Self {
+        let prefetch_limit = concurrency + concurrency.max(claim_batch);
+        Self {
+            queue,
+            concurrency,
+            prefetch_limit,
+            slots: Arc::new(Semaphore::new(concurrency)),
+            claims: Arc::new(Semaphore::new(prefetch_limit)),
+            job_ended: Notify::new(),
+            handler_micros: AtomicU64::new(u64::MAX),
+            wake: Notify::new(),
+            claim_hint: AtomicI64::new(i64::MAX),
+            next_due: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Records a handler's run time in the moving average (weight 1/8).
+    pub fn record_run_time(&self, took: Duration) {
+        let average = self.handler_micros.load(Ordering::Relaxed);
+        self.handler_micros
+            .store(next_average(average, took), Ordering::Relaxed);
+    }
+
+    /// How many jobs may be claimed and unfinished at once: the prefetch limit while
+    /// handlers are fast (a job then waits for a slot for a fraction of a millisecond, and
+    /// claims come in bigger batches), the concurrency otherwise (a buffered job would hold
+    /// its lease for a whole handler run while other workers could run it).
+    pub fn claim_limit(&self) -> usize {
+        if self.handler_micros.load(Ordering::Relaxed) < PREFETCH_BELOW.as_micros() as u64 {
+            self.prefetch_limit
+        } else {
+            self.concurrency
+        }
+    }
+
+    /// Jobs claimed and not finished.
+    pub fn outstanding(&self) -> usize {
+        self.prefetch_limit - self.claims.available_permits()
+    }
+
+    /// Remembers that a group becomes claimable after `delay`.
+    pub fn wake_after(&self, delay: Duration) {
+        let due = tokio::time::Instant::now() + delay;
+        let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
+        if next.is_none_or(|current| due < current) {
+            *next = Some(due);
+        }
+    }
+
+    /// When the fetcher, finding the queue drained, should look again: after
+    /// `poll_interval`, or earlier when a group this lane parked becomes due.
+    pub fn next_look(&self, poll_interval: Duration) -> tokio::time::Instant {
+        let poll = tokio::time::Instant::now() + poll_interval;
+        let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
+        match *next {
+            Some(due) if due <= poll => {
+                *next = None;
+                // a little after: the database's clock decides, ours only estimates it
+                due + Duration::from_millis(5)
+            }
+            _ => poll,
+        }
+    }
+
+    /// Passes a NOTIFY's position on to the next claim.
+    pub fn hint(&self, position: i64) {
+        self.claim_hint.fetch_min(position, Ordering::Relaxed);
+    }
+}
+
+/// The moving average of run times after one more run, in microseconds (weight 1/8;
+/// `u64::MAX` means no run yet).
+fn next_average(average: u64, took: Duration) -> u64 {
+    let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX / 2);
+    if average == u64::MAX {
+        took
+    } else {
+        average - average / 8 + took / 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_time_average_follows_recent_runs() {
+        let first = next_average(u64::MAX, Duration::from_millis(40));
+        assert_eq!(first, 40_000);
+        let mut average = first;
+        for _ in 0..40 {
+            average = next_average(average, Duration::from_micros(200));
+        }
+        assert!(average < PREFETCH_BELOW.as_micros() as u64, "{average}");
+        for _ in 0..10 {
+            average = next_average(average, Duration::from_millis(50));
+        }
+        assert!(average > PREFETCH_BELOW.as_micros() as u64, "{average}");
+    }
+}

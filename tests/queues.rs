@@ -1,0 +1,387 @@
+//! Named queues against a real PostgreSQL: each claimed on its own, a group in one queue,
+//! a flood in one queue never taking another's slots, pause and resume, and the limits
+//! across every worker (concurrency, rate).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
+use harel_jobs::{
+    Handler, InvalidMessage, Job, JobContext, JobResult, PublishError, Queue, QueueLimits,
+    WorkerHandle, job,
+};
+use harel_jobs_suite::{TestQueue, database_url, pool_with};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+fn queue(q: &TestQueue) -> Queue {
+    Queue::with_schema(q.pool.clone(), q.schema.clone())
+}
+
+fn in_queue(queue: &str, group: &str, n: u32) -> OutgoingMessage {
+    OutgoingMessage::new(group, "k", format!(r#"{{"n":{n}}}"#)).queue(queue)
+}
+
+async fn claim_from(q: &TestQueue, queue: &str, limit: u32) -> Vec<(String, i64)> {
+    q.transport
+        .claim_many(&q.pool, &ClaimRequest::new(LEASE).limit(limit).queue(queue))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.lease.group, m.lease.seq))
+        .collect()
+}
+
+/// A claim takes jobs of its queue only; each queue keeps its groups' FIFO order.
+#[tokio::test]
+async fn each_queue_is_claimed_on_its_own() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let batch = [
+        in_queue("mail", "m1", 1),
+        in_queue("default", "d1", 2),
+        in_queue("mail", "m1", 3),
+        in_queue("webhooks", "w1", 4),
+    ];
+    let ids = t.publish_many(&q.pool, &batch).await.unwrap();
+    t.publish(&q.pool, &OutgoingMessage::new("d2", "k", "{}"))
+        .await
+        .unwrap();
+
+    assert!(claim_from(&q, "nothing-here", 10).await.is_empty());
+    let mail = claim_from(&q, "mail", 10).await;
+    assert_eq!(
+        mail,
+        vec![("m1".to_owned(), ids[0])],
+        "the group's head only"
+    );
+    let hooks = claim_from(&q, "webhooks", 10).await;
+    assert_eq!(hooks, vec![("w1".to_owned(), ids[3])]);
+    let mut default: Vec<String> = claim_from(&q, "default", 10)
+        .await
+        .into_iter()
+        .map(|(group, _)| group)
+        .collect();
+    default.sort();
+    assert_eq!(default, ["d1", "d2"]);
+    let queues: Vec<String> = queue(&q)
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|info| info.name)
+        .collect();
+    assert_eq!(queues, ["default", "mail", "webhooks"]);
+}
+
+/// A group belongs to the queue of the job that created it: another queue's job for it is
+/// refused, nothing written, whether alone or in a batch.
+#[tokio::test]
+async fn a_group_belongs_to_one_queue() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &in_queue("mail", "user-1", 1))
+        .await
+        .unwrap();
+
+    let mut tx = q.pool.begin().await.unwrap();
+    let error = t
+        .publish(&mut *tx, &in_queue("default", "user-1", 2))
+        .await
+        .expect_err("into another queue's group");
+    assert!(
+        matches!(error, PublishError::GroupInAnotherQueue),
+        "{error:?}"
+    );
+    tx.rollback().await.unwrap();
+
+    let batch = [
+        in_queue("mail", "user-2", 3),
+        in_queue("other", "user-1", 4),
+    ];
+    let error = t.publish_many(&q.pool, &batch).await.expect_err("batch");
+    assert!(matches!(error, PublishError::GroupInAnotherQueue));
+    let batch = [in_queue("mail", "new", 5), in_queue("other", "new", 6)];
+    let error = t.publish_many(&q.pool, &batch).await.expect_err("split");
+    assert!(matches!(error, PublishError::GroupInAnotherQueue));
+    assert_eq!(q.count("jobs").await, 1, "nothing else written");
+
+    // same queue: fine, alone and in a batch
+    t.publish(&q.pool, &in_queue("mail", "user-1", 7))
+        .await
+        .unwrap();
+    let batch = [in_queue("mail", "user-1", 8), in_queue("mail", "new", 9)];
+    t.publish_many(&q.pool, &batch).await.unwrap();
+    assert_eq!(q.count("jobs").await, 4);
+
+    let bad = t.publish(&q.pool, &in_queue("no spaces", "g", 1)).await;
+    assert!(matches!(
+        bad,
+        Err(PublishError::Invalid(
+            InvalidMessage::InvalidQueueName { .. }
+        ))
+    ));
+}
+
+/// A dead letter retried goes back to its own queue.
+#[tokio::test]
+async fn a_retried_dead_letter_goes_back_to_its_queue() {
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    t.publish(&q.pool, &in_queue("mail", "g", 1)).await.unwrap();
+    let claimed = t
+        .claim(&q.pool, &ClaimRequest::new(LEASE).queue("mail"))
+        .await
+        .unwrap()
+        .unwrap();
+    let outcome = t.dead_letter(&q.pool, &claimed.lease, "broken").await;
+    assert_eq!(
+        outcome.unwrap(),
+        harel_jobs::transport::LeaseOutcome::Applied
+    );
+    let dead = queue(&q).dead_letters();
+    let letter = dead
+        .get(&q.pool, harel_jobs::JobId::new(claimed.lease.seq))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(letter.queue, "mail");
+    dead.retry(&q.pool, letter.id).await.unwrap().unwrap();
+    assert!(claim_from(&q, "default", 10).await.is_empty());
+    assert_eq!(claim_from(&q, "mail", 10).await.len(), 1);
+}
+
+/// A paused queue gives nothing to claims, still takes enqueues, and shows as paused;
+/// resumed, its jobs are claimed again. Other queues never stop.
+#[tokio::test]
+async fn a_paused_queue_is_not_claimed_until_resumed() {
+    let q = TestQueue::new().await;
+    let queue = queue(&q);
+    let paused = queue.pause("mail").await.unwrap();
+    assert!(paused.is_paused());
+    let t = &q.transport;
+    t.publish(&q.pool, &in_queue("mail", "a", 1)).await.unwrap();
+    t.publish(&q.pool, &in_queue("default", "b", 2))
+        .await
+        .unwrap();
+
+    assert!(claim_from(&q, "mail", 10).await.is_empty());
+    assert_eq!(claim_from(&q, "default", 10).await.len(), 1);
+    let listed = queue.queues().await.unwrap();
+    let mail = listed.iter().find(|info| info.name == "mail").unwrap();
+    assert!(mail.is_paused());
+    assert_eq!(mail.ready.exact(), Some(1), "waiting while paused");
+
+    assert!(!queue.resume("mail").await.unwrap().is_paused());
+    assert_eq!(claim_from(&q, "mail", 10).await.len(), 1);
+    let mail = queue.queues().await.unwrap().remove(1);
+    assert_eq!(
+        (mail.ready.exact(), mail.running.exact()),
+        (Some(0), Some(1))
+    );
+}
+
+// ---- worker pools ----------------------------------------------------------------------
+
+/// What the handlers below share: a gate the bulk jobs wait at, and what ran.
+struct Gate {
+    /// Bulk jobs wait for a permit here (none until the test adds them).
+    bulk: Semaphore,
+    bulk_started: AtomicUsize,
+    urgent_done: tokio::sync::Notify,
+}
+
+#[job(queue = "bulk")]
+async fn bulk_job(ctx: JobContext<Arc<Gate>>, n: u32) -> JobResult {
+    let _ = n;
+    ctx.state().bulk_started.fetch_add(1, Ordering::SeqCst);
+    let permit = ctx.state().bulk.acquire().await;
+    drop(permit);
+    Ok(())
+}
+
+#[job(queue = "urgent")]
+async fn urgent_job(ctx: JobContext<Arc<Gate>>) -> JobResult {
+    ctx.state().urgent_done.notify_one();
+    Ok(())
+}
+
+/// 10,000 jobs of a slow queue take every one of its slots; a job of the other queue still
+/// starts, while every slow job is still blocked (with shared slots it never would).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_in_one_queue_never_takes_the_slots_of_another() {
+    let q = TestQueue::new().await;
+    let queue = queue(&q);
+    let mut batch = queue.batch();
+    for n in 0..10_000 {
+        batch.push(BulkJob { n }).unwrap();
+    }
+    batch.enqueue(&q.pool).await.unwrap();
+    assert_eq!(<BulkJob as Job>::QUEUE, "bulk");
+
+    let gate = Arc::new(Gate {
+        bulk: Semaphore::new(0),
+        bulk_started: AtomicUsize::new(0),
+        urgent_done: tokio::sync::Notify::new(),
+    });
+    let worker = queue
+        .worker(Arc::clone(&gate))
+        .register::<BulkJob>()
+        .register::<UrgentJob>()
+        .queue("bulk", 4)
+        .queue("urgent", 2)
+        .build()
+        .unwrap()
+        .start();
+    while gate.bulk_started.load(Ordering::SeqCst) < 4 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let urgent_done = gate.urgent_done.notified();
+    queue.enqueue(&q.pool, UrgentJob {}).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), urgent_done)
+        .await
+        .expect("the urgent job never started: the bulk queue took its slots");
+    assert_eq!(
+        gate.bulk_started.load(Ordering::SeqCst),
+        4,
+        "the bulk queue ran only its own 4 at once"
+    );
+    gate.bulk.close();
+    worker.shutdown().await.unwrap();
+}
+
+/// Runs `hold` and records nothing: its jobs are kept in the history (started, finished).
+#[derive(Serialize, Deserialize)]
+struct Hold {
+    millis: u64,
+}
+
+impl Job for Hold {
+    const KIND: &'static str = "hold";
+    const QUEUE: &'static str = "partner";
+}
+
+impl Handler<()> for Hold {
+    async fn handle(self, _ctx: JobContext<()>) -> JobResult {
+        tokio::time::sleep(Duration::from_millis(self.millis)).await;
+        Ok(())
+    }
+}
+
+async fn start_pool(q: &TestQueue, concurrency: usize) -> WorkerHandle {
+    // a pool of its own, as a separate process would have
+    let pool = pool_with(&database_url(), 6).await;
+    Queue::with_schema(pool, q.schema.clone())
+        .worker(())
+        .register::<Hold>()
+        .queue("partner", concurrency)
+        .retain_completed(Duration::from_secs(3600))
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start()
+}
+
+/// Enqueues `count` jobs of `millis` each, runs them on four pools of `concurrency` 16 and
+/// returns each job's (start, finish) as the database recorded them.
+async fn run_on_four_pools(q: &TestQueue, count: u32, millis: u64) -> Vec<(f64, f64)> {
+    let queue = queue(q);
+    let mut batch = queue.batch();
+    for _ in 0..count {
+        batch.push(Hold { millis }).unwrap();
+    }
+    batch.enqueue(&q.pool).await.unwrap();
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        workers.push(start_pool(q, 16).await);
+    }
+    let began = Instant::now();
+    loop {
+        let done: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
+        if done == i64::from(count) {
+            break;
+        }
+        assert!(began.elapsed() < Duration::from_secs(120), "jobs stopped");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for worker in workers {
+        worker.shutdown().await.unwrap();
+    }
+    let rows: Vec<(DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
+        q.sql("SELECT started_at, finished_at FROM @schema@.job_history ORDER BY started_at"),
+    )
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    let epoch = rows[0].0;
+    rows.into_iter()
+        .map(|(start, end)| {
+            let secs = |t: DateTime<Utc>| (t - epoch).as_seconds_f64();
+            (secs(start), secs(end))
+        })
+        .collect()
+}
+
+/// The most intervals that overlap at one moment.
+fn most_at_once(intervals: &[(f64, f64)]) -> usize {
+    let mut events: Vec<(f64, i32)> = intervals
+        .iter()
+        .flat_map(|&(start, end)| [(start, 1), (end, -1)])
+        .collect();
+    // at one instant an end comes before a start (a claim starts after the settle before it)
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, step) in events {
+        now += step;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// Four pools of concurrency 16 on a queue limited to 5: never more than 5 leases at once
+/// (each job's lease from its claim to its settle, as the database timed them), and the 5
+/// are used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_concurrency_limit_holds_across_every_worker() {
+    let q = TestQueue::new().await;
+    queue(&q)
+        .set_limits("partner", QueueLimits::none().concurrency(5))
+        .await
+        .unwrap();
+    let intervals = run_on_four_pools(&q, 120, 40).await;
+    assert_eq!(intervals.len(), 120);
+    assert_eq!(most_at_once(&intervals), 5, "{intervals:?}");
+}
+
+/// A rate of 10 starts a second across four pools: every start conforms to the rate
+/// (with the burst of 10 it allows): start j comes no sooner than (j - i) / 10 s after
+/// start i, less the 0.9 s of the burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rate_limit_holds_across_every_worker() {
+    let q = TestQueue::new().await;
+    let limits = QueueLimits::none().rate(10, Duration::from_secs(1));
+    queue(&q).set_limits("partner", limits).await.unwrap();
+    let intervals = run_on_four_pools(&q, 30, 1).await;
+    let starts: Vec<f64> = intervals.iter().map(|&(start, _)| start).collect();
+    for i in 0..starts.len() {
+        for j in i + 1..starts.len() {
+            let least = (j - i) as f64 * 0.1 - 0.9 - 0.001;
+            assert!(
+                starts[j] - starts[i] >= least,
+                "starts {i} and {j} only {:.3} s apart: {starts:?}",
+                starts[j] - starts[i]
+            );
+        }
+    }
+    let listed = queue(&q).queues().await.unwrap();
+    let partner = listed.iter().find(|info| info.name == "partner").unwrap();
+    assert_eq!(partner.limits, limits);
+}
