@@ -15,11 +15,13 @@
 --   keeps a rate limit's state in the sequence queue_rate_q<N> (outside MVCC: no dead rows
 --   under an old snapshot). Unlimited queues take no lock and touch neither.
 --
--- harel_publish and harel_claim take the queue: new signatures (the old ones are dropped
+-- harel_publish, harel_claim and harel_schedule_fire take the queue: new signatures (the old ones are dropped
 -- here; `migrate` gives every role that could execute an old one the same right on the new).
 DROP FUNCTION IF EXISTS "harel".harel_publish(
     TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], BIGINT[]);
 DROP FUNCTION IF EXISTS "harel".harel_claim(UUID, BIGINT, INT, INT, BIGINT);
+DROP FUNCTION IF EXISTS "harel".harel_schedule_fire(
+    TEXT, TEXT, TIMESTAMPTZ, TIMESTAMPTZ, TEXT, TEXT, TEXT, SMALLINT);
 
 CREATE TABLE "harel".queues (
     id                SMALLINT    PRIMARY KEY CHECK (id BETWEEN 0 AND 1000),

@@ -385,3 +385,85 @@ async fn a_rate_limit_holds_across_every_worker() {
     let partner = listed.iter().find(|info| info.name == "partner").unwrap();
     assert_eq!(partner.limits, limits);
 }
+
+/// A periodic job goes to its type's queue (and is unique like any other job).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_job_goes_to_its_queue() {
+    #[derive(Serialize, Deserialize)]
+    struct Report {
+        at: DateTime<Utc>,
+    }
+    impl Job for Report {
+        const KIND: &'static str = "report";
+        const QUEUE: &'static str = "reports";
+    }
+
+    let q = TestQueue::new().await;
+    let every = harel_jobs::Periodic::every("reports", Duration::from_secs(1)).unwrap();
+    let worker = queue(&q)
+        .worker(())
+        .register::<Hold>()
+        .periodic(every, |at| Report { at })
+        .build()
+        .unwrap()
+        .start();
+    let began = Instant::now();
+    let mut reports = Vec::new();
+    while reports.is_empty() {
+        assert!(began.elapsed() < Duration::from_secs(30), "no tick fired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        reports = claim_from(&q, "reports", 10).await;
+    }
+    worker.shutdown().await.unwrap();
+    assert!(claim_from(&q, "default", 10).await.is_empty());
+}
+
+/// Pausing a queue reaches a running pool: a job enqueued while it is paused does not run
+/// (over several poll intervals); once resumed, it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_pool_honours_pause_and_resume() {
+    let q = TestQueue::new().await;
+    let queue = queue(&q);
+    let worker = queue
+        .worker(())
+        .register::<Hold>()
+        .queue("partner", 2)
+        .retain_completed(Duration::from_secs(3600))
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    let done = || async {
+        let done: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
+        done
+    };
+    queue.enqueue(&q.pool, Hold { millis: 1 }).await.unwrap();
+    let began = Instant::now();
+    while done().await < 1 {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "the job never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    queue.pause("partner").await.unwrap();
+    queue.enqueue(&q.pool, Hold { millis: 1 }).await.unwrap();
+    // twenty poll intervals, and the NOTIFY of the enqueue: nothing runs
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(done().await, 1, "a paused queue's job ran");
+
+    queue.resume("partner").await.unwrap();
+    let began = Instant::now();
+    while done().await < 2 {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "the resumed job never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.shutdown().await.unwrap();
+}

@@ -10,6 +10,10 @@
 -- ahead cannot move the schedule past ticks the others have yet to fire. A declaration
 -- (p_tick NULL: a worker starts with nothing missed to enqueue) only records the schedule,
 -- its spec and its next tick.
+--
+-- The job goes to p_queue (NULL: the default queue) and, with p_unique_key, is unique like
+-- any other (migration 0005): a tick whose job is a duplicate of a queued one still counts
+-- as fired, and the result is the holder's id negated.
 CREATE OR REPLACE FUNCTION @schema@.harel_schedule_fire(
     p_name      TEXT,
     p_spec      TEXT,
@@ -18,7 +22,10 @@ CREATE OR REPLACE FUNCTION @schema@.harel_schedule_fire(
     p_group     TEXT,
     p_kind      TEXT,
     p_payload   TEXT,
-    p_priority  SMALLINT
+    p_priority  SMALLINT,
+    p_queue          TEXT DEFAULT NULL,
+    p_unique_key     TEXT DEFAULT NULL,
+    p_unique_hold_ms BIGINT DEFAULT NULL
 ) RETURNS BIGINT
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -61,10 +68,17 @@ BEGIN
     SELECT p.s INTO v_id
       FROM @schema@.harel_publish(ARRAY[p_group], ARRAY[p_kind], ARRAY[p_payload],
                                   ARRAY[p_priority], ARRAY[NULL::timestamptz],
-                                  ARRAY[NULL::bigint]) AS p(s);
+                                  ARRAY[NULL::bigint],
+                                  CASE WHEN p_unique_key IS NOT NULL
+                                       THEN ARRAY[p_unique_key] END,
+                                  CASE WHEN p_unique_key IS NOT NULL
+                                       THEN ARRAY[p_unique_hold_ms] END,
+                                  CASE WHEN p_queue IS NOT NULL
+                                       THEN ARRAY[p_queue] END) AS p(s);
     RETURN v_id;
 END
 $$;
 
 REVOKE ALL ON FUNCTION @schema@.harel_schedule_fire(
-    TEXT, TEXT, TIMESTAMPTZ, TIMESTAMPTZ, TEXT, TEXT, TEXT, SMALLINT) FROM PUBLIC;
+    TEXT, TEXT, TIMESTAMPTZ, TIMESTAMPTZ, TEXT, TEXT, TEXT, SMALLINT, TEXT, TEXT, BIGINT)
+    FROM PUBLIC;

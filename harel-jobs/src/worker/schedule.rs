@@ -158,6 +158,14 @@ async fn fire_logged<S: Send + Sync + 'static>(
             cursor.retry_at = Some(tokio::time::Instant::now() + NOT_DUE_RETRY);
             return false;
         }
+        Ok(Some(id)) if id < 0 => {
+            tracing::info!(
+                schedule = job.schedule.name(),
+                %tick,
+                holder = -id,
+                "the tick's job is a duplicate of a queued unique job: not enqueued"
+            );
+        }
         Ok(Some(id)) => {
             tracing::debug!(schedule = job.schedule.name(), %tick, job_id = id, "periodic job enqueued");
         }
@@ -203,25 +211,38 @@ async fn fire<S: Send + Sync + 'static>(
         None => None,
     };
     let next = schedule.next_after(tick.unwrap_or_else(Utc::now));
+    let unique_hold_ms = match message.as_ref().and_then(|m| m.unique.as_ref()) {
+        Some((_, Some(hold))) => Some(
+            crate::transport::delay_millis(*hold)
+                .map_err(|error| FireError::Job(PublishError::Invalid(error)))?,
+        ),
+        _ => None,
+    };
     let pooler = shared.config.transaction_pooler;
     let call = async {
         let mut pooled = Checkout::acquire(&shared.pool).await?;
         let mut unit = Read::begin(pooled.connection(), pooler).await?;
-        let id: Option<i64> =
-            sqlx::query_scalar(AssertSqlSafe(shared.config.schema.render(
-                "SELECT @schema@.harel_schedule_fire($1, $2, $3, $4, $5, $6, $7, $8)",
-            )))
-            .bind(schedule.name())
-            .bind(schedule.spec())
-            .bind(tick)
-            .bind(next)
-            .bind(message.as_ref().and_then(|m| m.group.as_deref()))
-            .bind(message.as_ref().map(|m| m.kind.as_str()))
-            .bind(message.as_ref().map(|m| m.payload.as_str()))
-            .bind(message.as_ref().map(|m| i16::from(m.priority.get())))
-            .persistent(!pooler)
-            .fetch_one(unit.connection())
-            .await?;
+        let id: Option<i64> = sqlx::query_scalar(AssertSqlSafe(shared.config.schema.render(
+            "SELECT @schema@.harel_schedule_fire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )))
+        .bind(schedule.name())
+        .bind(schedule.spec())
+        .bind(tick)
+        .bind(next)
+        .bind(message.as_ref().and_then(|m| m.group.as_deref()))
+        .bind(message.as_ref().map(|m| m.kind.as_str()))
+        .bind(message.as_ref().map(|m| m.payload.as_str()))
+        .bind(message.as_ref().map(|m| i16::from(m.priority.get())))
+        .bind(message.as_ref().and_then(|m| m.queue.as_deref()))
+        .bind(
+            message
+                .as_ref()
+                .and_then(|m| m.unique.as_ref().map(|(key, _)| key.as_str())),
+        )
+        .bind(unique_hold_ms)
+        .persistent(!pooler)
+        .fetch_one(unit.connection())
+        .await?;
         unit.finish().await?;
         pooled.done();
         Ok::<_, sqlx::Error>(id)
