@@ -467,3 +467,67 @@ async fn a_running_pool_honours_pause_and_resume() {
     }
     worker.shutdown().await.unwrap();
 }
+
+/// A job's queue, as `Queue::job` and `Queue::jobs` report it, in every place a job can
+/// be: waiting, cancelled, completed and kept, dead; and the listing filters by queue.
+#[tokio::test]
+async fn a_job_knows_its_queue_wherever_it_is() {
+    let q = TestQueue::new().await;
+    let queue = queue(&q);
+    let t = &q.transport;
+    let ids = t
+        .publish_many(
+            &q.pool,
+            &[
+                in_queue("mail", "a", 1),
+                in_queue("mail", "a", 2),
+                in_queue("mail", "b", 3),
+                in_queue("mail", "c", 4),
+                in_queue("default", "d", 5),
+            ],
+        )
+        .await
+        .unwrap();
+    let job_queue = |id: i64| {
+        let queue = queue.clone();
+        async move {
+            queue
+                .job(harel_jobs::JobId::new(id))
+                .await
+                .unwrap()
+                .expect("found")
+                .queue
+        }
+    };
+    assert_eq!(job_queue(ids[1]).await, "mail", "waiting behind its head");
+    assert_eq!(job_queue(ids[4]).await, "default");
+
+    queue.cancel(harel_jobs::JobId::new(ids[1])).await.unwrap();
+    assert_eq!(job_queue(ids[1]).await, "mail", "cancelled");
+    let claimed = q
+        .transport
+        .claim_many(&q.pool, &ClaimRequest::new(LEASE).limit(10).queue("mail"))
+        .await
+        .unwrap();
+    for message in claimed {
+        let settlement = if message.lease.seq == ids[0] {
+            harel_jobs::transport::Settlement::Retain {
+                keep: Duration::from_secs(60),
+            }
+        } else {
+            harel_jobs::transport::Settlement::dead_letter("broken")
+        };
+        let outcome = t.settle(&q.pool, &message.lease, settlement).await.unwrap();
+        assert_eq!(outcome, harel_jobs::transport::LeaseOutcome::Applied);
+    }
+    assert_eq!(job_queue(ids[0]).await, "mail", "completed and kept");
+    assert_eq!(job_queue(ids[2]).await, "mail", "dead");
+
+    let page = queue
+        .jobs(&harel_jobs::JobQuery::new().queue("mail"))
+        .await
+        .unwrap();
+    let listed: Vec<i64> = page.jobs.iter().map(|job| job.id.get()).collect();
+    assert_eq!(listed, ids[..4].to_vec());
+    assert!(page.jobs.iter().all(|job| job.queue == "mail"));
+}

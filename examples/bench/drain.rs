@@ -167,6 +167,55 @@ pub async fn run_retention(ctx: &Ctx) -> Res<()> {
     Ok(())
 }
 
+/// The cost of a fleet-wide limit: the same drain at concurrency 16 and 64 on the default
+/// queue without a limit and with a concurrency limit too high to bind (every claim then
+/// takes the queue's advisory lock and counts its live leases), interleaved.
+pub async fn run_limits(ctx: &Ctx) -> Res<()> {
+    let n = ctx.size(100_000, 5_000);
+    let worker_pool = db::pool(&ctx.url, 8, &[]).await?;
+    let queue = harel_jobs::Queue::new(ctx.pool.clone());
+    drain_once(ctx, &worker_pool, 64, Fill::Single(n / 5)).await?;
+    let unbinding = harel_jobs::QueueLimits::none().concurrency(1_000_000);
+    let cases: [(&str, usize, bool); 4] = [
+        ("drain_c16", 16, false),
+        ("drain_c16_limited", 16, true),
+        ("drain_c64", 64, false),
+        ("drain_c64_limited", 64, true),
+    ];
+    let mut samples = vec![Vec::new(); cases.len()];
+    for _ in 0..ctx.runs {
+        for (i, (_, concurrency, limited)) in cases.iter().enumerate() {
+            let limits = if *limited {
+                unbinding
+            } else {
+                harel_jobs::QueueLimits::none()
+            };
+            queue.set_limits("default", limits).await?;
+            let rate = drain_once(ctx, &worker_pool, *concurrency, Fill::Single(n)).await?;
+            samples[i].push(rate);
+        }
+    }
+    queue
+        .set_limits("default", harel_jobs::QueueLimits::none())
+        .await?;
+    for (i, (name, _, limited)) in cases.iter().enumerate() {
+        let label = if *limited {
+            " label=\"concurrency limit 1,000,000 (not binding)\""
+        } else {
+            ""
+        };
+        ctx.report.figure(
+            *name,
+            "jobs/s",
+            &samples[i],
+            None,
+            format!("jobs={n} groups={n}{label}"),
+        );
+    }
+    worker_pool.close().await;
+    Ok(())
+}
+
 pub async fn run_grouped(ctx: &Ctx) -> Res<()> {
     let groups = ctx.size(1_000, 100);
     let per_group = ctx.size(100, 50);

@@ -62,7 +62,7 @@ const SCENARIOS: &[&str] = &[
 ];
 /// Scenarios run only when named (not part of `all`): `horizon` takes 20 minutes at its
 /// defaults, and hours with `--minutes 60`.
-const BY_NAME_ONLY: &[&str] = &["horizon", "retention"];
+const BY_NAME_ONLY: &[&str] = &["horizon", "retention", "limits"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -271,6 +271,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "drain" => drain::run(&ctx).await?,
             "grouped" => drain::run_grouped(&ctx).await?,
             "retention" => drain::run_retention(&ctx).await?,
+            "limits" => drain::run_limits(&ctx).await?,
             "steady" => steady::run(&ctx).await?,
             "depth" => depth::run(&ctx).await?,
             "soak" => soak::run(&ctx).await?,

@@ -132,7 +132,7 @@ impl Queue {
     pub async fn job(&self, id: JobId) -> Result<Option<JobInfo>, QueueError> {
         let row: Option<JobRow> = sqlx::query_as(AssertSqlSafe(self.schema.render(
             "SELECT state, group_id, kind, payload, priority, attempts, enqueued_at, at,
-                    started_at, finished_at, last_error, cancel_reason, cancel_requested
+                    started_at, finished_at, last_error, cancel_reason, cancel_requested, queue
                FROM @schema@.harel_job($1)",
         )))
         .bind(id.get())
@@ -143,7 +143,7 @@ impl Queue {
         row.map(|row| JobInfo::from_row(id, row)).transpose()
     }
 
-    /// A page of jobs in id order, as `query` filters them (state, kind, group), from
+    /// A page of jobs in id order, as `query` filters them (state, kind, group, queue), from
     /// `query`'s cursor on. Keyset pagination: pass [`JobPage::next`] to
     /// [`JobQuery::after`] for the next page; `None` means there is none. One round trip of
     /// bounded work, whatever the queue holds: a page may come back short (even empty)
@@ -175,14 +175,15 @@ impl Queue {
         }
         let rows: Vec<ListRow> = sqlx::query_as(AssertSqlSafe(self.schema.render(
             "SELECT id, state, group_id, kind, payload, priority, attempts, enqueued_at, at,
-                    started_at, finished_at, last_error, cancel_reason, cancel_requested
-               FROM @schema@.harel_list_jobs($1, $2, $3, $4, $5)",
+                    started_at, finished_at, last_error, cancel_reason, cancel_requested, queue
+               FROM @schema@.harel_list_jobs($1, $2, $3, $4, $5, $6)",
         )))
         .bind(query.state.map(StateFilter::as_str))
         .bind(query.kind.as_deref())
         .bind(query.group.as_deref())
         .bind(query.after.map(JobId::get))
         .bind(i32::try_from(query.limit).unwrap_or(100))
+        .bind(query.queue.as_deref())
         .persistent(self.statements.persistent())
         .fetch_all(&self.pool)
         .await
@@ -529,6 +530,8 @@ pub struct JobInfo {
     pub kind: String,
     /// Its group.
     pub group: String,
+    /// Its queue.
+    pub queue: String,
     /// Its payload, as JSON text ([`decode`](Self::decode) for the typed job).
     pub payload: String,
     /// The priority it was enqueued with.
@@ -576,6 +579,7 @@ impl JobInfo {
             last_error,
             cancel_reason,
             cancel_requested,
+            queue,
         ) = row;
         let unexpected = || QueueError::UnexpectedReply;
         let (Some(priority), Some(attempts), Some(enqueued_at), Some(cancel_requested)) =
@@ -614,6 +618,7 @@ impl JobInfo {
             state,
             kind,
             group,
+            queue: queue.unwrap_or_else(|| crate::transport::DEFAULT_QUEUE.to_owned()),
             payload,
             priority: Priority::from_db(priority),
             attempts: u32::try_from(attempts).unwrap_or(0),
@@ -638,6 +643,7 @@ type JobRow = (
     Option<String>,
     Option<String>,
     Option<bool>,
+    Option<String>,
 );
 
 /// A row of `harel_list_jobs`: its id, then `harel_job`'s columns (all NULL in the cursor
@@ -657,13 +663,14 @@ type ListRow = (
     Option<String>,
     Option<String>,
     Option<bool>,
+    Option<String>,
 );
 
 /// A listed job's row as `harel_job` gives it, if its columns are there.
 fn job_row(row: ListRow) -> Option<JobRow> {
     Some((
         row.1?, row.2?, row.3?, row.4?, row.5, row.6, row.7, row.8, row.9, row.10, row.11, row.12,
-        row.13,
+        row.13, row.14,
     ))
 }
 
@@ -673,6 +680,7 @@ pub struct JobQuery {
     state: Option<StateFilter>,
     kind: Option<String>,
     group: Option<String>,
+    queue: Option<String>,
     after: Option<JobId>,
     limit: u32,
 }
@@ -683,6 +691,7 @@ impl Default for JobQuery {
             state: None,
             kind: None,
             group: None,
+            queue: None,
             after: None,
             limit: 100,
         }
@@ -710,6 +719,12 @@ impl JobQuery {
     /// Only jobs of this group.
     pub fn group(mut self, group: impl Into<String>) -> Self {
         self.group = Some(group.into());
+        self
+    }
+
+    /// Only jobs of this queue.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
         self
     }
 

@@ -4,7 +4,8 @@
 -- read by index from p_after on, at most 2,000 rows each, whatever the filters.
 --
 -- p_state: NULL (any), 'queued' (waiting, scheduled, running or retrying), or one state of
--- harel_job. p_kind, p_group: NULL for any. Returns harel_job's columns with the id first:
+-- harel_job. p_kind, p_group, p_queue: NULL for any (a queue filter, like the kind's, is
+-- applied to the rows read: it does not make a call read more). Returns harel_job's columns with the id first:
 -- at most p_limit (1..1000) jobs, then ONE cursor row (state NULL) whose id is where the
 -- next page starts (pass it as p_after), NULL when nothing is left. A page may be short,
 -- even empty, while the cursor is not NULL: the filters kept few of the rows one call reads.
@@ -14,7 +15,8 @@ CREATE OR REPLACE FUNCTION "harel".harel_list_jobs(
     p_kind  TEXT,
     p_group TEXT,
     p_after BIGINT,
-    p_limit INT
+    p_limit INT,
+    p_queue TEXT DEFAULT NULL
 )
 RETURNS TABLE (
     id               BIGINT,
@@ -30,7 +32,8 @@ RETURNS TABLE (
     finished_at      TIMESTAMPTZ,
     last_error       TEXT,
     cancel_reason    TEXT,
-    cancel_requested BOOLEAN
+    cancel_requested BOOLEAN,
+    queue            TEXT
 )
 LANGUAGE plpgsql
 STABLE
@@ -110,7 +113,8 @@ BEGIN
                      (SELECT max(x.id) FROM d x HAVING count(*) = c_scan)) AS upto
     ), queued AS (
         SELECT q.*, g.head_seq = q.seq AS is_head, g.head_attempts, g.head_started_at,
-               g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason
+               g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason,
+               g.queue_id
           FROM (SELECT * FROM m UNION ALL SELECT * FROM i UNION ALL SELECT * FROM o) AS q
           LEFT JOIN LATERAL (SELECT t.* FROM "harel".transport_groups t
                               WHERE t.group_id = q.group_id OFFSET 0) AS g ON true
@@ -130,21 +134,23 @@ BEGIN
                NULL::timestamptz AS finished_at, f.last_error,
                CASE WHEN f.is_head THEN f.cancel_reason END AS cancel_reason,
                COALESCE(f.is_head AND f.cancel_requested_at IS NOT NULL, false)
-                   AS cancel_requested
+                   AS cancel_requested,
+               (SELECT qs.name FROM "harel".queues qs WHERE qs.id = f.queue_id) AS queue
           FROM queued f
         UNION ALL
         SELECT x.id, x.state, x.group_id, x.kind, x.payload::text, x.priority, x.attempts,
                x.enqueued_at, NULL, x.started_at, x.finished_at, x.last_error,
-               x.cancel_reason, false
+               x.cancel_reason, false, x.queue
           FROM h x
         UNION ALL
         SELECT x.id, 'dead', x.group_id, x.kind, x.payload::text, x.priority, x.attempts,
-               x.enqueued_at, NULL, NULL, x.failed_at, x.last_error, NULL, false
+               x.enqueued_at, NULL, NULL, x.failed_at, x.last_error, NULL, false, x.queue
           FROM d x
     ), page AS MATERIALIZED (
         SELECT r.* FROM found r, bound b
          WHERE (b.upto IS NULL OR r.id <= b.upto)
            AND (p_kind IS NULL OR r.kind = p_kind)
+           AND (p_queue IS NULL OR r.queue = p_queue)
            AND (p_state IS NULL OR r.state = p_state
                 OR (p_state = 'queued'
                     AND r.state IN ('waiting', 'scheduled', 'running', 'retrying')))
@@ -155,8 +161,9 @@ BEGIN
     UNION ALL
     SELECT CASE WHEN (SELECT count(*) FROM page) = p_limit THEN (SELECT max(p.id) FROM page p)
                 ELSE (SELECT b.upto FROM bound b) END,
-           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL;
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL;
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_list_jobs(TEXT, TEXT, TEXT, BIGINT, INT) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "harel".harel_list_jobs(TEXT, TEXT, TEXT, BIGINT, INT, TEXT)
+    FROM PUBLIC;

@@ -102,10 +102,11 @@ BEGIN
             RETURNING t.* INTO m;
             INSERT INTO @schema@.job_history
                    (id, group_id, kind, payload, priority, state, attempts, last_error,
-                    enqueued_at, started_at, finished_at, cancel_reason, keep_until)
+                    enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue)
             VALUES (m.seq, m.group_id, m.kind, m.payload, m.priority, 'cancelled', m.attempts,
                     m.last_error, m.enqueued_at, NULL, v_now, p_reason,
-                    v_now + p_keep_ms * interval '1 millisecond')
+                    v_now + p_keep_ms * interval '1 millisecond',
+                    (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id))
             ON CONFLICT (id) DO NOTHING;
             IF m.unique_key IS NOT NULL THEN
                 PERFORM @schema@.harel_release_key(m.unique_key, m.seq, false);

@@ -10,6 +10,7 @@
 --   attempts   attempts started so far (the running one included)
 --   at         see state; NULL for the finished states
 --   cancel_requested  a running job whose cancel was asked for
+--   queue      its queue's name (migration 0007)
 CREATE OR REPLACE FUNCTION @schema@.harel_job(p_id BIGINT)
 RETURNS TABLE (
     state            TEXT,
@@ -24,7 +25,8 @@ RETURNS TABLE (
     finished_at      TIMESTAMPTZ,
     last_error       TEXT,
     cancel_reason    TEXT,
-    cancel_requested BOOLEAN
+    cancel_requested BOOLEAN,
+    queue            TEXT
 )
 LANGUAGE plpgsql
 STABLE
@@ -57,7 +59,8 @@ BEGIN
            AND g.group_id <> 'own:' || lpad(g.inline_seq::text, 19, '0')
     ), facts AS (
         SELECT q.*, g.head_seq = q.seq AS is_head, g.head_attempts, g.head_started_at,
-               g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason
+               g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason,
+               g.queue_id
           FROM queued q
           LEFT JOIN LATERAL (SELECT t.* FROM @schema@.transport_groups t
                               WHERE t.group_id = q.group_id OFFSET 0) AS g ON true
@@ -75,16 +78,17 @@ BEGIN
            CASE WHEN f.is_head THEN f.head_started_at END,
            NULL::timestamptz, f.last_error,
            CASE WHEN f.is_head THEN f.cancel_reason END,
-           COALESCE(f.is_head AND f.cancel_requested_at IS NOT NULL, false)
+           COALESCE(f.is_head AND f.cancel_requested_at IS NOT NULL, false),
+           (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = f.queue_id)
       FROM facts f
     UNION ALL
     SELECT h.state, h.group_id, h.kind, h.payload::text, h.priority, h.attempts, h.enqueued_at,
-           NULL, h.started_at, h.finished_at, h.last_error, h.cancel_reason, false
+           NULL, h.started_at, h.finished_at, h.last_error, h.cancel_reason, false, h.queue
       FROM @schema@.job_history h
      WHERE h.id = p_id
     UNION ALL
     SELECT 'dead', d.group_id, d.kind, d.payload::text, d.priority, d.attempts, d.enqueued_at,
-           NULL, NULL, d.failed_at, d.last_error, NULL, false
+           NULL, NULL, d.failed_at, d.last_error, NULL, false, d.queue
       FROM @schema@.dead_letters d
      WHERE d.id = p_id
      LIMIT 1;

@@ -186,16 +186,18 @@ BEGIN
                    (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at,
                     queue)
             SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, d.attempts, d.error,
-                   m.enqueued_at, q.name
+                   m.enqueued_at,
+                   (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = gq.queue_id)
               FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_errors, v_inline)
                    AS d(group_id, seq, action, attempts, error, inline)
              CROSS JOIN LATERAL (SELECT t.* FROM @schema@.transport_messages t
                                   WHERE t.group_id = d.group_id AND t.seq = d.seq
                                  OFFSET 0) AS m
-             CROSS JOIN LATERAL (SELECT qs.name FROM @schema@.transport_groups t
-                                   JOIN @schema@.queues qs ON qs.id = t.queue_id
+             -- the group's row by its key (the whole row: asked for one column, the
+             -- planner may walk another index for it)
+             CROSS JOIN LATERAL (SELECT t.* FROM @schema@.transport_groups t
                                   WHERE t.group_id = d.group_id
-                                 OFFSET 0) AS q
+                                 OFFSET 0) AS gq
              WHERE d.action = 'dead' AND NOT d.inline
             UNION ALL
             SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
@@ -211,20 +213,26 @@ BEGIN
         IF 'retain' = ANY (v_actions) THEN
             INSERT INTO @schema@.job_history
                    (id, group_id, kind, payload, priority, state, attempts, last_error,
-                    enqueued_at, started_at, finished_at, keep_until)
+                    enqueued_at, started_at, finished_at, keep_until, queue)
             SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, 'completed', d.attempts,
                    m.last_error, m.enqueued_at, d.started, v_now,
-                   v_now + d.delay_ms * interval '1 millisecond'
+                   v_now + d.delay_ms * interval '1 millisecond',
+                   (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = gq.queue_id)
               FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_delays, v_started, v_inline)
                    AS d(group_id, seq, action, attempts, delay_ms, started, inline)
              CROSS JOIN LATERAL (SELECT t.* FROM @schema@.transport_messages t
                                   WHERE t.group_id = d.group_id AND t.seq = d.seq
                                  OFFSET 0) AS m
+             -- the group's row by its key (the whole row: asked for one column, the
+             -- planner may walk another index for it)
+             CROSS JOIN LATERAL (SELECT t.* FROM @schema@.transport_groups t
+                                  WHERE t.group_id = d.group_id
+                                 OFFSET 0) AS gq
              WHERE d.action = 'retain' AND NOT d.inline
             UNION ALL
             SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
                    'completed', d.attempts, g.inline_last_error, g.inline_enqueued_at, d.started,
-                   v_now, v_now + d.delay_ms * interval '1 millisecond'
+                   v_now, v_now + d.delay_ms * interval '1 millisecond', (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id)
               FROM unnest(v_groups, v_actions, v_attempts, v_delays, v_started, v_inline)
                    AS d(group_id, action, attempts, delay_ms, started, inline)
              -- one lookup by key per row (a join with `group_id = ANY (v_groups)` looked the

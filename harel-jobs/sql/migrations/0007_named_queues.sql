@@ -15,13 +15,17 @@
 --   keeps a rate limit's state in the sequence queue_rate_q<N> (outside MVCC: no dead rows
 --   under an old snapshot). Unlimited queues take no lock and touch neither.
 --
--- harel_publish, harel_claim and harel_schedule_fire take the queue: new signatures (the old ones are dropped
+-- harel_publish, harel_claim and harel_schedule_fire take the queue, harel_job and
+-- harel_list_jobs return it: new signatures (the old ones are dropped
 -- here; `migrate` gives every role that could execute an old one the same right on the new).
 DROP FUNCTION IF EXISTS @schema@.harel_publish(
     TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], BIGINT[]);
 DROP FUNCTION IF EXISTS @schema@.harel_claim(UUID, BIGINT, INT, INT, BIGINT);
 DROP FUNCTION IF EXISTS @schema@.harel_schedule_fire(
     TEXT, TEXT, TIMESTAMPTZ, TIMESTAMPTZ, TEXT, TEXT, TEXT, SMALLINT);
+-- a job's queue is one more column of a job's facts, and a filter of the listing
+DROP FUNCTION IF EXISTS @schema@.harel_job(BIGINT);
+DROP FUNCTION IF EXISTS @schema@.harel_list_jobs(TEXT, TEXT, TEXT, BIGINT, INT);
 
 CREATE TABLE @schema@.queues (
     id                SMALLINT    PRIMARY KEY CHECK (id BETWEEN 0 AND 1000),
@@ -49,7 +53,8 @@ CREATE INDEX transport_groups_limited
     ON @schema@.transport_groups (limited_queue, available_at)
     WHERE limited_queue IS NOT NULL;
 
--- a dead letter goes back to its queue when retried (by name: queues are never renamed,
--- and reading it takes no right on the queues table)
+-- a dead letter goes back to its queue when retried; finished jobs remember theirs (by
+-- name: queues are never renamed, and reading it takes no right on the queues table)
 ALTER TABLE @schema@.dead_letters ADD COLUMN queue TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE @schema@.job_history ADD COLUMN queue TEXT NOT NULL DEFAULT 'default';
 CREATE SEQUENCE @schema@.queue_rate_q0 AS BIGINT MINVALUE 0 START WITH 0;
