@@ -359,6 +359,11 @@ async fn a_concurrency_limit_holds_across_every_worker() {
     let intervals = run_on_four_pools(&q, 120, 40).await;
     assert_eq!(intervals.len(), 120);
     assert_eq!(most_at_once(&intervals), 5, "{intervals:?}");
+    // how busy the 5 slots were, from the first claim to the last settle (printed only: a
+    // ratio of times on a shared machine)
+    let busy: f64 = intervals.iter().map(|(start, end)| end - start).sum();
+    let span = intervals.iter().map(|&(_, end)| end).fold(0.0, f64::max);
+    eprintln!("5 slots {:.0}% busy over {span:.2} s", 100.0 * busy / (5.0 * span));
 }
 
 /// A rate of 10 starts a second across four pools: every start conforms to the rate
