@@ -363,7 +363,10 @@ async fn a_concurrency_limit_holds_across_every_worker() {
     // ratio of times on a shared machine)
     let busy: f64 = intervals.iter().map(|(start, end)| end - start).sum();
     let span = intervals.iter().map(|&(_, end)| end).fold(0.0, f64::max);
-    eprintln!("5 slots {:.0}% busy over {span:.2} s", 100.0 * busy / (5.0 * span));
+    eprintln!(
+        "5 slots {:.0}% busy over {span:.2} s",
+        100.0 * busy / (5.0 * span)
+    );
 }
 
 /// A rate of 10 starts a second across four pools: every start conforms to the rate
@@ -535,4 +538,48 @@ async fn a_job_knows_its_queue_wherever_it_is() {
     let listed: Vec<i64> = page.jobs.iter().map(|job| job.id.get()).collect();
     assert_eq!(listed, ids[..4].to_vec());
     assert!(page.jobs.iter().all(|job| job.queue == "mail"));
+}
+
+/// Concurrent transactions creating the same new queues, in different orders within their
+/// batches, all commit (no deadlock), and each queue is created once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batches_create_each_new_queue_once() {
+    let q = TestQueue::new().await;
+    let mut tasks = Vec::new();
+    for task in 0..8u32 {
+        let pool = q.pool.clone();
+        let transport = q.transport.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut names: Vec<String> = (0..5).map(|n| format!("new-{n}")).collect();
+            names.rotate_left(task as usize % 5);
+            if task % 2 == 1 {
+                names.reverse();
+            }
+            let batch: Vec<OutgoingMessage> = names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| in_queue(name, &format!("t{task}-{i}"), task))
+                .collect();
+            let mut tx = pool.begin().await.unwrap();
+            transport.publish_many(&mut *tx, &batch).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            tx.commit().await.unwrap();
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut listed: Vec<String> = queue(&q)
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|info| info.name)
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        ["default", "new-0", "new-1", "new-2", "new-3", "new-4"]
+    );
+    assert_eq!(q.count("jobs").await, 40);
 }

@@ -74,6 +74,8 @@ DECLARE
     v_queues     SMALLINT[];
     v_group_q    SMALLINT;
     v_mismatched BIGINT;
+    v_names      TEXT[] := ARRAY[]::text[];
+    v_ids        SMALLINT[] := ARRAY[]::smallint[];
     k            RECORD;
 BEGIN
     -- The limits of transport/message.rs, checked again here for callers that bypass it.
@@ -190,15 +192,19 @@ BEGIN
     END IF;
 
     -- Each message's queue id (all 0 unless a queue is named), each named queue looked up
-    -- (or created) once; one new group in two queues is refused.
+    -- (or created) once, in name order (two batches creating the same new queues wait for
+    -- each other in one order, never in a cycle); one new group in two queues is refused.
     IF p_queues IS NOT NULL THEN
+        FOR k IN SELECT DISTINCT u.name FROM unnest(p_queues) AS u(name)
+                  WHERE u.name IS NOT NULL AND u.name <> 'default'
+                  ORDER BY u.name LOOP
+            v_names := v_names || k.name;
+            v_ids := v_ids || @schema@.harel_ensure_queue(k.name);
+        END LOOP;
         SELECT array_agg(COALESCE(n.id, 0::smallint) ORDER BY x.ord)
           INTO v_queues
           FROM unnest(p_queues) WITH ORDINALITY AS x(name, ord)
-          LEFT JOIN (SELECT d.name, @schema@.harel_ensure_queue(d.name) AS id
-                       FROM (SELECT DISTINCT u.name FROM unnest(p_queues) AS u(name)
-                              WHERE u.name IS NOT NULL AND u.name <> 'default') AS d) AS n
-            ON n.name = x.name;
+          LEFT JOIN unnest(v_names, v_ids) AS n(name, id) ON n.name = x.name;
         IF EXISTS (SELECT 1 FROM unnest(p_groups, v_queues) AS x(group_id, queue_id)
                     GROUP BY x.group_id HAVING min(x.queue_id) <> max(x.queue_id)) THEN
             RAISE EXCEPTION 'harel_publish: a group belongs to one queue, and this batch puts one in two'
