@@ -187,6 +187,9 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_set_queue",
         "harel_settle",
         "harel_take_key",
+        "harel_throughput",
+        "harel_worker_report",
+        "harel_workers",
     ]
     .map(String::from)
     .into();

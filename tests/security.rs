@@ -215,6 +215,14 @@ fn producer_must_not(q: &TestQueue) -> Vec<String> {
         format!("SELECT {s}.harel_ensure_queue('made_up')"),
         format!("UPDATE {s}.queues SET paused_at = now()"),
         format!("SELECT * FROM {s}.queues"),
+        format!(
+            "SELECT {s}.harel_worker_report(gen_random_uuid(), 'h', 1, ARRAY['default'], 1, 0, \
+             0, 0, 0, false)"
+        ),
+        format!("SELECT * FROM {s}.harel_workers(60000)"),
+        format!("SELECT * FROM {s}.harel_throughput(10)"),
+        format!("SELECT * FROM {s}.workers"),
+        format!("DELETE FROM {s}.throughput"),
     ]
 }
 
@@ -367,6 +375,7 @@ async fn a_worker_can_work_and_can_neither_enqueue_nor_touch_leases_it_does_not_
             && !sql.contains("harel_maintain")
             && !sql.contains("harel_extend")
             && !sql.contains("harel_schedule")
+            && !sql.contains("harel_worker_report")
     }) {
         assert_eq!(
             sqlstate(&worker, sql.clone()).await.as_deref(),

@@ -60,6 +60,7 @@ mod context;
 mod dead_letters;
 mod enqueue;
 mod error;
+mod fleet;
 mod inspect;
 mod job;
 mod job_error;
@@ -84,6 +85,7 @@ pub use error::{
     CompleteError, ConfigError, ConnectError, DatabaseError, InvalidMessage, InvalidPriority,
     MigrateError, PublishError, QueueError, TransportError,
 };
+pub use fleet::{MAX_THROUGHPUT_MINUTES, ThroughputMinute, WorkerInfo};
 pub use harel_jobs_macros::job;
 pub use inspect::{Count, QueueStats};
 pub use job::{Handler, Job, JobOptions, Unique};

@@ -77,6 +77,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0007_named_queues.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 8,
+        name: "workers",
+        sql: include_str!("../sql/migrations/0008_workers.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied.
@@ -165,10 +171,22 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_queues",
         sql: include_str!("../sql/functions/harel_queues.sql"),
     },
+    Function {
+        name: "harel_worker_report",
+        sql: include_str!("../sql/functions/harel_worker_report.sql"),
+    },
+    Function {
+        name: "harel_workers",
+        sql: include_str!("../sql/functions/harel_workers.sql"),
+    },
+    Function {
+        name: "harel_throughput",
+        sql: include_str!("../sql/functions/harel_throughput.sql"),
+    },
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 7;
+pub const SCHEMA_VERSION: i32 = 8;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

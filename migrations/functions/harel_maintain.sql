@@ -12,8 +12,8 @@
 --
 -- It also prunes settle receipts older than an hour (each worker deletes its previous
 -- receipt with every batch, so only the last receipt of a worker that stopped stays behind),
--- finished jobs in job_history past their keep_until, and unique keys whose hold is over:
--- each at most 10,000 rows a call, oldest first, by index.
+-- finished jobs in job_history past their keep_until, unique keys whose hold is over, and
+-- worker reports older than a day: each at most 10,000 rows a call, oldest first, by index.
 CREATE OR REPLACE FUNCTION "harel".harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -83,6 +83,18 @@ BEGIN
                                WHERE o.held_until < statement_timestamp()
                                ORDER BY o.held_until
                                LIMIT 10000));
+
+    -- worker reports older than a day (migration 0008)
+    DELETE FROM "harel".throughput t
+     WHERE (t.minute, t.worker) IN (SELECT o.minute, o.worker FROM "harel".throughput o
+                                     WHERE o.minute < statement_timestamp() - interval '1 day'
+                                     ORDER BY o.minute
+                                     LIMIT 10000);
+    DELETE FROM "harel".workers w
+     WHERE w.id = ANY (ARRAY(SELECT o.id FROM "harel".workers o
+                              WHERE o.seen_at < statement_timestamp() - interval '1 day'
+                              ORDER BY o.seen_at
+                              LIMIT 1000));
 
     RETURN QUERY SELECT v_lowered, v_pruned, v_history;
 END

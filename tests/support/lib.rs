@@ -167,6 +167,7 @@ pub const WORKER_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_maintain",
     "EXECUTE ON FUNCTION @schema@.harel_schedule_fire",
     "EXECUTE ON FUNCTION @schema@.harel_schedules",
+    "EXECUTE ON FUNCTION @schema@.harel_worker_report",
 ];
 
 /// What the README's "Database roles" grants an operator (stats, dead letters, job lookup
@@ -183,6 +184,8 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_schedules",
     "EXECUTE ON FUNCTION @schema@.harel_queues",
     "EXECUTE ON FUNCTION @schema@.harel_set_queue",
+    "EXECUTE ON FUNCTION @schema@.harel_workers",
+    "EXECUTE ON FUNCTION @schema@.harel_throughput",
 ];
 
 impl TestRole {

@@ -44,6 +44,8 @@ pub(crate) struct WorkerConfig {
     pub claim_batch: usize,
     /// Most completions written in one round trip. Default 512.
     pub ack_batch: usize,
+    /// How often the pool reports itself to operators (`Queue::workers`). Default 10 s.
+    pub report_interval: Duration,
     /// Whether to LISTEN for enqueue notifications. Default true.
     pub listen: bool,
     /// Whether to vacuum the queue tables when autovacuum is off (housekeeping runs
@@ -76,6 +78,7 @@ impl Default for WorkerConfig {
         Self {
             concurrency: 16,
             concurrency_set: false,
+            report_interval: Duration::from_secs(10),
             queues: Vec::new(),
             lease: Duration::from_secs(30),
             heartbeat: None,
@@ -186,6 +189,11 @@ impl WorkerConfig {
         }
         if self.poll_interval < Duration::from_millis(10) {
             return invalid("poll_interval", "must be at least 10 ms");
+        }
+        if self.report_interval < Duration::from_millis(100)
+            || self.report_interval > Duration::from_secs(3_600)
+        {
+            return invalid("report_interval", "must be between 100 ms and 1 h");
         }
         if self.max_attempts == 0 {
             return invalid("max_attempts", "must be at least 1");

@@ -34,9 +34,9 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
 use tokio::time::Instant;
 
-use super::Shared;
 use super::connection::{Checkout, OwnConnection, bounded};
 use super::supervise::{TaskResult, WorkerTask};
+use super::{Shared, report};
 use crate::error::DatabaseError;
 
 /// The tables every job churns: the queue's, and the outcome batches' receipts (one row
@@ -76,14 +76,50 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         .maintenance
         .then(|| Instant::now() + CHECK_EVERY);
     let mut pace = VacuumPace::default();
+    let report_every = shared.config.report_interval;
+    let mut next_report = Some(Instant::now() + report_every.min(HOUSEKEEPING_EVERY.0));
     loop {
         shared.faults.check(WorkerTask::Maintenance)?;
-        let Some(wake_at) = next_housekeeping.into_iter().chain(next_vacuum_check).min() else {
-            return Ok(()); // nothing left to do (no right to either)
+        let Some(wake_at) = next_housekeeping
+            .into_iter()
+            .chain(next_vacuum_check)
+            .chain(next_report)
+            .min()
+        else {
+            return Ok(()); // nothing left to do (no right to any)
         };
         tokio::select! {
-            () = stop.cancelled() => return Ok(()),
+            () = stop.cancelled() => {
+                if next_report.is_some() {
+                    // the last report: this pool stopped (best effort, briefly)
+                    let _ = report::report(&shared, true, report::LAST_REPORT_WITHIN).await;
+                }
+                return Ok(());
+            }
             () = tokio::time::sleep_until(wake_at) => {}
+        }
+
+        if next_report.is_some_and(|at| at <= Instant::now()) {
+            let reported = tokio::select! {
+                () = stop.cancelled() => continue,
+                reported = report::report(&shared, false, limit) => reported,
+            };
+            next_report = match reported {
+                Err(error) if error.is_permission_denied() => {
+                    tracing::warn!(
+                        schema = schema.name(),
+                        error = %error,
+                        "this role may not report the pool to operators (harel_worker_report): \
+                         grant it EXECUTE to see the pool in Queue::workers and the dashboard"
+                    );
+                    None
+                }
+                Err(error) => {
+                    tracing::debug!(error = %error, "reporting the pool failed");
+                    Some(Instant::now() + report_every)
+                }
+                Ok(()) => Some(Instant::now() + report_every),
+            };
         }
 
         if next_housekeeping.is_some_and(|at| at <= Instant::now()) {

@@ -34,6 +34,7 @@ mod listen;
 mod maintain;
 mod outcome;
 mod registry;
+mod report;
 mod schedule;
 mod stats;
 mod supervise;
@@ -84,6 +85,8 @@ pub(crate) struct Shared<S> {
     unreleased_claims: std::sync::atomic::AtomicUsize,
     /// The periodic schedules this pool enqueues the jobs of.
     schedules: Vec<schedule::PeriodicJob>,
+    /// This pool's id in its reports to operators (`harel_worker_report`).
+    worker_id: uuid::Uuid,
 }
 
 /// A configured worker pool, ready to [`start`](Worker::start).
@@ -240,6 +243,15 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.config.concurrency = concurrency;
         self.config.concurrency_set = true;
+        self
+    }
+
+    /// How often the pool reports itself to operators (default 10 s; 100 ms to 1 h): its
+    /// host, queues, running jobs and counters, read by [`Queue::workers`](crate::Queue::workers)
+    /// and [`Queue::throughput`](crate::Queue::throughput). Its role needs `EXECUTE` on
+    /// `harel_worker_report` (without it the pool logs a warning once and goes on).
+    pub fn report_interval(mut self, interval: Duration) -> Self {
+        self.config.report_interval = interval;
         self
     }
 
@@ -482,6 +494,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             faults: self.faults,
             unreleased_claims: std::sync::atomic::AtomicUsize::new(0),
             schedules: self.schedules,
+            worker_id: uuid::Uuid::new_v4(),
         };
         Ok(Worker {
             shared: Arc::new(shared),

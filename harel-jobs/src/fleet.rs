@@ -1,0 +1,156 @@
+//! The worker pools as an operator sees them: which are up, where, serving what, and what
+//! they did over the last minutes ([`Queue::workers`], [`Queue::throughput`]), from the
+//! reports each pool writes about every 10 seconds.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::AssertSqlSafe;
+
+use crate::error::{DatabaseError, QueueError};
+use crate::queue::Queue;
+
+/// The most minutes [`Queue::throughput`] looks back: a day.
+pub const MAX_THROUGHPUT_MINUTES: u32 = 1_440;
+
+/// A worker pool, as its last report described it ([`Queue::workers`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// The pool's id (new at each start).
+    pub id: uuid::Uuid,
+    /// The host it runs on (`HOSTNAME`, or the kernel's host name).
+    pub host: String,
+    /// Its process id.
+    pub pid: i32,
+    /// The queues it serves.
+    pub queues: Vec<String>,
+    /// Handlers it may run at once, over all its queues.
+    pub concurrency: u32,
+    /// Jobs it held at its last report.
+    pub running: u32,
+    /// Jobs it completed since it started.
+    pub succeeded: u64,
+    /// Attempts that failed since it started (retried or dead-lettered).
+    pub failed: u64,
+    /// Jobs it moved to the dead letters since it started.
+    pub dead: u64,
+    /// When it started reporting.
+    pub started_at: DateTime<Utc>,
+    /// Its last report (about every 10 seconds while it runs).
+    pub seen_at: DateTime<Utc>,
+    /// When it shut down gracefully (`None`: running, or it died).
+    pub stopped_at: Option<DateTime<Utc>>,
+}
+
+/// What every worker pool together did in one minute ([`Queue::throughput`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ThroughputMinute {
+    /// The minute's start (database clock).
+    pub minute: DateTime<Utc>,
+    /// Jobs completed.
+    pub succeeded: u64,
+    /// Attempts failed (retried or dead-lettered).
+    pub failed: u64,
+    /// Jobs dead-lettered.
+    pub dead: u64,
+}
+
+type WorkerRow = (
+    uuid::Uuid,
+    String,
+    i32,
+    Vec<String>,
+    i32,
+    i32,
+    i64,
+    i64,
+    i64,
+    DateTime<Utc>,
+    DateTime<Utc>,
+    Option<DateTime<Utc>>,
+);
+
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+impl Queue {
+    /// The worker pools that reported within `within` (a running pool reports about every
+    /// 10 seconds: 30 s shows the live ones; at most a day, and at most 1,000 pools), oldest
+    /// first. One round trip.
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for a period over a day or under a millisecond,
+    /// [`QueueError::Database`].
+    pub async fn workers(&self, within: Duration) -> Result<Vec<WorkerInfo>, QueueError> {
+        let within_ms = i64::try_from(within.as_millis()).unwrap_or(i64::MAX);
+        if !(1..=86_400_000).contains(&within_ms) {
+            return Err(QueueError::InvalidArgument(
+                "workers are listed within 1 ms to 1 day",
+            ));
+        }
+        let rows: Vec<WorkerRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
+            "SELECT id, host, pid, queues, concurrency, running, succeeded, failed, dead,
+                    started_at, seen_at, stopped_at
+               FROM @schema@.harel_workers($1)",
+        )))
+        .bind(within_ms)
+        .persistent(self.prepared().persistent())
+        .fetch_all(self.pool())
+        .await
+        .map_err(DatabaseError::new)?;
+        Ok(rows
+            .into_iter()
+            .map(|row| WorkerInfo {
+                id: row.0,
+                host: row.1,
+                pid: row.2,
+                queues: row.3,
+                concurrency: u32::try_from(row.4).unwrap_or(0),
+                running: u32::try_from(row.5).unwrap_or(0),
+                succeeded: count(row.6),
+                failed: count(row.7),
+                dead: count(row.8),
+                started_at: row.9,
+                seen_at: row.10,
+                stopped_at: row.11,
+            })
+            .collect())
+    }
+
+    /// Jobs succeeded, attempts failed and jobs dead-lettered per minute over the last
+    /// `minutes` (1 to [`MAX_THROUGHPUT_MINUTES`]), every pool together, oldest first, one
+    /// entry per minute (zeros included); the last is the current minute, still filling.
+    /// From the pools' reports: a minute's figures arrive up to 10 seconds late, and what a
+    /// pool did after its last report before it died is not counted. One round trip.
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for `minutes` out of range, [`QueueError::Database`].
+    pub async fn throughput(&self, minutes: u32) -> Result<Vec<ThroughputMinute>, QueueError> {
+        if !(1..=MAX_THROUGHPUT_MINUTES).contains(&minutes) {
+            return Err(QueueError::InvalidArgument(
+                "throughput is read over 1 to 1,440 minutes",
+            ));
+        }
+        let rows: Vec<(DateTime<Utc>, i64, i64, i64)> =
+            sqlx::query_as(AssertSqlSafe(self.schema().render(
+                "SELECT minute, succeeded, failed, dead FROM @schema@.harel_throughput($1)",
+            )))
+            .bind(minutes as i32)
+            .persistent(self.prepared().persistent())
+            .fetch_all(self.pool())
+            .await
+            .map_err(DatabaseError::new)?;
+        Ok(rows
+            .into_iter()
+            .map(|(minute, succeeded, failed, dead)| ThroughputMinute {
+                minute,
+                succeeded: count(succeeded),
+                failed: count(failed),
+                dead: count(dead),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,75 @@
+//! The pool's report of itself (`harel_worker_report`, migration 0008): where it runs, the
+//! queues it serves, its running jobs and its counters, about every 10 seconds and once
+//! more when it stops, so that operators see the pools that are up and what they did
+//! lately (`Queue::workers`, `Queue::throughput`).
+
+use std::time::Duration;
+
+use sqlx::AssertSqlSafe;
+
+use super::Shared;
+use super::connection::{Checkout, bounded};
+use super::maintain::Read;
+use crate::error::DatabaseError;
+
+/// The longest the last report, at shutdown, may hold the shutdown up.
+pub(super) const LAST_REPORT_WITHIN: Duration = Duration::from_secs(1);
+
+/// Where this process runs, as the operator will read it: `HOSTNAME`, else the kernel's
+/// host name, else "unknown".
+fn host() -> String {
+    let name = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned());
+    // the database takes 1 to 255 bytes
+    let mut end = name.len().min(255);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_owned()
+}
+
+/// One report (`stopping`: the last one, at a graceful shutdown), within `limit`.
+pub(super) async fn report<S>(
+    shared: &Shared<S>,
+    stopping: bool,
+    limit: Duration,
+) -> Result<(), DatabaseError> {
+    let stats = shared.stats.snapshot();
+    let queues: Vec<&str> = shared
+        .lanes
+        .iter()
+        .map(|lane| lane.queue.as_str())
+        .collect();
+    let concurrency = shared.config.total_concurrency();
+    let running = shared.inflight.len();
+    let pooler = shared.config.transaction_pooler;
+    let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let call = async {
+        let mut pooled = Checkout::acquire(&shared.pool).await?;
+        let mut unit = Read::begin(pooled.connection(), pooler).await?;
+        sqlx::query(AssertSqlSafe(shared.config.schema.render(
+            "SELECT @schema@.harel_worker_report($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )))
+        .bind(shared.worker_id)
+        .bind(host())
+        .bind(i32::try_from(std::process::id()).unwrap_or(i32::MAX))
+        .bind(&queues)
+        .bind(i32::try_from(concurrency).unwrap_or(i32::MAX))
+        .bind(i32::try_from(running).unwrap_or(i32::MAX))
+        .bind(as_i64(stats.succeeded))
+        .bind(as_i64(stats.retried + stats.dead_lettered))
+        .bind(as_i64(stats.dead_lettered))
+        .bind(stopping)
+        .persistent(!pooler)
+        .execute(unit.connection())
+        .await?;
+        unit.finish().await?;
+        pooled.done();
+        Ok::<_, sqlx::Error>(())
+    };
+    bounded(limit, call).await.map_err(DatabaseError::new)
+}
