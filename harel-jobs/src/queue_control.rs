@@ -78,9 +78,10 @@ pub struct QueueInfo {
     /// Its limits across every worker.
     pub limits: QueueLimits,
     /// Groups whose next job may start now (jobs waiting, or retrying and due). Counted up
-    /// to 10,000 per priority level, then a lower bound.
+    /// to 10,000 per priority level, then a lower bound ([`Count::AtLeast`]).
     pub ready: Count,
-    /// Jobs running now (live leases). Counted up to 10,000 per priority level.
+    /// Jobs running now (live leases). Counted among the first 10,000 leased, parked or
+    /// scheduled groups per priority level, then a lower bound.
     pub running: Count,
 }
 

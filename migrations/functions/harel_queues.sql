@@ -2,8 +2,9 @@
 -- are ready to start and running now. What an operator (and the CLI, the dashboard) lists.
 -- One round trip, one snapshot.
 --
--- The counts read at most 10,000 index entries per queue and priority level (a queue of a
--- million waiting groups costs no more than one of ten thousand): `ready` is the groups
+-- The counts read at most 10,000 entries of the claim index per queue, priority level and
+-- count, by range scans (a queue of a million waiting groups costs no more than one of fifty
+-- thousand: 2-3 ms with 100,000 groups waiting): `ready` is the groups
 -- whose next job may start now, `running` the live leases; `counts_exact` is false when a
 -- scan stopped at its cap, and the counts are then lower bounds.
 CREATE OR REPLACE FUNCTION "harel".harel_queues()
@@ -39,6 +40,9 @@ BEGIN
                       FROM (SELECT 1 FROM "harel".transport_groups g
                              WHERE g.queue_id = q.id AND g.priority = l.level
                                AND g.available_at <= statement_timestamp()
+                             -- in the claim index's order: its range scan, never a walk of
+                             -- the table for a level with fewer than c_cap groups
+                             ORDER BY g.available_at
                              LIMIT c_cap) AS x) AS r,
                    (SELECT count(*) FILTER (WHERE y.locked_by IS NOT NULL) AS running,
                            count(*) AS seen
