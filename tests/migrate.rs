@@ -174,6 +174,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_ensure_queue",
         "harel_extend",
         "harel_job",
+        "harel_list_groups",
         "harel_list_jobs",
         "harel_maintain",
         "harel_move_on",

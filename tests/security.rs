@@ -497,6 +497,9 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
     assert_eq!(info.state, harel_jobs::JobState::Waiting);
     let page = queue.jobs(&harel_jobs::JobQuery::new()).await.unwrap();
     assert!(page.jobs.iter().any(|j| j.id == waiting));
+    let groups = queue.groups(&harel_jobs::GroupQuery::new()).await.unwrap();
+    assert!(groups.groups.iter().any(|g| g.id == "g9"));
+    assert!(queue.group("g9").await.unwrap().is_some());
     let cancelled = queue.cancel(waiting).reason("operator").await.unwrap();
     assert_eq!(cancelled, harel_jobs::CancelOutcome::Cancelled);
     assert!(matches!(

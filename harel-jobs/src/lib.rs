@@ -61,6 +61,7 @@ mod dead_letters;
 mod enqueue;
 mod error;
 mod fleet;
+mod groups;
 mod inspect;
 mod job;
 mod job_error;
@@ -86,6 +87,9 @@ pub use error::{
     MigrateError, PublishError, QueueError, TransportError,
 };
 pub use fleet::{MAX_THROUGHPUT_MINUTES, ThroughputMinute, WorkerInfo};
+pub use groups::{
+    GROUP_JOBS_COUNT_CAP, GroupInfo, GroupPage, GroupQuery, GroupStatus, MAX_GROUP_PAGE,
+};
 pub use harel_jobs_macros::job;
 pub use inspect::{Count, QueueStats};
 pub use job::{Handler, Job, JobOptions, Unique};

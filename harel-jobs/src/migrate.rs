@@ -156,6 +156,10 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/harel_cancel_group.sql"),
     },
     Function {
+        name: "harel_list_groups",
+        sql: include_str!("../sql/functions/harel_list_groups.sql"),
+    },
+    Function {
         name: "harel_schedule_fire",
         sql: include_str!("../sql/functions/harel_schedule_fire.sql"),
     },

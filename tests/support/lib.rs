@@ -170,8 +170,8 @@ pub const WORKER_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_worker_report",
 ];
 
-/// What the README's "Database roles" grants an operator (stats, dead letters, job lookup
-/// and cancel).
+/// What the README's "Database roles" grants an operator (stats, dead letters, job and group
+/// lookup, cancel: everything the `harel-jobs` command line does).
 pub const OPERATOR_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA @schema@",
     "SELECT ON @schema@.jobs, @schema@.transport_messages, @schema@.transport_groups",
@@ -179,6 +179,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_publish",
     "EXECUTE ON FUNCTION @schema@.harel_job",
     "EXECUTE ON FUNCTION @schema@.harel_list_jobs",
+    "EXECUTE ON FUNCTION @schema@.harel_list_groups",
     "EXECUTE ON FUNCTION @schema@.harel_cancel",
     "EXECUTE ON FUNCTION @schema@.harel_cancel_group",
     "EXECUTE ON FUNCTION @schema@.harel_schedules",

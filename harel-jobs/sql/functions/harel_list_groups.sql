@@ -1,0 +1,80 @@
+-- harel_list_groups: a page of the groups that hold jobs, in group id order, with keyset
+-- pagination (no OFFSET), or one group (p_group). For operators: which groups are leased,
+-- parked or waiting, and how many jobs each holds.
+--
+-- p_group: one group's row (or none), p_after and p_limit then ignored. Otherwise the groups
+-- whose id sorts after p_after (NULL: from the first), at most p_limit (1..1000), read by
+-- the groups' key. Each group's jobs are counted by its key up to 1,000 (jobs = 1000 and
+-- jobs_capped: at least that many), so one call reads at most p_limit group rows and
+-- p_limit x 1,000 index entries, whatever the queue holds.
+--
+-- status: 'leased' (a worker holds its lease, which has not lapsed), 'parked' (not
+-- claimable before available_at: a retry's backoff, a snooze, a delayed first job) or
+-- 'waiting' (claimable now). head_id: its first job (the one a lease is about), with the
+-- attempts counted for it. STABLE: the page is one snapshot.
+CREATE OR REPLACE FUNCTION @schema@.harel_list_groups(
+    p_group TEXT,
+    p_after TEXT,
+    p_limit INT
+)
+RETURNS TABLE (
+    group_id         TEXT,
+    status           TEXT,
+    priority         SMALLINT,
+    available_at     TIMESTAMPTZ,
+    head_id          BIGINT,
+    head_attempts    INT,
+    jobs             INT,
+    jobs_capped      BOOLEAN,
+    cancel_requested BOOLEAN
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now  TIMESTAMPTZ := clock_timestamp();
+    c_cap  CONSTANT INT := 1000;
+BEGIN
+    IF p_group IS NULL AND (p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000) THEN
+        RAISE EXCEPTION 'harel_list_groups: need a limit of 1 to 1000'
+            USING ERRCODE = '22023';
+    END IF;
+
+    RETURN QUERY
+    WITH g AS MATERIALIZED (
+        SELECT t.group_id, t.priority, t.available_at, t.locked_by, t.head_seq,
+               t.head_attempts, t.inline_seq, t.cancel_requested_at
+          FROM @schema@.transport_groups t
+         WHERE (p_group IS NOT NULL AND t.group_id = p_group)
+            OR (p_group IS NULL AND t.group_id > COALESCE(p_after, ''))
+         ORDER BY t.group_id
+         LIMIT CASE WHEN p_group IS NULL THEN p_limit ELSE 1 END
+    )
+    SELECT g.group_id,
+           CASE WHEN g.locked_by IS NOT NULL AND g.available_at > v_now THEN 'leased'
+                WHEN g.available_at > v_now THEN 'parked'
+                ELSE 'waiting' END,
+           g.priority, g.available_at,
+           COALESCE(g.inline_seq, first.seq),
+           CASE WHEN g.head_seq = COALESCE(g.inline_seq, first.seq) THEN g.head_attempts
+                ELSE 0 END,
+           LEAST(c_cap, (g.inline_seq IS NOT NULL)::int + counted.n)::int,
+           (g.inline_seq IS NOT NULL)::int + counted.n >= c_cap,
+           g.cancel_requested_at IS NOT NULL
+      FROM g
+      LEFT JOIN LATERAL (SELECT m.seq FROM @schema@.transport_messages m
+                          WHERE m.group_id = g.group_id
+                          ORDER BY m.seq LIMIT 1) AS first ON true
+      CROSS JOIN LATERAL (SELECT count(*)::int AS n
+                            FROM (SELECT 1 FROM @schema@.transport_messages m
+                                   WHERE m.group_id = g.group_id
+                                   LIMIT c_cap) AS capped) AS counted
+     ORDER BY g.group_id;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @schema@.harel_list_groups(TEXT, TEXT, INT) FROM PUBLIC;

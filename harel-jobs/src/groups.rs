@@ -1,0 +1,229 @@
+//! Groups as an operator sees them: [`Queue::groups`] pages through the groups that hold
+//! jobs, [`Queue::group`] looks one up.
+
+use chrono::{DateTime, Utc};
+use sqlx::AssertSqlSafe;
+
+use crate::enqueue::JobId;
+use crate::error::{DatabaseError, QueueError};
+use crate::queue::Queue;
+use crate::transport::Priority;
+
+/// The most groups one page of [`Queue::groups`] holds.
+pub const MAX_GROUP_PAGE: u32 = 1_000;
+
+/// How far [`Queue::groups`] and [`Queue::group`] count each group's jobs: a group with
+/// more is reported with [`GroupInfo::jobs`] = 1,000 and [`GroupInfo::jobs_capped`] set.
+pub const GROUP_JOBS_COUNT_CAP: u32 = 1_000;
+
+/// Where a group stands with the workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GroupStatus {
+    /// Claimable now: its first job waits for a free worker.
+    Waiting,
+    /// A worker holds its lease (and the lease has not lapsed): its first job runs.
+    Leased,
+    /// Not claimable before [`GroupInfo::available_at`]: a retry's backoff, a snooze, or a
+    /// first job scheduled for later.
+    Parked,
+}
+
+impl GroupStatus {
+    /// `waiting`, `leased` or `parked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Leased => "leased",
+            Self::Parked => "parked",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "waiting" => Self::Waiting,
+            "leased" => Self::Leased,
+            "parked" => Self::Parked,
+            _ => return None,
+        })
+    }
+}
+
+/// A group that holds jobs, as [`Queue::groups`] and [`Queue::group`] find it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct GroupInfo {
+    /// The group's id (`own:` and 19 digits for a job enqueued without a group).
+    pub id: String,
+    /// Where it stands with the workers.
+    pub status: GroupStatus,
+    /// The priority its claims go by (its first job's).
+    pub priority: Priority,
+    /// While waiting: since when it could be claimed; while leased: when the lease ends
+    /// unless extended; while parked: when it becomes claimable.
+    pub available_at: DateTime<Utc>,
+    /// Its first job: the one a lease is about, the next to run.
+    pub head: Option<JobId>,
+    /// Attempts counted for its first job so far.
+    pub head_attempts: u32,
+    /// Jobs it holds, counted up to [`GROUP_JOBS_COUNT_CAP`].
+    pub jobs: u32,
+    /// Whether it holds at least [`GROUP_JOBS_COUNT_CAP`] jobs (then `jobs` is that cap).
+    pub jobs_capped: bool,
+    /// Whether a cancel of its running job was asked for.
+    pub cancel_requested: bool,
+}
+
+/// Which groups [`Queue::groups`] lists: from a cursor, so many a page.
+#[derive(Clone, Debug)]
+pub struct GroupQuery {
+    after: Option<String>,
+    limit: u32,
+}
+
+impl Default for GroupQuery {
+    fn default() -> Self {
+        Self {
+            after: None,
+            limit: 100,
+        }
+    }
+}
+
+impl GroupQuery {
+    /// Every group, from the first (in id order), 100 a page.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Groups whose id sorts after this one: the cursor of the previous page
+    /// ([`GroupPage::next`]).
+    pub fn after(mut self, group: impl Into<String>) -> Self {
+        self.after = Some(group.into());
+        self
+    }
+
+    /// At most this many groups a page (1 to [`MAX_GROUP_PAGE`]; default 100).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// One page of [`Queue::groups`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct GroupPage {
+    /// The groups, in id order (byte order of their ids).
+    pub groups: Vec<GroupInfo>,
+    /// Where the next page starts ([`GroupQuery::after`]); `None` when this page ended the
+    /// list (a full page gives a cursor even when the next page turns out empty).
+    pub next: Option<String>,
+}
+
+/// A row of `harel_list_groups`.
+type GroupRow = (
+    String,
+    String,
+    i16,
+    DateTime<Utc>,
+    Option<i64>,
+    i32,
+    i32,
+    bool,
+    bool,
+);
+
+fn from_row(row: GroupRow) -> Result<GroupInfo, QueueError> {
+    let (id, status, priority, available_at, head, head_attempts, jobs, capped, cancel) = row;
+    Ok(GroupInfo {
+        id,
+        status: GroupStatus::parse(&status).ok_or(QueueError::UnexpectedReply)?,
+        priority: Priority::from_db(priority),
+        available_at,
+        head: head.map(JobId::new),
+        head_attempts: u32::try_from(head_attempts).unwrap_or(0),
+        jobs: u32::try_from(jobs).unwrap_or(0),
+        jobs_capped: capped,
+        cancel_requested: cancel,
+    })
+}
+
+const SELECT: &str = "SELECT group_id, status, priority, available_at, head_id, head_attempts,
+                             jobs, jobs_capped, cancel_requested
+                        FROM @schema@.harel_list_groups($1, $2, $3)";
+
+impl Queue {
+    /// A page of the groups that hold jobs, in id order, from `query`'s cursor on. Keyset
+    /// pagination: pass [`GroupPage::next`] to [`GroupQuery::after`] for the next page. One
+    /// round trip of bounded work: it reads the page's group rows by key and counts each
+    /// group's jobs up to [`GROUP_JOBS_COUNT_CAP`].
+    ///
+    /// ```no_run
+    /// # use harel_jobs::{GroupQuery, Queue};
+    /// # async fn example(queue: Queue) -> Result<(), harel_jobs::QueueError> {
+    /// let mut query = GroupQuery::new().limit(500);
+    /// loop {
+    ///     let page = queue.groups(&query).await?;
+    ///     for group in &page.groups {
+    ///         println!("{} {:?}: {} jobs", group.id, group.status, group.jobs);
+    ///     }
+    ///     match page.next {
+    ///         Some(next) => query = query.after(next),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for a limit outside 1..=1000;
+    /// [`QueueError::Database`].
+    pub async fn groups(&self, query: &GroupQuery) -> Result<GroupPage, QueueError> {
+        if query.limit == 0 || query.limit > MAX_GROUP_PAGE {
+            return Err(QueueError::InvalidArgument(
+                "a page holds 1 to 1,000 groups",
+            ));
+        }
+        let rows: Vec<GroupRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(SELECT)))
+            .bind(None::<&str>)
+            .bind(query.after.as_deref())
+            .bind(i32::try_from(query.limit).unwrap_or(100))
+            .persistent(self.statements().persistent())
+            .fetch_all(self.pool())
+            .await
+            .map_err(DatabaseError::new)?;
+        let full = rows.len() == query.limit as usize;
+        let groups = rows
+            .into_iter()
+            .map(from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = if full {
+            groups.last().map(|group| group.id.clone())
+        } else {
+            None
+        };
+        Ok(GroupPage { groups, next })
+    }
+
+    /// One group, or `None` if it holds no job (a group exists only while it has jobs).
+    /// Its jobs: [`Queue::jobs`] with [`JobQuery::group`](crate::JobQuery::group).
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for an id that is empty, over 1,024 bytes or holds a
+    /// NUL character; [`QueueError::Database`].
+    pub async fn group(&self, id: &str) -> Result<Option<GroupInfo>, QueueError> {
+        crate::transport::validate_group(id).map_err(|_| {
+            QueueError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
+        })?;
+        let row: Option<GroupRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(SELECT)))
+            .bind(id)
+            .bind(None::<&str>)
+            .bind(1_i32)
+            .persistent(self.statements().persistent())
+            .fetch_optional(self.pool())
+            .await
+            .map_err(DatabaseError::new)?;
+        row.map(from_row).transpose()
+    }
+}
