@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use harel_jobs::transport::{ClaimRequest, OutgoingMessage, Settlement};
+use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage, Settlement};
 use harel_jobs::{GROUP_JOBS_COUNT_CAP, GroupQuery, GroupStatus, JobId, Queue, QueueError};
 use harel_jobs_suite::TestQueue;
 
@@ -46,7 +46,8 @@ async fn groups_show_their_status_head_and_job_count() {
         error: Some("boom".into()),
         count_attempt: true,
     };
-    q.transport.settle(&q.pool, &b_lease, retry).await.unwrap();
+    let settled = q.transport.settle(&q.pool, &b_lease, retry).await.unwrap();
+    assert_eq!(settled, LeaseOutcome::Applied);
     publish(
         &q,
         OutgoingMessage::new("c", "k", "{}").delay(Duration::from_secs(3600)),

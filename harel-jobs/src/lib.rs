@@ -55,6 +55,9 @@
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
+#[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
+pub mod cli;
 mod connect;
 mod context;
 mod dead_letters;

@@ -1,0 +1,375 @@
+//! The command line's grammar: every subcommand, flag and help text (clap derive).
+
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+
+use crate::enqueue::JobId;
+use crate::queue::StateFilter;
+
+/// The examples under `harel-jobs --help`.
+const EXAMPLES: &str = "\
+Examples:
+  harel-jobs stats
+  harel-jobs jobs list --state running
+  harel-jobs jobs show 4711
+  harel-jobs jobs cancel 4711 --reason 'runaway export'
+  harel-jobs groups list
+  harel-jobs dead list --kind send_email
+  harel-jobs dead retry --all --since 12h
+  harel-jobs --json jobs list --state dead --limit 1000
+
+The database comes from --database-url or DATABASE_URL; the password is never printed.
+Exit codes: 0 success, 1 failure (including a refused or declined confirmation), 2 usage error.";
+
+/// `harel-jobs`: look at and steer a harel-jobs queue from a shell.
+#[derive(Debug, Parser)]
+#[command(
+    name = "harel-jobs",
+    version,
+    about = "Look at and steer a harel-jobs queue on PostgreSQL",
+    after_help = EXAMPLES,
+    propagate_version = true,
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub(crate) struct Cli {
+    /// Connection URL of the database (postgres://user:password@host:port/database).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub(crate) database_url: Option<String>,
+
+    /// The queue's schema.
+    #[arg(
+        long,
+        env = "HAREL_SCHEMA",
+        hide_env_values = true,
+        default_value = "harel",
+        global = true
+    )]
+    pub(crate) schema: String,
+
+    /// Print JSON (one object on stdout; see the README's "Command line") instead of tables.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+
+    /// How long to wait for the database to answer, e.g. 10s, 1m.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, global = true)]
+    pub(crate) connect_timeout: Duration,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create or upgrade the queue's schema (as the role that owns it).
+    #[command(after_help = "Example:\n  harel-jobs --schema billing_jobs migrate")]
+    Migrate,
+    /// The queue's depth: jobs, groups, claimable groups, dead letters.
+    ///
+    /// Exact on a small queue; on a large one PostgreSQL's estimate (shown as ~N) or a lower
+    /// bound (>=N).
+    #[command(after_help = "Examples:\n  harel-jobs stats\n  harel-jobs --json stats")]
+    Stats,
+    /// List, show and cancel jobs.
+    #[command(subcommand)]
+    Jobs(JobsCommand),
+    /// List and show groups (the jobs of a group run one at a time, in order).
+    #[command(subcommand)]
+    Groups(GroupsCommand),
+    /// List, show, retry and delete dead letters (jobs that failed for good).
+    #[command(subcommand)]
+    Dead(DeadCommand),
+    /// List periodic schedules.
+    #[command(subcommand)]
+    Schedules(SchedulesCommand),
+}
+
+/// `jobs …`
+#[derive(Debug, Subcommand)]
+pub(crate) enum JobsCommand {
+    /// A page of jobs in id order, filtered by state, kind and group.
+    #[command(after_help = "\
+Examples:
+  harel-jobs jobs list --state running
+  harel-jobs jobs list --state dead --kind send_email --limit 200
+  harel-jobs jobs list --group customer-42
+  harel-jobs jobs list --after 4711    # the next page, as the previous one says")]
+    List(JobsList),
+    /// One job: its state, attempts, last error and payload.
+    #[command(after_help = "Example:\n  harel-jobs jobs show 4711")]
+    Show {
+        /// The job's id.
+        id: JobId,
+    },
+    /// Cancel one job, or every job of a group (asks first, unless --yes).
+    ///
+    /// A waiting, scheduled or retrying job never runs; a running one is told at its
+    /// worker's next heartbeat and ends as cancelled.
+    #[command(
+        group(ArgGroup::new("target").required(true).args(["id", "group"])),
+        after_help = "\
+Examples:
+  harel-jobs jobs cancel 4711 --reason 'runaway export'
+  harel-jobs jobs cancel --group customer-42 --yes"
+    )]
+    Cancel {
+        /// The job's id.
+        id: Option<JobId>,
+        /// Cancel every job of this group instead.
+        #[arg(long, conflicts_with = "id")]
+        group: Option<String>,
+        /// Why (kept with the cancelled job).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+}
+
+/// `jobs list` filters.
+#[derive(Debug, Args)]
+pub(crate) struct JobsList {
+    /// Only jobs in this state.
+    #[arg(long, value_enum)]
+    pub(crate) state: Option<StateArg>,
+    /// Only jobs of this kind.
+    #[arg(long)]
+    pub(crate) kind: Option<String>,
+    /// Only jobs of this group.
+    #[arg(long)]
+    pub(crate) group: Option<String>,
+    /// Start after this job id (the cursor the previous page printed).
+    #[arg(long)]
+    pub(crate) after: Option<JobId>,
+    /// At most this many jobs (1 to 1000).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) limit: u32,
+}
+
+/// A job state to list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StateArg {
+    /// Waiting, scheduled, running or retrying.
+    Queued,
+    /// Due, waiting for a worker.
+    Waiting,
+    /// Not to start before a time.
+    Scheduled,
+    /// A handler runs it.
+    Running,
+    /// Waiting for its next attempt.
+    Retrying,
+    /// Done (kept only with retention).
+    Completed,
+    /// Failed for good.
+    Dead,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl From<StateArg> for StateFilter {
+    fn from(state: StateArg) -> Self {
+        match state {
+            StateArg::Queued => Self::Queued,
+            StateArg::Waiting => Self::Waiting,
+            StateArg::Scheduled => Self::Scheduled,
+            StateArg::Running => Self::Running,
+            StateArg::Retrying => Self::Retrying,
+            StateArg::Completed => Self::Completed,
+            StateArg::Dead => Self::Dead,
+            StateArg::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
+/// `groups …`
+#[derive(Debug, Subcommand)]
+pub(crate) enum GroupsCommand {
+    /// A page of the groups holding jobs, in id order.
+    #[command(after_help = "\
+Examples:
+  harel-jobs groups list
+  harel-jobs groups list --after customer-42 --limit 500")]
+    List {
+        /// Start after this group id (the cursor the previous page printed).
+        #[arg(long)]
+        after: Option<String>,
+        /// At most this many groups (1 to 1000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// One group and its first jobs.
+    #[command(after_help = "Example:\n  harel-jobs groups show customer-42")]
+    Show {
+        /// The group's id.
+        id: String,
+        /// At most this many of its jobs (1 to 1000).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+}
+
+/// `dead …`
+#[derive(Debug, Subcommand)]
+pub(crate) enum DeadCommand {
+    /// Dead letters, newest first.
+    #[command(after_help = "\
+Examples:
+  harel-jobs dead list
+  harel-jobs dead list --kind send_email --limit 200
+  harel-jobs dead list --before 4711    # the next page, as the previous one says")]
+    List {
+        /// Only this kind.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only ids below this one (the cursor the previous page printed).
+        #[arg(long)]
+        before: Option<JobId>,
+        /// At most this many (1 to 1000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// One dead letter, with its error and payload.
+    #[command(after_help = "Example:\n  harel-jobs dead show 4711")]
+    Show {
+        /// Its id.
+        id: JobId,
+    },
+    /// Put dead letters back in the queue (same group, kind, payload, priority; attempts
+    /// start over). More than one asks first, unless --yes.
+    #[command(
+        group(ArgGroup::new("which").required(true).args(["ids", "all"])),
+        after_help = "\
+Examples:
+  harel-jobs dead retry 4711
+  harel-jobs dead retry --all --since 12h              # last night's
+  harel-jobs dead retry --all --kind send_email --yes"
+    )]
+    Retry(DeadSelection),
+    /// Delete dead letters for good. More than one asks first, unless --yes.
+    #[command(
+        group(ArgGroup::new("which").required(true).args(["ids", "all"])),
+        after_help = "\
+Examples:
+  harel-jobs dead delete 4711
+  harel-jobs dead delete --all --kind obsolete_job --yes"
+    )]
+    Delete(DeadSelection),
+    /// Delete the dead letters that failed longer ago than --older-than (asks first, unless
+    /// --yes).
+    #[command(after_help = "Example:\n  harel-jobs dead purge --older-than 30d --yes")]
+    Purge {
+        /// How old: 90s, 30m, 12h, 7d or 2w.
+        #[arg(long, value_parser = parse_duration)]
+        older_than: Duration,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+}
+
+/// Which dead letters `dead retry` and `dead delete` act on.
+#[derive(Debug, Args)]
+pub(crate) struct DeadSelection {
+    /// Their ids.
+    pub(crate) ids: Vec<JobId>,
+    /// Every dead letter (narrowed by --kind and --since).
+    #[arg(long, conflicts_with = "ids")]
+    pub(crate) all: bool,
+    /// With --all: only this kind.
+    #[arg(long, conflicts_with = "ids")]
+    pub(crate) kind: Option<String>,
+    /// With --all: only those that failed within this long (90s, 30m, 12h, 7d, 2w).
+    #[arg(long, conflicts_with = "ids", value_parser = parse_duration)]
+    pub(crate) since: Option<Duration>,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+}
+
+/// `schedules …`
+#[derive(Debug, Subcommand)]
+pub(crate) enum SchedulesCommand {
+    /// The periodic schedules workers declared, with their last and next tick.
+    #[command(after_help = "Example:\n  harel-jobs schedules list")]
+    List,
+}
+
+/// The longest duration accepted: 100 years.
+const MAX_DURATION_SECS: u64 = 100 * 365 * 24 * 3600;
+
+/// Parses `90s`, `30m`, `12h`, `7d` or `2w` (a whole number and one unit).
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let usage = || format!("{text:?} is not a duration: use a whole number and s, m, h, d or w");
+    let unit_at = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(usage)?;
+    let (number, unit) = text.split_at(unit_at);
+    let number: u64 = number.parse().map_err(|_| usage())?;
+    let seconds: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 24 * 3600,
+        "w" => 7 * 24 * 3600,
+        _ => return Err(usage()),
+    };
+    match number.checked_mul(seconds) {
+        Some(total) if total <= MAX_DURATION_SECS => Ok(Duration::from_secs(total)),
+        _ => Err(format!("{text:?} is longer than 100 years")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_grammar_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_take_one_number_and_one_unit() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("12h"), Ok(Duration::from_secs(12 * 3600)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        for bad in [
+            "",
+            "7",
+            "d",
+            "7x",
+            "1.5h",
+            "-1d",
+            "7 d",
+            "7dd",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert!(parse_duration("5300w").unwrap_err().contains("100 years"));
+    }
+
+    #[test]
+    fn selections_need_ids_or_all_and_not_both() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["harel-jobs"], args].concat());
+        assert!(parse(&["dead", "retry", "1", "2"]).is_ok());
+        assert!(parse(&["dead", "retry", "--all", "--since", "12h"]).is_ok());
+        assert!(parse(&["dead", "retry"]).is_err());
+        assert!(parse(&["dead", "retry", "1", "--all"]).is_err());
+        assert!(parse(&["dead", "delete", "1", "--kind", "k"]).is_err());
+        assert!(parse(&["dead", "delete", "1", "--since", "1h"]).is_err());
+        assert!(parse(&["dead", "delete", "--kind", "k"]).is_err());
+        assert!(parse(&["dead", "delete", "--all", "--kind", "k", "--since", "1h"]).is_ok());
+        assert!(parse(&["jobs", "cancel"]).is_err());
+        assert!(parse(&["jobs", "cancel", "1", "--group", "g"]).is_err());
+        assert!(parse(&["jobs", "list", "--limit", "0"]).is_err());
+        assert!(parse(&["jobs", "list", "--state", "sleeping"]).is_err());
+        assert!(parse(&["jobs", "show", "x"]).is_err());
+    }
+}

@@ -1,0 +1,526 @@
+//! Each subcommand: a call or a few to the public [`Queue`] and [`DeadLetters`](crate::DeadLetters) API, then
+//! its output. No SQL of its own.
+
+use std::io::{self, Write};
+
+use chrono::{TimeDelta, Utc};
+use serde::Serialize;
+use serde_json::json;
+
+use super::args::{
+    Cli, Command, DeadCommand, DeadSelection, GroupsCommand, JobsCommand, JobsList,
+    SchedulesCommand,
+};
+use super::confirm::confirm;
+use super::error::CliError;
+use super::output::{DeadView, GroupView, JobView, ScheduleView, StatsView, cancel_outcome, time};
+use crate::connect::{ConnectConfig, connect_with};
+use crate::dead_letters::{DeadLetter, DeadLetterQuery};
+use crate::enqueue::JobId;
+use crate::groups::GroupQuery;
+use crate::migrate::{SCHEMA_VERSION, check_schema};
+use crate::queue::{CancelOutcome, JobQuery, Queue, StateFilter};
+use crate::schema::Schema;
+
+/// Where results go: JSON (one object) or text for people, on stdout.
+pub(crate) struct Printer {
+    json: bool,
+}
+
+impl Printer {
+    pub(crate) fn new(json: bool) -> Self {
+        Self { json }
+    }
+
+    /// Prints `value` as one line of JSON, or `human()`.
+    fn emit<T: Serialize>(
+        &self,
+        value: &T,
+        human: impl FnOnce() -> String,
+    ) -> Result<(), CliError> {
+        let text = if self.json {
+            let mut text = serde_json::to_string(value).map_err(io::Error::other)?;
+            text.push('\n');
+            text
+        } else {
+            human()
+        };
+        let mut stdout = io::stdout().lock();
+        stdout.write_all(text.as_bytes())?;
+        stdout.flush()?;
+        Ok(())
+    }
+}
+
+/// Connects (unless the command needs nothing of the database), checks the schema, runs
+/// the command.
+pub(crate) async fn run(cli: Cli, out: &Printer) -> Result<(), CliError> {
+    let schema = Schema::new(&cli.schema)?;
+    let url = cli.database_url.as_deref().ok_or(CliError::NoDatabase)?;
+    let config = ConnectConfig::default()
+        .max_connections(2)
+        .wait(cli.connect_timeout);
+    let pool = connect_with(url, &config).await?;
+    let queue = Queue::with_schema(pool, schema);
+    let result = dispatch(cli.command, &queue, out).await;
+    queue.pool().close().await;
+    result
+}
+
+async fn dispatch(command: Command, queue: &Queue, out: &Printer) -> Result<(), CliError> {
+    if !matches!(command, Command::Migrate) {
+        check_schema(queue.pool(), queue.schema()).await?;
+    }
+    match command {
+        Command::Migrate => migrate(queue, out).await,
+        Command::Stats => stats(queue, out).await,
+        Command::Jobs(JobsCommand::List(list)) => jobs_list(queue, out, list).await,
+        Command::Jobs(JobsCommand::Show { id }) => jobs_show(queue, out, id).await,
+        Command::Jobs(JobsCommand::Cancel {
+            id,
+            group,
+            reason,
+            yes,
+        }) => match (id, group) {
+            (Some(id), _) => jobs_cancel(queue, out, id, reason).await,
+            (None, Some(group)) => group_cancel(queue, out, group, reason, yes).await,
+            // clap requires one of them
+            (None, None) => Ok(()),
+        },
+        Command::Groups(GroupsCommand::List { after, limit }) => {
+            groups_list(queue, out, after, limit).await
+        }
+        Command::Groups(GroupsCommand::Show { id, limit }) => {
+            groups_show(queue, out, id, limit).await
+        }
+        Command::Dead(DeadCommand::List {
+            kind,
+            before,
+            limit,
+        }) => dead_list(queue, out, kind, before, limit).await,
+        Command::Dead(DeadCommand::Show { id }) => dead_show(queue, out, id).await,
+        Command::Dead(DeadCommand::Retry(selection)) => dead_retry(queue, out, selection).await,
+        Command::Dead(DeadCommand::Delete(selection)) => dead_delete(queue, out, selection).await,
+        Command::Dead(DeadCommand::Purge { older_than, yes }) => {
+            let older_than = TimeDelta::from_std(older_than)
+                .map_err(|_| CliError::InvalidArgument("--older-than is too long"))?;
+            dead_purge(queue, out, older_than, yes).await
+        }
+        Command::Schedules(SchedulesCommand::List) => schedules(queue, out).await,
+    }
+}
+
+async fn migrate(queue: &Queue, out: &Printer) -> Result<(), CliError> {
+    queue.migrate().await?;
+    let name = queue.schema().name();
+    out.emit(
+        &json!({ "schema": name, "version": SCHEMA_VERSION }),
+        || format!("schema {name} is migrated (version {SCHEMA_VERSION})\n"),
+    )
+}
+
+async fn stats(queue: &Queue, out: &Printer) -> Result<(), CliError> {
+    let stats = queue.stats().await?;
+    out.emit(&StatsView::new(&stats), || StatsView::human(&stats))
+}
+
+/// "more: `flag value`" under a page that has a next one.
+fn more(shown: usize, flag: &str, cursor: Option<String>) -> String {
+    match cursor {
+        Some(cursor) if shown == 0 => {
+            format!("(none in this stretch; more may follow: {flag} {cursor})\n")
+        }
+        Some(cursor) => format!("more: {flag} {cursor}\n"),
+        None => String::new(),
+    }
+}
+
+async fn jobs_list(queue: &Queue, out: &Printer, list: JobsList) -> Result<(), CliError> {
+    let mut query = JobQuery::new().limit(list.limit);
+    if let Some(state) = list.state {
+        query = query.state(StateFilter::from(state));
+    }
+    if let Some(kind) = list.kind {
+        query = query.kind(kind);
+    }
+    if let Some(group) = list.group {
+        query = query.group(group);
+    }
+    if let Some(after) = list.after {
+        query = query.after(after);
+    }
+    let page = queue.jobs(&query).await?;
+    let jobs: Vec<JobView> = page.jobs.iter().map(JobView::new).collect();
+    out.emit(
+        &json!({ "jobs": jobs, "next": page.next.map(JobId::get) }),
+        || {
+            let mut text = JobView::table(&page.jobs).render("no jobs");
+            text.push_str(&more(
+                page.jobs.len(),
+                "--after",
+                page.next.map(|id| id.to_string()),
+            ));
+            text
+        },
+    )
+}
+
+async fn jobs_show(queue: &Queue, out: &Printer, id: JobId) -> Result<(), CliError> {
+    let job = queue.job(id).await?.ok_or(CliError::NoJob(id))?;
+    out.emit(&JobView::new(&job), || JobView::human(&job))
+}
+
+async fn jobs_cancel(
+    queue: &Queue,
+    out: &Printer,
+    id: JobId,
+    reason: Option<String>,
+) -> Result<(), CliError> {
+    let mut cancel = queue.cancel(id);
+    if let Some(reason) = reason {
+        cancel = cancel.reason(reason);
+    }
+    let outcome = cancel.await?;
+    if outcome == CancelOutcome::NotFound {
+        return Err(CliError::NoJob(id));
+    }
+    let (name, sentence) = cancel_outcome(&outcome);
+    out.emit(&json!({ "id": id.get(), "outcome": name }), || {
+        format!("job {id}: {sentence}\n")
+    })
+}
+
+async fn group_cancel(
+    queue: &Queue,
+    out: &Printer,
+    group: String,
+    reason: Option<String>,
+    yes: bool,
+) -> Result<(), CliError> {
+    let info = queue
+        .group(&group)
+        .await?
+        .ok_or_else(|| CliError::NoGroup(group.clone()))?;
+    if info.jobs > 1 {
+        let count = if info.jobs_capped {
+            format!("{} or more", info.jobs)
+        } else {
+            info.jobs.to_string()
+        };
+        confirm(&format!("Cancel the {count} jobs of group {group:?}?"), yes)?;
+    }
+    let mut cancel = queue.cancel_group(group.clone());
+    if let Some(reason) = reason {
+        cancel = cancel.reason(reason);
+    }
+    let outcome = cancel.await?;
+    let (cancelled, running_requested) = match outcome {
+        CancelOutcome::Group {
+            cancelled,
+            running_requested,
+        } => (cancelled, running_requested),
+        _ => (0, false),
+    };
+    let (_, sentence) = cancel_outcome(&outcome);
+    out.emit(
+        &json!({
+            "group": group,
+            "cancelled": cancelled,
+            "running_requested": running_requested,
+        }),
+        || format!("group {group:?}: {sentence}\n"),
+    )
+}
+
+async fn groups_list(
+    queue: &Queue,
+    out: &Printer,
+    after: Option<String>,
+    limit: u32,
+) -> Result<(), CliError> {
+    let mut query = GroupQuery::new().limit(limit);
+    if let Some(after) = after {
+        query = query.after(after);
+    }
+    let page = queue.groups(&query).await?;
+    let groups: Vec<GroupView> = page.groups.iter().map(GroupView::new).collect();
+    out.emit(&json!({ "groups": groups, "next": page.next }), || {
+        let mut text = GroupView::table(&page.groups).render("no groups hold jobs");
+        text.push_str(&more(
+            page.groups.len(),
+            "--after",
+            page.next.as_deref().map(shell_word),
+        ));
+        text
+    })
+}
+
+/// `text` as one shell word: as it is when it is plain, else single-quoted.
+fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@%+=,".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+async fn groups_show(queue: &Queue, out: &Printer, id: String, limit: u32) -> Result<(), CliError> {
+    let group = queue
+        .group(&id)
+        .await?
+        .ok_or_else(|| CliError::NoGroup(id.clone()))?;
+    let page = queue
+        .jobs(
+            &JobQuery::new()
+                .group(id.clone())
+                .state(StateFilter::Queued)
+                .limit(limit),
+        )
+        .await?;
+    let jobs: Vec<JobView> = page.jobs.iter().map(JobView::new).collect();
+    out.emit(
+        &json!({
+            "group": GroupView::new(&group),
+            "jobs": jobs,
+            "next": page.next.map(JobId::get),
+        }),
+        || {
+            let mut text = GroupView::human(&group);
+            text.push('\n');
+            text.push_str(&JobView::table(&page.jobs).render("no queued jobs"));
+            if let Some(next) = page.next {
+                text.push_str(&format!(
+                    "more: harel-jobs jobs list --state queued --group {} --after {next}\n",
+                    shell_word(&id)
+                ));
+            }
+            text
+        },
+    )
+}
+
+async fn dead_list(
+    queue: &Queue,
+    out: &Printer,
+    kind: Option<String>,
+    before: Option<JobId>,
+    limit: u32,
+) -> Result<(), CliError> {
+    let query = DeadLetterQuery {
+        kind,
+        before,
+        limit,
+    };
+    let letters = queue.dead_letters().list(queue.pool(), &query).await?;
+    let next = if letters.len() == limit as usize {
+        letters.last().map(|letter| letter.id)
+    } else {
+        None
+    };
+    let views: Vec<DeadView> = letters.iter().map(DeadView::new).collect();
+    out.emit(
+        &json!({ "dead_letters": views, "next": next.map(JobId::get) }),
+        || {
+            let mut text = DeadView::table(&letters).render("no dead letters");
+            text.push_str(&more(
+                letters.len(),
+                "--before",
+                next.map(|id| id.to_string()),
+            ));
+            text
+        },
+    )
+}
+
+async fn dead_show(queue: &Queue, out: &Printer, id: JobId) -> Result<(), CliError> {
+    let letter = queue
+        .dead_letters()
+        .get(queue.pool(), id)
+        .await?
+        .ok_or(CliError::NoDeadLetter(id))?;
+    out.emit(&DeadView::new(&letter), || DeadView::human(&letter))
+}
+
+/// The dead letters a selection names: its ids, or (`--all`) every dead letter of its kind
+/// that failed within `--since`, read a page of 1,000 at a time, newest first.
+async fn select(queue: &Queue, selection: &DeadSelection) -> Result<Vec<JobId>, CliError> {
+    if !selection.all {
+        return Ok(selection.ids.clone());
+    }
+    let since = match selection.since {
+        Some(since) => Some(
+            Utc::now()
+                - TimeDelta::from_std(since)
+                    .map_err(|_| CliError::InvalidArgument("--since is too long"))?,
+        ),
+        None => None,
+    };
+    let dead = queue.dead_letters();
+    let mut query = DeadLetterQuery {
+        kind: selection.kind.clone(),
+        before: None,
+        limit: 1_000,
+    };
+    let mut ids = Vec::new();
+    loop {
+        let page: Vec<DeadLetter> = dead.list(queue.pool(), &query).await?;
+        let Some(last) = page.last().map(|letter| letter.id) else {
+            break;
+        };
+        ids.extend(
+            page.iter()
+                .filter(|letter| since.is_none_or(|since| letter.failed_at >= since))
+                .map(|letter| letter.id),
+        );
+        if page.len() < 1_000 {
+            break;
+        }
+        query.before = Some(last);
+    }
+    Ok(ids)
+}
+
+/// "3 dead letters", "1 dead letter".
+fn letters(count: usize) -> String {
+    if count == 1 {
+        "1 dead letter".to_owned()
+    } else {
+        format!("{count} dead letters")
+    }
+}
+
+async fn dead_retry(
+    queue: &Queue,
+    out: &Printer,
+    selection: DeadSelection,
+) -> Result<(), CliError> {
+    let ids = select(queue, &selection).await?;
+    if ids.len() > 1 {
+        confirm(
+            &format!("Put {} back in the queue?", letters(ids.len())),
+            selection.yes,
+        )?;
+    }
+    let dead = queue.dead_letters();
+    let mut retried = Vec::new();
+    let mut missing = Vec::new();
+    for id in ids {
+        match dead.retry(queue.pool(), id).await? {
+            Some(new_id) => retried.push((id, new_id)),
+            None => missing.push(id),
+        }
+    }
+    let pairs: Vec<_> = retried
+        .iter()
+        .map(|(id, new_id)| json!({ "id": id.get(), "new_id": new_id.get() }))
+        .collect();
+    let not_found: Vec<i64> = missing.iter().map(|id| id.get()).collect();
+    out.emit(&json!({ "retried": pairs, "not_found": not_found }), || {
+        let mut text = format!("retried {}\n", letters(retried.len()));
+        for (id, new_id) in &retried {
+            text.push_str(&format!("  {id} -> job {new_id}\n"));
+        }
+        text
+    })?;
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::NoDeadLetters(missing))
+    }
+}
+
+async fn dead_delete(
+    queue: &Queue,
+    out: &Printer,
+    selection: DeadSelection,
+) -> Result<(), CliError> {
+    let ids = select(queue, &selection).await?;
+    if ids.len() > 1 {
+        confirm(
+            &format!("Delete {} for good?", letters(ids.len())),
+            selection.yes,
+        )?;
+    }
+    let dead = queue.dead_letters();
+    let mut deleted = Vec::new();
+    let mut missing = Vec::new();
+    for id in ids {
+        if dead.delete(queue.pool(), id).await? {
+            deleted.push(id);
+        } else {
+            missing.push(id);
+        }
+    }
+    let deleted_ids: Vec<i64> = deleted.iter().map(|id| id.get()).collect();
+    let not_found: Vec<i64> = missing.iter().map(|id| id.get()).collect();
+    out.emit(
+        &json!({ "deleted": deleted_ids, "not_found": not_found }),
+        || format!("deleted {}\n", letters(deleted.len())),
+    )?;
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::NoDeadLetters(missing))
+    }
+}
+
+async fn dead_purge(
+    queue: &Queue,
+    out: &Printer,
+    older_than: TimeDelta,
+    yes: bool,
+) -> Result<(), CliError> {
+    let before = Utc::now() - older_than;
+    confirm(
+        &format!(
+            "Delete every dead letter that failed before {}?",
+            time(before)
+        ),
+        yes,
+    )?;
+    let purged = queue.dead_letters().purge(queue.pool(), before).await?;
+    out.emit(&json!({ "purged": purged, "before": before }), || {
+        format!(
+            "deleted {} that failed before {}\n",
+            letters(usize::try_from(purged).unwrap_or(usize::MAX)),
+            time(before)
+        )
+    })
+}
+
+async fn schedules(queue: &Queue, out: &Printer) -> Result<(), CliError> {
+    let schedules = queue.schedules().await?;
+    let views: Vec<ScheduleView> = schedules.iter().map(ScheduleView::new).collect();
+    out.emit(&json!({ "schedules": views }), || {
+        ScheduleView::table(&schedules).render("no schedules")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_are_printed_as_one_shell_word() {
+        assert_eq!(shell_word("customer-42"), "customer-42");
+        assert_eq!(
+            shell_word("own:0000000000000000042"),
+            "own:0000000000000000042"
+        );
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word("$(rm -rf /)"), "'$(rm -rf /)'");
+        assert_eq!(shell_word(""), "''");
+    }
+
+    #[test]
+    fn a_page_says_where_the_next_one_starts() {
+        assert_eq!(more(3, "--after", None), "");
+        assert_eq!(more(3, "--after", Some("9".into())), "more: --after 9\n");
+        assert!(more(0, "--after", Some("9".into())).contains("more may follow: --after 9"));
+    }
+}

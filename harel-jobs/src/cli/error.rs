@@ -1,0 +1,93 @@
+//! What can go wrong in the command line, and the exit code each failure gives.
+
+use crate::enqueue::JobId;
+use crate::error::{ConfigError, ConnectError, DatabaseError, MigrateError, QueueError};
+
+/// Why a command failed. Messages are lowercase and never hold the database password.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum CliError {
+    /// Neither `--database-url` nor `DATABASE_URL` names the database.
+    #[error("no database: pass --database-url or set DATABASE_URL")]
+    NoDatabase,
+    /// `--schema` is not a valid schema name.
+    #[error(transparent)]
+    Schema(#[from] ConfigError),
+    /// The database could not be reached, or refused the connection.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The schema is not migrated for this release, or migrating failed.
+    #[error(transparent)]
+    Migrate(#[from] MigrateError),
+    /// A queue operation failed.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// A database statement failed.
+    #[error("database error: {0}")]
+    Database(#[from] DatabaseError),
+    /// No job has this id.
+    #[error("no job {0} (or it completed without retention, or its history was pruned)")]
+    NoJob(JobId),
+    /// No dead letter has this id.
+    #[error("no dead letter {0}")]
+    NoDeadLetter(JobId),
+    /// Some of the dead letters named were not found (the others were acted on).
+    #[error("no dead letter {}", list(.0))]
+    NoDeadLetters(Vec<JobId>),
+    /// No group has this id.
+    #[error("no group {0:?} (a group exists only while it holds jobs)")]
+    NoGroup(String),
+    /// An argument out of range that the grammar let through.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    /// A confirmation was declined, or could not be asked.
+    #[error("{0}")]
+    NotConfirmed(&'static str),
+    /// Writing the output or reading the answer failed.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn list(ids: &[JobId]) -> String {
+    ids.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl CliError {
+    /// 2 for a usage error (like clap's own), 1 for any other failure.
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            Self::NoDatabase
+            | Self::Schema(_)
+            | Self::InvalidArgument(_)
+            | Self::Queue(QueueError::InvalidArgument(_)) => 2,
+            Self::Connect(ConnectError::InvalidUrl { .. }) => 2,
+            _ => 1,
+        }
+    }
+
+    /// A line of advice to print after the error, if there is one.
+    pub(crate) fn hint(&self) -> Option<&'static str> {
+        let denied = match self {
+            Self::Queue(QueueError::Database(error)) | Self::Database(error) => {
+                error.is_permission_denied()
+            }
+            Self::Migrate(MigrateError::Database(error)) => error.is_permission_denied(),
+            _ => false,
+        };
+        if denied {
+            return Some(
+                "the role lacks a grant: see the README's \"Database roles\" (the operator's)",
+            );
+        }
+        match self {
+            Self::Migrate(MigrateError::NotMigrated { .. }) => Some(
+                "is --schema right? To create or upgrade it, run `harel-jobs migrate` as the \
+                 schema's owner",
+            ),
+            _ => None,
+        }
+    }
+}

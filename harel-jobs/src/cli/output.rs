@@ -1,0 +1,570 @@
+//! What the command line prints: the JSON shape of each thing it shows (stable, documented
+//! in the README's "Command line") and the tables and key-value lists people read.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::dead_letters::DeadLetter;
+use crate::groups::GroupInfo;
+use crate::inspect::{Count, QueueStats};
+use crate::queue::{CancelOutcome, JobInfo, JobState, ScheduleInfo};
+
+/// The widest a table cell gets before it is cut (with `…`).
+const MAX_CELL_CHARS: usize = 60;
+
+/// A time as the command line writes it: RFC 3339 in UTC, to the second.
+pub(crate) fn time(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn opt_time(at: Option<DateTime<Utc>>) -> String {
+    at.map_or_else(|| "-".to_owned(), time)
+}
+
+/// A payload as JSON: the value itself, or its text if it does not parse.
+fn payload(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+/// A text on one line: control characters (newlines, tabs, escapes a terminal would obey)
+/// become spaces.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// A cell: on one line, cut to [`MAX_CELL_CHARS`].
+fn cell(text: &str) -> String {
+    let line = one_line(text);
+    if line.chars().count() <= MAX_CELL_CHARS {
+        return line;
+    }
+    let mut cut: String = line.chars().take(MAX_CELL_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// A table: a header row and rows, columns padded to their widest cell.
+pub(crate) struct Table {
+    headers: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub(crate) fn new(headers: Vec<&'static str>) -> Self {
+        Self {
+            headers,
+            rows: Vec::new(),
+        }
+    }
+
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells.iter().map(|c| cell(c)).collect());
+    }
+
+    /// The table as text, ending with a newline; `empty` alone when it has no rows.
+    pub(crate) fn render(&self, empty: &str) -> String {
+        if self.rows.is_empty() {
+            return format!("{empty}\n");
+        }
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let line = |cells: &mut dyn Iterator<Item = &str>| {
+            let padded: Vec<String> = cells
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:<width$}"))
+                .collect();
+            format!("{}\n", padded.join("  ").trim_end())
+        };
+        let mut out = line(&mut self.headers.iter().copied());
+        for row in &self.rows {
+            out.push_str(&line(&mut row.iter().map(String::as_str)));
+        }
+        out
+    }
+}
+
+/// `key: value` lines, keys aligned; values kept whole (on one line).
+pub(crate) fn fields(pairs: &[(&str, String)]) -> String {
+    let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    pairs
+        .iter()
+        .map(|(key, value)| format!("{:<width$} {}\n", format!("{key}:"), one_line(value)))
+        .collect()
+}
+
+/// A figure of [`QueueStats`] in JSON: `{"value": 12, "kind": "exact"}` (or `"estimated"`,
+/// `"at_least"`).
+#[derive(Serialize)]
+pub(crate) struct CountView {
+    value: i64,
+    kind: &'static str,
+}
+
+impl From<Count> for CountView {
+    fn from(count: Count) -> Self {
+        let kind = match count {
+            Count::Exact(_) => "exact",
+            Count::Estimated(_) => "estimated",
+            Count::AtLeast(_) => "at_least",
+        };
+        Self {
+            value: count.value(),
+            kind,
+        }
+    }
+}
+
+/// `stats`.
+#[derive(Serialize)]
+pub(crate) struct StatsView {
+    jobs: CountView,
+    groups: CountView,
+    claimable_groups: CountView,
+    dead_letters: CountView,
+    idle: bool,
+}
+
+impl StatsView {
+    pub(crate) fn new(stats: &QueueStats) -> Self {
+        Self {
+            jobs: stats.jobs.into(),
+            groups: stats.groups.into(),
+            claimable_groups: stats.claimable_groups.into(),
+            dead_letters: stats.dead_letters.into(),
+            idle: stats.is_idle(),
+        }
+    }
+
+    pub(crate) fn human(stats: &QueueStats) -> String {
+        fields(&[
+            ("jobs", stats.jobs.to_string()),
+            ("groups", stats.groups.to_string()),
+            ("claimable groups", stats.claimable_groups.to_string()),
+            ("dead letters", stats.dead_letters.to_string()),
+            ("idle", stats.is_idle().to_string()),
+        ])
+    }
+}
+
+/// A job in JSON.
+#[derive(Serialize)]
+pub(crate) struct JobView {
+    id: i64,
+    state: &'static str,
+    kind: String,
+    group: String,
+    priority: u8,
+    attempts: u32,
+    enqueued_at: DateTime<Utc>,
+    /// The time that goes with the state: scheduled for, lease until, retry after,
+    /// completed, dead or cancelled at (`null` while waiting).
+    state_at: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    cancel_requested: bool,
+    cancel_reason: Option<String>,
+    last_error: Option<String>,
+    payload: Value,
+}
+
+/// The state's name, its time, when the attempt started, whether a cancel was asked, and
+/// the cancel's reason.
+type StateParts = (
+    &'static str,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    bool,
+    Option<String>,
+);
+
+fn state_parts(state: &JobState) -> StateParts {
+    match state {
+        JobState::Waiting => ("waiting", None, None, false, None),
+        JobState::Scheduled { at } => ("scheduled", Some(*at), None, false, None),
+        JobState::Running {
+            since,
+            lease_until,
+            cancel_requested,
+        } => (
+            "running",
+            Some(*lease_until),
+            *since,
+            *cancel_requested,
+            None,
+        ),
+        JobState::Retrying { after } => ("retrying", Some(*after), None, false, None),
+        JobState::Completed { started_at, at } => {
+            ("completed", Some(*at), *started_at, false, None)
+        }
+        JobState::Dead { at } => ("dead", Some(*at), None, false, None),
+        JobState::Cancelled { at, reason } => ("cancelled", Some(*at), None, false, reason.clone()),
+    }
+}
+
+impl JobView {
+    pub(crate) fn new(job: &JobInfo) -> Self {
+        let (state, state_at, started_at, cancel_requested, cancel_reason) =
+            state_parts(&job.state);
+        Self {
+            id: job.id.get(),
+            state,
+            kind: job.kind.clone(),
+            group: job.group.clone(),
+            priority: job.priority.get(),
+            attempts: job.attempts,
+            enqueued_at: job.enqueued_at,
+            state_at,
+            started_at,
+            cancel_requested,
+            cancel_reason,
+            last_error: job.last_error.clone(),
+            payload: payload(&job.payload),
+        }
+    }
+
+    /// A table of jobs.
+    pub(crate) fn table(jobs: &[JobInfo]) -> Table {
+        let mut table = Table::new(vec![
+            "ID", "STATE", "KIND", "GROUP", "PRI", "ATTEMPTS", "ENQUEUED", "STATE AT", "ERROR",
+        ]);
+        for job in jobs {
+            let view = Self::new(job);
+            let state = if view.cancel_requested {
+                format!("{} (cancel asked)", view.state)
+            } else {
+                view.state.to_owned()
+            };
+            table.row(vec![
+                view.id.to_string(),
+                state,
+                view.kind,
+                view.group,
+                view.priority.to_string(),
+                view.attempts.to_string(),
+                time(view.enqueued_at),
+                opt_time(view.state_at),
+                view.last_error.unwrap_or_default(),
+            ]);
+        }
+        table
+    }
+
+    /// One job, field by field, then its payload pretty-printed.
+    pub(crate) fn human(job: &JobInfo) -> String {
+        let view = Self::new(job);
+        let mut pairs = vec![
+            ("id", view.id.to_string()),
+            ("state", view.state.to_owned()),
+            ("kind", view.kind.clone()),
+            ("group", view.group.clone()),
+            ("priority", view.priority.to_string()),
+            ("attempts", view.attempts.to_string()),
+            ("enqueued at", time(view.enqueued_at)),
+        ];
+        let at_label = match view.state {
+            "scheduled" => Some("not before"),
+            "running" => Some("lease until"),
+            "retrying" => Some("next attempt"),
+            "completed" => Some("completed at"),
+            "dead" => Some("failed at"),
+            "cancelled" => Some("cancelled at"),
+            _ => None,
+        };
+        if let (Some(label), Some(at)) = (at_label, view.state_at) {
+            pairs.push((label, time(at)));
+        }
+        if let Some(started) = view.started_at {
+            pairs.push(("started at", time(started)));
+        }
+        if view.cancel_requested {
+            pairs.push(("cancel", "requested".to_owned()));
+        }
+        if let Some(reason) = &view.cancel_reason {
+            pairs.push(("cancel reason", reason.clone()));
+        }
+        if let Some(error) = &view.last_error {
+            pairs.push(("last error", error.clone()));
+        }
+        let mut out = fields(&pairs);
+        out.push_str("payload:\n");
+        out.push_str(&pretty(&view.payload));
+        out
+    }
+}
+
+/// A JSON value pretty-printed, indented by two spaces, ending with a newline.
+fn pretty(value: &Value) -> String {
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    text.lines().map(|line| format!("  {line}\n")).collect()
+}
+
+/// A group in JSON.
+#[derive(Serialize)]
+pub(crate) struct GroupView {
+    id: String,
+    status: &'static str,
+    priority: u8,
+    available_at: DateTime<Utc>,
+    head: Option<i64>,
+    head_attempts: u32,
+    jobs: u32,
+    jobs_capped: bool,
+    cancel_requested: bool,
+}
+
+impl GroupView {
+    pub(crate) fn new(group: &GroupInfo) -> Self {
+        Self {
+            id: group.id.clone(),
+            status: group.status.as_str(),
+            priority: group.priority.get(),
+            available_at: group.available_at,
+            head: group.head.map(|id| id.get()),
+            head_attempts: group.head_attempts,
+            jobs: group.jobs,
+            jobs_capped: group.jobs_capped,
+            cancel_requested: group.cancel_requested,
+        }
+    }
+
+    fn jobs_text(group: &GroupInfo) -> String {
+        if group.jobs_capped {
+            format!(">={}", group.jobs)
+        } else {
+            group.jobs.to_string()
+        }
+    }
+
+    /// A table of groups.
+    pub(crate) fn table(groups: &[GroupInfo]) -> Table {
+        let mut table = Table::new(vec![
+            "GROUP",
+            "STATUS",
+            "PRI",
+            "JOBS",
+            "HEAD",
+            "ATTEMPTS",
+            "SINCE/UNTIL",
+        ]);
+        for group in groups {
+            table.row(vec![
+                group.id.clone(),
+                group.status.as_str().to_owned(),
+                group.priority.get().to_string(),
+                Self::jobs_text(group),
+                group
+                    .head
+                    .map_or_else(|| "-".to_owned(), |id| id.to_string()),
+                group.head_attempts.to_string(),
+                time(group.available_at),
+            ]);
+        }
+        table
+    }
+
+    /// One group, field by field.
+    pub(crate) fn human(group: &GroupInfo) -> String {
+        let at_label = match group.status.as_str() {
+            "leased" => "lease until",
+            "parked" => "claimable at",
+            _ => "waiting since",
+        };
+        let mut pairs = vec![
+            ("group", group.id.clone()),
+            ("status", group.status.as_str().to_owned()),
+            ("priority", group.priority.get().to_string()),
+            ("jobs", Self::jobs_text(group)),
+            (
+                "head",
+                group
+                    .head
+                    .map_or_else(|| "-".to_owned(), |id| id.to_string()),
+            ),
+            ("head attempts", group.head_attempts.to_string()),
+            (at_label, time(group.available_at)),
+        ];
+        if group.cancel_requested {
+            pairs.push(("cancel", "requested".to_owned()));
+        }
+        fields(&pairs)
+    }
+}
+
+/// A dead letter in JSON.
+#[derive(Serialize)]
+pub(crate) struct DeadView {
+    id: i64,
+    kind: String,
+    group: String,
+    priority: u8,
+    attempts: u32,
+    enqueued_at: DateTime<Utc>,
+    failed_at: DateTime<Utc>,
+    last_error: String,
+    payload: Value,
+}
+
+impl DeadView {
+    pub(crate) fn new(letter: &DeadLetter) -> Self {
+        Self {
+            id: letter.id.get(),
+            kind: letter.kind.clone(),
+            group: letter.group.clone(),
+            priority: letter.priority.get(),
+            attempts: letter.attempts,
+            enqueued_at: letter.enqueued_at,
+            failed_at: letter.failed_at,
+            last_error: letter.last_error.clone(),
+            payload: payload(&letter.payload),
+        }
+    }
+
+    /// A table of dead letters.
+    pub(crate) fn table(letters: &[DeadLetter]) -> Table {
+        let mut table = Table::new(vec![
+            "ID",
+            "KIND",
+            "GROUP",
+            "ATTEMPTS",
+            "FAILED AT",
+            "ERROR",
+        ]);
+        for letter in letters {
+            table.row(vec![
+                letter.id.to_string(),
+                letter.kind.clone(),
+                letter.group.clone(),
+                letter.attempts.to_string(),
+                time(letter.failed_at),
+                letter.last_error.clone(),
+            ]);
+        }
+        table
+    }
+
+    /// One dead letter, field by field, then its payload pretty-printed.
+    pub(crate) fn human(letter: &DeadLetter) -> String {
+        let view = Self::new(letter);
+        let mut out = fields(&[
+            ("id", view.id.to_string()),
+            ("kind", view.kind.clone()),
+            ("group", view.group.clone()),
+            ("priority", view.priority.to_string()),
+            ("attempts", view.attempts.to_string()),
+            ("enqueued at", time(view.enqueued_at)),
+            ("failed at", time(view.failed_at)),
+            ("last error", view.last_error.clone()),
+        ]);
+        out.push_str("payload:\n");
+        out.push_str(&pretty(&view.payload));
+        out
+    }
+}
+
+/// A schedule in JSON.
+#[derive(Serialize)]
+pub(crate) struct ScheduleView {
+    name: String,
+    spec: String,
+    last_tick: Option<DateTime<Utc>>,
+    next_tick: Option<DateTime<Utc>>,
+    updated_at: DateTime<Utc>,
+}
+
+impl ScheduleView {
+    pub(crate) fn new(schedule: &ScheduleInfo) -> Self {
+        Self {
+            name: schedule.name.clone(),
+            spec: schedule.spec.clone(),
+            last_tick: schedule.last_tick,
+            next_tick: schedule.next_tick,
+            updated_at: schedule.updated_at,
+        }
+    }
+
+    /// A table of schedules.
+    pub(crate) fn table(schedules: &[ScheduleInfo]) -> Table {
+        let mut table = Table::new(vec!["NAME", "SPEC", "LAST TICK", "NEXT TICK", "UPDATED"]);
+        for schedule in schedules {
+            table.row(vec![
+                schedule.name.clone(),
+                schedule.spec.clone(),
+                opt_time(schedule.last_tick),
+                opt_time(schedule.next_tick),
+                time(schedule.updated_at),
+            ]);
+        }
+        table
+    }
+}
+
+/// A cancel's outcome: its name in JSON, and a sentence.
+pub(crate) fn cancel_outcome(outcome: &CancelOutcome) -> (&'static str, String) {
+    match outcome {
+        CancelOutcome::Cancelled => ("cancelled", "cancelled: it will never run".into()),
+        CancelOutcome::Requested => (
+            "requested",
+            "running: its handler is told at its next heartbeat, and it ends as cancelled".into(),
+        ),
+        CancelOutcome::AlreadyCompleted => ("already_completed", "too late: it completed".into()),
+        CancelOutcome::AlreadyDead => ("already_dead", "too late: it is a dead letter".into()),
+        CancelOutcome::AlreadyCancelled => ("already_cancelled", "it was cancelled before".into()),
+        CancelOutcome::NotFound => ("not_found", "no such job".into()),
+        CancelOutcome::Group {
+            cancelled,
+            running_requested,
+        } => (
+            "group",
+            format!(
+                "{cancelled} job(s) cancelled{}",
+                if *running_requested {
+                    "; its running job is told to stop and ends as cancelled"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_pad_columns_and_cut_long_cells_on_one_line() {
+        let mut table = Table::new(vec!["ID", "ERROR"]);
+        table.row(vec!["1".into(), "short".into()]);
+        table.row(vec![
+            "12345".into(),
+            format!("line one\nline two{}", "x".repeat(100)),
+        ]);
+        let text = table.render("nothing");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines[0], "ID     ERROR");
+        assert_eq!(lines[1], "1      short");
+        assert!(lines[2].starts_with("12345  line one line two"), "{text}");
+        assert!(lines[2].ends_with('…'), "{text}");
+        assert_eq!(lines[2].chars().count(), 7 + MAX_CELL_CHARS);
+        assert_eq!(Table::new(vec!["ID"]).render("no jobs"), "no jobs\n");
+    }
+
+    #[test]
+    fn fields_align_and_keep_terminal_escapes_out() {
+        let text = fields(&[("id", "7".into()), ("last error", "a\u{1b}[2Jb".into())]);
+        assert_eq!(text, "id:         7\nlast error: a [2Jb\n");
+    }
+
+    #[test]
+    fn payloads_are_json_values_or_their_text() {
+        assert_eq!(payload("{\"a\":1}"), serde_json::json!({"a": 1}));
+        assert_eq!(payload("not json"), Value::String("not json".into()));
+    }
+}

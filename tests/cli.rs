@@ -1,0 +1,647 @@
+//! The `harel-jobs` command line, run as a real process (tests/bin/cli.rs, the same
+//! `harel_jobs::cli::main` as the crate's `harel-jobs` binary) against a real PostgreSQL.
+//! Every command that touches a queue runs as a role with exactly the operator's grants of
+//! the README's "Database roles" (least privilege); the test's own pool (the schema's owner)
+//! only sets jobs up and checks what the command did, through the library.
+
+use std::time::Duration;
+
+use assert_cmd::Command;
+use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage};
+use harel_jobs::{DeadLetters, JobId, JobState, Queue};
+use harel_jobs_suite::{OPERATOR_GRANTS, PRODUCER_GRANTS, TestQueue, TestRole, database_url};
+use serde_json::Value;
+
+/// The binary with no database or schema from the environment.
+fn bare() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_harel-jobs-cli"));
+    command
+        .env_remove("DATABASE_URL")
+        .env_remove("HAREL_SCHEMA")
+        .timeout(Duration::from_secs(60));
+    command
+}
+
+/// The binary on `q`'s schema as the role at `url`.
+fn cli(url: &str, q: &TestQueue) -> Command {
+    let mut command = bare();
+    command
+        .args(["--database-url", url, "--schema", q.schema.name()])
+        .args(["--connect-timeout", "5s"]);
+    command
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", self.stdout, self.stderr))
+    }
+}
+
+fn run(command: &mut Command, args: &[&str]) -> Run {
+    let output = command.args(args).output().expect("the binary runs");
+    Run {
+        code: output.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Runs and expects exit 0.
+fn ok(command: &mut Command, args: &[&str]) -> Run {
+    let run = run(command, args);
+    assert_eq!(run.code, 0, "{args:?}\n{}\n{}", run.stdout, run.stderr);
+    run
+}
+
+/// Runs and expects exit `code` with `needle` on stderr (and nothing on stdout).
+fn fails(command: &mut Command, args: &[&str], code: i32, needle: &str) -> Run {
+    let run = run(command, args);
+    assert_eq!(run.code, code, "{args:?}\n{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains(needle),
+        "{args:?}: {needle:?} not in {}",
+        run.stderr
+    );
+    run
+}
+
+async fn publish(q: &TestQueue, group: Option<&str>, kind: &str, payload: &str) -> JobId {
+    let message = match group {
+        Some(group) => OutgoingMessage::new(group, kind, payload),
+        None => OutgoingMessage::new("unused", kind, payload).in_own_group(),
+    };
+    JobId::new(q.transport.publish(&q.pool, &message).await.unwrap())
+}
+
+/// Publishes a job and makes it a dead letter with `error`.
+async fn dead_letter(q: &TestQueue, kind: &str, error: &str) -> JobId {
+    let id = publish(q, None, kind, "{\"n\":1}").await;
+    let claimed = q
+        .transport
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_secs(60)).limit(100),
+        )
+        .await
+        .unwrap();
+    let message = claimed
+        .into_iter()
+        .find(|m| m.lease.seq == id.get())
+        .expect("claimed");
+    let outcome = q
+        .transport
+        .dead_letter(&q.pool, &message.lease, error)
+        .await
+        .unwrap();
+    assert_eq!(outcome, LeaseOutcome::Applied);
+    id
+}
+
+fn queue(q: &TestQueue) -> Queue {
+    Queue::with_schema(q.pool.clone(), q.schema.clone())
+}
+
+async fn dead_count(q: &TestQueue) -> i64 {
+    DeadLetters::new(q.schema.clone())
+        .count(&q.pool)
+        .await
+        .unwrap()
+}
+
+#[test]
+fn every_command_has_help_with_examples() {
+    for path in [
+        &[][..],
+        &["migrate"],
+        &["stats"],
+        &["jobs", "list"],
+        &["jobs", "show"],
+        &["jobs", "cancel"],
+        &["groups", "list"],
+        &["groups", "show"],
+        &["dead", "list"],
+        &["dead", "show"],
+        &["dead", "retry"],
+        &["dead", "delete"],
+        &["dead", "purge"],
+        &["schedules", "list"],
+    ] {
+        let mut args = path.to_vec();
+        args.push("--help");
+        let run = ok(&mut bare(), &args);
+        assert!(run.stdout.contains("Usage: harel-jobs"), "{path:?}");
+        assert!(run.stdout.contains("Example"), "{path:?}: {}", run.stdout);
+    }
+    for group in ["jobs", "groups", "dead", "schedules"] {
+        let run = ok(&mut bare(), &[group, "--help"]);
+        assert!(run.stdout.contains("list"), "{group}");
+    }
+}
+
+#[test]
+fn malformed_arguments_are_usage_errors() {
+    for args in [
+        &[][..],
+        &["frobnicate"],
+        &["jobs"],
+        &["jobs", "show"],
+        &["jobs", "show", "forty-two"],
+        &["jobs", "list", "--state", "sleeping"],
+        &["jobs", "list", "--limit", "0"],
+        &["jobs", "list", "--limit", "1001"],
+        &["jobs", "cancel"],
+        &["jobs", "cancel", "1", "--group", "g"],
+        &["dead", "retry"],
+        &["dead", "retry", "1", "--all"],
+        &["dead", "delete", "1", "--since", "1h"],
+        &["dead", "purge"],
+        &["dead", "purge", "--older-than", "7 days"],
+        &["dead", "purge", "--older-than", "5300w"],
+        &["stats", "--connect-timeout", "soon"],
+    ] {
+        let run = run(&mut bare(), args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stdout.is_empty() || args.is_empty(), "{args:?}");
+    }
+    // no database named anywhere, or a schema name that cannot be one
+    fails(
+        &mut bare(),
+        &["stats"],
+        2,
+        "pass --database-url or set DATABASE_URL",
+    );
+    let url = database_url();
+    let mut command = bare();
+    command.args(["--database-url", &url, "--schema", "Robert'); DROP"]);
+    fails(&mut command, &["stats"], 2, "invalid schema name");
+}
+
+#[test]
+fn the_password_never_shows() {
+    let secret = "hunter2-s3cret";
+    // unreachable: nothing listens on port 1
+    let url = format!("postgres://operator:{secret}@127.0.0.1:1/jobs");
+    let mut command = bare();
+    command.args(["--database-url", &url, "--connect-timeout", "1s"]);
+    let run = fails(&mut command, &["stats"], 1, "unreachable");
+    assert!(
+        run.stderr.contains("operator@127.0.0.1:1/jobs"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains(secret) && !run.stdout.contains(secret));
+
+    // a URL that does not parse: a usage error, still without the password
+    let url = format!("postgres://operator:{secret}@127.0.0.1:notaport/jobs");
+    let mut command = bare();
+    command.args(["--database-url", &url]);
+    let run = fails(&mut command, &["stats"], 2, "invalid database url");
+    assert!(!run.stderr.contains(secret), "{}", run.stderr);
+
+    // refused by the server (no such role)
+    let options: sqlx::postgres::PgConnectOptions = database_url().parse().unwrap();
+    let url = format!(
+        "postgres://no_such_role_harel:{secret}@{}:{}/postgres",
+        options.get_host(),
+        options.get_port()
+    );
+    let mut command = bare();
+    command.args(["--database-url", &url]);
+    let run = fails(&mut command, &["stats"], 1, "refused the connection");
+    assert!(!run.stderr.contains(secret), "{}", run.stderr);
+
+    // help shows where the URL comes from, never its value
+    let url = format!("postgres://operator:{secret}@127.0.0.1:5432/jobs");
+    let run = ok(bare().env("DATABASE_URL", &url), &["--help"]);
+    assert!(run.stdout.contains("DATABASE_URL"));
+    assert!(!run.stdout.contains(secret), "{}", run.stdout);
+}
+
+#[tokio::test]
+async fn a_wrong_or_unmigrated_schema_is_named_and_left_alone() {
+    let q = TestQueue::unmigrated().await;
+    let url = database_url();
+    for args in [&["stats"][..], &["jobs", "list"], &["dead", "list"]] {
+        let run = fails(&mut cli(&url, &q), args, 1, "is not migrated");
+        assert!(run.stderr.contains(q.schema.name()), "{}", run.stderr);
+        assert!(run.stderr.contains("harel-jobs migrate"), "{}", run.stderr);
+    }
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)")
+            .bind(q.schema.name())
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
+    assert!(!exists, "looking at a schema must not create it");
+
+    // migrate creates it (as the owner), and then it answers
+    let run = ok(&mut cli(&url, &q), &["--json", "migrate"]);
+    assert_eq!(run.json()["version"], harel_jobs::SCHEMA_VERSION);
+    let run = ok(&mut cli(&url, &q), &["stats"]);
+    assert!(
+        run.stdout.contains("jobs:") && run.stdout.contains("idle:"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[tokio::test]
+async fn a_role_without_the_operators_grants_is_told_which_it_lacks() {
+    let q = TestQueue::new().await;
+    let producer = TestRole::with_grants(&q, PRODUCER_GRANTS).await;
+    let run = fails(
+        &mut cli(&producer.url, &q),
+        &["jobs", "list"],
+        1,
+        "permission denied",
+    );
+    assert!(run.stderr.contains("Database roles"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn stats_and_jobs_list_show_and_cancel() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    let first = publish(&q, None, "send_email", "{\"to\":\"a@example.com\"}").await;
+    let second = publish(&q, None, "send_email", "{\"to\":\"b@example.com\"}").await;
+    let report = publish(&q, Some("customer-42"), "report", "{\"n\":7}").await;
+
+    let stats = ok(&mut op(), &["--json", "stats"]).json();
+    assert_eq!(
+        stats["jobs"],
+        serde_json::json!({"value": 3, "kind": "exact"})
+    );
+    assert_eq!(stats["dead_letters"]["value"], 0);
+    assert_eq!(stats["idle"], false);
+
+    // a table for people, JSON for scripts
+    let table = ok(&mut op(), &["jobs", "list"]).stdout;
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("STATE"),
+        "{table}"
+    );
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(
+        lines[3].contains("customer-42") && lines[3].contains("waiting"),
+        "{table}"
+    );
+    let listed = ok(
+        &mut op(),
+        &["--json", "jobs", "list", "--kind", "send_email"],
+    )
+    .json();
+    let ids: Vec<i64> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [first.get(), second.get()]);
+    assert_eq!(listed["jobs"][0]["payload"]["to"], "a@example.com");
+    assert_eq!(listed["jobs"][0]["state"], "waiting");
+    assert_eq!(listed["next"], Value::Null);
+
+    // pages
+    let page = ok(&mut op(), &["--json", "jobs", "list", "--limit", "2"]).json();
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 2);
+    assert_eq!(page["next"], second.get());
+    let cursor = second.to_string();
+    let rest = ok(&mut op(), &["--json", "jobs", "list", "--after", &cursor]).json();
+    assert_eq!(rest["jobs"][0]["id"], report.get());
+    let text = ok(&mut op(), &["jobs", "list", "--limit", "2"]).stdout;
+    assert!(
+        text.ends_with(&format!("more: --after {second}\n")),
+        "{text}"
+    );
+    let none = ok(&mut op(), &["jobs", "list", "--state", "dead"]).stdout;
+    assert_eq!(none, "no jobs\n");
+
+    // one job
+    let shown = ok(&mut op(), &["jobs", "show", &report.to_string()]).stdout;
+    assert!(
+        shown.contains("state:") && shown.contains("waiting"),
+        "{shown}"
+    );
+    assert!(shown.contains("group:       customer-42"), "{shown}");
+    assert!(
+        shown.contains("payload:\n  {\n    \"n\": 7\n  }\n"),
+        "{shown}"
+    );
+    let json = ok(&mut op(), &["--json", "jobs", "show", &report.to_string()]).json();
+    assert_eq!(
+        (json["id"].as_i64(), &json["kind"]),
+        (Some(report.get()), &Value::from("report"))
+    );
+    fails(
+        &mut op(),
+        &["jobs", "show", "999999999"],
+        1,
+        "no job 999999999",
+    );
+
+    // cancel one job: no confirmation for one job
+    let said = ok(
+        &mut op(),
+        &["jobs", "cancel", &first.to_string(), "--reason", "runaway"],
+    );
+    assert!(said.stdout.contains("cancelled"), "{}", said.stdout);
+    let job = queue(&q).job(first).await.unwrap().expect("kept");
+    assert_eq!(
+        job.state,
+        JobState::Cancelled {
+            at: match job.state {
+                JobState::Cancelled { at, .. } => at,
+                ref other => panic!("{other:?}"),
+            },
+            reason: Some("runaway".into())
+        }
+    );
+    let again = ok(&mut op(), &["--json", "jobs", "cancel", &first.to_string()]).json();
+    assert_eq!(again["outcome"], "already_cancelled");
+    fails(
+        &mut op(),
+        &["jobs", "cancel", "999999999"],
+        1,
+        "no job 999999999",
+    );
+}
+
+#[tokio::test]
+async fn groups_are_listed_shown_and_cancelled_only_when_confirmed() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    for n in 0..3 {
+        publish(&q, Some("customer-42"), "sync", &format!("{{\"n\":{n}}}")).await;
+    }
+    publish(&q, Some("customer 7's"), "sync", "{}").await;
+
+    let listed = ok(&mut op(), &["--json", "groups", "list"]).json();
+    let groups = listed["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2);
+    assert_eq!(groups[0]["id"], "customer 7's");
+    assert_eq!(
+        (&groups[1]["id"], &groups[1]["jobs"]),
+        (&Value::from("customer-42"), &Value::from(3))
+    );
+    assert_eq!(groups[1]["status"], "waiting");
+    let page = ok(&mut op(), &["groups", "list", "--limit", "1"]).stdout;
+    assert!(
+        page.ends_with("more: --after 'customer 7'\\''s'\n"),
+        "{page}"
+    );
+    let rest = ok(
+        &mut op(),
+        &["--json", "groups", "list", "--after", "customer 7's"],
+    )
+    .json();
+    assert_eq!(rest["groups"][0]["id"], "customer-42");
+
+    let shown = ok(&mut op(), &["groups", "show", "customer-42"]).stdout;
+    assert!(shown.contains("jobs:") && shown.contains("3"), "{shown}");
+    assert_eq!(shown.matches(" sync ").count(), 3, "{shown}");
+    fails(
+        &mut op(),
+        &["groups", "show", "nobody"],
+        1,
+        "no group \"nobody\"",
+    );
+
+    // more than one job: asks first; without a terminal it refuses and changes nothing
+    let run = fails(
+        &mut op(),
+        &["jobs", "cancel", "--group", "customer-42"],
+        1,
+        "pass --yes",
+    );
+    assert!(run.stdout.is_empty());
+    let group = queue(&q)
+        .group("customer-42")
+        .await
+        .unwrap()
+        .expect("intact");
+    assert_eq!(group.jobs, 3);
+    let done = ok(
+        &mut op(),
+        &[
+            "--json",
+            "jobs",
+            "cancel",
+            "--group",
+            "customer-42",
+            "--yes",
+        ],
+    )
+    .json();
+    assert_eq!(done["cancelled"], 3);
+    assert!(queue(&q).group("customer-42").await.unwrap().is_none());
+    fails(
+        &mut op(),
+        &["jobs", "cancel", "--group", "customer-42", "--yes"],
+        1,
+        "no group",
+    );
+}
+
+#[tokio::test]
+async fn dead_letters_are_listed_retried_deleted_and_purged() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    let a = dead_letter(&q, "send_email", "smtp: connection refused").await;
+    let b = dead_letter(&q, "send_email", "smtp: 550 mailbox unavailable").await;
+    let c = dead_letter(&q, "report", "line one\nline two").await;
+
+    let listed = ok(&mut op(), &["--json", "dead", "list"]).json();
+    let ids: Vec<i64> = listed["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [c.get(), b.get(), a.get()], "newest first");
+    let table = ok(
+        &mut op(),
+        &["dead", "list", "--kind", "send_email", "--limit", "1"],
+    )
+    .stdout;
+    assert!(table.contains("550 mailbox unavailable"), "{table}");
+    assert!(table.ends_with(&format!("more: --before {b}\n")), "{table}");
+    let table = ok(&mut op(), &["dead", "list", "--kind", "report"]).stdout;
+    assert!(
+        table.contains("line one line two"),
+        "one line per row: {table}"
+    );
+
+    let shown = ok(&mut op(), &["dead", "show", &a.to_string()]).stdout;
+    assert!(
+        shown.contains("last error:  smtp: connection refused"),
+        "{shown}"
+    );
+    assert!(shown.contains("\"n\": 1"), "{shown}");
+    fails(
+        &mut op(),
+        &["dead", "show", "999999999"],
+        1,
+        "no dead letter 999999999",
+    );
+
+    // last night's send_email letters: a failed two days ago; b2 and b within 12 hours.
+    // More than one, so it asks; with no terminal to ask at, nothing is retried
+    let b2 = dead_letter(&q, "send_email", "smtp: timeout").await;
+    sqlx::query(q.sql(
+        "UPDATE @schema@.dead_letters SET failed_at = now() - interval '2 days' WHERE id = $1",
+    ))
+    .bind(a.get())
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let last_night = [
+        "dead",
+        "retry",
+        "--all",
+        "--kind",
+        "send_email",
+        "--since",
+        "12h",
+    ];
+    fails(&mut op(), &last_night, 1, "pass --yes");
+    assert_eq!(dead_count(&q).await, 4);
+    let retried = ok(
+        &mut op(),
+        &[&["--json"][..], &last_night, &["--yes"]].concat(),
+    )
+    .json();
+    let pairs = retried["retried"].as_array().unwrap();
+    let old_ids: Vec<i64> = pairs.iter().map(|p| p["id"].as_i64().unwrap()).collect();
+    assert_eq!(old_ids, [b2.get(), b.get()]);
+    for pair in pairs {
+        let new_id = JobId::new(pair["new_id"].as_i64().unwrap());
+        let job = queue(&q)
+            .job(new_id)
+            .await
+            .unwrap()
+            .expect("back in the queue");
+        assert_eq!(
+            (job.state, job.kind.as_str()),
+            (JobState::Waiting, "send_email")
+        );
+    }
+    assert_eq!(
+        dead_count(&q).await,
+        2,
+        "a (too old) and c (another kind) stay"
+    );
+    let none = ok(
+        &mut op(),
+        &[
+            "--json",
+            "dead",
+            "retry",
+            "--all",
+            "--kind",
+            "nothing_of_this_kind",
+            "--yes",
+        ],
+    )
+    .json();
+    assert_eq!(none["retried"], serde_json::json!([]));
+
+    // two ids ask first; an unknown id fails, after the others are done; one id never asks
+    let run = fails(
+        &mut op(),
+        &["dead", "retry", &c.to_string(), "999999999"],
+        1,
+        "pass --yes",
+    );
+    assert!(run.stdout.is_empty());
+    let run = fails(
+        &mut op(),
+        &["dead", "retry", &c.to_string(), "999999999", "--yes"],
+        1,
+        "no dead letter 999999999",
+    );
+    assert!(
+        run.stdout.contains("retried 1 dead letter"),
+        "{}",
+        run.stdout
+    );
+    ok(&mut op(), &["dead", "retry", &a.to_string()]);
+    assert_eq!(dead_count(&q).await, 0);
+
+    let d = dead_letter(&q, "report", "boom").await;
+    let e = dead_letter(&q, "report", "boom").await;
+    fails(
+        &mut op(),
+        &["dead", "delete", &d.to_string(), &e.to_string()],
+        1,
+        "pass --yes",
+    );
+    assert_eq!(dead_count(&q).await, 2);
+    ok(&mut op(), &["dead", "delete", &d.to_string()]);
+    assert_eq!(dead_count(&q).await, 1);
+    fails(
+        &mut op(),
+        &["dead", "delete", &d.to_string()],
+        1,
+        "no dead letter",
+    );
+
+    // purge: always asks; --older-than spares the recent ones
+    fails(
+        &mut op(),
+        &["dead", "purge", "--older-than", "0s"],
+        1,
+        "pass --yes",
+    );
+    let kept = ok(
+        &mut op(),
+        &["--json", "dead", "purge", "--older-than", "1d", "--yes"],
+    )
+    .json();
+    assert_eq!(kept["purged"], 0);
+    assert_eq!(dead_count(&q).await, 1);
+    let purged = ok(
+        &mut op(),
+        &["--json", "dead", "purge", "--older-than", "0s", "--yes"],
+    )
+    .json();
+    assert_eq!(purged["purged"], 1);
+    assert_eq!(dead_count(&q).await, 0);
+    assert_eq!(ok(&mut op(), &["dead", "list"]).stdout, "no dead letters\n");
+}
+
+#[tokio::test]
+async fn schedules_are_listed() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    assert_eq!(
+        ok(&mut op(), &["schedules", "list"]).stdout,
+        "no schedules\n"
+    );
+    sqlx::query(q.sql(
+        "INSERT INTO @schema@.schedules (name, spec, last_tick, next_tick, updated_at)
+         VALUES ('nightly_report', 'cron 0 3 * * * (UTC)', now() - interval '1 day',
+                 now() + interval '1 hour', now())",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let table = ok(&mut op(), &["schedules", "list"]).stdout;
+    assert!(
+        table.contains("nightly_report") && table.contains("cron 0 3 * * *"),
+        "{table}"
+    );
+    let json = ok(&mut op(), &["--json", "schedules", "list"]).json();
+    assert_eq!(json["schedules"][0]["name"], "nightly_report");
+}
