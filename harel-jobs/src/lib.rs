@@ -60,6 +60,9 @@ pub struct ReadmeDoctests;
 pub mod cli;
 mod connect;
 mod context;
+#[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
+pub mod dashboard;
 mod dead_letters;
 mod enqueue;
 mod error;

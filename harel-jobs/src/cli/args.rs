@@ -85,6 +85,42 @@ pub(crate) enum Command {
     /// List periodic schedules.
     #[command(subcommand)]
     Schedules(SchedulesCommand),
+    /// Serve the web dashboard (built with the `dashboard` feature).
+    #[cfg(feature = "dashboard")]
+    #[command(after_help = "\
+Examples:
+  harel-jobs dashboard                                  # http://127.0.0.1:8080/
+  harel-jobs dashboard --listen 127.0.0.1:9000 --read-only
+  HAREL_DASHBOARD_BASIC_AUTH=ops:long-passphrase harel-jobs dashboard --listen 0.0.0.0:8080
+
+Without --token or --basic-auth anyone who reaches the address can use it: that is your
+choice to make (the default address is reachable from this machine only).")]
+    Dashboard(DashboardArgs),
+}
+
+/// `dashboard` options.
+#[cfg(feature = "dashboard")]
+#[derive(Debug, Args)]
+pub(crate) struct DashboardArgs {
+    /// The address to listen on (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// Pages only: no cancel, retry or delete.
+    #[arg(long)]
+    pub(crate) read_only: bool,
+    /// Require `Authorization: Bearer <TOKEN>` on every request.
+    #[arg(long, env = "HAREL_DASHBOARD_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// Require HTTP basic auth with USER:PASSWORD (better from the environment variable: a
+    /// command line is visible to other users of the machine).
+    #[arg(
+        long,
+        env = "HAREL_DASHBOARD_BASIC_AUTH",
+        hide_env_values = true,
+        conflicts_with = "token",
+        value_name = "USER:PASSWORD"
+    )]
+    pub(crate) basic_auth: Option<String>,
 }
 
 /// `jobs …`

@@ -57,14 +57,30 @@ impl Printer {
 pub(crate) async fn run(cli: Cli, out: &Printer) -> Result<(), CliError> {
     let schema = Schema::new(&cli.schema)?;
     let url = cli.database_url.as_deref().ok_or(CliError::NoDatabase)?;
+    // one command: two connections; a dashboard serves several pages at once
+    let connections = if is_dashboard(&cli.command) {
+        8
+    } else {
+        2
+    };
     let config = ConnectConfig::default()
-        .max_connections(2)
+        .max_connections(connections)
         .wait(cli.connect_timeout);
     let pool = connect_with(url, &config).await?;
     let queue = Queue::with_schema(pool, schema);
     let result = dispatch(cli.command, &queue, out).await;
     queue.pool().close().await;
     result
+}
+
+#[cfg(feature = "dashboard")]
+fn is_dashboard(command: &Command) -> bool {
+    matches!(command, Command::Dashboard(_))
+}
+
+#[cfg(not(feature = "dashboard"))]
+fn is_dashboard(_: &Command) -> bool {
+    false
 }
 
 async fn dispatch(command: Command, queue: &Queue, out: &Printer) -> Result<(), CliError> {
@@ -107,6 +123,8 @@ async fn dispatch(command: Command, queue: &Queue, out: &Printer) -> Result<(), 
             dead_purge(queue, out, older_than, yes).await
         }
         Command::Schedules(SchedulesCommand::List) => schedules(queue, out).await,
+        #[cfg(feature = "dashboard")]
+        Command::Dashboard(args) => super::serve::serve(queue, args).await,
     }
 }
 

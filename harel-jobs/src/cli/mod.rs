@@ -6,13 +6,16 @@
 //! - `commands`: each subcommand, as calls to the library;
 //! - `output`: tables for people, one JSON shape per thing for scripts;
 //! - `confirm`: asking before a command changes more than one job;
-//! - `error`: failures and their exit codes.
+//! - `error`: failures and their exit codes;
+//! - `serve`: `harel-jobs dashboard` (with the `dashboard` feature).
 
 mod args;
 mod commands;
 mod confirm;
 mod error;
 mod output;
+#[cfg(feature = "dashboard")]
+mod serve;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,197 @@
+//! The actions (POST): cancel a job or a group, retry or delete dead letters. Each checks
+//! the read-only switch and the CSRF token first, then calls the library and redirects
+//! (303) to a page that shows the outcome.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::Redirect;
+use rand::Rng as _;
+
+use super::html::query_value;
+use super::{Ctx, PageError};
+use crate::enqueue::JobId;
+use crate::queue::CancelOutcome;
+
+/// A new CSRF token: 32 random bytes, in hex.
+pub(crate) fn new_csrf_token() -> String {
+    let bytes: [u8; 32] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `a` and `b` are equal, in a time that does not depend on where they differ.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A posted form (`application/x-www-form-urlencoded`): its fields in order, repeated
+/// names kept (the ids of a bulk action).
+struct Form(Vec<(String, String)>);
+
+impl Form {
+    fn parse(body: &[u8]) -> Self {
+        Self(
+            form_urlencoded::parse(body)
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn all(&self, name: &str) -> impl Iterator<Item = &str> {
+        self.0
+            .iter()
+            .filter(move |(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Ctx {
+    /// The form, once the dashboard allows actions and the form carries this router's
+    /// CSRF token.
+    fn authorise(&self, body: &[u8]) -> Result<Form, PageError> {
+        if self.read_only {
+            return Err(PageError::Forbidden("the dashboard is read-only"));
+        }
+        let form = Form::parse(body);
+        let token = form.get("csrf").unwrap_or_default();
+        if !constant_time_eq(token.as_bytes(), self.csrf.as_bytes()) {
+            return Err(PageError::Forbidden(
+                "missing or wrong CSRF token: reload the page and try again",
+            ));
+        }
+        Ok(form)
+    }
+
+    fn redirect(&self, path: &str) -> Redirect {
+        Redirect::to(&format!("{}{path}", self.base))
+    }
+}
+
+fn ids(form: &Form) -> Result<Vec<JobId>, PageError> {
+    let ids = form
+        .all("id")
+        .map(|id| {
+            id.parse()
+                .map_err(|_| PageError::BadRequest(format!("{id:?} is not an id")))
+        })
+        .collect::<Result<Vec<JobId>, _>>()?;
+    if ids.is_empty() {
+        return Err(PageError::BadRequest(
+            "no dead letter selected: tick some first".into(),
+        ));
+    }
+    Ok(ids)
+}
+
+/// `POST /jobs/{id}/cancel` (`reason` optional).
+pub(crate) async fn cancel_job(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let id: JobId = id
+        .parse()
+        .map_err(|_| PageError::BadRequest(format!("{id:?} is not a job id")))?;
+    let mut cancel = ctx.queue.cancel(id);
+    if let Some(reason) = form.get("reason").filter(|r| !r.trim().is_empty()) {
+        cancel = cancel.reason(reason);
+    }
+    let done = match cancel.await? {
+        CancelOutcome::NotFound => return Err(PageError::NotFound(format!("no job {id}"))),
+        CancelOutcome::Cancelled => "cancelled",
+        CancelOutcome::Requested => "requested",
+        _ => "too_late",
+    };
+    Ok(ctx.redirect(&format!("/jobs/{id}?done={done}")))
+}
+
+/// `POST /groups/cancel` (`id`: the group).
+pub(crate) async fn cancel_group(
+    State(ctx): State<Ctx>,
+    body: Bytes,
+) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let group = form
+        .get("id")
+        .ok_or_else(|| PageError::BadRequest("no group named".into()))?
+        .to_owned();
+    let cancelled = match ctx.queue.cancel_group(group.clone()).await? {
+        CancelOutcome::Group { cancelled, .. } => cancelled,
+        _ => 0,
+    };
+    Ok(ctx.redirect(&format!(
+        "/groups/show?id={}&done=group_cancelled&n={cancelled}",
+        query_value(&group)
+    )))
+}
+
+/// `POST /dead/retry` (`id`, repeated): back to the dead letters, or with `single`, to the
+/// retried job's page.
+pub(crate) async fn retry_dead(State(ctx): State<Ctx>, body: Bytes) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let ids = ids(&form)?;
+    let dead = ctx.queue.dead_letters();
+    let mut retried = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(new_id) = dead.retry(ctx.queue.pool(), id).await? {
+            retried.push(new_id);
+        }
+    }
+    match (form.get("single"), retried.as_slice()) {
+        (Some(_), [new_id]) => Ok(ctx.redirect(&format!("/jobs/{new_id}?done=retried&n=1"))),
+        _ => Ok(ctx.redirect(&format!("/dead?done=retried&n={}", retried.len()))),
+    }
+}
+
+/// `POST /dead/delete` (`id`, repeated).
+pub(crate) async fn delete_dead(
+    State(ctx): State<Ctx>,
+    body: Bytes,
+) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let ids = ids(&form)?;
+    let dead = ctx.queue.dead_letters();
+    let mut deleted = 0u64;
+    for id in ids {
+        if dead.delete(ctx.queue.pool(), id).await? {
+            deleted += 1;
+        }
+    }
+    Ok(ctx.redirect(&format!("/dead?done=deleted&n={deleted}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_and_compared_whole() {
+        let (a, b) = (new_csrf_token(), new_csrf_token());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+        assert!(constant_time_eq(a.as_bytes(), a.as_bytes()));
+        assert!(!constant_time_eq(a.as_bytes(), b.as_bytes()));
+        assert!(!constant_time_eq(a.as_bytes(), &a.as_bytes()[..63]));
+        assert!(!constant_time_eq(b"", a.as_bytes()));
+    }
+
+    #[test]
+    fn forms_keep_repeated_fields() {
+        let form = Form::parse(b"csrf=t&id=1&id=22&reason=a+b%26c");
+        assert_eq!(form.get("csrf"), Some("t"));
+        assert_eq!(form.all("id").collect::<Vec<_>>(), ["1", "22"]);
+        assert_eq!(form.get("reason"), Some("a b&c"));
+        assert!(ids(&Form::parse(b"id=x")).is_err());
+        assert!(ids(&Form::parse(b"csrf=t")).is_err());
+    }
+}

@@ -1,0 +1,215 @@
+//! The web dashboard (feature `dashboard`): server-rendered pages over the public
+//! [`Queue`] API, as an [`axum::Router`] an application mounts under its own prefix and
+//! behind its own authentication, or served alone by `harel-jobs dashboard`.
+//!
+//! ```no_run
+//! # async fn example(queue: harel_jobs::Queue) -> std::io::Result<()> {
+//! use harel_jobs::dashboard::{self, DashboardConfig};
+//!
+//! let admin = dashboard::router_with(queue, DashboardConfig::new().mounted_at("/admin/jobs"));
+//! let app = axum::Router::new().nest("/admin/jobs", admin); // behind the app's own auth
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Pages: an overview (depth, running jobs, latest dead letters), jobs by state with
+//! filters and keyset pagination, a job's page (cancel), groups (cancel a group), dead
+//! letters (retry, delete, one or in bulk), schedules. Every page's work is bounded
+//! whatever the queue holds: the same bounded calls as the library's (see [`Queue::jobs`],
+//! [`Queue::groups`], [`QueueStats`](crate::QueueStats)).
+//!
+//! Actions are POSTs carrying a CSRF token (a random value the router makes when it is
+//! built, shown only inside its own pages); a POST without it is refused (403). With
+//! [`DashboardConfig::read_only`] there are no actions at all. Assets (one stylesheet, a
+//! few lines of JavaScript) are embedded; the pages load nothing from elsewhere. The
+//! router itself has no authentication: `harel-jobs dashboard` offers a bearer token or
+//! basic auth ([`Auth`]); serving it without is the operator's choice.
+
+mod actions;
+mod auth;
+mod html;
+mod pages;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+
+pub use auth::{Auth, require_auth};
+
+use crate::error::{DatabaseError, QueueError};
+use crate::queue::Queue;
+
+/// How [`router_with`] builds the dashboard.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct DashboardConfig {
+    /// No actions: pages only, every POST refused (default `false`).
+    pub read_only: bool,
+    /// The path the application nests the router at (`/admin/jobs`; default: the root).
+    pub mounted_at: String,
+}
+
+impl DashboardConfig {
+    /// Actions allowed, mounted at the root.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Pages only: no buttons, and every POST refused with 403.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// The path the router is nested at, so its links and forms point there (a trailing
+    /// `/` is dropped).
+    pub fn mounted_at(mut self, path: impl Into<String>) -> Self {
+        self.mounted_at = path.into().trim_end_matches('/').to_owned();
+        self
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    pub(crate) queue: Queue,
+    pub(crate) csrf: Arc<str>,
+    pub(crate) read_only: bool,
+    pub(crate) base: Arc<str>,
+}
+
+/// The dashboard for `queue`, actions allowed, mounted at the root.
+pub fn router(queue: Queue) -> Router {
+    router_with(queue, DashboardConfig::new())
+}
+
+/// The dashboard for `queue`, as `config` says.
+pub fn router_with(queue: Queue, config: DashboardConfig) -> Router {
+    let state = Ctx {
+        queue,
+        csrf: actions::new_csrf_token().into(),
+        read_only: config.read_only,
+        base: config.mounted_at.into(),
+    };
+    Router::new()
+        .route("/", get(pages::overview))
+        .route("/jobs", get(pages::jobs))
+        .route("/jobs/{id}", get(pages::job))
+        .route("/jobs/{id}/cancel", post(actions::cancel_job))
+        .route("/groups", get(pages::groups))
+        .route("/groups/show", get(pages::group))
+        .route("/groups/cancel", post(actions::cancel_group))
+        .route("/dead", get(pages::dead_letters))
+        .route("/dead/{id}", get(pages::dead_letter))
+        .route("/dead/retry", post(actions::retry_dead))
+        .route("/dead/delete", post(actions::delete_dead))
+        .route("/schedules", get(pages::schedules))
+        .route("/assets/style.css", get(style))
+        .route("/assets/app.js", get(script))
+        .fallback(not_found)
+        .layer(axum::middleware::map_response(security_headers))
+        .with_state(state)
+}
+
+/// Headers on every response: no framing (clickjacking), scripts and styles from the
+/// dashboard only, no referrer, no caching of pages that show jobs.
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+async fn style() -> Response {
+    asset("text/css; charset=utf-8", include_str!("assets/style.css"))
+}
+
+async fn script() -> Response {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/app.js"),
+    )
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn not_found() -> PageError {
+    PageError::NotFound("no such page".into())
+}
+
+/// Why a page or an action failed: shown as a small page with its status.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum PageError {
+    /// What was asked for does not exist (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// A malformed request (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// A POST without the right CSRF token, or any POST in read-only mode (403).
+    #[error("{0}")]
+    Forbidden(&'static str),
+    /// The queue's call failed (500, or 503 when the database is unreachable).
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl From<DatabaseError> for PageError {
+    fn from(error: DatabaseError) -> Self {
+        Self::Queue(QueueError::Database(error))
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Queue(QueueError::Database(error)) if error.is_connection() => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Self::Queue(QueueError::InvalidArgument(_)) => StatusCode::BAD_REQUEST,
+            Self::Queue(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let body = format!(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <title>{code} · harel-jobs</title></head><body>\
+             <p class=\"error\">{code}: {message}</p></body></html>",
+            code = status.as_u16(),
+            message = html::escape(&self.to_string()),
+        );
+        (status, Html(body)).into_response()
+    }
+}

@@ -1,0 +1,740 @@
+//! The pages (GET): each one or a few bounded calls to the library, rendered as HTML.
+
+use axum::extract::{Path, Query, State};
+use axum::response::Html;
+use serde::Deserialize;
+
+use super::html::{
+    Shell, action, badge, escape, fields, link, opt_time, page, query_value, short, table, time,
+};
+use super::{Ctx, PageError};
+use crate::dead_letters::{DeadLetter, DeadLetterQuery};
+use crate::enqueue::JobId;
+use crate::groups::{GroupInfo, GroupQuery};
+use crate::inspect::Count;
+use crate::queue::{JobInfo, JobQuery, JobState, StateFilter};
+
+/// Rows a list page shows.
+const PAGE_SIZE: u32 = 50;
+
+type PageResult = Result<Html<String>, PageError>;
+
+/// What an action reports back on the page it redirects to (`?done=…&n=…`): a code, never
+/// free text, so a link cannot make the dashboard say something it did not do.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Done {
+    done: Option<String>,
+    n: Option<u64>,
+}
+
+impl Done {
+    fn notice(&self) -> Option<String> {
+        let n = self.n.unwrap_or(0);
+        Some(match self.done.as_deref()? {
+            "cancelled" => "Cancelled: the job will never run.".to_owned(),
+            "requested" => {
+                "Cancel requested: the running job is told at its next heartbeat and ends as \
+                 cancelled."
+                    .to_owned()
+            }
+            "too_late" => "Too late to cancel: the job had already finished.".to_owned(),
+            "group_cancelled" => format!("Cancelled {n} job(s) of the group."),
+            "retried" => format!("Put {n} dead letter(s) back in the queue."),
+            "deleted" => format!("Deleted {n} dead letter(s)."),
+            _ => return None,
+        })
+    }
+}
+
+impl Ctx {
+    fn shell<'a>(&'a self, title: &'a str, section: &'a str, done: &Done) -> Shell<'a> {
+        Shell {
+            title,
+            section,
+            schema: self.queue.schema().name(),
+            read_only: self.read_only,
+            notice: done.notice(),
+        }
+    }
+
+    fn render(&self, shell: &Shell<'_>, body: &str) -> Html<String> {
+        Html(page(shell, &self.base, body))
+    }
+
+    /// A path under the dashboard.
+    fn href(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn job_link(&self, id: JobId) -> String {
+        link(&self.href(&format!("/jobs/{id}")), &id.to_string())
+    }
+
+    fn group_link(&self, group: &str) -> String {
+        format!(
+            "<a href=\"{}\">{}</a>",
+            escape(&self.href(&format!("/groups/show?id={}", query_value(group)))),
+            short(group, 40)
+        )
+    }
+}
+
+/// A job's state, its time, and whether a cancel was asked.
+fn state_of(job: &JobInfo) -> (&'static str, Option<chrono::DateTime<chrono::Utc>>) {
+    match &job.state {
+        JobState::Waiting => ("waiting", None),
+        JobState::Scheduled { at } => ("scheduled", Some(*at)),
+        JobState::Running { lease_until, .. } => ("running", Some(*lease_until)),
+        JobState::Retrying { after } => ("retrying", Some(*after)),
+        JobState::Completed { at, .. } => ("completed", Some(*at)),
+        JobState::Dead { at } => ("dead", Some(*at)),
+        JobState::Cancelled { at, .. } => ("cancelled", Some(*at)),
+    }
+}
+
+fn jobs_table(ctx: &Ctx, jobs: &[JobInfo], empty: &str) -> String {
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|job| {
+            let (state, at) = state_of(job);
+            vec![
+                ctx.job_link(job.id),
+                badge(state),
+                escape(&job.kind),
+                ctx.group_link(&job.group),
+                job.priority.get().to_string(),
+                job.attempts.to_string(),
+                time(job.enqueued_at),
+                opt_time(at),
+                job.last_error
+                    .as_deref()
+                    .map_or_else(String::new, |e| short(e, 80)),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "State",
+            "Kind",
+            "Group",
+            "Priority",
+            "Attempts",
+            "Enqueued",
+            "Until / at",
+            "Last error",
+        ],
+        &rows,
+        empty,
+    )
+}
+
+fn count_card(label: &str, count: Count, alert: bool) -> String {
+    let hint = match count {
+        Count::Exact(_) => "",
+        Count::Estimated(_) => "<div class=\"hint\">estimated</div>",
+        Count::AtLeast(_) => "<div class=\"hint\">at least</div>",
+    };
+    let class = if alert && count.value() > 0 {
+        "value alert"
+    } else {
+        "value"
+    };
+    format!(
+        "<div class=\"card\"><div class=\"label\">{}</div><div class=\"{class}\">{}</div>{hint}</div>",
+        escape(label),
+        escape(&count.to_string()),
+    )
+}
+
+/// `/`: the queue's figures, its running jobs, its latest dead letters.
+pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -> PageResult {
+    let stats = ctx.queue.stats().await?;
+    let running = ctx
+        .queue
+        .jobs(&JobQuery::new().state(StateFilter::Running).limit(20))
+        .await?;
+    let dead = ctx
+        .queue
+        .dead_letters()
+        .list(
+            ctx.queue.pool(),
+            &DeadLetterQuery {
+                kind: None,
+                before: None,
+                limit: 10,
+            },
+        )
+        .await?;
+    let schedules = ctx.queue.schedules().await?;
+    let next_tick = schedules.iter().filter_map(|s| s.next_tick).min();
+    let mut body = String::from("<div class=\"cards\">");
+    body.push_str(&count_card("Jobs in the queue", stats.jobs, false));
+    body.push_str(&count_card("Groups with jobs", stats.groups, false));
+    body.push_str(&count_card(
+        "Claimable groups",
+        stats.claimable_groups,
+        false,
+    ));
+    body.push_str(&count_card("Dead letters", stats.dead_letters, true));
+    body.push_str(&format!(
+        "<div class=\"card\"><div class=\"label\">Queue</div><div class=\"value\">{}</div>\
+         <div class=\"hint\">{} schedule(s){}</div></div>",
+        if stats.is_idle() { "idle" } else { "busy" },
+        schedules.len(),
+        next_tick.map_or_else(String::new, |at| format!(", next tick {}", time(at))),
+    ));
+    body.push_str("</div>");
+    body.push_str(&format!(
+        "<h2>Running jobs</h2>{}",
+        jobs_table(&ctx, &running.jobs, "No job is running.")
+    ));
+    if running.next.is_some() {
+        body.push_str(&format!(
+            "<p class=\"pager\">{}</p>",
+            link(&ctx.href("/jobs?state=running"), "All running jobs →")
+        ));
+    }
+    body.push_str(&format!(
+        "<h2>Latest dead letters</h2>{}",
+        dead_table(&ctx, &dead, false)
+    ));
+    let shell = ctx.shell("Overview", "/", &done);
+    Ok(ctx.render(&shell, &body))
+}
+
+/// The filters of `/jobs`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct JobsFilter {
+    state: Option<String>,
+    kind: Option<String>,
+    group: Option<String>,
+    after: Option<i64>,
+}
+
+/// The states `/jobs` filters on: value and label.
+const STATES: &[(&str, &str)] = &[
+    ("", "any state"),
+    ("queued", "queued (not finished)"),
+    ("waiting", "waiting"),
+    ("scheduled", "scheduled"),
+    ("running", "running"),
+    ("retrying", "retrying"),
+    ("completed", "completed"),
+    ("dead", "dead"),
+    ("cancelled", "cancelled"),
+];
+
+fn state_filter(state: &str) -> Option<StateFilter> {
+    Some(match state {
+        "queued" => StateFilter::Queued,
+        "waiting" => StateFilter::Waiting,
+        "scheduled" => StateFilter::Scheduled,
+        "running" => StateFilter::Running,
+        "retrying" => StateFilter::Retrying,
+        "completed" => StateFilter::Completed,
+        "dead" => StateFilter::Dead,
+        "cancelled" => StateFilter::Cancelled,
+        _ => return None,
+    })
+}
+
+/// An empty form field is no filter.
+fn non_empty(value: Option<&String>) -> Option<&str> {
+    value.map(|v| v.trim()).filter(|v| !v.is_empty())
+}
+
+/// `/jobs`: jobs by state, kind and group, a page at a time.
+pub(crate) async fn jobs(State(ctx): State<Ctx>, Query(filter): Query<JobsFilter>) -> PageResult {
+    let state = non_empty(filter.state.as_ref());
+    let kind = non_empty(filter.kind.as_ref());
+    let group = non_empty(filter.group.as_ref());
+    let mut query = JobQuery::new().limit(PAGE_SIZE);
+    if let Some(state) = state {
+        let state = state_filter(state)
+            .ok_or_else(|| PageError::BadRequest(format!("unknown state {state:?}")))?;
+        query = query.state(state);
+    }
+    if let Some(kind) = kind {
+        query = query.kind(kind);
+    }
+    if let Some(group) = group {
+        query = query.group(group);
+    }
+    if let Some(after) = filter.after {
+        query = query.after(JobId::new(after));
+    }
+    let page = ctx.queue.jobs(&query).await?;
+
+    let mut options = String::new();
+    for (value, label) in STATES {
+        let selected = if Some(*value) == state || (value.is_empty() && state.is_none()) {
+            " selected"
+        } else {
+            ""
+        };
+        options.push_str(&format!(
+            "<option value=\"{value}\"{selected}>{label}</option>"
+        ));
+    }
+    let mut body = format!(
+        "<form class=\"filters\" method=\"get\" action=\"{action}\">\
+         <label>State<select name=\"state\" id=\"filter-state\">{options}</select></label>\
+         <label>Kind<input type=\"text\" name=\"kind\" id=\"filter-kind\" value=\"{kind}\" placeholder=\"any kind\"></label>\
+         <label>Group<input type=\"text\" name=\"group\" id=\"filter-group\" value=\"{group}\" placeholder=\"any group\"></label>\
+         <button type=\"submit\" id=\"filter-apply\">Filter</button></form>",
+        action = escape(&ctx.href("/jobs")),
+        kind = escape(kind.unwrap_or_default()),
+        group = escape(group.unwrap_or_default()),
+    );
+    let empty = if page.next.is_some() {
+        "No matching job in this stretch of ids: go on to the next page."
+    } else {
+        "No matching job."
+    };
+    body.push_str(&jobs_table(&ctx, &page.jobs, empty));
+    if let Some(next) = page.next {
+        let mut href = format!("/jobs?after={next}");
+        for (name, value) in [("state", state), ("kind", kind), ("group", group)] {
+            if let Some(value) = value {
+                href.push_str(&format!("&{name}={}", query_value(value)));
+            }
+        }
+        body.push_str(&format!(
+            "<p class=\"pager\"><a href=\"{}\" id=\"next-page\">Next page →</a></p>",
+            escape(&ctx.href(&href))
+        ));
+    }
+    let shell = ctx.shell("Jobs", "/jobs", &Done::default());
+    Ok(ctx.render(&shell, &body))
+}
+
+fn parse_id(text: &str) -> Result<JobId, PageError> {
+    text.parse()
+        .map_err(|_| PageError::BadRequest(format!("{text:?} is not a job id")))
+}
+
+/// `/jobs/{id}`: one job, its payload, and a cancel button while it is queued.
+pub(crate) async fn job(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+    Query(done): Query<Done>,
+) -> PageResult {
+    let id = parse_id(&id)?;
+    let job = ctx
+        .queue
+        .job(id)
+        .await?
+        .ok_or_else(|| PageError::NotFound(format!("no job {id}")))?;
+    let (state, at) = state_of(&job);
+    let mut pairs = vec![
+        ("State", badge(state)),
+        ("Kind", escape(&job.kind)),
+        ("Group", ctx.group_link(&job.group)),
+        ("Priority", job.priority.get().to_string()),
+        ("Attempts", job.attempts.to_string()),
+        ("Enqueued", time(job.enqueued_at)),
+    ];
+    let at_label = match &job.state {
+        JobState::Scheduled { .. } => "Not before",
+        JobState::Running { .. } => "Lease until",
+        JobState::Retrying { .. } => "Next attempt",
+        JobState::Completed { .. } => "Completed",
+        JobState::Dead { .. } => "Failed",
+        JobState::Cancelled { .. } => "Cancelled",
+        JobState::Waiting => "",
+    };
+    if let Some(at) = at {
+        pairs.push((at_label, time(at)));
+    }
+    match &job.state {
+        JobState::Running {
+            since,
+            cancel_requested,
+            ..
+        } => {
+            pairs.push(("Started", opt_time(*since)));
+            if *cancel_requested {
+                pairs.push(("Cancel", "requested".into()));
+            }
+        }
+        JobState::Completed { started_at, .. } => pairs.push(("Started", opt_time(*started_at))),
+        JobState::Cancelled {
+            reason: Some(reason),
+            ..
+        } => pairs.push(("Reason", escape(reason))),
+        _ => {}
+    }
+    let mut body = fields(&pairs);
+    let queued = matches!(
+        job.state,
+        JobState::Waiting
+            | JobState::Scheduled { .. }
+            | JobState::Running { .. }
+            | JobState::Retrying { .. }
+    );
+    if queued && !ctx.read_only {
+        body.push_str(&format!(
+            "<form method=\"post\" action=\"{}\" class=\"actions\" data-confirm=\"Cancel job {id}?\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+             <input type=\"text\" name=\"reason\" placeholder=\"reason (kept with the job)\">\
+             <button type=\"submit\" class=\"danger\" id=\"cancel-job\">Cancel job</button></form>",
+            escape(&ctx.href(&format!("/jobs/{id}/cancel"))),
+            escape(&ctx.csrf),
+        ));
+    }
+    if matches!(job.state, JobState::Dead { .. }) {
+        body.push_str(&format!(
+            "<p>{}</p>",
+            link(
+                &ctx.href(&format!("/dead/{id}")),
+                "Its dead letter (retry, delete) →"
+            )
+        ));
+    }
+    if let Some(error) = &job.last_error {
+        body.push_str(&format!("<h2>Last error</h2><pre>{}</pre>", escape(error)));
+    }
+    body.push_str(&format!(
+        "<h2>Payload</h2><pre id=\"payload\">{}</pre>",
+        escape(&pretty(&job.payload))
+    ));
+    let title = format!("Job {id}");
+    let shell = ctx.shell(&title, "/jobs", &done);
+    Ok(ctx.render(&shell, &body))
+}
+
+/// A JSON text pretty-printed (as it is if it does not parse).
+fn pretty(payload: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(payload)
+        .ok()
+        .and_then(|value| serde_json::to_string_pretty(&value).ok())
+        .unwrap_or_else(|| payload.to_owned())
+}
+
+fn groups_table(ctx: &Ctx, groups: &[GroupInfo]) -> String {
+    let rows: Vec<Vec<String>> = groups
+        .iter()
+        .map(|group| {
+            vec![
+                ctx.group_link(&group.id),
+                badge(group.status.as_str()),
+                group.priority.get().to_string(),
+                if group.jobs_capped {
+                    format!("≥{}", group.jobs)
+                } else {
+                    group.jobs.to_string()
+                },
+                group
+                    .head
+                    .map_or_else(|| "–".to_owned(), |id| ctx.job_link(id)),
+                group.head_attempts.to_string(),
+                time(group.available_at),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "Group",
+            "Status",
+            "Priority",
+            "Jobs",
+            "First job",
+            "Its attempts",
+            "Since / until",
+        ],
+        &rows,
+        "No group holds jobs.",
+    )
+}
+
+/// The cursor of `/groups`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct GroupsPage {
+    after: Option<String>,
+}
+
+/// `/groups`: the groups holding jobs, in id order, a page at a time.
+pub(crate) async fn groups(State(ctx): State<Ctx>, Query(cursor): Query<GroupsPage>) -> PageResult {
+    let mut query = GroupQuery::new().limit(PAGE_SIZE);
+    if let Some(after) = cursor.after.filter(|a| !a.is_empty()) {
+        query = query.after(after);
+    }
+    let page = ctx.queue.groups(&query).await?;
+    let mut body = groups_table(&ctx, &page.groups);
+    if let Some(next) = page.next {
+        body.push_str(&format!(
+            "<p class=\"pager\"><a href=\"{}\">Next page →</a></p>",
+            escape(&ctx.href(&format!("/groups?after={}", query_value(&next))))
+        ));
+    }
+    let shell = ctx.shell("Groups", "/groups", &Done::default());
+    Ok(ctx.render(&shell, &body))
+}
+
+/// The group of `/groups/show`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct GroupId {
+    id: String,
+}
+
+/// `/groups/show?id=…`: one group, its queued jobs, and a button to cancel them all.
+pub(crate) async fn group(
+    State(ctx): State<Ctx>,
+    Query(group): Query<GroupId>,
+    Query(done): Query<Done>,
+) -> PageResult {
+    let info = ctx.queue.group(&group.id).await?;
+    let jobs = ctx
+        .queue
+        .jobs(
+            &JobQuery::new()
+                .group(group.id.clone())
+                .state(StateFilter::Queued)
+                .limit(PAGE_SIZE),
+        )
+        .await?;
+    let mut body = match &info {
+        Some(info) => groups_table(&ctx, std::slice::from_ref(info)),
+        None => "<p class=\"empty\">This group holds no job now.</p>".to_owned(),
+    };
+    if let (Some(info), false) = (&info, ctx.read_only) {
+        let question = format!(
+            "Cancel {} job(s) of group {}?",
+            if info.jobs_capped {
+                format!("{} or more", info.jobs)
+            } else {
+                info.jobs.to_string()
+            },
+            info.id
+        );
+        body.push_str(&format!(
+            "<div class=\"actions\">{}</div>",
+            action(
+                &ctx.href("/groups/cancel"),
+                &ctx.csrf,
+                &[("id", info.id.clone())],
+                "Cancel every job of this group",
+                "danger",
+                Some(&question),
+            )
+        ));
+    }
+    body.push_str(&format!(
+        "<h2>Queued jobs</h2>{}",
+        jobs_table(&ctx, &jobs.jobs, "No queued job.")
+    ));
+    if let Some(next) = jobs.next {
+        body.push_str(&format!(
+            "<p class=\"pager\"><a href=\"{}\">More →</a></p>",
+            escape(&ctx.href(&format!(
+                "/jobs?state=queued&group={}&after={next}",
+                query_value(&group.id)
+            )))
+        ));
+    }
+    let title = format!("Group {}", group.id);
+    let shell = ctx.shell(&title, "/groups", &done);
+    Ok(ctx.render(&shell, &body))
+}
+
+/// A table of dead letters; with `select`, inside the bulk form, a checkbox each.
+fn dead_table(ctx: &Ctx, letters: &[DeadLetter], select: bool) -> String {
+    let rows: Vec<Vec<String>> = letters
+        .iter()
+        .map(|letter| {
+            let mut row = Vec::with_capacity(7);
+            if select {
+                row.push(format!(
+                    "<input type=\"checkbox\" name=\"id\" value=\"{}\" aria-label=\"select {}\">",
+                    letter.id, letter.id
+                ));
+            }
+            row.extend([
+                link(
+                    &ctx.href(&format!("/dead/{}", letter.id)),
+                    &letter.id.to_string(),
+                ),
+                escape(&letter.kind),
+                short(&letter.group, 40),
+                letter.attempts.to_string(),
+                time(letter.failed_at),
+                short(&letter.last_error, 100),
+            ]);
+            row
+        })
+        .collect();
+    let mut headers = Vec::with_capacity(7);
+    if select {
+        headers.push("");
+    }
+    headers.extend(["ID", "Kind", "Group", "Attempts", "Failed", "Error"]);
+    table(&headers, &rows, "No dead letters.")
+}
+
+/// The filter and cursor of `/dead`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DeadFilter {
+    kind: Option<String>,
+    before: Option<i64>,
+}
+
+/// `/dead`: dead letters, newest first, with retry and delete (of those ticked).
+pub(crate) async fn dead_letters(
+    State(ctx): State<Ctx>,
+    Query(filter): Query<DeadFilter>,
+    Query(done): Query<Done>,
+) -> PageResult {
+    let kind = non_empty(filter.kind.as_ref());
+    let query = DeadLetterQuery {
+        kind: kind.map(str::to_owned),
+        before: filter.before.map(JobId::new),
+        limit: PAGE_SIZE,
+    };
+    let letters = ctx
+        .queue
+        .dead_letters()
+        .list(ctx.queue.pool(), &query)
+        .await?;
+    let mut body = format!(
+        "<form class=\"filters\" method=\"get\" action=\"{}\">\
+         <label>Kind<input type=\"text\" name=\"kind\" value=\"{}\" placeholder=\"any kind\"></label>\
+         <button type=\"submit\">Filter</button></form>",
+        escape(&ctx.href("/dead")),
+        escape(kind.unwrap_or_default()),
+    );
+    if ctx.read_only || letters.is_empty() {
+        body.push_str(&dead_table(&ctx, &letters, false));
+    } else {
+        // one form, two buttons: the checked ids go to retry or delete
+        body.push_str(&format!(
+            "<form method=\"post\" action=\"{retry}\" data-confirm=\"Act on the selected dead letters?\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+             <div class=\"actions\"><label><input type=\"checkbox\" data-select-all> select all</label>\
+             <button type=\"submit\" id=\"retry-selected\">Retry selected</button>\
+             <button type=\"submit\" class=\"danger\" formaction=\"{delete}\" id=\"delete-selected\">Delete selected</button></div>\
+             {table}</form>",
+            retry = escape(&ctx.href("/dead/retry")),
+            delete = escape(&ctx.href("/dead/delete")),
+            csrf = escape(&ctx.csrf),
+            table = dead_table(&ctx, &letters, true),
+        ));
+    }
+    if letters.len() == PAGE_SIZE as usize
+        && let Some(last) = letters.last()
+    {
+        let mut href = format!("/dead?before={}", last.id);
+        if let Some(kind) = kind {
+            href.push_str(&format!("&kind={}", query_value(kind)));
+        }
+        body.push_str(&format!(
+            "<p class=\"pager\"><a href=\"{}\">Older →</a></p>",
+            escape(&ctx.href(&href))
+        ));
+    }
+    let shell = ctx.shell("Dead letters", "/dead", &done);
+    Ok(ctx.render(&shell, &body))
+}
+
+/// `/dead/{id}`: one dead letter, its error and payload, retry and delete.
+pub(crate) async fn dead_letter(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+    Query(done): Query<Done>,
+) -> PageResult {
+    let id = parse_id(&id)?;
+    let letter = ctx
+        .queue
+        .dead_letters()
+        .get(ctx.queue.pool(), id)
+        .await?
+        .ok_or_else(|| PageError::NotFound(format!("no dead letter {id}")))?;
+    let mut body = fields(&[
+        ("Kind", escape(&letter.kind)),
+        ("Group", short(&letter.group, 80)),
+        ("Priority", letter.priority.get().to_string()),
+        ("Attempts", letter.attempts.to_string()),
+        ("Enqueued", time(letter.enqueued_at)),
+        ("Failed", time(letter.failed_at)),
+    ]);
+    if !ctx.read_only {
+        let ids = [("id", id.to_string()), ("single", "1".to_owned())];
+        body.push_str(&format!(
+            "<div class=\"actions\">{}{}</div>",
+            action(&ctx.href("/dead/retry"), &ctx.csrf, &ids, "Retry", "", None,),
+            action(
+                &ctx.href("/dead/delete"),
+                &ctx.csrf,
+                &ids,
+                "Delete",
+                "danger",
+                Some(&format!("Delete dead letter {id} for good?")),
+            ),
+        ));
+    }
+    body.push_str(&format!(
+        "<h2>Error</h2><pre id=\"error\">{}</pre><h2>Payload</h2><pre id=\"payload\">{}</pre>",
+        escape(&letter.last_error),
+        escape(&pretty(&letter.payload))
+    ));
+    let title = format!("Dead letter {id}");
+    let shell = ctx.shell(&title, "/dead", &done);
+    Ok(ctx.render(&shell, &body))
+}
+
+/// `/schedules`: the periodic schedules and their ticks.
+pub(crate) async fn schedules(State(ctx): State<Ctx>) -> PageResult {
+    let schedules = ctx.queue.schedules().await?;
+    let rows: Vec<Vec<String>> = schedules
+        .iter()
+        .map(|s| {
+            vec![
+                escape(&s.name),
+                format!("<code>{}</code>", escape(&s.spec)),
+                opt_time(s.last_tick),
+                opt_time(s.next_tick),
+                time(s.updated_at),
+            ]
+        })
+        .collect();
+    let body = table(
+        &[
+            "Name",
+            "Schedule",
+            "Last tick",
+            "Next tick",
+            "Declared or ticked",
+        ],
+        &rows,
+        "No periodic schedules.",
+    );
+    let shell = ctx.shell("Schedules", "/schedules", &Done::default());
+    Ok(ctx.render(&shell, &body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_come_from_codes_only() {
+        let done = |code: &str, n| Done {
+            done: Some(code.to_owned()),
+            n,
+        };
+        assert_eq!(
+            done("retried", Some(3)).notice().as_deref(),
+            Some("Put 3 dead letter(s) back in the queue.")
+        );
+        assert_eq!(done("<script>", Some(1)).notice(), None);
+        assert_eq!(Done::default().notice(), None);
+    }
+
+    #[test]
+    fn every_state_of_the_filter_is_known() {
+        for (value, _) in STATES.iter().skip(1) {
+            assert!(state_filter(value).is_some(), "{value}");
+        }
+        assert!(state_filter("sleeping").is_none());
+    }
+}
