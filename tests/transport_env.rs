@@ -452,6 +452,19 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             .execute(&mut conn)
             .await
             .unwrap();
+        // a group's jobs (by its key, not a walk of the queue), and one group (a listing of
+        // groups from a cursor steps over the dead index entries after it, as a listing of
+        // jobs does: see the README)
+        sqlx::query(q.sql("SELECT * FROM @schema@.harel_list_jobs(NULL, NULL, $1, NULL, 10)"))
+            .bind(format!("deep-{round}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(q.sql("SELECT * FROM @schema@.harel_list_groups($1, NULL, 1)"))
+            .bind(format!("deep-{round}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
         sqlx::query(q.sql("SELECT * FROM @schema@.harel_cancel($1, 'test', 60000)"))
             .bind(ids[0])
             .execute(&mut conn)
@@ -493,6 +506,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
         "harel_settle",
         "harel_job",
         "harel_list_jobs",
+        "harel_list_groups",
         "harel_cancel",
         "harel_cancel_group",
     ] {

@@ -38,6 +38,9 @@
 //!   [`DeadLetters`] table; [`QueueStats`] (with its [`Count`]s).
 //! - **The transport** ([`transport`]): raw JSON messages in groups; publish, claim, settle
 //!   and extend, each one round trip through a PL/pgSQL function.
+//! - **Operators**: [`Queue`] (look jobs and groups up, cancel, dead letters); with the
+//!   `cli` feature the `harel-jobs` command line (`cli`), with the `dashboard` feature a web
+//!   dashboard (`dashboard::router`).
 //! - **Setup**: [`connect`] (waits for the database; [`ConnectConfig`] for
 //!   [`connect_with`]), [`migrate`] (safe from every process at once), [`Schema`].
 //!

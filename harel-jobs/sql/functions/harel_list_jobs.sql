@@ -1,7 +1,9 @@
 -- harel_list_jobs: a page of jobs in id order, filtered by state, kind and group, with
 -- keyset pagination (no OFFSET). One round trip, bounded work: each place a job can be
 -- (transport_messages, an inline message of transport_groups, job_history, dead_letters) is
--- read by index from p_after on, at most 2,000 rows each, whatever the filters.
+-- read by index from p_after on, at most 2,000 rows each, whatever the filters (a group's
+-- queued jobs by the group's key; finished ones, which have no index by group, filtered
+-- out of the 2,000 read by id).
 --
 -- p_state: NULL (any), 'queued' (waiting, scheduled, running or retrying), or one state of
 -- harel_job. p_kind, p_group, p_queue: NULL for any (a queue filter, like the kind's, is
@@ -60,57 +62,95 @@ BEGIN
     END IF;
 
     RETURN QUERY
+    -- Each queued source has two branches, one for all groups and one for p_group, so that
+    -- a group is read by its key (the generic plan skips the branch whose one-time filter
+    -- is false). A condition "p_group IS NULL OR group_id = p_group" instead read the whole
+    -- queue for a group (filtered out of an index walk in id order).
     WITH m AS MATERIALIZED (
-        SELECT t.seq, t.group_id, t.kind, t.payload, t.priority, t.enqueued_at, t.not_before,
-               t.attempts, t.last_error
-          FROM @schema@.transport_messages t
-         WHERE v_queued AND t.seq > v_after AND (p_group IS NULL OR t.group_id = p_group)
-         ORDER BY t.seq
-         LIMIT c_scan
+        (SELECT t.seq, t.group_id, t.kind, t.payload, t.priority, t.enqueued_at, t.not_before,
+                t.attempts, t.last_error
+           FROM @schema@.transport_messages t
+          WHERE v_queued AND p_group IS NULL AND t.seq > v_after
+          ORDER BY t.seq
+          LIMIT c_scan)
+        UNION ALL
+        (SELECT t.seq, t.group_id, t.kind, t.payload, t.priority, t.enqueued_at, t.not_before,
+                t.attempts, t.last_error
+           FROM @schema@.transport_messages t
+          WHERE v_queued AND t.group_id = p_group AND t.seq > v_after
+          ORDER BY t.seq
+          LIMIT c_scan)
     ), i AS MATERIALIZED (
-        -- first messages of named groups, by the partial index
-        SELECT t.inline_seq AS seq, t.group_id, t.inline_kind AS kind,
-               t.inline_payload AS payload, t.priority, t.inline_enqueued_at AS enqueued_at,
-               t.inline_not_before AS not_before, 0 AS attempts,
-               t.inline_last_error AS last_error
-          FROM @schema@.transport_groups t
-         WHERE v_queued AND t.inline_seq > v_after
-           AND t.group_id <> 'own:' || lpad(t.inline_seq::text, 19, '0')
-           AND (p_group IS NULL OR t.group_id = p_group)
-         ORDER BY t.inline_seq
-         LIMIT c_scan
+        -- first messages of named groups, by the partial index (or p_group's key)
+        (SELECT t.inline_seq AS seq, t.group_id, t.inline_kind AS kind,
+                t.inline_payload AS payload, t.priority, t.inline_enqueued_at AS enqueued_at,
+                t.inline_not_before AS not_before, 0 AS attempts,
+                t.inline_last_error AS last_error
+           FROM @schema@.transport_groups t
+          WHERE v_queued AND p_group IS NULL AND t.inline_seq > v_after
+            AND t.group_id <> 'own:' || lpad(t.inline_seq::text, 19, '0')
+          ORDER BY t.inline_seq
+          LIMIT c_scan)
+        UNION ALL
+        -- p_group's row by its key (a lookup the planner cannot turn into a walk of the
+        -- inline index: nothing but the key inside the LATERAL), then its inline message
+        (SELECT t.inline_seq AS seq, t.group_id, t.inline_kind AS kind,
+                t.inline_payload AS payload, t.priority, t.inline_enqueued_at AS enqueued_at,
+                t.inline_not_before AS not_before, 0 AS attempts,
+                t.inline_last_error AS last_error
+           FROM (SELECT p_group AS group_id WHERE v_queued AND p_group IS NOT NULL) AS k
+           JOIN LATERAL (SELECT g.* FROM @schema@.transport_groups g
+                          WHERE g.group_id = k.group_id OFFSET 0) AS t ON true
+          WHERE t.inline_seq > v_after
+            AND t.group_id <> 'own:' || lpad(t.inline_seq::text, 19, '0'))
     ), o AS MATERIALIZED (
         -- jobs in groups of their own, by the groups' key: 'own:' and 19 digits sort as
         -- the seqs do (';' follows ':')
-        SELECT t.inline_seq AS seq, t.group_id, t.inline_kind AS kind,
-               t.inline_payload AS payload, t.priority, t.inline_enqueued_at AS enqueued_at,
-               t.inline_not_before AS not_before, 0 AS attempts,
-               t.inline_last_error AS last_error
-          FROM @schema@.transport_groups t
-         WHERE v_queued AND t.group_id > 'own:' || lpad(v_after::text, 19, '0')
-           AND t.group_id < 'own;'
-           AND t.group_id = 'own:' || lpad(t.inline_seq::text, 19, '0')
-           AND (p_group IS NULL OR t.group_id = p_group)
-         ORDER BY t.group_id
+        (SELECT t.inline_seq AS seq, t.group_id, t.inline_kind AS kind,
+                t.inline_payload AS payload, t.priority, t.inline_enqueued_at AS enqueued_at,
+                t.inline_not_before AS not_before, 0 AS attempts,
+                t.inline_last_error AS last_error
+           FROM @schema@.transport_groups t
+          WHERE v_queued AND p_group IS NULL
+            AND t.group_id > 'own:' || lpad(v_after::text, 19, '0')
+            AND t.group_id < 'own;'
+            AND t.group_id = 'own:' || lpad(t.inline_seq::text, 19, '0')
+          ORDER BY t.group_id
+          LIMIT c_scan)
+        UNION ALL
+        (SELECT t.inline_seq AS seq, t.group_id, t.inline_kind AS kind,
+                t.inline_payload AS payload, t.priority, t.inline_enqueued_at AS enqueued_at,
+                t.inline_not_before AS not_before, 0 AS attempts,
+                t.inline_last_error AS last_error
+           FROM (SELECT p_group AS group_id WHERE v_queued AND p_group IS NOT NULL) AS k
+           JOIN LATERAL (SELECT g.* FROM @schema@.transport_groups g
+                          WHERE g.group_id = k.group_id OFFSET 0) AS t ON true
+          WHERE t.group_id > 'own:' || lpad(v_after::text, 19, '0')
+            AND t.group_id = 'own:' || lpad(t.inline_seq::text, 19, '0'))
+    ), hw AS MATERIALIZED (
+        -- finished jobs have no index by group: read c_scan of them by id, then filter, so
+        -- a group's finished jobs come in bounded (possibly empty) pages
+        SELECT t.* FROM @schema@.job_history t
+         WHERE v_history AND t.id > v_after
+         ORDER BY t.id
          LIMIT c_scan
     ), h AS MATERIALIZED (
-        SELECT t.* FROM @schema@.job_history t
-         WHERE v_history AND t.id > v_after AND (p_group IS NULL OR t.group_id = p_group)
+        SELECT x.* FROM hw x WHERE p_group IS NULL OR x.group_id = p_group
+    ), dw AS MATERIALIZED (
+        SELECT t.* FROM @schema@.dead_letters t
+         WHERE v_dead AND t.id > v_after
          ORDER BY t.id
          LIMIT c_scan
     ), d AS MATERIALIZED (
-        SELECT t.* FROM @schema@.dead_letters t
-         WHERE v_dead AND t.id > v_after AND (p_group IS NULL OR t.group_id = p_group)
-         ORDER BY t.id
-         LIMIT c_scan
+        SELECT x.* FROM dw x WHERE p_group IS NULL OR x.group_id = p_group
     ), bound AS (
-        -- a source that gave c_scan rows may have more: this page ends where the first such
-        -- source's rows end, so that no job is skipped
+        -- a source that gave (or, for the finished jobs, read) c_scan rows may have more:
+        -- this page ends where the first such source's rows end, so that no job is skipped
         SELECT LEAST((SELECT max(x.seq) FROM m x HAVING count(*) = c_scan),
                      (SELECT max(x.seq) FROM i x HAVING count(*) = c_scan),
                      (SELECT max(x.seq) FROM o x HAVING count(*) = c_scan),
-                     (SELECT max(x.id) FROM h x HAVING count(*) = c_scan),
-                     (SELECT max(x.id) FROM d x HAVING count(*) = c_scan)) AS upto
+                     (SELECT max(x.id) FROM hw x HAVING count(*) = c_scan),
+                     (SELECT max(x.id) FROM dw x HAVING count(*) = c_scan)) AS upto
     ), queued AS (
         SELECT q.*, g.head_seq = q.seq AS is_head, g.head_attempts, g.head_started_at,
                g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason,

@@ -58,11 +58,7 @@ pub(crate) async fn run(cli: Cli, out: &Printer) -> Result<(), CliError> {
     let schema = Schema::new(&cli.schema)?;
     let url = cli.database_url.as_deref().ok_or(CliError::NoDatabase)?;
     // one command: two connections; a dashboard serves several pages at once
-    let connections = if is_dashboard(&cli.command) {
-        8
-    } else {
-        2
-    };
+    let connections = if is_dashboard(&cli.command) { 8 } else { 2 };
     let config = ConnectConfig::default()
         .max_connections(connections)
         .wait(cli.connect_timeout);
