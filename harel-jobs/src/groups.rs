@@ -189,7 +189,7 @@ impl Queue {
             .bind(None::<&str>)
             .bind(query.after.as_deref())
             .bind(i32::try_from(query.limit).unwrap_or(100))
-            .persistent(self.statements().persistent())
+            .persistent(self.prepared().persistent())
             .fetch_all(self.pool())
             .await
             .map_err(DatabaseError::new)?;
@@ -220,7 +220,7 @@ impl Queue {
             .bind(id)
             .bind(None::<&str>)
             .bind(1_i32)
-            .persistent(self.statements().persistent())
+            .persistent(self.prepared().persistent())
             .fetch_optional(self.pool())
             .await
             .map_err(DatabaseError::new)?;

@@ -102,11 +102,6 @@ impl Queue {
         &self.schema
     }
 
-    /// How its statements are sent.
-    pub(crate) fn statements(&self) -> PreparedStatements {
-        self.statements
-    }
-
     /// Creates or upgrades the queue's schema ([`migrate_schema`](crate::migrate_schema)).
     ///
     /// # Errors
