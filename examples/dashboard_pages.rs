@@ -149,6 +149,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let middle = options.jobs / 2;
     let pages = [
         "/".to_owned(),
+        "/queues".to_owned(),
         "/jobs".to_owned(),
         format!("/jobs?after={middle}"),
         "/jobs?state=waiting&kind=send_email".to_owned(),

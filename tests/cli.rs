@@ -645,3 +645,59 @@ async fn schedules_are_listed() {
     let json = ok(&mut op(), &["--json", "schedules", "list"]).json();
     assert_eq!(json["schedules"][0]["name"], "nightly_report");
 }
+
+#[tokio::test]
+async fn queues_are_listed_paused_and_resumed() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    let paused = ok(&mut op(), &["queues", "pause", "partner_api"]).stdout;
+    assert!(
+        paused.starts_with("queue partner_api: paused since "),
+        "{paused}"
+    );
+    let info = queue(&q)
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|info| info.name == "partner_api")
+        .expect("created by the pause");
+    assert!(info.is_paused());
+
+    let listed = ok(&mut op(), &["--json", "queues", "list"]).json();
+    let partner = listed["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|queue| queue["name"] == "partner_api")
+        .cloned()
+        .expect("listed");
+    assert_eq!(partner["paused"], true);
+    assert_eq!(
+        partner["running"],
+        serde_json::json!({"value": 0, "kind": "exact"})
+    );
+    let table = ok(&mut op(), &["queues", "list"]).stdout;
+    assert!(table.starts_with("QUEUE"), "{table}");
+    assert!(
+        table.contains("partner_api") && table.contains("paused since"),
+        "{table}"
+    );
+
+    let resumed = ok(&mut op(), &["--json", "queues", "resume", "partner_api"]).json();
+    assert_eq!(
+        (&resumed["name"], &resumed["paused"]),
+        (&Value::from("partner_api"), &Value::from(false))
+    );
+    let info = queue(&q).queues().await.unwrap();
+    assert!(info.iter().all(|queue| !queue.is_paused()), "{info:?}");
+
+    fails(
+        &mut op(),
+        &["queues", "pause", "no spaces!"],
+        2,
+        "queue names are",
+    );
+    fails(&mut op(), &["queues", "pause"], 2, "<NAME>");
+}

@@ -408,9 +408,52 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     assert_eq!(status, 403);
     assert!(dead.get(&q.pool, target).await.unwrap().is_some());
 
+    // pause the default queue, then resume it
+    client.goto(&format!("{base}/queues")).await.unwrap();
+    let row = "//tr[td/span[@class='queue-name' and text()='default']]";
+    client
+        .find(Locator::XPath(&format!("{row}//button[text()='Pause']")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for_url(&client, "done=paused").await;
+    let paused_row = text_of(&client, row).await;
+    assert!(paused_row.contains("paused since"), "{paused_row}");
+    let default = |queues: Vec<harel_jobs::QueueInfo>| {
+        queues
+            .into_iter()
+            .find(|queue| queue.name == harel_jobs::DEFAULT_QUEUE)
+            .expect("the default queue")
+    };
+    assert!(default(owner.queues().await.unwrap()).is_paused());
+    screenshot(&client, "queues_paused").await;
+    client
+        .find(Locator::XPath(&format!("{row}//button[text()='Resume']")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for_url(&client, "done=resumed").await;
+    assert!(text_of(&client, row).await.contains("running"));
+    assert!(!default(owner.queues().await.unwrap()).is_paused());
+    screenshot(&client, "queues").await;
+
     client.close().await.unwrap();
     worker.shutdown().await.unwrap();
     operator.close().await;
+}
+
+async fn text_of(client: &Client, xpath: &str) -> String {
+    client
+        .find(Locator::XPath(xpath))
+        .await
+        .unwrap_or_else(|e| panic!("{xpath}: {e}"))
+        .text()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -433,6 +476,11 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("Read-only"), "{page}");
     assert!(!page.contains("<form method=\"post\""), "{page}");
+    let (_, queues) = get("/queues").await;
+    assert!(
+        queues.contains("default") && !queues.contains("<button"),
+        "{queues}"
+    );
     assert!(
         !page.contains("name=\"csrf\""),
         "no token to be had: {page}"

@@ -17,6 +17,7 @@ Examples:
   harel-jobs groups list
   harel-jobs dead list --kind send_email
   harel-jobs dead retry --all --since 12h
+  harel-jobs queues pause partner_api
   harel-jobs --json jobs list --state dead --limit 1000
 
 The database comes from --database-url or DATABASE_URL; the password is never printed.
@@ -82,6 +83,9 @@ pub(crate) enum Command {
     /// List, show, retry and delete dead letters (jobs that failed for good).
     #[command(subcommand)]
     Dead(DeadCommand),
+    /// List named queues, pause and resume them.
+    #[command(subcommand)]
+    Queues(QueuesCommand),
     /// List periodic schedules.
     #[command(subcommand)]
     Schedules(SchedulesCommand),
@@ -325,6 +329,27 @@ pub(crate) struct DeadSelection {
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub(crate) yes: bool,
+}
+
+/// `queues …`
+#[derive(Debug, Subcommand)]
+pub(crate) enum QueuesCommand {
+    /// Every queue: paused or not, its limits, its ready groups and running jobs.
+    #[command(after_help = "Examples:\n  harel-jobs queues list\n  harel-jobs --json queues list")]
+    List,
+    /// Pause a queue: no worker starts its jobs until it is resumed (running jobs finish;
+    /// enqueueing still works).
+    #[command(after_help = "Example:\n  harel-jobs queues pause partner_api")]
+    Pause {
+        /// The queue's name.
+        name: String,
+    },
+    /// Resume a paused queue.
+    #[command(after_help = "Example:\n  harel-jobs queues resume partner_api")]
+    Resume {
+        /// The queue's name.
+        name: String,
+    },
 }
 
 /// `schedules …`

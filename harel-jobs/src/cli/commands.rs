@@ -8,12 +8,14 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::args::{
-    Cli, Command, DeadCommand, DeadSelection, GroupsCommand, JobsCommand, JobsList,
+    Cli, Command, DeadCommand, DeadSelection, GroupsCommand, JobsCommand, JobsList, QueuesCommand,
     SchedulesCommand,
 };
 use super::confirm::confirm;
 use super::error::CliError;
-use super::output::{DeadView, GroupView, JobView, ScheduleView, StatsView, cancel_outcome, time};
+use super::output::{
+    DeadView, GroupView, JobView, QueueView, ScheduleView, StatsView, cancel_outcome, time,
+};
 use crate::connect::{ConnectConfig, connect_with};
 use crate::dead_letters::{DeadLetter, DeadLetterQuery};
 use crate::enqueue::JobId;
@@ -117,6 +119,19 @@ async fn dispatch(command: Command, queue: &Queue, out: &Printer) -> Result<(), 
             let older_than = TimeDelta::from_std(older_than)
                 .map_err(|_| CliError::InvalidArgument("--older-than is too long"))?;
             dead_purge(queue, out, older_than, yes).await
+        }
+        Command::Queues(QueuesCommand::List) => queues_list(queue, out).await,
+        Command::Queues(QueuesCommand::Pause { name }) => {
+            let info = queue.pause(&name).await?;
+            out.emit(&QueueView::new(&info), || {
+                format!("queue {name}: {}\n", QueueView::status(&info))
+            })
+        }
+        Command::Queues(QueuesCommand::Resume { name }) => {
+            let info = queue.resume(&name).await?;
+            out.emit(&QueueView::new(&info), || {
+                format!("queue {name}: {}\n", QueueView::status(&info))
+            })
         }
         Command::Schedules(SchedulesCommand::List) => schedules(queue, out).await,
         #[cfg(feature = "dashboard")]
@@ -503,6 +518,14 @@ async fn dead_purge(
             letters(usize::try_from(purged).unwrap_or(usize::MAX)),
             time(before)
         )
+    })
+}
+
+async fn queues_list(queue: &Queue, out: &Printer) -> Result<(), CliError> {
+    let queues = queue.queues().await?;
+    let views: Vec<QueueView> = queues.iter().map(QueueView::new).collect();
+    out.emit(&json!({ "queues": views }), || {
+        QueueView::table(&queues).render("no queues")
     })
 }
 

@@ -9,6 +9,7 @@ use crate::dead_letters::DeadLetter;
 use crate::groups::GroupInfo;
 use crate::inspect::{Count, QueueStats};
 use crate::queue::{CancelOutcome, JobInfo, JobState, ScheduleInfo};
+use crate::queue_control::QueueInfo;
 
 /// The widest a table cell gets before it is cut (with `…`).
 const MAX_CELL_CHARS: usize = 60;
@@ -498,6 +499,81 @@ impl ScheduleView {
                 opt_time(schedule.last_tick),
                 opt_time(schedule.next_tick),
                 time(schedule.updated_at),
+            ]);
+        }
+        table
+    }
+}
+
+/// A queue's rate limit in JSON.
+#[derive(Serialize)]
+pub(crate) struct RateView {
+    starts: u32,
+    per_ms: u64,
+}
+
+/// A named queue in JSON.
+#[derive(Serialize)]
+pub(crate) struct QueueView {
+    name: String,
+    paused: bool,
+    paused_at: Option<DateTime<Utc>>,
+    concurrency_limit: Option<u32>,
+    rate_limit: Option<RateView>,
+    ready: CountView,
+    running: CountView,
+}
+
+impl QueueView {
+    pub(crate) fn new(queue: &QueueInfo) -> Self {
+        Self {
+            name: queue.name.clone(),
+            paused: queue.is_paused(),
+            paused_at: queue.paused_at,
+            concurrency_limit: queue.limits.concurrency_limit(),
+            rate_limit: queue.limits.rate_limit().map(|rate| RateView {
+                starts: rate.starts,
+                per_ms: u64::try_from(rate.per.as_millis()).unwrap_or(u64::MAX),
+            }),
+            ready: queue.ready.into(),
+            running: queue.running.into(),
+        }
+    }
+
+    /// `paused since …` or `running`.
+    pub(crate) fn status(queue: &QueueInfo) -> String {
+        queue.paused_at.map_or_else(
+            || "running".to_owned(),
+            |at| format!("paused since {}", time(at)),
+        )
+    }
+
+    /// The limits as a person reads them: `5 at once, 10 per 1s`, or `-`.
+    pub(crate) fn limits(queue: &QueueInfo) -> String {
+        let mut parts = Vec::new();
+        if let Some(running) = queue.limits.concurrency_limit() {
+            parts.push(format!("{running} at once"));
+        }
+        if let Some(rate) = queue.limits.rate_limit() {
+            parts.push(format!("{} per {:?}", rate.starts, rate.per));
+        }
+        if parts.is_empty() {
+            "-".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    }
+
+    /// A table of queues.
+    pub(crate) fn table(queues: &[QueueInfo]) -> Table {
+        let mut table = Table::new(vec!["QUEUE", "STATUS", "LIMITS", "READY", "RUNNING"]);
+        for queue in queues {
+            table.row(vec![
+                queue.name.clone(),
+                Self::status(queue),
+                Self::limits(queue),
+                queue.ready.to_string(),
+                queue.running.to_string(),
             ]);
         }
         table

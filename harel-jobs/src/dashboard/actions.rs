@@ -135,6 +135,32 @@ pub(crate) async fn cancel_group(
     )))
 }
 
+/// `POST /queues/pause` (`name`).
+pub(crate) async fn pause_queue(
+    State(ctx): State<Ctx>,
+    body: Bytes,
+) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let name = form
+        .get("name")
+        .ok_or_else(|| PageError::BadRequest("no queue named".into()))?;
+    ctx.queue.pause(name).await?;
+    Ok(ctx.redirect("/queues?done=paused"))
+}
+
+/// `POST /queues/resume` (`name`).
+pub(crate) async fn resume_queue(
+    State(ctx): State<Ctx>,
+    body: Bytes,
+) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let name = form
+        .get("name")
+        .ok_or_else(|| PageError::BadRequest("no queue named".into()))?;
+    ctx.queue.resume(name).await?;
+    Ok(ctx.redirect("/queues?done=resumed"))
+}
+
 /// `POST /dead/retry` (`id`, repeated): back to the dead letters, or with `single`, to the
 /// retried job's page.
 pub(crate) async fn retry_dead(State(ctx): State<Ctx>, body: Bytes) -> Result<Redirect, PageError> {

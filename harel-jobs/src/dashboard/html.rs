@@ -52,6 +52,7 @@ pub(crate) fn short(text: &str, max: usize) -> String {
 /// The pages of the navigation bar: path and label.
 const NAV: &[(&str, &str)] = &[
     ("/", "Overview"),
+    ("/queues", "Queues"),
     ("/jobs", "Jobs"),
     ("/groups", "Groups"),
     ("/dead", "Dead letters"),

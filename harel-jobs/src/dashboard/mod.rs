@@ -13,7 +13,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Pages: an overview (depth, running jobs, latest dead letters), jobs by state with
+//! Pages: an overview (depth, running jobs, latest dead letters), queues (pause, resume),
+//! jobs by state with
 //! filters and keyset pagination, a job's page (cancel), groups (cancel a group), dead
 //! letters (retry, delete, one or in bulk), schedules. Every page's work is bounded
 //! whatever the queue holds: the same bounded calls as the library's (see [`Queue::jobs`],
@@ -97,6 +98,9 @@ pub fn router_with(queue: Queue, config: DashboardConfig) -> Router {
     };
     Router::new()
         .route("/", get(pages::overview))
+        .route("/queues", get(pages::queues))
+        .route("/queues/pause", post(actions::pause_queue))
+        .route("/queues/resume", post(actions::resume_queue))
         .route("/jobs", get(pages::jobs))
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/{id}/cancel", post(actions::cancel_job))

@@ -41,6 +41,8 @@ impl Done {
             "group_cancelled" => format!("Cancelled {n} job(s) of the group."),
             "retried" => format!("Put {n} dead letter(s) back in the queue."),
             "deleted" => format!("Deleted {n} dead letter(s)."),
+            "paused" => "Paused: no job of the queue starts until it is resumed.".to_owned(),
+            "resumed" => "Resumed: workers start the queue's jobs again.".to_owned(),
             _ => return None,
         })
     }
@@ -679,6 +681,65 @@ pub(crate) async fn dead_letter(
     ));
     let title = format!("Dead letter {id}");
     let shell = ctx.shell(&title, "/dead", &done);
+    Ok(ctx.render(&shell, &body))
+}
+
+/// `/queues`: every queue, paused or not, its limits and load, with pause and resume.
+pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> PageResult {
+    let queues = ctx.queue.queues().await?;
+    let rows: Vec<Vec<String>> = queues
+        .iter()
+        .map(|queue| {
+            let status = match queue.paused_at {
+                Some(at) => format!("{} since {}", badge("paused"), time(at)),
+                None => badge("running"),
+            };
+            let mut limits = Vec::new();
+            if let Some(running) = queue.limits.concurrency_limit() {
+                limits.push(format!("{running} at once"));
+            }
+            if let Some(rate) = queue.limits.rate_limit() {
+                limits.push(format!("{} per {:?}", rate.starts, rate.per));
+            }
+            let mut row = vec![
+                format!("<span class=\"queue-name\">{}</span>", escape(&queue.name)),
+                status,
+                if limits.is_empty() {
+                    "–".to_owned()
+                } else {
+                    escape(&limits.join(", "))
+                },
+                escape(&queue.ready.to_string()),
+                escape(&queue.running.to_string()),
+            ];
+            if !ctx.read_only {
+                let (path, label, class) = if queue.is_paused() {
+                    ("/queues/resume", "Resume", "")
+                } else {
+                    ("/queues/pause", "Pause", "danger")
+                };
+                row.push(action(
+                    &ctx.href(path),
+                    &ctx.csrf,
+                    &[("name", queue.name.clone())],
+                    label,
+                    class,
+                    None,
+                ));
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec!["Queue", "Status", "Limits", "Ready groups", "Running"];
+    if !ctx.read_only {
+        headers.push("");
+    }
+    let body = format!(
+        "{}<p class=\"muted\">A paused queue keeps taking jobs; no worker starts them until it \
+         is resumed. Running jobs finish.</p>",
+        table(&headers, &rows, "No queues.")
+    );
+    let shell = ctx.shell("Queues", "/queues", &done);
     Ok(ctx.render(&shell, &body))
 }
 
