@@ -53,8 +53,16 @@ async fn groups_show_their_status_head_and_job_count() {
         OutgoingMessage::new("c", "k", "{}").delay(Duration::from_secs(3600)),
     )
     .await;
-    let d = publish(&q, OutgoingMessage::new("d", "k", "{}")).await;
-    publish(&q, OutgoingMessage::new("d", "k", "{}")).await;
+    let d = publish(
+        &q,
+        OutgoingMessage::new("d", "k", "{}").queue("partner_api"),
+    )
+    .await;
+    publish(
+        &q,
+        OutgoingMessage::new("d", "k", "{}").queue("partner_api"),
+    )
+    .await;
 
     let page = queue.groups(&GroupQuery::new()).await.unwrap();
     assert_eq!(page.next, None);
@@ -73,6 +81,8 @@ async fn groups_show_their_status_head_and_job_count() {
         ]
     );
     assert!(page.groups.iter().all(|g| !g.jobs_capped));
+    let queues: Vec<&str> = page.groups.iter().map(|g| g.queue.as_str()).collect();
+    assert_eq!(queues, ["default", "default", "default", "partner_api"]);
 
     let one = queue.group("d").await.unwrap().expect("d holds jobs");
     assert_eq!((one.id.as_str(), one.jobs, one.head), ("d", 2, Some(d)));

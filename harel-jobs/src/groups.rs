@@ -72,6 +72,9 @@ pub struct GroupInfo {
     pub jobs_capped: bool,
     /// Whether a cancel of its running job was asked for.
     pub cancel_requested: bool,
+    /// The named queue its jobs belong to ([`DEFAULT_QUEUE`](crate::DEFAULT_QUEUE) unless
+    /// they were enqueued into another).
+    pub queue: String,
 }
 
 /// Which groups [`Queue::groups`] lists: from a cursor, so many a page.
@@ -132,10 +135,12 @@ type GroupRow = (
     i32,
     bool,
     bool,
+    String,
 );
 
 fn from_row(row: GroupRow) -> Result<GroupInfo, QueueError> {
-    let (id, status, priority, available_at, head, head_attempts, jobs, capped, cancel) = row;
+    let (id, status, priority, available_at, head, head_attempts, jobs, capped, cancel, queue) =
+        row;
     Ok(GroupInfo {
         id,
         status: GroupStatus::parse(&status).ok_or(QueueError::UnexpectedReply)?,
@@ -146,11 +151,12 @@ fn from_row(row: GroupRow) -> Result<GroupInfo, QueueError> {
         jobs: u32::try_from(jobs).unwrap_or(0),
         jobs_capped: capped,
         cancel_requested: cancel,
+        queue,
     })
 }
 
 const SELECT: &str = "SELECT group_id, status, priority, available_at, head_id, head_attempts,
-                             jobs, jobs_capped, cancel_requested
+                             jobs, jobs_capped, cancel_requested, queue
                         FROM @schema@.harel_list_groups($1, $2, $3)";
 
 impl Queue {

@@ -11,7 +11,8 @@
 -- status: 'leased' (a worker holds its lease, which has not lapsed), 'parked' (not
 -- claimable before available_at: a retry's backoff, a snooze, a delayed first job) or
 -- 'waiting' (claimable now). head_id: its first job (the one a lease is about), with the
--- attempts counted for it. STABLE: the page is one snapshot.
+-- attempts counted for it; queue: the named queue its jobs belong to. STABLE: the page is
+-- one snapshot.
 CREATE OR REPLACE FUNCTION "harel".harel_list_groups(
     p_group TEXT,
     p_after TEXT,
@@ -26,7 +27,8 @@ RETURNS TABLE (
     head_attempts    INT,
     jobs             INT,
     jobs_capped      BOOLEAN,
-    cancel_requested BOOLEAN
+    cancel_requested BOOLEAN,
+    queue            TEXT
 )
 LANGUAGE plpgsql
 STABLE
@@ -47,7 +49,7 @@ BEGIN
     RETURN QUERY
     WITH g AS MATERIALIZED (
         SELECT t.group_id, t.priority, t.available_at, t.locked_by, t.head_seq,
-               t.head_attempts, t.inline_seq, t.cancel_requested_at
+               t.head_attempts, t.inline_seq, t.cancel_requested_at, t.queue_id
           FROM "harel".transport_groups t
          WHERE (p_group IS NOT NULL AND t.group_id = p_group)
             OR (p_group IS NULL AND t.group_id > COALESCE(p_after, ''))
@@ -64,8 +66,10 @@ BEGIN
                 ELSE 0 END,
            LEAST(c_cap, (g.inline_seq IS NOT NULL)::int + counted.n)::int,
            (g.inline_seq IS NOT NULL)::int + counted.n >= c_cap,
-           g.cancel_requested_at IS NOT NULL
+           g.cancel_requested_at IS NOT NULL,
+           COALESCE(q.name, 'default')
       FROM g
+      LEFT JOIN "harel".queues q ON q.id = g.queue_id
       LEFT JOIN LATERAL (SELECT m.seq FROM "harel".transport_messages m
                           WHERE m.group_id = g.group_id
                           ORDER BY m.seq LIMIT 1) AS first ON true

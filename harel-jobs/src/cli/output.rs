@@ -309,6 +309,7 @@ fn pretty(value: &Value) -> String {
 #[derive(Serialize)]
 pub(crate) struct GroupView {
     id: String,
+    queue: String,
     status: &'static str,
     priority: u8,
     available_at: DateTime<Utc>,
@@ -323,6 +324,7 @@ impl GroupView {
     pub(crate) fn new(group: &GroupInfo) -> Self {
         Self {
             id: group.id.clone(),
+            queue: group.queue.clone(),
             status: group.status.as_str(),
             priority: group.priority.get(),
             available_at: group.available_at,
@@ -378,6 +380,7 @@ impl GroupView {
         };
         let mut pairs = vec![
             ("group", group.id.clone()),
+            ("queue", group.queue.clone()),
             ("status", group.status.as_str().to_owned()),
             ("priority", group.priority.get().to_string()),
             ("jobs", Self::jobs_text(group)),

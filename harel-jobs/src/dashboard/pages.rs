@@ -420,6 +420,7 @@ fn groups_table(ctx: &Ctx, groups: &[GroupInfo]) -> String {
         .map(|group| {
             vec![
                 ctx.group_link(&group.id),
+                escape(&group.queue),
                 badge(group.status.as_str()),
                 group.priority.get().to_string(),
                 if group.jobs_capped {
@@ -438,6 +439,7 @@ fn groups_table(ctx: &Ctx, groups: &[GroupInfo]) -> String {
     table(
         &[
             "Group",
+            "Queue",
             "Status",
             "Priority",
             "Jobs",
