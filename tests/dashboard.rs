@@ -441,8 +441,24 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     assert!(!default(owner.queues().await.unwrap()).is_paused());
     screenshot(&client, "queues").await;
 
-    client.close().await.unwrap();
+    // the worker pool's report (sent at its shutdown): the overview's chart and workers
     worker.shutdown().await.unwrap();
+    client.goto(&format!("{base}/")).await.unwrap();
+    let minutes = client
+        .find_all(Locator::Css("figure.chart g.minute"))
+        .await
+        .unwrap();
+    assert_eq!(minutes.len(), 30);
+    let caption = text(&client, "figure.chart figcaption").await;
+    assert!(!caption.contains(" 0 in all"), "{caption}");
+    let pools = text(&client, "main table").await;
+    assert!(
+        pools.contains(&format!("(pid {})", std::process::id())) && pools.contains("stopped"),
+        "{pools}"
+    );
+    screenshot(&client, "overview_after").await;
+
+    client.close().await.unwrap();
     operator.close().await;
 }
 

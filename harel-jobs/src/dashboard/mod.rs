@@ -13,7 +13,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Pages: an overview (depth, running jobs, latest dead letters), queues (pause, resume),
+//! Pages: an overview (depth, jobs per minute as a chart, worker pools seen recently,
+//! running jobs, latest dead letters), queues (pause, resume),
 //! jobs by state with
 //! filters and keyset pagination, a job's page (cancel), groups (cancel a group), dead
 //! letters (retry, delete, one or in bulk), schedules. Every page's work is bounded

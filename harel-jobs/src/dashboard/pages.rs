@@ -170,6 +170,11 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         .await?;
     let schedules = ctx.queue.schedules().await?;
     let next_tick = schedules.iter().filter_map(|s| s.next_tick).min();
+    let throughput = ctx.queue.throughput(CHART_MINUTES).await?;
+    let workers = ctx
+        .queue
+        .workers(std::time::Duration::from_secs(5 * 60))
+        .await?;
     let mut body = String::from("<div class=\"cards\">");
     body.push_str(&count_card("Jobs in the queue", stats.jobs, false));
     body.push_str(&count_card("Groups with jobs", stats.groups, false));
@@ -188,6 +193,14 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
     ));
     body.push_str("</div>");
     body.push_str(&format!(
+        "<h2>The last {CHART_MINUTES} minutes</h2>{}",
+        chart(&throughput)
+    ));
+    body.push_str(&format!(
+        "<h2>Workers seen in the last 5 minutes</h2>{}",
+        workers_table(&workers)
+    ));
+    body.push_str(&format!(
         "<h2>Running jobs</h2>{}",
         jobs_table(&ctx, &running.jobs, "No job is running.")
     ));
@@ -203,6 +216,98 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
     ));
     let shell = ctx.shell("Overview", "/", &done);
     Ok(ctx.render(&shell, &body))
+}
+
+/// Minutes the overview's chart shows.
+const CHART_MINUTES: u32 = 30;
+
+/// Jobs succeeded (green) and attempts failed (red) per minute, as an inline SVG bar chart
+/// (no script), each bar with its figures as a tooltip.
+fn chart(minutes: &[crate::fleet::ThroughputMinute]) -> String {
+    const WIDTH: u64 = 900;
+    const HEIGHT: u64 = 140;
+    let total: u64 = minutes
+        .iter()
+        .map(|m| m.succeeded + m.failed + m.dead)
+        .sum();
+    let peak = minutes
+        .iter()
+        .map(|m| m.succeeded + m.failed + m.dead)
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let slot = WIDTH / (minutes.len().max(1) as u64);
+    let mut bars = String::new();
+    for (n, minute) in minutes.iter().enumerate() {
+        let x = n as u64 * slot + 1;
+        let w = slot.saturating_sub(2).max(1);
+        let ok = minute.succeeded * (HEIGHT - 20) / peak;
+        let bad = (minute.failed + minute.dead) * (HEIGHT - 20) / peak;
+        let title = format!(
+            "{}: {} succeeded, {} failed, {} dead",
+            minute.minute.format("%H:%M"),
+            minute.succeeded,
+            minute.failed,
+            minute.dead
+        );
+        bars.push_str(&format!(
+            "<g class=\"minute\"><title>{}</title>\
+             <rect x=\"{x}\" y=\"0\" width=\"{w}\" height=\"{HEIGHT}\" class=\"slot\"/>\
+             <rect x=\"{x}\" y=\"{}\" width=\"{w}\" height=\"{ok}\" class=\"ok\"/>\
+             <rect x=\"{x}\" y=\"{}\" width=\"{w}\" height=\"{bad}\" class=\"bad\"/></g>",
+            escape(&title),
+            HEIGHT - ok,
+            HEIGHT - ok - bad,
+        ));
+    }
+    let (first, last) = match (minutes.first(), minutes.last()) {
+        (Some(first), Some(last)) => (
+            first.minute.format("%H:%M").to_string(),
+            last.minute.format("%H:%M").to_string(),
+        ),
+        _ => (String::new(), String::new()),
+    };
+    format!(
+        "<figure class=\"chart\"><svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" \
+         aria-label=\"jobs per minute\" preserveAspectRatio=\"none\">{bars}</svg>\
+         <figcaption><span>{first}</span><span><i class=\"key ok\"></i>succeeded \
+         <i class=\"key bad\"></i>failed or dead · {total} in all, at most {peak} a minute \
+         (reported by the worker pools every 10 s)</span><span>{last}</span></figcaption></figure>"
+    )
+}
+
+fn workers_table(workers: &[crate::fleet::WorkerInfo]) -> String {
+    let rows: Vec<Vec<String>> = workers
+        .iter()
+        .map(|worker| {
+            vec![
+                escape(&format!("{} (pid {})", worker.host, worker.pid)),
+                escape(&worker.queues.join(", ")),
+                format!("{} / {}", worker.running, worker.concurrency),
+                worker.succeeded.to_string(),
+                worker.failed.to_string(),
+                worker.dead.to_string(),
+                time(worker.seen_at),
+                worker
+                    .stopped_at
+                    .map_or_else(|| badge("running"), |_| badge("stopped")),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "Worker pool",
+            "Queues",
+            "Running / slots",
+            "Succeeded",
+            "Failed",
+            "Dead",
+            "Last report",
+            "",
+        ],
+        &rows,
+        "No worker pool reported in the last 5 minutes.",
+    )
 }
 
 /// The filters of `/jobs`.
