@@ -661,6 +661,7 @@ mod tests {
                 "\nSECURITY DEFINER\n",
                 "\nSET search_path = pg_catalog, pg_temp\n",
                 "\nSET plan_cache_mode = force_generic_plan\n",
+                "\nSET jit = off\n",
             ] {
                 assert!(
                     sql.contains(setting),

@@ -80,8 +80,8 @@ pub struct QueueInfo {
     /// Groups whose next job may start now (jobs waiting, or retrying and due). Counted up
     /// to 10,000 per priority level, then a lower bound ([`Count::AtLeast`]).
     pub ready: Count,
-    /// Jobs running now (live leases). Counted among the first 10,000 leased, parked or
-    /// scheduled groups per priority level, then a lower bound.
+    /// Jobs running now (live leases). Counted among the first 1,000 leased, parked or
+    /// scheduled groups per priority level (soonest first), then a lower bound.
     pub running: Count,
 }
 

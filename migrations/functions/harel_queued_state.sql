@@ -19,6 +19,7 @@ IMMUTABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 BEGIN
     IF p_is_head AND p_locked AND p_available > p_now THEN

@@ -43,6 +43,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -13,6 +13,7 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $$
 DECLARE
     -- NULL: nothing sent yet (a setting once set reads '' in later transactions); 'woken':
