@@ -175,6 +175,7 @@ async fn a_paused_queue_is_not_claimed_until_resumed() {
     let mail = listed.iter().find(|info| info.name == "mail").unwrap();
     assert!(mail.is_paused());
     assert_eq!(mail.ready.exact(), Some(1), "waiting while paused");
+    assert!(mail.oldest_ready_at.is_some(), "{mail:?}");
 
     assert!(!queue.resume("mail").await.unwrap().is_paused());
     assert_eq!(claim_from(&q, "mail", 10).await.len(), 1);
@@ -183,6 +184,7 @@ async fn a_paused_queue_is_not_claimed_until_resumed() {
         (mail.ready.exact(), mail.running.exact()),
         (Some(0), Some(1))
     );
+    assert_eq!(mail.oldest_ready_at, None, "nothing ready");
 }
 
 // ---- worker pools ----------------------------------------------------------------------

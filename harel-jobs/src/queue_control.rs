@@ -80,6 +80,9 @@ pub struct QueueInfo {
     /// Groups whose next job may start now (jobs waiting, or retrying and due). Counted up
     /// to 10,000 per priority level, then a lower bound ([`Count::AtLeast`]).
     pub ready: Count,
+    /// Since when the queue's longest-waiting ready group has been claimable (`None`: no
+    /// group is ready): how far behind the workers are.
+    pub oldest_ready_at: Option<DateTime<Utc>>,
     /// Jobs running now (live leases). Counted among the first 1,000 leased, parked or
     /// scheduled groups per priority level (soonest first), then a lower bound.
     pub running: Count,
@@ -101,6 +104,7 @@ type QueueRow = (
     Option<i64>,
     Option<i64>,
     Option<bool>,
+    Option<DateTime<Utc>>,
 );
 
 impl Queue {
@@ -113,7 +117,7 @@ impl Queue {
     pub async fn queues(&self) -> Result<Vec<QueueInfo>, QueueError> {
         let rows: Vec<QueueRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
             "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms, ready,
-                    running, counts_exact
+                    running, counts_exact, oldest_ready_at
                FROM @schema@.harel_queues()",
         )))
         .persistent(self.prepared().persistent())
@@ -197,7 +201,7 @@ impl Queue {
         };
         let row: QueueRow = sqlx::query_as(AssertSqlSafe(self.schema().render(
             "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms,
-                    NULL::bigint, NULL::bigint, NULL::boolean
+                    NULL::bigint, NULL::bigint, NULL::boolean, NULL::timestamptz
                FROM @schema@.harel_set_queue($1, $2, $3, $4, $5, $6)",
         )))
         .bind(queue)
@@ -215,7 +219,7 @@ impl Queue {
 }
 
 fn queue_info(row: QueueRow) -> QueueInfo {
-    let (name, paused_at, concurrency, rate, period_ms, ready, running, exact) = row;
+    let (name, paused_at, concurrency, rate, period_ms, ready, running, exact, oldest) = row;
     let count = |n: Option<i64>| match exact {
         Some(false) => Count::AtLeast(n.unwrap_or(0)),
         _ => Count::Exact(n.unwrap_or(0)),
@@ -233,6 +237,7 @@ fn queue_info(row: QueueRow) -> QueueInfo {
             }),
         },
         ready: count(ready),
+        oldest_ready_at: oldest,
         running: count(running),
     }
 }

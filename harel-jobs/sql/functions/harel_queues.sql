@@ -9,7 +9,9 @@
 -- are leased, parked or scheduled, soonest first (leases end within their duration, so they
 -- come before jobs scheduled later; each of these entries costs a heap read for its lease
 -- token, hence the smaller cap); `counts_exact` is false when a scan stopped at its cap,
--- and the counts are then lower bounds.
+-- and the counts are then lower bounds. `oldest_ready_at`: since when the queue's longest
+-- waiting ready group has been claimable (NULL: none is), the first entry of each level.
+-- (Migration 0008 added it.)
 CREATE OR REPLACE FUNCTION @schema@.harel_queues()
 RETURNS TABLE (
     name              TEXT,
@@ -19,7 +21,8 @@ RETURNS TABLE (
     rate_period_ms    BIGINT,
     ready             BIGINT,
     running           BIGINT,
-    counts_exact      BOOLEAN
+    counts_exact      BOOLEAN,
+    oldest_ready_at   TIMESTAMPTZ
 )
 LANGUAGE plpgsql
 STABLE
@@ -36,11 +39,17 @@ BEGIN
     RETURN QUERY
     SELECT q.name, q.paused_at, q.concurrency_limit, q.rate_limit, q.rate_period_ms,
            sum(c.ready)::bigint, sum(c.running)::bigint,
-           bool_and(c.ready_seen < c_cap AND c.future_seen < c_future_cap)
+           bool_and(c.ready_seen < c_cap AND c.future_seen < c_future_cap),
+           min(c.oldest)
       FROM @schema@.queues q
      CROSS JOIN generate_series(0, 4) AS l(level)
      CROSS JOIN LATERAL (
-            SELECT r.n AS ready, r.n AS ready_seen, f.running, f.seen AS future_seen
+            SELECT r.n AS ready, r.n AS ready_seen, f.running, f.seen AS future_seen,
+                   (SELECT g.available_at FROM @schema@.transport_groups g
+                     WHERE g.queue_id = q.id AND g.priority = l.level
+                       AND g.available_at <= statement_timestamp()
+                     ORDER BY g.available_at
+                     LIMIT 1) AS oldest
               FROM (SELECT count(*) AS n
                       FROM (SELECT 1 FROM @schema@.transport_groups g
                              WHERE g.queue_id = q.id AND g.priority = l.level

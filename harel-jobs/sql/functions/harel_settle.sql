@@ -163,8 +163,14 @@ BEGIN
                                             ELSE g.inline_last_error END
               FROM unnest(v_groups, v_actions, v_delays, v_counted, v_errors, v_inline)
                    AS f(group_id, action, delay_ms, counted, error, inline)
-             WHERE f.action = 'release' AND g.group_id = ANY (v_groups)
-               AND g.group_id = f.group_id
+             -- each row by its key, then by the TID of the version that lookup found (the
+             -- one the fence above locked: nobody else can have changed it since). Joined
+             -- on `group_id = ANY (v_groups)` instead, the planner sometimes looked the
+             -- whole array up once per released row, after an analyze mid-batch.
+             CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM @schema@.transport_groups t
+                                  WHERE t.group_id = f.group_id
+                                 OFFSET 0) AS k
+             WHERE f.action = 'release' AND g.ctid = k.row_ctid
             RETURNING g.group_id, g.head_seq, g.head_attempts, f.error, f.inline
         )
         SELECT array_agg(r.group_id), array_agg(r.head_seq), array_agg(r.head_attempts),

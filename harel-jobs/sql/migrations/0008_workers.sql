@@ -7,6 +7,11 @@
 -- gracefully says so (`stopped_at`); one that died simply stops being seen. harel_maintain
 -- prunes both after a day. A few small writes per pool every 10 seconds: nothing on the
 -- paths of enqueue, claim or settle.
+--
+-- harel_queues also says since when each queue's oldest ready group has waited: a new
+-- signature.
+DROP FUNCTION IF EXISTS @schema@.harel_queues();
+
 CREATE TABLE @schema@.workers (
     id          UUID        PRIMARY KEY,
     host        TEXT        NOT NULL,

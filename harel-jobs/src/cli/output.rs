@@ -524,6 +524,7 @@ pub(crate) struct QueueView {
     concurrency_limit: Option<u32>,
     rate_limit: Option<RateView>,
     ready: CountView,
+    oldest_ready_at: Option<DateTime<Utc>>,
     running: CountView,
 }
 
@@ -539,6 +540,7 @@ impl QueueView {
                 per_ms: u64::try_from(rate.per.as_millis()).unwrap_or(u64::MAX),
             }),
             ready: queue.ready.into(),
+            oldest_ready_at: queue.oldest_ready_at,
             running: queue.running.into(),
         }
     }
@@ -569,13 +571,21 @@ impl QueueView {
 
     /// A table of queues.
     pub(crate) fn table(queues: &[QueueInfo]) -> Table {
-        let mut table = Table::new(vec!["QUEUE", "STATUS", "LIMITS", "READY", "RUNNING"]);
+        let mut table = Table::new(vec![
+            "QUEUE",
+            "STATUS",
+            "LIMITS",
+            "READY",
+            "OLDEST READY",
+            "RUNNING",
+        ]);
         for queue in queues {
             table.row(vec![
                 queue.name.clone(),
                 Self::status(queue),
                 Self::limits(queue),
                 queue.ready.to_string(),
+                queue.oldest_ready_at.map_or_else(|| "-".to_owned(), time),
                 queue.running.to_string(),
             ]);
         }

@@ -817,6 +817,7 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
                     escape(&limits.join(", "))
                 },
                 escape(&queue.ready.to_string()),
+                queue.oldest_ready_at.map_or_else(|| "–".to_owned(), time),
                 escape(&queue.running.to_string()),
             ];
             if !ctx.read_only {
@@ -837,7 +838,14 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
             row
         })
         .collect();
-    let mut headers = vec!["Queue", "Status", "Limits", "Ready groups", "Running"];
+    let mut headers = vec![
+        "Queue",
+        "Status",
+        "Limits",
+        "Ready groups",
+        "Oldest ready since",
+        "Running",
+    ];
     if !ctx.read_only {
         headers.push("");
     }
