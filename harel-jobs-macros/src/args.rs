@@ -30,10 +30,14 @@ mod kw {
     syn::custom_keyword!(unique);
     syn::custom_keyword!(hold);
     syn::custom_keyword!(queue);
+    syn::custom_keyword!(derive);
 }
 
 /// The valid keys, as listed in the "unknown argument" error.
-pub(crate) const KEYS: &str = "`max_attempts`, `priority`, `timeout`, `backoff`, `backoff_max`, `retain`, `unique`, `queue`, `kind`, `crate`";
+pub(crate) const KEYS: &str = "`max_attempts`, `priority`, `timeout`, `backoff`, `backoff_max`, `retain`, `unique`, `queue`, `kind`, `derive`, `crate`";
+
+/// The traits the job struct always derives: `derive(…)` must not name them again.
+const ALWAYS_DERIVED: [&str; 2] = ["Serialize", "Deserialize"];
 
 /// The highest priority (`Priority::HIGHEST` in harel-jobs).
 pub(crate) const MAX_PRIORITY: u8 = 4;
@@ -74,6 +78,9 @@ pub(crate) struct JobArgs {
     pub(crate) unique: Option<UniqueArgs>,
     pub(crate) kind: Option<Spanned<String>>,
     pub(crate) queue: Option<Spanned<String>>,
+    /// The traits of `derive(…)`, as written (paths keep their spans, so that rustc reports
+    /// an unknown trait, or a field that does not implement it, at the user's token).
+    pub(crate) derives: Vec<Path>,
     pub(crate) krate: Option<Path>,
     /// Every meaningful mistake, each at its own span.
     pub(crate) errors: Errors,
@@ -163,6 +170,14 @@ impl JobArgs {
             let parsed = parse_kind(&value);
             if let Some(value) = self.accept("kind", key, parsed) {
                 self.kind = Some(value);
+            }
+        } else if lookahead.peek(kw::derive) {
+            let key = input.parse::<kw::derive>()?.span;
+            let derives = parse_derive(key, input, &mut self.errors)?;
+            if self.seen_before("derive") {
+                self.errors.push(repeated(key, "derive"));
+            } else {
+                self.derives = derives;
             }
         } else if lookahead.peek(Token![crate]) {
             let key = input.parse::<Token![crate]>()?.span;
@@ -434,6 +449,71 @@ impl UniqueArgs {
         }
         Some(indexes)
     }
+}
+
+/// What follows the `derive` keyword: `(Trait, path::Trait, …)`. The list is returned less
+/// the traits that are mistakes (each recorded in `errors`): a trait the job struct derives
+/// already, a repeated one, an empty list, or `derive = …`.
+fn parse_derive(key: Span, input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Vec<Path>> {
+    if input.peek(Token![=]) {
+        let value = value(input)?;
+        errors.push(syn::Error::new(
+            value.span(),
+            "`derive` takes a list of traits in parentheses, e.g. `derive(Clone, Debug)`",
+        ));
+        return Ok(Vec::new());
+    }
+    if !input.peek(syn::token::Paren) {
+        errors.push(syn::Error::new(
+            key,
+            "`derive` needs a list of traits in parentheses, e.g. `derive(Clone, Debug)`",
+        ));
+        return Ok(Vec::new());
+    }
+    let content;
+    parenthesized!(content in input);
+    let paths =
+        Punctuated::<Path, Token![,]>::parse_terminated_with(&content, Path::parse_mod_style)?;
+    if paths.is_empty() {
+        errors.push(syn::Error::new(
+            key,
+            "`derive()` names no trait: list the traits to derive, e.g. `derive(Clone, Debug)`, or leave `derive` out",
+        ));
+    }
+    let mut kept: Vec<Path> = Vec::with_capacity(paths.len());
+    for path in paths {
+        let last = path
+            .segments
+            .last()
+            .map(|segment| segment.ident.unraw().to_string())
+            .unwrap_or_default();
+        if ALWAYS_DERIVED.contains(&last.as_str()) {
+            errors.push(syn::Error::new(
+                path.span(),
+                format!(
+                    "the job struct always derives serde's `Serialize` and `Deserialize` (through harel-jobs): remove `{last}` from `derive(…)`"
+                ),
+            ));
+        } else if kept.iter().any(|seen| same_path(seen, &path)) {
+            errors.push(syn::Error::new(
+                path.span(),
+                format!("`{last}` is named more than once in `derive(…)`"),
+            ));
+        } else {
+            kept.push(path);
+        }
+    }
+    Ok(kept)
+}
+
+/// Whether two paths are written the same (raw or not).
+fn same_path(a: &Path, b: &Path) -> bool {
+    a.leading_colon.is_some() == b.leading_colon.is_some()
+        && a.segments.len() == b.segments.len()
+        && a.segments
+            .iter()
+            .zip(&b.segments)
+            .all(|(a, b)| a.ident.unraw() == b.ident.unraw())
 }
 
 /// `= value`. The value is read as any expression, so that a wrong kind of value (a path,
@@ -791,6 +871,58 @@ mod tests {
         assert_eq!(args.priority.as_ref().unwrap().value, 1);
         let args: JobArgs = parse_quote!(crate = a, crate = b);
         assert_eq!(messages(&args), ["`crate` is given more than once"]);
+    }
+
+    #[test]
+    fn derive_lists_traits() {
+        let args: JobArgs = parse_quote!(derive(Clone, Debug, ::core::hash::Hash,), priority = 1);
+        assert!(args.errors.is_empty(), "{:?}", messages(&args));
+        let derives: Vec<String> = args
+            .derives
+            .iter()
+            .map(|path| path.to_token_stream().to_string())
+            .collect();
+        assert_eq!(derives, ["Clone", "Debug", ":: core :: hash :: Hash"]);
+        assert_eq!(args.priority.as_ref().unwrap().value, 1);
+    }
+
+    #[test]
+    fn derive_errors() {
+        let args: JobArgs = parse_quote!(derive());
+        assert_eq!(
+            messages(&args),
+            [
+                "`derive()` names no trait: list the traits to derive, e.g. `derive(Clone, Debug)`, or leave `derive` out"
+            ]
+        );
+        let args: JobArgs =
+            parse_quote!(derive(Clone, Serialize, serde::Deserialize, Clone, Debug));
+        assert_eq!(
+            messages(&args),
+            [
+                "the job struct always derives serde's `Serialize` and `Deserialize` (through harel-jobs): remove `Serialize` from `derive(…)`",
+                "the job struct always derives serde's `Serialize` and `Deserialize` (through harel-jobs): remove `Deserialize` from `derive(…)`",
+                "`Clone` is named more than once in `derive(…)`",
+            ]
+        );
+        assert_eq!(args.derives.len(), 2);
+        let args: JobArgs = parse_quote!(derive = Clone, priority = 1);
+        assert_eq!(
+            messages(&args),
+            ["`derive` takes a list of traits in parentheses, e.g. `derive(Clone, Debug)`"]
+        );
+        assert_eq!(args.priority.as_ref().unwrap().value, 1);
+        let args: JobArgs = parse_quote!(derive);
+        assert_eq!(messages(&args).len(), 1);
+        let args: JobArgs = parse_quote!(derive(Clone), derive(Debug));
+        assert_eq!(messages(&args), ["`derive` is given more than once"]);
+        assert_eq!(args.derives.len(), 1);
+        for source in ["derive(\"Clone\")", "derive(Clone Debug)", "derive[Clone]"] {
+            assert!(
+                syn::parse_str::<JobArgs>(source).is_err(),
+                "{source} should not parse"
+            );
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::signature::{ItemFn, JobFn};
 /// generated items too unless the signature itself is unusable; appends one
 /// `compile_error!` per mistake.
 pub(crate) fn job(args: TokenStream, item: TokenStream) -> TokenStream {
-    let item_fn: ItemFn = match syn::parse2(item.clone()) {
+    let mut item_fn: ItemFn = match syn::parse2(item.clone()) {
         Ok(item_fn) => item_fn,
         Err(_) => {
             let error = syn::Error::new(
@@ -37,6 +37,7 @@ pub(crate) fn job(args: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     let mut errors = Errors::default();
+    take_derive_attrs(&mut item_fn, &mut errors);
     let args = match syn::parse2::<JobArgs>(args) {
         Ok(mut args) => {
             errors.append(std::mem::take(&mut args.errors));
@@ -67,6 +68,28 @@ pub(crate) fn job(args: TokenStream, item: TokenStream) -> TokenStream {
     };
     errors.append(signature_errors);
     quote!(#expansion #errors)
+}
+
+/// Removes `#[derive(…)]` from the function (where rustc would refuse it, E0774), each with
+/// an error that says where it belongs: `#[job(derive(…))]`. Only a `#[derive]` written
+/// below `#[job]` reaches the macro; one above it is rustc's own error.
+fn take_derive_attrs(item_fn: &mut ItemFn, errors: &mut Errors) {
+    item_fn.attrs.retain(|attr| {
+        if !attr.path().is_ident("derive") {
+            return true;
+        }
+        let traits = match &attr.meta {
+            syn::Meta::List(list) => list.tokens.to_string(),
+            _ => String::new(),
+        };
+        errors.push(syn::Error::new_spanned(
+            attr,
+            format!(
+                "`#[derive]` cannot go on a function: to derive traits for the job struct, write `#[job(derive({traits}))]`"
+            ),
+        ));
+        false
+    });
 }
 
 /// `send_welcome_email` -> `SendWelcomeEmail`, at the function name's span (so that
@@ -164,6 +187,8 @@ fn generate(
         ));
     }
     let separator = (!docs.is_empty()).then(|| quote!(#[doc = ""]));
+    let derives = &args.derives;
+    let derive = (!derives.is_empty()).then(|| quote!(#[derive(#(#derives),*)]));
     let serde_crate = LitStr::new(
         &quote!(#private::serde).to_string().replace(' ', ""),
         Span::call_site(),
@@ -171,6 +196,13 @@ fn generate(
 
     let field_idents: Vec<&Ident> = job.fields.iter().map(|f| &f.ident).collect();
     let field_types: Vec<&Type> = job.fields.iter().map(|f| &f.ty).collect();
+    // `pub` at the parameter's span: a field is then spanned over the user's tokens alone,
+    // and rustc reports a derived trait the field's type lacks there.
+    let field_pubs: Vec<TokenStream> = job
+        .fields
+        .iter()
+        .map(|f| quote_spanned!(f.ident.span()=> pub))
+        .collect();
     let field_docs: Vec<String> = job
         .fields
         .iter()
@@ -278,10 +310,11 @@ fn generate(
         #(#cfgs)*
         #[derive(#private::serde::Serialize, #private::serde::Deserialize)]
         #[serde(crate = #serde_crate)]
+        #derive
         #vis struct #struct_ident {
             #(
                 #[doc = #field_docs]
-                pub #field_idents: #field_types,
+                #field_pubs #field_idents: #field_types,
             )*
         }
 
@@ -561,6 +594,44 @@ mod tests {
         );
         assert!(!out.contains("struct"), "{out}");
         assert_eq!(out.matches("compile_error").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn derive_on_the_struct() {
+        let out = expand(
+            quote!(derive(Clone, Debug)),
+            quote!(
+                async fn ping(n: u32) {}
+            ),
+        );
+        assert!(
+            out.contains("# [derive (Clone , Debug)] pub struct Ping")
+                || out.contains("# [derive (Clone , Debug)] struct Ping"),
+            "{out}"
+        );
+        // none given: only serde's
+        let out = expand(
+            quote!(),
+            quote!(
+                async fn ping(n: u32) {}
+            ),
+        );
+        assert_eq!(out.matches("derive").count(), 1, "{out}");
+    }
+
+    #[test]
+    fn derive_on_the_function_is_moved_into_an_error() {
+        let out = expand(
+            quote!(),
+            quote!(
+                #[derive(Clone)]
+                async fn ping() {}
+            ),
+        );
+        assert!(out.starts_with("async fn ping () { }"), "{out}");
+        assert!(out.contains("struct Ping"), "{out}");
+        assert_eq!(out.matches("compile_error").count(), 1, "{out}");
+        assert!(out.contains("write `#[job(derive(Clone))]`"), "{out}");
     }
 
     #[test]

@@ -78,6 +78,7 @@ use proc_macro::TokenStream;
 /// | `retain` | duration string, longer than zero, at most 100 years: how long completed jobs of this type stay in the queue's history | the pool's `retain_completed`, else none (deleted at once) |
 /// | `unique` | bare, or a list of parameters, optionally with `hold = "<duration>"`: see [Unique jobs](#unique-jobs) | not unique |
 /// | `kind` | string, 1 to 255 bytes | the function's name |
+/// | `derive` | a parenthesised list of derive macros for the job struct: `derive(Clone, Debug)` | none besides serde's |
 /// | `crate` | path to harel-jobs | `::harel_jobs` |
 ///
 /// Durations are one or more `<integer><unit>` with the units `ms`, `s`, `m`, `h`, added up:
@@ -93,6 +94,20 @@ use proc_macro::TokenStream;
 /// `retain` keeps each completed job of this type in the queue's history for that long,
 /// where `Queue::job` finds it as completed, with its attempts and duration; the maintenance
 /// task prunes it after. It overrides the worker pool's `retain_completed` for this type.
+///
+/// `derive(…)` puts `#[derive(…)]` with those traits on the generated struct (the fields
+/// are the function's parameters, so each parameter's type must implement them; rustc
+/// reports one that does not at the parameter). `#[derive]` itself cannot go on a function
+/// (E0774): written below `#[job]`, it is reported with the `derive(…)` to write instead.
+/// `Serialize` and `Deserialize` are always derived and cannot be listed.
+///
+/// ```ignore
+/// #[job(derive(Clone, Debug, PartialEq))]
+/// async fn resize_image(image_id: i64, width: u32) { /* … */ }
+///
+/// let job = ResizeImage { image_id: 7, width: 640 };
+/// assert_eq!(job.clone(), job);
+/// ```
 ///
 /// `crate` is for code that reaches harel-jobs under another name (a re-export, a renamed
 /// dependency): every generated path starts with it, including serde and sqlx, which are
@@ -156,7 +171,8 @@ use proc_macro::TokenStream;
 /// - the function itself, unchanged but for `#[group]`;
 /// - `struct SendWelcomeEmail { pub user_id: i64, pub template: String }`, with the
 ///   function's visibility, its doc comments and `#[cfg]`s, and serde's `Serialize` and
-///   `Deserialize` (no other derive: a job may hold secrets, so it does not need `Debug`);
+///   `Deserialize`, and the traits of `derive(…)` (no others by default: a job may hold
+///   secrets, so it is not `Debug` unless asked);
 /// - `impl Job for SendWelcomeEmail`: `KIND`, `options()` from the arguments, `group()`
 ///   from the `#[group]` parameter, and `unique()` from `unique`;
 /// - `impl Handler<AppState> for SendWelcomeEmail`, which calls the function with the
@@ -178,8 +194,9 @@ use proc_macro::TokenStream;
 ///
 /// Mistakes are compile errors at the offending token: a function that is not `async`, takes
 /// `self`, is generic, has two `#[group]` parameters, a context parameter that is not first
-/// or marked `#[group]`, a parameter that is a pattern or a reference; an unknown (the
-/// message lists the valid keys) or repeated key, an out-of-range number, a malformed
+/// or marked `#[group]`, a parameter that is a pattern or a reference, a `#[derive]` on the
+/// function; an unknown (the message lists the valid keys) or repeated key, an empty or
+/// repeated `derive(…)` list or one naming serde's traits, an out-of-range number, a malformed
 /// duration, a name in `unique(…)` that is not a parameter (the message lists them). A return type that is not a job result, or a `#[group]` type without `Display`,
 /// is reported at that type. All are reported at once, and the function is still emitted, so
 /// an IDE keeps working while the attribute is wrong.

@@ -1,0 +1,8 @@
+use harel_jobs::job;
+
+#[job(derive(Clone, Serialize))]
+async fn send(user_id: i64) {
+    let _ = user_id;
+}
+
+fn main() {}

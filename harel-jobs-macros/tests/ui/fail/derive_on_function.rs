@@ -1,0 +1,9 @@
+use harel_jobs::job;
+
+#[job]
+#[derive(Clone, Debug)]
+async fn send(user_id: i64) {
+    let _ = user_id;
+}
+
+fn main() {}
