@@ -41,6 +41,8 @@
 //! - **Operators**: [`Queue`] (look jobs and groups up, cancel, dead letters); with the
 //!   `cli` feature the `harel-jobs` command line (`cli`), with the `dashboard` feature a web
 //!   dashboard (`dashboard::router`).
+//! - **Testing** (feature `testing`): `testing::TestQueue` (a fresh queue per test, and
+//!   assertions on what was enqueued) and `testing::TestWorker` (jobs run in-process).
 //! - **Setup**: [`connect`] (waits for the database; [`ConnectConfig`] for
 //!   [`connect_with`]), [`migrate`] (safe from every process at once), [`Schema`].
 //!
@@ -80,6 +82,8 @@ mod queue;
 mod queue_control;
 mod retry;
 mod schema;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod transport;
 mod worker;
 

@@ -170,6 +170,16 @@ impl Queue {
     /// [`QueueError::InvalidArgument`] for a limit outside 1..=1000;
     /// [`QueueError::Database`].
     pub async fn jobs(&self, query: &JobQuery) -> Result<JobPage, QueueError> {
+        self.jobs_on(&self.pool, query).await
+    }
+
+    /// [`jobs`](Self::jobs) through `executor` (a transaction sees the jobs it enqueued
+    /// before committing).
+    pub(crate) async fn jobs_on<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        query: &JobQuery,
+    ) -> Result<JobPage, QueueError> {
         if query.limit == 0 || query.limit > MAX_PAGE {
             return Err(QueueError::InvalidArgument("a page holds 1 to 1,000 jobs"));
         }
@@ -185,7 +195,7 @@ impl Queue {
         .bind(i32::try_from(query.limit).unwrap_or(100))
         .bind(query.queue.as_deref())
         .persistent(self.statements.persistent())
-        .fetch_all(&self.pool)
+        .fetch_all(executor)
         .await
         .map_err(DatabaseError::new)?;
         let mut jobs = Vec::with_capacity(rows.len());

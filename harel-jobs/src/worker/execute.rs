@@ -32,14 +32,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     shared
         .inflight
         .insert(message.lease.clone(), cancel.clone(), Arc::clone(&flags));
-    let span = tracing::info_span!(
-        "harel_job",
-        kind = %message.kind,
-        queue = %shared.lanes[lane].queue,
-        group = %message.lease.group,
-        message_id = seq,
-        attempt = message.attempt,
-    );
+    let span = job_span(&message, &shared.lanes[lane].queue);
     let slot = tokio::select! {
         biased;
         slot = Arc::clone(&shared.lanes[lane].slots).acquire_owned() => slot.ok(),
@@ -97,6 +90,18 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     }
 }
 
+/// The span one attempt of `message` runs in.
+pub(super) fn job_span(message: &ClaimedMessage, queue: &str) -> tracing::Span {
+    tracing::info_span!(
+        "harel_job",
+        kind = %message.kind,
+        queue = %queue,
+        group = %message.lease.group,
+        message_id = message.lease.seq,
+        attempt = message.attempt,
+    )
+}
+
 /// Why an attempt ended without a result from the handler.
 enum Interrupted {
     Panicked(String),
@@ -105,7 +110,7 @@ enum Interrupted {
 
 /// Runs one attempt of `message` (unless it is out of attempts) and says what it came to,
 /// with the limits of its job type.
-async fn attempt<S: Send + Sync + 'static>(
+pub(super) async fn attempt<S: Send + Sync + 'static>(
     shared: &Shared<S>,
     lane: usize,
     message: &ClaimedMessage,
@@ -208,7 +213,7 @@ async fn attempt<S: Send + Sync + 'static>(
 }
 
 /// The policy's decision for `attempted`, logged.
-fn decided(attempt: u32, limits: Limits, attempted: Attempted) -> Outcome {
+pub(super) fn decided(attempt: u32, limits: Limits, attempted: Attempted) -> Outcome {
     if let Attempted::Snoozed(delay)
     | Attempted::Failed {
         retry_after: Some(delay),

@@ -29,10 +29,12 @@ mod fault;
 mod fetch;
 mod heartbeat;
 mod inflight;
+#[cfg(feature = "testing")]
+pub(crate) mod inline;
 mod lane;
 mod listen;
 mod maintain;
-mod outcome;
+pub(crate) mod outcome;
 mod registry;
 mod report;
 mod schedule;
@@ -165,6 +167,14 @@ impl<S: Send + Sync + 'static> Worker<S> {
             ended: None,
             stats: Box::new(move || stats.stats.snapshot()),
         }
+    }
+}
+
+#[cfg(feature = "testing")]
+impl<S> Worker<S> {
+    /// The pool's shared state, for running jobs in-process (`testing`).
+    pub(crate) fn into_shared(self) -> Arc<Shared<S>> {
+        self.shared
     }
 }
 

@@ -1,0 +1,616 @@
+//! Helpers for testing the application's own jobs (cargo feature `testing`).
+//!
+//! - [`TestQueue`]: a fresh, migrated queue in a schema of its own, for one test; tests
+//!   using one each run in parallel without seeing each other's jobs. Dropped with
+//!   [`TestQueue::cleanup`] (or, best effort, when the value is dropped).
+//! - Assertions on what was enqueued, through the test's own connection or transaction, so
+//!   they see jobs its uncommitted transaction enqueued: [`TestQueue::enqueued`],
+//!   [`TestQueue::assert_enqueued`], [`TestQueue::assert_nothing_enqueued`].
+//! - [`TestWorker`]: runs jobs in the test's task, without a worker pool: one
+//!   ([`TestWorker::work_one`]) or all that are due ([`TestWorker::work_until_idle`]),
+//!   optionally inside the test's transaction, and returns what became of each
+//!   ([`WorkedJob`]).
+//!
+//! ```no_run
+//! use harel_jobs::testing::{TestQueue, TestWorker, WorkOutcome};
+//! use harel_jobs::{job, JobContext, JobResult};
+//!
+//! #[job]
+//! async fn send_welcome_email(_ctx: JobContext<()>, user_id: i64) -> JobResult {
+//!     Ok(())
+//! }
+//!
+//! // a `#[tokio::test]`
+//! async fn signup_sends_a_welcome_email() -> Result<(), Box<dyn std::error::Error>> {
+//!     let queue = TestQueue::new().await?; // DATABASE_URL, a schema of its own
+//!     let worker = TestWorker::new(queue.worker(()).register::<SendWelcomeEmail>())?;
+//!
+//!     let mut tx = queue.pool().begin().await?;
+//!     // the code under test enqueues through the queue it is given
+//!     queue.queue().enqueue(&mut *tx, SendWelcomeEmail { user_id: 42 }).await?;
+//!     queue.assert_enqueued::<SendWelcomeEmail>(&mut *tx, |job| job.user_id == 42).await;
+//!
+//!     let worked = worker.work_until_idle(&mut *tx).await?;
+//!     assert_eq!(worked.len(), 1);
+//!     assert_eq!(worked[0].outcome, WorkOutcome::Succeeded);
+//!     queue.assert_nothing_enqueued(&mut *tx).await;
+//!     tx.rollback().await?; // nothing of it stays
+//!
+//!     queue.cleanup().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Which schema
+//!
+//! A `TestQueue` from [`new`](TestQueue::new), [`connect`](TestQueue::connect) or
+//! [`with_pool`](TestQueue::with_pool) lives in a fresh schema (`harel_test_` and 16 random
+//! hex digits), so code under test must enqueue through the [`Queue`] it is handed
+//! ([`TestQueue::queue`]), or with `.schema(queue.schema())`: an enqueue that names no
+//! schema goes to the default one, `harel`, which the test queue does not see.
+//!
+//! With `#[sqlx::test]`, which gives each test a database of its own, the default schema is
+//! free: [`TestQueue::with_schema`]`(pool, Schema::default())` migrates it there, and code
+//! that enqueues without naming a schema is tested as it is.
+//!
+//! ```no_run
+//! # use harel_jobs::{Schema, testing::TestQueue};
+//! // a `#[sqlx::test]` (sqlx's `migrate` feature), given a database of its own
+//! async fn with_a_database_of_its_own(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//!     let queue = TestQueue::with_schema(pool, Schema::default()).await?;
+//!     // … enqueue with `.enqueue(&pool)` as the application does, then assert and work
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # What differs from a worker pool
+//!
+//! A [`TestWorker`] is built from the same [`WorkerBuilder`] and runs a job through the
+//! pool's own code: the same claim (one group at a time, by priority, then age), decoding,
+//! timeout and panic capture, the same retry policy (backoff, `JobError` actions, dead
+//! letters after the last attempt) and the same settle. It has no background tasks, so:
+//! - no heartbeat: a handler that runs longer than the pool's lease (30 s by default) may
+//!   lose it, and its outcome is then [`WorkOutcome::LeaseLost`]; a cancel asked for while
+//!   the handler runs is seen when its outcome is written ([`WorkOutcome::Cancelled`]), not
+//!   signalled to the handler;
+//! - no waiting: a retried or snoozed job becomes due after its delay, and until then
+//!   [`work_until_idle`](TestWorker::work_until_idle) does not see it. To run a job to its
+//!   dead letter in one call, give the pool a zero backoff
+//!   (`.backoff(Backoff::fixed(Duration::ZERO))`; a job type's own `#[job(backoff = …)]`
+//!   still wins);
+//! - inside the test's transaction, the claim and the outcome are part of that
+//!   transaction, but what the handler does through its own pool is not, and
+//!   [`JobContext::complete_in`](crate::JobContext::complete_in) on another connection
+//!   waits for the test's transaction (work on the pool for such handlers:
+//!   `worker.work_one(queue.pool())`);
+//! - periodic schedules are not fired, and no maintenance runs.
+//!
+//! # Cleanup
+//!
+//! [`TestQueue::cleanup`] drops the schema (and closes the pool it opened); call it at the end of the
+//! test. A `TestQueue` dropped without it (the test failed or panicked first) drops its
+//! schema from its `Drop`, on a thread and connection of its own: it waits up to 5 s for the
+//! `DROP SCHEMA`, then leaves it running in the background (retrying for up to 30 s), since
+//! a transaction of the test that still holds locks in the schema can end only once the
+//! test's runtime runs again. A schema whose cleanup never ran (the process was killed) is
+//! named `harel_test_…`: drop those by hand.
+
+use std::fmt;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Acquire, AssertSqlSafe, Connection, PgConnection, PgPool, Postgres};
+
+use crate::enqueue::JobId;
+use crate::error::{ConfigError, DatabaseError, MigrateError, QueueError, TransportError};
+use crate::job::Job;
+use crate::queue::{JobInfo, JobQuery, Queue, StateFilter};
+use crate::schema::Schema;
+use crate::transport::LeaseOutcome;
+use crate::worker::inline::{self, Inline};
+use crate::worker::{Worker, WorkerBuilder};
+
+/// How many jobs [`TestWorker::work_until_idle`] runs at most before it gives up.
+pub const MAX_WORKED: usize = 10_000;
+
+/// How long a dropped [`TestQueue`] waits for its schema to be dropped.
+const DROP_WAIT: Duration = Duration::from_secs(5);
+
+/// How long the cleanup of a dropped [`TestQueue`] keeps trying.
+const DROP_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// Why a test helper failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestError {
+    /// [`TestQueue::new`] needs `DATABASE_URL`.
+    #[error("DATABASE_URL is not set: point it at the test database")]
+    NoDatabaseUrl,
+    /// `DATABASE_URL` (or the URL given) is not a PostgreSQL URL.
+    #[error("invalid database url: {0}")]
+    InvalidUrl(String),
+    /// The database failed or refused a statement.
+    #[error("test database: {0}")]
+    Database(#[from] DatabaseError),
+    /// Migrating the test schema failed.
+    #[error("migrating the test queue: {0}")]
+    Migrate(#[from] MigrateError),
+    /// The worker builder's configuration is invalid.
+    #[error("test worker: {0}")]
+    Config(#[from] ConfigError),
+    /// A claim or an outcome could not be written.
+    #[error("test worker: {0}")]
+    Transport(#[from] TransportError),
+    /// Listing the queue's jobs failed.
+    #[error("listing jobs: {0}")]
+    Queue(#[from] QueueError),
+    /// A queued job of the kind asked for does not decode as its type.
+    #[error("job {id} of kind {kind:?} does not decode: {reason}")]
+    Decode {
+        /// The job.
+        id: JobId,
+        /// Its kind.
+        kind: String,
+        /// serde's message.
+        reason: String,
+    },
+    /// [`TestWorker::work_until_idle`] ran [`MAX_WORKED`] jobs and more were still due (a
+    /// job that snoozes for zero, or enqueues itself again?).
+    #[error("still busy after {0} jobs")]
+    StillBusy(usize),
+}
+
+/// A fresh, migrated queue for one test: its own schema, dropped by
+/// [`cleanup`](Self::cleanup) (or, best effort, on drop; see the [module](self) docs).
+pub struct TestQueue {
+    queue: Queue,
+    /// The pool was made by [`connect`](Self::connect): `cleanup` closes it.
+    owns_pool: bool,
+    /// Set once the schema was dropped (or handed back): nothing left for `Drop`.
+    cleaned: bool,
+}
+
+impl fmt::Debug for TestQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // not the pool's options: they hold the password
+        f.debug_struct("TestQueue")
+            .field("schema", &self.queue.schema().name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestQueue {
+    /// A queue in a fresh schema of the database `DATABASE_URL` names.
+    ///
+    /// # Errors
+    /// [`TestError::NoDatabaseUrl`], [`TestError::InvalidUrl`], [`TestError::Database`] if
+    /// it cannot connect, [`TestError::Migrate`].
+    pub async fn new() -> Result<Self, TestError> {
+        let url = std::env::var("DATABASE_URL").map_err(|_| TestError::NoDatabaseUrl)?;
+        Self::connect(&url).await
+    }
+
+    /// A queue in a fresh schema of the database at `url`, on a pool of its own (10
+    /// connections).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub async fn connect(url: &str) -> Result<Self, TestError> {
+        let options: PgConnectOptions = url
+            .parse()
+            .map_err(|error: sqlx::Error| TestError::InvalidUrl(error.to_string()))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .connect_with(options)
+            .await
+            .map_err(DatabaseError::new)?;
+        let mut queue = Self::with_pool(pool).await?;
+        queue.owns_pool = true;
+        Ok(queue)
+    }
+
+    /// A queue in a fresh schema, on `pool`.
+    ///
+    /// # Errors
+    /// [`TestError::Migrate`].
+    pub async fn with_pool(pool: PgPool) -> Result<Self, TestError> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let name = format!("harel_test_{}", &id[..16]);
+        let schema = Schema::new(&name)?;
+        Self::with_schema(pool, schema).await
+    }
+
+    /// A queue in `schema` on `pool`, migrated; [`cleanup`](Self::cleanup) drops that
+    /// schema. For a database of the test's own (`#[sqlx::test]`), where the default
+    /// schema is free.
+    ///
+    /// # Errors
+    /// [`TestError::Migrate`].
+    pub async fn with_schema(pool: PgPool, schema: Schema) -> Result<Self, TestError> {
+        let queue = Self {
+            queue: Queue::with_schema(pool, schema),
+            owns_pool: false,
+            cleaned: false,
+        };
+        // on an error, `queue` is dropped here and its drop removes what was created
+        queue.queue.migrate().await?;
+        Ok(queue)
+    }
+
+    /// The queue: enqueue through it (or pass it to the code under test), look jobs up.
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        self.queue.pool()
+    }
+
+    /// The queue's schema.
+    pub fn schema(&self) -> &Schema {
+        self.queue.schema()
+    }
+
+    /// A worker builder for this queue (for [`TestWorker::new`], or a real pool).
+    pub fn worker<S: Send + Sync + 'static>(&self, state: S) -> WorkerBuilder<S> {
+        self.queue.worker(state)
+    }
+
+    /// The jobs of type `J` still in the queue (waiting, scheduled, running or retrying),
+    /// in enqueue order, as `connection` sees them: pass the test's transaction
+    /// (`&mut *tx`) to see what it enqueued before committing, or the pool. Read through
+    /// `harel_list_jobs`, the function behind [`Queue::jobs`].
+    ///
+    /// # Errors
+    /// [`TestError::Database`], [`TestError::Queue`]; [`TestError::Decode`] if one does not
+    /// decode as `J`.
+    pub async fn enqueued<'c, J: Job>(
+        &self,
+        connection: impl Acquire<'c, Database = Postgres>,
+    ) -> Result<Vec<EnqueuedJob<J>>, TestError> {
+        let jobs = self.queued(connection, Some(J::KIND)).await?;
+        jobs.into_iter()
+            .map(|info| {
+                let job = info.decode::<J>().map_err(|error| TestError::Decode {
+                    id: info.id,
+                    kind: info.kind.clone(),
+                    reason: error.to_string(),
+                })?;
+                Ok(EnqueuedJob { job, info })
+            })
+            .collect()
+    }
+
+    /// Asserts that a job of type `J` for which `matches` is true is in the queue
+    /// (waiting, scheduled, running or retrying), as `connection` sees it (see
+    /// [`enqueued`](Self::enqueued)), and returns the first one.
+    ///
+    /// # Panics
+    /// If there is none (the message lists the jobs of type `J` there are), or the queue
+    /// cannot be read.
+    pub async fn assert_enqueued<'c, J: Job>(
+        &self,
+        connection: impl Acquire<'c, Database = Postgres>,
+        matches: impl Fn(&J) -> bool,
+    ) -> EnqueuedJob<J> {
+        let jobs = match self.enqueued::<J>(connection).await {
+            Ok(jobs) => jobs,
+            Err(error) => panic!("assert_enqueued::<{}>: {error}", J::KIND),
+        };
+        let payloads: Vec<String> = jobs.iter().map(|job| job.info.payload.clone()).collect();
+        match jobs.into_iter().find(|job| matches(&job.job)) {
+            Some(job) => job,
+            None => panic!(
+                "assert_enqueued: no matching job of kind {:?} is queued; the queued ones: {payloads:?}",
+                J::KIND
+            ),
+        }
+    }
+
+    /// Asserts that no job of type `J` for which `matches` is true is in the queue, as
+    /// `connection` sees it.
+    ///
+    /// # Panics
+    /// If there is one (the message shows it), or the queue cannot be read.
+    pub async fn assert_not_enqueued<'c, J: Job>(
+        &self,
+        connection: impl Acquire<'c, Database = Postgres>,
+        matches: impl Fn(&J) -> bool,
+    ) {
+        let jobs = match self.enqueued::<J>(connection).await {
+            Ok(jobs) => jobs,
+            Err(error) => panic!("assert_not_enqueued::<{}>: {error}", J::KIND),
+        };
+        if let Some(job) = jobs.iter().find(|job| matches(&job.job)) {
+            panic!(
+                "assert_not_enqueued: job {} of kind {:?} is queued: {}",
+                job.info.id,
+                J::KIND,
+                job.info.payload
+            );
+        }
+    }
+
+    /// Asserts that the queue holds no job of any kind (waiting, scheduled, running or
+    /// retrying), as `connection` sees it.
+    ///
+    /// # Panics
+    /// If it holds one (the message lists them), or the queue cannot be read.
+    pub async fn assert_nothing_enqueued<'c>(
+        &self,
+        connection: impl Acquire<'c, Database = Postgres>,
+    ) {
+        match self.queued(connection, None).await {
+            Ok(jobs) if jobs.is_empty() => {}
+            Ok(jobs) => {
+                let listed: Vec<String> = jobs
+                    .iter()
+                    .map(|job| format!("{} {} {}", job.id, job.kind, job.payload))
+                    .collect();
+                panic!("assert_nothing_enqueued: the queue holds {listed:?}");
+            }
+            Err(error) => panic!("assert_nothing_enqueued: {error}"),
+        }
+    }
+
+    /// Every queued job (of `kind`, if given), following the listing's cursor.
+    async fn queued<'c>(
+        &self,
+        connection: impl Acquire<'c, Database = Postgres>,
+        kind: Option<&str>,
+    ) -> Result<Vec<JobInfo>, TestError> {
+        let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
+        let mut query = JobQuery::new()
+            .state(StateFilter::Queued)
+            .limit(crate::queue::MAX_PAGE);
+        if let Some(kind) = kind {
+            query = query.kind(kind);
+        }
+        let mut jobs = Vec::new();
+        loop {
+            let page = self.queue.jobs_on(&mut *connection, &query).await?;
+            jobs.extend(page.jobs);
+            match page.next {
+                Some(next) => query = query.after(next),
+                None => break,
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// Drops the queue's schema (everything in it), and closes the pool if
+    /// [`new`](Self::new) or [`connect`](Self::connect) opened it. Call it at the end
+    /// of the test, once its transactions have ended (one still open in the schema would
+    /// make it wait).
+    ///
+    /// # Errors
+    /// [`TestError::Database`]; the schema is then dropped on drop, best effort.
+    pub async fn cleanup(mut self) -> Result<(), TestError> {
+        let statement = drop_statement(self.queue.schema());
+        sqlx::query(AssertSqlSafe(statement))
+            .execute(self.queue.pool())
+            .await
+            .map_err(DatabaseError::new)?;
+        self.cleaned = true;
+        if self.owns_pool {
+            self.queue.pool().close().await;
+        }
+        Ok(())
+    }
+}
+
+fn drop_statement(schema: &Schema) -> String {
+    format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.quoted())
+}
+
+impl Drop for TestQueue {
+    /// Best effort: drops the schema on a thread, runtime and connection of its own (a
+    /// `Drop` cannot `.await`, and the test's runtime may be gone). Waits up to 5 s, then
+    /// lets it go on in the background (see the [module](self) docs).
+    fn drop(&mut self) {
+        if self.cleaned {
+            return;
+        }
+        let options = self.queue.pool().connect_options().as_ref().clone();
+        let statement = drop_statement(self.queue.schema());
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("harel-test-cleanup".to_owned())
+            .spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                runtime.block_on(drop_schema(options, statement));
+                let _ = done.send(());
+            });
+        if spawned.is_ok() {
+            let _ = wait.recv_timeout(DROP_WAIT);
+        }
+    }
+}
+
+/// Drops the schema, retrying while locks held by the test's transactions make it wait.
+async fn drop_schema(options: PgConnectOptions, statement: String) {
+    let deadline = tokio::time::Instant::now() + DROP_RETRY_FOR;
+    loop {
+        let attempt = async {
+            let mut connection = PgConnection::connect_with(&options).await?;
+            sqlx::query("SET lock_timeout = '1s'")
+                .execute(&mut connection)
+                .await?;
+            sqlx::query(AssertSqlSafe(statement.as_str()))
+                .execute(&mut connection)
+                .await?;
+            connection.close().await
+        };
+        match attempt.await {
+            Ok(()) => return,
+            Err(error) if tokio::time::Instant::now() >= deadline => {
+                tracing::warn!(error = %error, "could not drop a test queue's schema");
+                return;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// A job found in the queue by [`TestQueue::enqueued`]: the typed job and what the queue
+/// knows of it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct EnqueuedJob<J> {
+    /// The job, decoded.
+    pub job: J,
+    /// Its id, state, group, priority, attempts …
+    pub info: JobInfo,
+}
+
+/// Runs jobs in the test's task, through the worker pool's own code, without its
+/// background tasks (see the [module](self) docs for what differs).
+pub struct TestWorker<S> {
+    shared: std::sync::Arc<crate::worker::Shared<S>>,
+}
+
+impl<S> fmt::Debug for TestWorker<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestWorker").finish_non_exhaustive()
+    }
+}
+
+impl<S: Send + Sync + 'static> TestWorker<S> {
+    /// A test worker with `builder`'s job types, state, schema and limits (attempts,
+    /// backoff, timeout, retention, lease, priority floor).
+    ///
+    /// # Errors
+    /// [`TestError::Config`], as [`WorkerBuilder::build`].
+    pub fn new(builder: WorkerBuilder<S>) -> Result<Self, TestError> {
+        let worker: Worker<S> = builder.build()?;
+        Ok(Self {
+            shared: worker.into_shared(),
+        })
+    }
+
+    /// Claims the next due job as `connection` sees it (the test's transaction, `&mut
+    /// *tx`, or a pool), runs its handler, and writes its outcome there. `None`: nothing
+    /// is due.
+    ///
+    /// # Errors
+    /// [`TestError::Database`], [`TestError::Transport`] if the claim or the outcome cannot
+    /// be written. A failing handler is not an error: see [`WorkedJob::outcome`].
+    pub async fn work_one<'c>(
+        &self,
+        connection: impl Acquire<'c, Database = Postgres>,
+    ) -> Result<Option<WorkedJob>, TestError> {
+        let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
+        Ok(inline::work_one(&self.shared, &mut connection)
+            .await?
+            .map(WorkedJob::from))
+    }
+
+    /// Runs jobs as [`work_one`](Self::work_one) does until none is due, and returns what
+    /// became of each, in the order they ran. Retried and snoozed jobs wait for their delay
+    /// as they would in a pool, so a failing job runs once per call unless its delay is zero.
+    ///
+    /// # Errors
+    /// As [`work_one`](Self::work_one); [`TestError::StillBusy`] after [`MAX_WORKED`]
+    /// jobs.
+    pub async fn work_until_idle<'c>(
+        &self,
+        connection: impl Acquire<'c, Database = Postgres>,
+    ) -> Result<Vec<WorkedJob>, TestError> {
+        let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
+        let mut worked = Vec::new();
+        while let Some(job) = inline::work_one(&self.shared, &mut connection).await? {
+            worked.push(WorkedJob::from(job));
+            if worked.len() >= MAX_WORKED {
+                return Err(TestError::StillBusy(worked.len()));
+            }
+        }
+        Ok(worked)
+    }
+}
+
+/// One job a [`TestWorker`] ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkedJob {
+    /// The job's id.
+    pub id: JobId,
+    /// Its kind.
+    pub kind: String,
+    /// Its group.
+    pub group: String,
+    /// Which attempt this was, from 1.
+    pub attempt: u32,
+    /// What became of it.
+    pub outcome: WorkOutcome,
+}
+
+impl WorkedJob {
+    /// The handler's error, for an attempt that failed (retried or dead).
+    pub fn error(&self) -> Option<&str> {
+        match &self.outcome {
+            WorkOutcome::Retrying { error, .. } | WorkOutcome::Dead { error } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// What became of a job a [`TestWorker`] ran: the pool's decision, as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkOutcome {
+    /// The handler returned `Ok`: the job completed.
+    Succeeded,
+    /// The attempt failed and attempts remain: it runs again after `delay`.
+    Retrying {
+        /// The error (the handler's, a panic's, a timeout's).
+        error: String,
+        /// How long until it is due again.
+        delay: Duration,
+    },
+    /// It failed for good and moved to the dead letters.
+    Dead {
+        /// The error recorded with the dead letter.
+        error: String,
+    },
+    /// The handler snoozed it: it runs again after `delay`, the attempt given back.
+    Snoozed {
+        /// How long until it is due again.
+        delay: Duration,
+    },
+    /// A cancel was asked for while it ran: it ended as cancelled.
+    Cancelled,
+    /// The lease was lost before the outcome was written (the handler ran past the lease,
+    /// and another worker claimed the job): nothing was written.
+    LeaseLost,
+}
+
+impl From<Inline> for WorkedJob {
+    fn from(inline: Inline) -> Self {
+        use crate::worker::outcome::Outcome;
+        let outcome = match (inline.written, inline.outcome) {
+            (LeaseOutcome::Cancelled, _) => WorkOutcome::Cancelled,
+            (written, _) if !written.is_applied() && !inline.completed_in_tx => {
+                WorkOutcome::LeaseLost
+            }
+            (_, Outcome::Succeeded) => WorkOutcome::Succeeded,
+            (_, Outcome::Retry { delay, error }) => WorkOutcome::Retrying { error, delay },
+            (_, Outcome::Dead { error, .. }) => WorkOutcome::Dead { error },
+            (_, Outcome::Snooze(delay)) => WorkOutcome::Snoozed { delay },
+            // a test worker is never shut down; were it, the job was given back
+            (_, Outcome::Released { .. }) => WorkOutcome::LeaseLost,
+        };
+        Self {
+            id: JobId::new(inline.message.lease.seq),
+            kind: inline.message.kind,
+            group: inline.message.lease.group,
+            attempt: inline.message.attempt,
+            outcome,
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! One job, run in the caller's task on the caller's connection: the worker pool's own
+//! claim, attempt (`execute::attempt`: decode, timeout, panic capture), policy and settle,
+//! without its background tasks. What `harel_jobs::testing::TestWorker` is built on.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use sqlx::PgConnection;
+use tracing::Instrument;
+
+use super::Shared;
+use super::execute::{attempt, decided, job_span, panic_message};
+use super::outcome::{Attempted, Outcome};
+use crate::context::ExecutionFlags;
+use crate::error::TransportError;
+use crate::transport::{ClaimRequest, ClaimedMessage, LeaseOutcome, LeaseToken, Settlement};
+
+/// What became of one job run by [`work_one`].
+pub(crate) struct Inline {
+    pub message: ClaimedMessage,
+    pub outcome: Outcome,
+    pub written: LeaseOutcome,
+    /// The handler completed the job in its own transaction (`JobContext::complete_in`).
+    pub completed_in_tx: bool,
+}
+
+/// Claims the next due job on `connection` (one group of the pool's queues, in the order it
+/// serves them, with its lease and priority floor),
+/// runs it as a job task of the pool would, and writes its outcome on `connection`.
+/// `None`: nothing is due.
+pub(crate) async fn work_one<S: Send + Sync + 'static>(
+    shared: &Arc<Shared<S>>,
+    connection: &mut PgConnection,
+) -> Result<Option<Inline>, TransportError> {
+    // the pool's queues in its order, one claim each until one has a due job
+    let mut claimed = None;
+    for (lane, this) in shared.lanes.iter().enumerate() {
+        let request = ClaimRequest {
+            token: LeaseToken::new(),
+            lease: shared.config.lease,
+            min_priority: shared.config.min_priority,
+            limit: 1,
+            queue: Some(this.queue.clone()),
+        };
+        if let Some(message) = shared.transport.claim(&mut *connection, &request).await? {
+            claimed = Some((lane, message));
+            break;
+        }
+    }
+    let Some((lane, message)) = claimed else {
+        return Ok(None);
+    };
+    shared.stats.claimed(1);
+    let flags = Arc::new(ExecutionFlags::default());
+    let cancel = shared.hard_stop.child_token();
+    let span = job_span(&message, &shared.lanes[lane].queue);
+    let (attempted, limits) = AssertUnwindSafe(attempt(shared, lane, &message, cancel, &flags))
+        .catch_unwind()
+        .instrument(span.clone())
+        .await
+        .unwrap_or_else(|panic| {
+            let error = format!("job panicked: {}", panic_message(&*panic));
+            (Attempted::failed(error), shared.config.limits())
+        });
+    let outcome = {
+        let _entered = span.enter();
+        decided(message.attempt, limits, attempted)
+    };
+    let settlement = match (&outcome, limits.retain) {
+        (Outcome::Succeeded, Some(keep)) => Settlement::Retain { keep },
+        (outcome, _) => outcome.settlement(),
+    };
+    let written = shared
+        .transport
+        .settle(&mut *connection, &message.lease, settlement)
+        .await?;
+    let completed_in_tx = flags
+        .completed_in_tx
+        .load(std::sync::atomic::Ordering::Acquire);
+    match written {
+        LeaseOutcome::Cancelled => shared.stats.cancelled(),
+        LeaseOutcome::LeaseLost if completed_in_tx => shared.stats.settled(&outcome),
+        written if written.is_applied() => shared.stats.settled(&outcome),
+        _ => shared.stats.lease_lost(),
+    }
+    Ok(Some(Inline {
+        message,
+        outcome,
+        written,
+        completed_in_tx,
+    }))
+}

@@ -1,0 +1,82 @@
+//! The README's job example, tested with `harel_jobs::testing` as the README shows it.
+//!
+//! The README shows the part between the `README:` markers verbatim (its block is `ignore`d
+//! there: it needs the `testing` feature and a database); `the_readme_shows_this_test`
+//! fails when the two differ.
+
+use harel_jobs::{JobContext, JobResult, job};
+
+struct AppState {
+    smtp_host: String,
+}
+
+/// Sends the welcome mail (the README's job, as written there).
+#[job(max_attempts = 5, priority = 2)]
+async fn send_welcome_email(
+    ctx: JobContext<AppState>,
+    #[group] user_id: i64,
+    template: String,
+) -> JobResult {
+    println!("via {}: {template} to {user_id}", ctx.state().smtp_host);
+    Ok(())
+}
+
+// README: begin
+use harel_jobs::testing::{TestQueue, TestWorker, WorkOutcome};
+
+/// The code under test: signs a user up and enqueues their welcome mail, in one transaction.
+async fn sign_up(
+    queue: &harel_jobs::Queue,
+    tx: &mut sqlx::PgConnection,
+    user_id: i64,
+) -> Result<(), harel_jobs::PublishError> {
+    // … insert the user …
+    let mail = SendWelcomeEmail {
+        user_id,
+        template: "welcome".into(),
+    };
+    queue.enqueue(&mut *tx, mail).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn sign_up_sends_the_welcome_mail() -> Result<(), Box<dyn std::error::Error>> {
+    let queue = TestQueue::new().await?; // a fresh schema in DATABASE_URL's database
+    let state = AppState {
+        smtp_host: "smtp.test".into(),
+    };
+    let worker = TestWorker::new(queue.worker(state).register::<SendWelcomeEmail>())?;
+
+    let mut tx = queue.pool().begin().await?;
+    sign_up(queue.queue(), &mut tx, 42).await?;
+    // seen inside the uncommitted transaction
+    let mail = queue
+        .assert_enqueued::<SendWelcomeEmail>(&mut *tx, |mail| mail.user_id == 42)
+        .await;
+    assert_eq!(mail.info.group, "send_welcome_email:42");
+
+    // run it in-process, inside the transaction too
+    let worked = worker.work_until_idle(&mut *tx).await?;
+    assert_eq!(worked.len(), 1);
+    assert_eq!(worked[0].outcome, WorkOutcome::Succeeded);
+    queue.assert_nothing_enqueued(&mut *tx).await;
+
+    tx.rollback().await?;
+    queue.cleanup().await?;
+    Ok(())
+}
+// README: end
+
+#[test]
+fn the_readme_shows_this_test() {
+    let this = include_str!("readme.rs");
+    let begin = this.find("// README: begin\n").expect("begin marker") + 17;
+    let end = begin + this[begin..].find("// README: end").expect("end marker");
+    let shown = &this[begin..end];
+    let readme = include_str!("../README.md");
+    let block = format!("```rust,ignore\n{shown}```");
+    assert!(
+        readme.contains(&block),
+        "the README's testing example differs from tests/readme.rs; paste this block:\n{block}"
+    );
+}
