@@ -50,3 +50,28 @@ fn quickstart_runs_every_job_and_exits_zero() {
     assert!(position("step 1 (") < position("step 2 ("));
     assert!(position("step 2 (") < position("step 3 ("));
 }
+
+#[test]
+fn prometheus_prints_the_job_counters() {
+    let output = Command::new(example_binary("prometheus"))
+        .env("DATABASE_URL", harel_jobs_suite::database_url())
+        .output()
+        .expect("the prometheus example starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "failed:\n{stdout}\n{stderr}");
+    for expected in [
+        "harel_jobs_enqueued_total{kind=\"send_receipt\"} 3",
+        "harel_jobs_succeeded_total{kind=\"send_receipt\"} 3",
+        "harel_jobs_retried_total{kind=\"sync_partner\"} 1",
+        "harel_jobs_succeeded_total{kind=\"sync_partner\"} 1",
+        "harel_jobs_dead_lettered_total{kind=\"import_feed\"} 1",
+        "harel_jobs_handler_duration_seconds_count{kind=\"send_receipt\"} 3",
+        "harel_jobs_depth{schema=\"harel_prometheus\",state=\"queued\"}",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+}

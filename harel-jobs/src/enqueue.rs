@@ -291,7 +291,10 @@ impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
                 .publish_many_outcomes(self.executor, std::slice::from_ref(&message))
                 .await?;
             match outcomes.first().copied().map(Enqueued::from) {
-                Some(Enqueued::New(id)) => Ok(id),
+                Some(Enqueued::New(id)) => {
+                    crate::telemetry::enqueued(J::KIND, 1);
+                    Ok(id)
+                }
                 Some(Enqueued::Duplicate { existing }) => Err(PublishError::Duplicate { existing }),
                 None => Err(PublishError::Database(crate::error::DatabaseError::new(
                     sqlx::Error::RowNotFound,
@@ -433,7 +436,14 @@ impl JobBatch {
         let outcomes = transport
             .publish_many_outcomes(executor, &self.messages)
             .await?;
-        Ok(outcomes.into_iter().map(Enqueued::from).collect())
+        let outcomes: Vec<Enqueued> = outcomes.into_iter().map(Enqueued::from).collect();
+        #[cfg(feature = "metrics")]
+        for (message, outcome) in self.messages.iter().zip(&outcomes) {
+            if let Enqueued::New(_) = outcome {
+                crate::telemetry::enqueued(message.kind(), 1);
+            }
+        }
+        Ok(outcomes)
     }
 }
 

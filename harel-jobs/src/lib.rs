@@ -43,6 +43,8 @@
 //!   dashboard (`dashboard::router`).
 //! - **Testing** (feature `testing`): `testing::TestQueue` (a fresh queue per test, and
 //!   assertions on what was enqueued) and `testing::TestWorker` (jobs run in-process).
+//! - **Metrics** (feature `metrics`): counters, histograms and depth gauges through the
+//!   `metrics` facade; their names are the constants of [`telemetry`].
 //! - **Setup**: [`connect`] (waits for the database; [`ConnectConfig`] for
 //!   [`connect_with`]), [`migrate`] (safe from every process at once), [`Schema`].
 //!
@@ -82,6 +84,7 @@ mod queue;
 mod queue_control;
 mod retry;
 mod schema;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod transport;

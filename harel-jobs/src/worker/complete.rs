@@ -29,6 +29,8 @@ pub(crate) struct Finished {
     /// The pool's lane (queue) the job ran in.
     pub lane: usize,
     pub lease: Lease,
+    /// The job's kind, as a metrics label.
+    pub kind: &'static str,
     pub outcome: Outcome,
     /// How long to keep the job in the history if it succeeded (`None`: not at all).
     pub retain: Option<Duration>,
@@ -81,19 +83,24 @@ async fn flush<S: Send + Sync + 'static>(
         .drain(..)
         .map(|finished| {
             let settlement = finished.settlement();
-            outcomes.push((finished.lane, finished.outcome, finished.completed_in_tx));
+            outcomes.push((
+                finished.lane,
+                finished.kind,
+                finished.outcome,
+                finished.completed_in_tx,
+            ));
             (finished.lease, settlement)
         })
         .collect();
     let written = writer.write(shared, &settlements).await;
-    for (((lease, _), (lane, outcome, completed_in_tx)), written) in
+    for (((lease, _), (lane, kind, outcome, completed_in_tx)), written) in
         settlements.iter().zip(&outcomes).zip(written)
     {
         shared.inflight.remove(lease.seq);
         match written {
             Written::AsDecided(LeaseOutcome::Cancelled)
             | Written::AsDeadLetter(LeaseOutcome::Cancelled) => {
-                shared.stats.cancelled();
+                shared.stats.cancelled(kind);
                 tracing::info!(
                     group = %lease.group,
                     message_id = lease.seq,
@@ -104,7 +111,7 @@ async fn flush<S: Send + Sync + 'static>(
                 if completed_in_tx.completed_in_tx.load(Ordering::Acquire) =>
             {
                 // the handler's own transaction completed it (and committed)
-                shared.stats.settled(outcome);
+                shared.stats.settled(kind, outcome);
             }
             Written::AsDecided(written) if written.is_applied() => {
                 if written == LeaseOutcome::AlreadyApplied {
@@ -113,20 +120,20 @@ async fn flush<S: Send + Sync + 'static>(
                 if let Some(wait) = outcome.wait() {
                     shared.lanes[*lane].wake_after(wait);
                 }
-                shared.stats.settled(outcome);
+                shared.stats.settled(kind, outcome);
             }
             Written::AsDeadLetter(written) if written.is_applied() => {
-                shared.stats.dead_lettered();
+                shared.stats.dead_lettered(kind);
             }
-            Written::AsDecided(_) | Written::AsDeadLetter(_) => lost(shared, lease),
+            Written::AsDecided(_) | Written::AsDeadLetter(_) => lost(shared, lease, kind),
             Written::Dropped => shared.stats.outcome_dropped(),
         }
     }
     shared.wake_all();
 }
 
-fn lost<S>(shared: &Shared<S>, lease: &Lease) {
-    shared.stats.lease_lost();
+fn lost<S>(shared: &Shared<S>, lease: &Lease, kind: &'static str) {
+    shared.stats.lease_lost(kind);
     tracing::warn!(
         group = %lease.group,
         message_id = lease.seq,
@@ -291,6 +298,7 @@ impl Writer {
     ) -> Attempt {
         let limit = shared.config.database_timeout;
         let receipt = self.receipt;
+        let started = std::time::Instant::now();
         let call = async {
             let mut unit = self.connection.unit().await?;
             let outcomes = shared
@@ -303,6 +311,7 @@ impl Writer {
         };
         match bounded(limit, call).await {
             Ok(outcomes) => {
+                crate::telemetry::settle_round_trip(started.elapsed());
                 self.receipt = receipt.next();
                 Attempt::Written(outcomes)
             }

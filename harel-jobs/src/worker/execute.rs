@@ -29,9 +29,13 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let seq = message.lease.seq;
     let cancel = shared.hard_stop.child_token();
     let flags = Arc::new(ExecutionFlags::default());
-    shared
-        .inflight
-        .insert(message.lease.clone(), cancel.clone(), Arc::clone(&flags));
+    let kind = shared.registry.label(&message.kind);
+    shared.inflight.insert(
+        message.lease.clone(),
+        kind,
+        cancel.clone(),
+        Arc::clone(&flags),
+    );
     let span = job_span(&message, &shared.lanes[lane].queue);
     let slot = tokio::select! {
         biased;
@@ -78,6 +82,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let finished = Finished {
         lane,
         lease: message.lease,
+        kind,
         outcome,
         retain: limits.retain,
         completed_in_tx: flags,
@@ -166,6 +171,13 @@ pub(super) async fn attempt<S: Send + Sync + 'static>(
         }
     };
 
+    let kind = shared.registry.label(&message.kind);
+    if message.attempt == 1 {
+        let latency = (chrono::Utc::now() - message.enqueued_at)
+            .to_std()
+            .unwrap_or_default();
+        crate::telemetry::started(kind, latency);
+    }
     let started = Instant::now();
     let timeout = options.timeout.or(config.timeout);
     let guarded = async {
@@ -186,6 +198,7 @@ pub(super) async fn attempt<S: Send + Sync + 'static>(
         }
     };
     shared.lanes[lane].record_run_time(started.elapsed());
+    crate::telemetry::handler_ran(kind, started.elapsed());
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "handler ended"

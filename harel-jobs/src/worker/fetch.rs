@@ -88,8 +88,10 @@ async fn run_lane<S: Send + Sync + 'static>(
         };
 
         let limit = shared.config.database_timeout;
+        let started = std::time::Instant::now();
         let claimed = match bounded(limit, claim(&shared, lane, &mut connection, &request)).await {
             Ok(claimed) => {
+                crate::telemetry::claim_round_trip(started.elapsed());
                 error_backoff = Duration::from_millis(100);
                 claimed
             }
@@ -117,7 +119,9 @@ async fn run_lane<S: Send + Sync + 'static>(
             release_unstarted(&shared, &mut connection, claimed).await;
             break;
         }
-        shared.stats.claimed(got as u64);
+        for message in &claimed {
+            shared.stats.claimed(shared.registry.label(&message.kind));
+        }
         for message in claimed {
             let Some(permit) = permits.split(1) else {
                 break; // cannot happen: the claim returns at most `wanted` messages

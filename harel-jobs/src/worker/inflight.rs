@@ -23,6 +23,8 @@ enum Phase {
 
 struct Entry {
     lease: Lease,
+    /// The job's kind, as a metrics label.
+    kind: &'static str,
     cancel: CancellationToken,
     flags: Arc<ExecutionFlags>,
     phase: Phase,
@@ -43,9 +45,16 @@ impl InFlight {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn insert(&self, lease: Lease, cancel: CancellationToken, flags: Arc<ExecutionFlags>) {
+    pub fn insert(
+        &self,
+        lease: Lease,
+        kind: &'static str,
+        cancel: CancellationToken,
+        flags: Arc<ExecutionFlags>,
+    ) {
         let entry = Entry {
             lease,
+            kind,
             cancel,
             flags,
             phase: Phase::Running,
@@ -81,7 +90,7 @@ impl InFlight {
     /// The heartbeat found these leases lost: cancel their handlers. Returns the ones whose
     /// handler was still running (the others are being completed and will be told), except
     /// those the handler completed in its own transaction (no loss: that is how it ends).
-    pub fn mark_lost(&self, lost: &[Lease]) -> Vec<Lease> {
+    pub fn mark_lost(&self, lost: &[Lease]) -> Vec<(Lease, &'static str)> {
         let mut entries = self.entries();
         let mut running = Vec::new();
         for lease in lost {
@@ -91,7 +100,7 @@ impl InFlight {
                 entry.phase = Phase::Lost;
                 entry.cancel.cancel();
                 if !entry.flags.completed_in_tx.load(Ordering::Acquire) {
-                    running.push(lease.clone());
+                    running.push((lease.clone(), entry.kind));
                 }
             }
         }

@@ -51,7 +51,8 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
     let Some((lane, message)) = claimed else {
         return Ok(None);
     };
-    shared.stats.claimed(1);
+    let kind = shared.registry.label(&message.kind);
+    shared.stats.claimed(kind);
     let flags = Arc::new(ExecutionFlags::default());
     let cancel = shared.hard_stop.child_token();
     let span = job_span(&message, &shared.lanes[lane].queue);
@@ -79,10 +80,10 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
         .completed_in_tx
         .load(std::sync::atomic::Ordering::Acquire);
     match written {
-        LeaseOutcome::Cancelled => shared.stats.cancelled(),
-        LeaseOutcome::LeaseLost if completed_in_tx => shared.stats.settled(&outcome),
-        written if written.is_applied() => shared.stats.settled(&outcome),
-        _ => shared.stats.lease_lost(),
+        LeaseOutcome::Cancelled => shared.stats.cancelled(kind),
+        LeaseOutcome::LeaseLost if completed_in_tx => shared.stats.settled(kind, &outcome),
+        written if written.is_applied() => shared.stats.settled(kind, &outcome),
+        _ => shared.stats.lease_lost(kind),
     }
     Ok(Some(Inline {
         message,

@@ -24,6 +24,8 @@
 mod complete;
 mod config;
 mod connection;
+#[cfg(feature = "metrics")]
+mod depth;
 mod execute;
 mod fault;
 mod fetch;

@@ -66,6 +66,14 @@ impl<S> Registry<S> {
         self.handlers.get(kind)
     }
 
+    /// `kind` as a metrics label: the registered (static) kind, or
+    /// [`UNREGISTERED`](crate::telemetry::UNREGISTERED), so that labels stay bounded.
+    pub fn label(&self, kind: &str) -> &'static str {
+        self.handlers
+            .get_key_value(kind)
+            .map_or(crate::telemetry::UNREGISTERED, |(kind, _)| *kind)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.handlers.is_empty()
     }

@@ -53,11 +53,14 @@ fn bump(counter: &AtomicU64, by: u64) {
 }
 
 impl Stats {
-    pub fn claimed(&self, n: u64) {
-        bump(&self.claimed, n);
+    /// A job of `kind` (its metrics label) was claimed.
+    pub fn claimed(&self, kind: &'static str) {
+        bump(&self.claimed, 1);
+        crate::telemetry::claimed(kind);
     }
     /// An outcome was written: counted by what it was.
-    pub fn settled(&self, outcome: &Outcome) {
+    pub fn settled(&self, kind: &'static str, outcome: &Outcome) {
+        crate::telemetry::settled(kind, outcome);
         let counter = match outcome {
             Outcome::Succeeded => &self.succeeded,
             Outcome::Retry { .. } => &self.retried,
@@ -67,11 +70,13 @@ impl Stats {
         };
         bump(counter, 1);
     }
-    pub fn dead_lettered(&self) {
+    pub fn dead_lettered(&self, kind: &'static str) {
         bump(&self.dead_lettered, 1);
+        crate::telemetry::dead_lettered(kind);
     }
-    pub fn cancelled(&self) {
+    pub fn cancelled(&self, kind: &'static str) {
         bump(&self.cancelled, 1);
+        crate::telemetry::cancelled(kind);
     }
     pub fn outcome_dropped(&self) {
         bump(&self.outcomes_dropped, 1);
@@ -79,8 +84,9 @@ impl Stats {
     pub fn released(&self) {
         bump(&self.released, 1);
     }
-    pub fn lease_lost(&self) {
+    pub fn lease_lost(&self, kind: &'static str) {
         bump(&self.leases_lost, 1);
+        crate::telemetry::lease_lost(kind);
     }
     pub fn database_error(&self) {
         bump(&self.database_errors, 1);

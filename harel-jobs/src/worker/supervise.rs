@@ -262,6 +262,9 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
             schedule::run(Arc::clone(&shared), background.clone()),
         )
     });
+    // not watched: the gauges are best effort, and the pool runs on without them
+    #[cfg(feature = "metrics")]
+    let depth = tokio::spawn(super::depth::run(Arc::clone(&shared), background.clone()));
     let mut fetcher = Watched::spawn(
         Fetcher,
         fetch::run(Arc::clone(&shared), jobs.clone(), completions),
@@ -335,6 +338,13 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
         match timeout_at(stopped_by, watched.join()).await {
             Ok(reason) => failed.note(watched.task, reason),
             Err(_) => watched.abort(),
+        }
+    }
+    #[cfg(feature = "metrics")]
+    {
+        let abort = depth.abort_handle();
+        if timeout_at(stopped_by, depth).await.is_err() {
+            abort.abort();
         }
     }
 

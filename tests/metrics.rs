@@ -1,0 +1,320 @@
+//! The metrics of the `metrics` feature, read back from a `DebuggingRecorder` installed for
+//! each test alone (a thread-local recorder on a current-thread runtime, where the pool's
+//! tasks run too): counters by kind, the histograms, the depth gauges, and that one worker
+//! per schema samples them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use harel_jobs::telemetry::{
+    CANCELLED, CLAIM_DURATION, CLAIMED, DEAD_LETTERED, DEPTH, ENQUEUED, GROUPS, HANDLER_DURATION,
+    LEASE_LOST, RETRIED, SETTLE_DURATION, START_LATENCY, SUCCEEDED,
+};
+use harel_jobs::{
+    Backoff, CancelOutcome, JobContext, JobError, JobResult, Priority, Queue, WorkerHandle, job,
+};
+use harel_jobs_suite::TestQueue;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use tokio::sync::Notify;
+
+#[derive(Default)]
+struct App {
+    flaky_runs: AtomicU32,
+    started: Notify,
+}
+
+#[job]
+async fn good(_ctx: JobContext<Arc<App>>, n: u32) {
+    let _ = n;
+}
+
+/// Fails its first attempt.
+#[job(max_attempts = 3)]
+async fn flaky(ctx: JobContext<Arc<App>>) -> JobResult {
+    if ctx.state().flaky_runs.fetch_add(1, Ordering::SeqCst) == 0 {
+        return Err(JobError::retry("first attempt fails"));
+    }
+    Ok(())
+}
+
+/// Fails every attempt: a dead letter after two.
+#[job(max_attempts = 2)]
+async fn doomed(_ctx: JobContext<Arc<App>>) -> JobResult {
+    Err(JobError::retry("always fails"))
+}
+
+/// Runs until told to stop (its cancel, or its lease lost).
+#[job]
+async fn waits(ctx: JobContext<Arc<App>>) {
+    ctx.state().started.notify_one();
+    tokio::time::timeout(Duration::from_secs(30), ctx.cancelled())
+        .await
+        .expect("told to stop");
+}
+
+/// What the recorder recorded so far, by metric name and labels (`kind=…`, or
+/// `schema=…,state=…` for the gauges). A snapshot drains the recorder's counters and
+/// histograms, so [`add`](Self::add) sums and appends them here.
+#[derive(Default)]
+struct Seen(HashMap<(String, String), DebugValue>);
+
+impl Seen {
+    fn take(snapshotter: &Snapshotter) -> Self {
+        let mut seen = Self::default();
+        seen.add(snapshotter);
+        seen
+    }
+
+    fn add(&mut self, snapshotter: &Snapshotter) -> &Self {
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            let labels: Vec<String> = key
+                .labels()
+                .map(|label| format!("{}={}", label.key(), label.value()))
+                .collect();
+            let entry = (key.name().to_owned(), labels.join(","));
+            match (self.0.get_mut(&entry), value) {
+                (Some(DebugValue::Counter(sum)), DebugValue::Counter(more)) => *sum += more,
+                (Some(DebugValue::Histogram(all)), DebugValue::Histogram(more)) => all.extend(more),
+                (_, value) => {
+                    self.0.insert(entry, value);
+                }
+            }
+        }
+        self
+    }
+
+    fn counter(&self, name: &str, kind: &str) -> u64 {
+        match self.0.get(&(name.to_owned(), format!("kind={kind}"))) {
+            Some(DebugValue::Counter(value)) => *value,
+            None => 0,
+            other => panic!("{name} {kind}: {other:?}"),
+        }
+    }
+
+    fn histogram(&self, name: &str, labels: &str) -> Vec<f64> {
+        match self.0.get(&(name.to_owned(), labels.to_owned())) {
+            Some(DebugValue::Histogram(values)) => values.iter().map(|v| v.into_inner()).collect(),
+            None => Vec::new(),
+            other => panic!("{name} {labels}: {other:?}"),
+        }
+    }
+
+    fn gauge(&self, name: &str, labels: &str) -> Option<f64> {
+        match self.0.get(&(name.to_owned(), labels.to_owned())) {
+            Some(DebugValue::Gauge(value)) => Some(value.into_inner()),
+            None => None,
+            other => panic!("{name} {labels}: {other:?}"),
+        }
+    }
+}
+
+fn start(queue: &TestQueue, app: &Arc<App>) -> WorkerHandle {
+    Queue::with_schema(queue.pool.clone(), queue.schema.clone())
+        .worker(Arc::clone(app))
+        .register::<Good>()
+        .register::<Flaky>()
+        .register::<Doomed>()
+        .register::<Waits>()
+        .backoff(Backoff::fixed(Duration::from_millis(10)))
+        .poll_interval(Duration::from_millis(50))
+        .lease(Duration::from_secs(3))
+        .heartbeat_interval(Duration::from_millis(100))
+        .build()
+        .expect("valid worker")
+        .start()
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_pool_counts_by_kind_and_times_its_round_trips() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let queue = TestQueue::new().await;
+    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    for n in 0..3 {
+        jobs.enqueue(&queue.pool, Good { n }).await.unwrap();
+    }
+    let mut batch = jobs.batch();
+    batch
+        .push(Good { n: 3 })
+        .unwrap()
+        .push(Good { n: 4 })
+        .unwrap();
+    batch.enqueue(&queue.pool).await.unwrap();
+    jobs.enqueue(&queue.pool, Flaky {}).await.unwrap();
+    jobs.enqueue(&queue.pool, Doomed {}).await.unwrap();
+
+    let app = Arc::new(App::default());
+    let handle = start(&queue, &app);
+    until("every outcome", || {
+        let stats = handle.stats();
+        stats.succeeded == 6 && stats.dead_lettered == 1
+    })
+    .await;
+    // the depth sampler's first sample, taken when the pool started
+    let mut seen = Seen::default();
+    let depth = format!("schema={},state=queued", queue.schema.name());
+    until("the depth gauges", || {
+        seen.add(&snapshotter).gauge(DEPTH, &depth).is_some()
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    seen.add(&snapshotter);
+    let counts = |kind| {
+        [ENQUEUED, CLAIMED, SUCCEEDED, RETRIED, DEAD_LETTERED].map(|name| seen.counter(name, kind))
+    };
+    assert_eq!(counts("good"), [5, 5, 5, 0, 0]);
+    assert_eq!(counts("flaky"), [1, 2, 1, 1, 0]);
+    assert_eq!(counts("doomed"), [1, 2, 0, 1, 1]);
+    assert_eq!(
+        seen.counter(CANCELLED, "good") + seen.counter(LEASE_LOST, "good"),
+        0
+    );
+
+    assert_eq!(seen.histogram(HANDLER_DURATION, "kind=good").len(), 5);
+    assert_eq!(seen.histogram(HANDLER_DURATION, "kind=doomed").len(), 2);
+    // first attempts only
+    let latency = seen.histogram(START_LATENCY, "kind=flaky");
+    assert_eq!(latency.len(), 1);
+    assert!(latency[0] >= 0.0 && latency[0] < 20.0, "{latency:?}");
+    assert!(!seen.histogram(CLAIM_DURATION, "").is_empty());
+    assert!(!seen.histogram(SETTLE_DURATION, "").is_empty());
+
+    // sampled when the pool started, with the 7 jobs queued (the fetcher may have taken
+    // some by then, but none was settled: settling waits for the claim's commit)
+    let schema = queue.schema.name();
+    for (name, state) in [
+        (DEPTH, "queued"),
+        (DEPTH, "dead"),
+        (GROUPS, "all"),
+        (GROUPS, "claimable"),
+    ] {
+        let value = seen.gauge(name, &format!("schema={schema},state={state}"));
+        assert!(
+            value.is_some_and(|v| (0.0..=7.0).contains(&v)),
+            "{name} {state}: {value:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_depth_gauges_follow_the_queue() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let queue = TestQueue::new().await;
+    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    // below the pool's priority floor: queued, never claimed
+    for n in 0..4 {
+        jobs.enqueue(&queue.pool, Good { n })
+            .priority(Priority::LOWEST.get())
+            .await
+            .unwrap();
+    }
+    let app = Arc::new(App::default());
+    let handle = Queue::with_schema(queue.pool.clone(), queue.schema.clone())
+        .worker(Arc::clone(&app))
+        .register::<Good>()
+        .min_priority(Priority::HIGHEST)
+        .build()
+        .unwrap()
+        .start();
+    let schema = queue.schema.name();
+    let mut seen = Seen::default();
+    until("the depth gauges", || {
+        let seen = seen.add(&snapshotter);
+        seen.gauge(DEPTH, &format!("schema={schema},state=queued")) == Some(4.0)
+            && seen.gauge(GROUPS, &format!("schema={schema},state=all")) == Some(4.0)
+            && seen.gauge(DEPTH, &format!("schema={schema},state=dead")) == Some(0.0)
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+}
+
+/// How many sessions hold the depth sampler's lock of `queue`.
+async fn samplers(queue: &TestQueue) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks
+          WHERE locktype = 'advisory' AND granted
+            AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 0)",
+    )
+    .bind(format!("harel-jobs depth {}", queue.schema.name()))
+    .fetch_one(&queue.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn one_worker_per_schema_samples_the_depth() {
+    let queue = TestQueue::new().await;
+    let app = Arc::new(App::default());
+    let first = start(&queue, &app);
+    let second = start(&queue, &app);
+    let third = start(&queue, &app);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while samplers(&queue).await == 0 {
+        assert!(Instant::now() < deadline, "no worker samples the depth");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // a moment for the others to have probed too
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(samplers(&queue).await, 1);
+    for handle in [first, second, third] {
+        handle.shutdown().await.unwrap();
+    }
+    // closing the connection releases it, once its server process has ended
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while samplers(&queue).await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "shutdown did not release the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn cancels_and_lost_leases_are_counted_by_kind() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let queue = TestQueue::new().await;
+    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    let app = Arc::new(App::default());
+    let handle = start(&queue, &app);
+
+    // cancelled while it runs: it ends as cancelled
+    let id = jobs.enqueue(&queue.pool, Waits {}).await.unwrap();
+    app.started.notified().await;
+    assert_eq!(jobs.cancel(id).await.unwrap(), CancelOutcome::Requested);
+    until("the cancel", || handle.stats().cancelled == 1).await;
+
+    // its lease taken from under it: the heartbeat finds it lost
+    jobs.enqueue(&queue.pool, Waits {}).await.unwrap();
+    app.started.notified().await;
+    sqlx::query(queue.sql("UPDATE @schema@.transport_groups SET locked_by = gen_random_uuid() WHERE locked_by IS NOT NULL"))
+        .execute(&queue.pool)
+        .await
+        .unwrap();
+    until("the lost lease", || handle.stats().leases_lost == 1).await;
+    handle.shutdown().await.unwrap();
+
+    let seen = Seen::take(&snapshotter);
+    assert_eq!(seen.counter(CANCELLED, "waits"), 1);
+    assert_eq!(seen.counter(LEASE_LOST, "waits"), 1);
+    assert_eq!(seen.counter(CLAIMED, "waits"), 2);
+}
