@@ -378,3 +378,46 @@ async fn the_handler_state_is_the_builders() {
     assert_eq!(ran.load(Ordering::SeqCst), 3);
     queue.cleanup().await.unwrap();
 }
+
+#[job(queue = "mail")]
+async fn send_mail(_ctx: JobContext<Ran>, to: String) {
+    let _ = to;
+}
+
+#[tokio::test]
+async fn a_test_worker_serves_the_builders_queues() {
+    let queue = queue().await;
+    let q = queue.queue();
+    let mail = q
+        .enqueue(queue.pool(), SendMail { to: "a@b".into() })
+        .await
+        .unwrap();
+    let welcome = q
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 3 })
+        .await
+        .unwrap();
+    // the default queue only: the mail waits
+    let default_only = worker(&queue);
+    let worked = default_only.work_until_idle(queue.pool()).await.unwrap();
+    let ids: Vec<_> = worked.iter().map(|job| job.id).collect();
+    assert_eq!(ids, [welcome]);
+    queue
+        .assert_enqueued::<SendMail>(queue.pool(), |job| job.to == "a@b")
+        .await;
+    // a worker serving `mail`
+    let mail_worker = TestWorker::new(
+        queue
+            .worker(Ran::default())
+            .register::<SendMail>()
+            .queue("mail", 1),
+    )
+    .unwrap();
+    let worked = mail_worker.work_until_idle(queue.pool()).await.unwrap();
+    assert_eq!(worked.len(), 1);
+    assert_eq!(
+        (worked[0].id, &worked[0].outcome),
+        (mail, &WorkOutcome::Succeeded)
+    );
+    queue.assert_nothing_enqueued(queue.pool()).await;
+    queue.cleanup().await.unwrap();
+}

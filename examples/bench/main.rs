@@ -13,8 +13,10 @@
 //!
 //! Scenarios (default `all`, in this order): `enqueue`, `drain`, `grouped`, `steady`,
 //! `depth`, `soak`, `ceiling`, `floor`, `scale`, `rss`, `profile`; by name only: `horizon`
-//! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`). See BENCHMARKS.md for what
-//! each measures.
+//! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`), `retention`, `metrics`
+//! (the drain with and without a metrics recorder). `--recorder` installs a Prometheus
+//! recorder for harel-jobs' metrics for the whole run. See BENCHMARKS.md for what each
+//! measures.
 
 mod ceiling;
 mod db;
@@ -28,6 +30,7 @@ mod jobs;
 mod pgbench;
 mod profile;
 mod queue;
+mod recorder;
 mod report;
 mod rss;
 mod scale;
@@ -61,8 +64,8 @@ const SCENARIOS: &[&str] = &[
     "profile",
 ];
 /// Scenarios run only when named (not part of `all`): `horizon` takes 20 minutes at its
-/// defaults, and hours with `--minutes 60`.
-const BY_NAME_ONLY: &[&str] = &["horizon", "retention", "limits"];
+/// defaults, and hours with `--minutes 60`; `metrics` installs a global recorder.
+const BY_NAME_ONLY: &[&str] = &["horizon", "retention", "limits", "metrics"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -98,11 +101,14 @@ struct Args {
     quick: bool,
     runs: usize,
     horizon: horizon::Options,
+    /// `--recorder`: a Prometheus recorder on for the whole run.
+    recorder: bool,
 }
 
 fn usage() -> String {
     format!(
-        "usage: bench [scenario] [--quick] [--runs N]\n  scenarios: all (default), {}; by name \
+        "usage: bench [scenario] [--quick] [--runs N] [--recorder]\n  --recorder: install a \
+         Prometheus recorder for harel-jobs' metrics (the `metrics` scenario compares)\n  scenarios: all (default), {}; by name \
          only: {}\n  horizon: [--minutes M (each phase; fractions allowed)] [--rate R[,R…]] \
          [--handler-ms MS]\n  env: DATABASE_URL (default \
          postgres://postgres@127.0.0.1:5432/postgres)",
@@ -116,10 +122,12 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
     let mut quick = false;
     let mut runs = 3;
     let mut horizon = horizon::Options::default();
+    let mut recorder = false;
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         match arg.as_str() {
             "--quick" => quick = true,
+            "--recorder" => recorder = true,
             "--runs" => {
                 runs = iter
                     .next()
@@ -168,6 +176,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         quick,
         runs,
         horizon,
+        recorder,
     })
 }
 
@@ -251,6 +260,9 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
         horizon: args.horizon.clone(),
     };
     env::print(&ctx).await?;
+    if args.recorder {
+        recorder::install_for_run()?;
+    }
     println!(
         "# scenarios={} quick={} runs={}",
         args.scenarios.join(","),
@@ -281,6 +293,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "horizon" => horizon::run(&ctx).await?,
             "rss" => rss::run(&ctx).await?,
             "profile" => profile::run(&ctx).await?,
+            "metrics" => recorder::run(&ctx).await?,
             other => bail!("unknown scenario {other}"),
         }
         println!(

@@ -66,7 +66,8 @@
 //! # What differs from a worker pool
 //!
 //! A [`TestWorker`] is built from the same [`WorkerBuilder`] and runs a job through the
-//! pool's own code: the same claim (one group at a time, by priority, then age), decoding,
+//! pool's own code: the same claim (one group at a time, from the queues the builder serves,
+//! in the order it names them, each by priority, then age), decoding,
 //! timeout and panic capture, the same retry policy (backoff, `JobError` actions, dead
 //! letters after the last attempt) and the same settle. It has no background tasks, so:
 //! - no heartbeat: a handler that runs longer than the pool's lease (30 s by default) may
