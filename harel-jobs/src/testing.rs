@@ -221,9 +221,9 @@ impl TestQueue {
         Self::with_schema(pool, schema).await
     }
 
-    /// A queue in `schema` on `pool`, migrated; [`cleanup`](Self::cleanup) drops that
-    /// schema. For a database of the test's own (`#[sqlx::test]`), where the default
-    /// schema is free.
+    /// A queue in `schema` on `pool`, migrated; [`cleanup`](Self::cleanup) (or the drop)
+    /// drops that schema with everything in it, whoever created it. Only for a database of
+    /// the test's own (`#[sqlx::test]`), where the default schema is free.
     ///
     /// # Errors
     /// [`TestError::Migrate`].

@@ -138,7 +138,9 @@ impl<S: Send + Sync + 'static> Worker<S> {
     ///
     /// The worker opens four connections of its own besides `pool` (claims, outcomes, the
     /// heartbeat, LISTEN), so that handlers holding every pooled connection cannot starve
-    /// it, and a fifth for a moment while it vacuums (only where autovacuum is off). `pool`
+    /// it, a fifth for a moment while it vacuums (only where autovacuum is off), and with the
+    /// `metrics` feature one more on the one worker per schema that samples the depth
+    /// gauges. `pool`
     /// gives their connection settings (LISTEN's too, unless
     /// [`listen_connect_options`](WorkerBuilder::listen_connect_options) says otherwise) and
     /// serves the worker's occasional maintenance checks; share it with your handlers
