@@ -105,6 +105,24 @@ async fn a_job_is_found_in_every_state_it_goes_through() {
     assert_eq!(info.last_error.as_deref(), Some("smtp down"));
     assert_eq!(info.attempts, 1);
 
+    // snoozed at its first attempt (given back uncounted, its group parked): scheduled at
+    // the park's end, not waiting
+    let snoozed = publish(&q, "snoozed", 4).await;
+    let lease = claim_job(&q, snoozed).await;
+    let snooze = Settlement::Release {
+        delay: Duration::from_secs(600),
+        error: None,
+        count_attempt: false,
+    };
+    let outcome = q.transport.settle(&q.pool, &lease, snooze).await.unwrap();
+    assert_eq!(outcome, LeaseOutcome::Applied);
+    let info = queue.job(snoozed).await.unwrap().unwrap();
+    match info.state {
+        JobState::Scheduled { at } => assert!(at > chrono::Utc::now()),
+        other => panic!("expected scheduled, got {other:?}"),
+    }
+    assert_eq!(info.attempts, 0);
+
     // completed with retention: kept, with its duration
     let kept = publish(&q, "kept", 3).await;
     let lease = claim_job(&q, kept).await;

@@ -73,7 +73,8 @@ BEGIN
            f.group_id, f.kind, f.payload::text, f.priority,
            CASE WHEN f.is_head THEN f.head_attempts ELSE f.attempts END,
            f.enqueued_at,
-           CASE WHEN f.is_head AND (f.locked_by IS NOT NULL OR f.head_attempts > 0)
+           CASE WHEN f.is_head AND (f.locked_by IS NOT NULL OR f.head_attempts > 0
+                                   OR f.available_at > v_now)
                      THEN f.available_at
                 WHEN f.not_before > v_now THEN f.not_before END,
            CASE WHEN f.is_head THEN f.head_started_at END,

@@ -3,7 +3,8 @@
 --   running    its group is leased at it and the lease has not lapsed
 --   retrying   an attempt was made (it failed, or its worker died): `at` is when the next
 --              one may start (the park's end, or the lapsed lease's: at once)
---   scheduled  not before its not-before time
+--   scheduled  not before its not-before time, or (the group's head, given back without
+--              using an attempt: a snooze) not before its group's park ends
 --   waiting    due, waiting for a worker or for the jobs before it in its group
 -- p_is_head: the group's head_seq is this job; p_attempts: the attempts counted for it.
 CREATE OR REPLACE FUNCTION @schema@.harel_queued_state(
@@ -26,7 +27,7 @@ BEGIN
         RETURN 'running';
     ELSIF p_attempts > 0 THEN
         RETURN 'retrying';
-    ELSIF p_not_before > p_now THEN
+    ELSIF p_not_before > p_now OR (p_is_head AND NOT p_locked AND p_available > p_now) THEN
         RETURN 'scheduled';
     END IF;
     RETURN 'waiting';
