@@ -523,7 +523,7 @@ async fn dead_letters_are_listed_retried_deleted_and_purged() {
     .json();
     let pairs = retried["retried"].as_array().unwrap();
     let old_ids: Vec<i64> = pairs.iter().map(|p| p["id"].as_i64().unwrap()).collect();
-    assert_eq!(old_ids, [b2.get(), b.get()]);
+    assert_eq!(old_ids, [b.get(), b2.get()], "oldest first");
     for pair in pairs {
         let new_id = JobId::new(pair["new_id"].as_i64().unwrap());
         let job = queue(&q)

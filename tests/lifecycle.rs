@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage, Settlement};
-use harel_jobs::{CancelOutcome, Job, JobId, JobState, Queue};
+use harel_jobs::{CancelOutcome, Job, JobId, JobQuery, JobState, Queue};
 use harel_jobs_suite::TestQueue;
 use serde::{Deserialize, Serialize};
 
@@ -773,7 +773,7 @@ mod with_a_worker {
 /// group; and a filter that keeps few rows gives short pages with a cursor, never a skip.
 #[tokio::test]
 async fn jobs_are_listed_by_state_kind_and_group_page_by_page() {
-    use harel_jobs::{JobQuery, StateFilter};
+    use harel_jobs::StateFilter;
     let q = TestQueue::new().await;
     let queue = queue(&q);
     let mut batch = queue.batch();
@@ -873,4 +873,54 @@ async fn jobs_are_listed_by_state_kind_and_group_page_by_page() {
         queue.jobs(&JobQuery::new().limit(0)).await,
         Err(harel_jobs::QueueError::InvalidArgument(_))
     ));
+}
+
+/// Bulk retry and delete of dead letters: one statement each, letters of a group put back
+/// in id order (FIFO kept), each into its own queue, unknown ids left out.
+#[tokio::test]
+async fn dead_letters_are_retried_and_deleted_in_bulk() {
+    let q = TestQueue::new().await;
+    let queue = queue(&q);
+    sqlx::raw_sql(q.sql(
+        "INSERT INTO @schema@.dead_letters
+             (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at, queue)
+         VALUES (1001, 'g', 'note', '{\"n\":1}', 2, 3, 'x', now(), 'default'),
+                (1002, 'g', 'note', '{\"n\":2}', 2, 3, 'x', now(), 'default'),
+                (1003, 'g', 'note', '{\"n\":3}', 2, 3, 'x', now(), 'default'),
+                (1004, 'm', 'note', '{\"n\":4}', 2, 3, 'x', now(), 'mail'),
+                (1005, 'h', 'note', '{\"n\":5}', 2, 3, 'x', now(), 'default'),
+                (1006, 'h', 'note', '{\"n\":6}', 2, 3, 'x', now(), 'default')",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let dead = queue.dead_letters();
+    let ids = |raw: &[i64]| raw.iter().map(|&id| JobId::new(id)).collect::<Vec<_>>();
+
+    // out of order, with an id that is no dead letter
+    let retried = dead
+        .retry_many(&q.pool, &ids(&[1003, 1004, 9999, 1001, 1002]))
+        .await
+        .unwrap();
+    let old: Vec<i64> = retried.iter().map(|(old, _)| old.get()).collect();
+    assert_eq!(old, [1001, 1002, 1003, 1004]);
+    let new: Vec<JobId> = retried.iter().map(|&(_, new)| new).collect();
+    assert!(new.windows(2).all(|w| w[0] < w[1]), "{new:?}");
+
+    let in_g = queue.jobs(&JobQuery::new().group("g")).await.unwrap().jobs;
+    let payloads: Vec<Note> = in_g.iter().map(|j| j.decode().unwrap()).collect();
+    assert_eq!(payloads, [Note { n: 1 }, Note { n: 2 }, Note { n: 3 }]);
+    let mail = queue.job(new[3]).await.unwrap().expect("retried into mail");
+    assert_eq!(mail.queue, "mail");
+    assert_eq!(mail.attempts, 0);
+    assert!(matches!(mail.state, JobState::Waiting));
+
+    let deleted = dead
+        .delete_many(&q.pool, &ids(&[1006, 1001, 1005]))
+        .await
+        .unwrap();
+    assert_eq!(deleted, ids(&[1005, 1006]));
+    assert_eq!(dead.count(&q.pool).await.unwrap(), 0);
+    assert!(dead.retry_many(&q.pool, &[]).await.unwrap().is_empty());
+    assert!(dead.delete_many(&q.pool, &[]).await.unwrap().is_empty());
 }

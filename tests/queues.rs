@@ -478,6 +478,51 @@ async fn a_running_pool_honours_pause_and_resume() {
     worker.shutdown().await.unwrap();
 }
 
+/// Resuming wakes listening workers at once: with a poll interval of ten minutes, only the
+/// resume's NOTIFY can start the job that waited while the queue was paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_a_queue_wakes_its_workers_without_a_poll() {
+    let q = TestQueue::new().await;
+    let queue = queue(&q);
+    let worker = queue
+        .worker(())
+        .register::<Hold>()
+        .queue("partner", 2)
+        .retain_completed(Duration::from_secs(3600))
+        .poll_interval(Duration::from_secs(600))
+        .build()
+        .unwrap()
+        .start();
+    let done = || async {
+        let done: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
+        done
+    };
+    let wait_for = |count: i64, what: &'static str| async move {
+        let began = Instant::now();
+        while done().await < count {
+            // far below the poll interval: only a notification can have woken the worker
+            assert!(began.elapsed() < Duration::from_secs(60), "{what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    // the first job's NOTIFY proves the pool listens
+    queue.enqueue(&q.pool, Hold { millis: 1 }).await.unwrap();
+    wait_for(1, "the first job never ran").await;
+
+    queue.pause("partner").await.unwrap();
+    queue.enqueue(&q.pool, Hold { millis: 1 }).await.unwrap();
+    // the enqueue's NOTIFY wakes the fetcher, whose claim finds the queue paused
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(done().await, 1, "a paused queue's job ran");
+
+    queue.resume("partner").await.unwrap();
+    wait_for(2, "the resumed job waited for a poll").await;
+    worker.shutdown().await.unwrap();
+}
+
 /// A job's queue, as `Queue::job` and `Queue::jobs` report it, in every place a job can
 /// be: waiting, cancelled, completed and kept, dead; and the listing filters by queue.
 #[tokio::test]

@@ -175,8 +175,8 @@ impl DeadLetters {
     }
 
     /// Puts a dead letter back in the queue, atomically: same group (at its end), kind,
-    /// payload and priority, attempts starting over. Returns its new id, or `None` if there
-    /// is no dead letter with this id.
+    /// payload, priority and queue, attempts starting over. Returns its new id, or `None` if
+    /// there is no dead letter with this id.
     ///
     /// # Errors
     /// The database's error.
@@ -185,19 +185,58 @@ impl DeadLetters {
         executor: E,
         id: JobId,
     ) -> Result<Option<JobId>, DatabaseError> {
-        let new_id: Option<i64> = sqlx::query_scalar(self.sql(
-            "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = $1
-                        RETURNING group_id, kind, payload, priority, queue)
-             SELECT s FROM d, LATERAL @schema@.harel_publish(
-                 ARRAY[d.group_id], ARRAY[d.kind], ARRAY[d.payload::text], ARRAY[d.priority],
-                 ARRAY[NULL::timestamptz], ARRAY[NULL::bigint], NULL, NULL,
-                 ARRAY[d.queue]) AS s",
+        Ok(self
+            .retry_many(executor, &[id])
+            .await?
+            .first()
+            .map(|&(_, new_id)| new_id))
+    }
+
+    /// Puts many dead letters back in the queue in one statement (one round trip), all or
+    /// none: each as [`retry`](Self::retry) does, in id order, so letters of one group keep
+    /// their order. Returns `(old id, new id)` for each letter found, in id order; ids with
+    /// no dead letter are left out.
+    ///
+    /// # Errors
+    /// The database's error; then nothing is retried (a letter whose group now belongs to
+    /// another queue fails the whole statement, SQLSTATE `HJ001`).
+    pub async fn retry_many<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        ids: &[JobId],
+    ) -> Result<Vec<(JobId, JobId)>, DatabaseError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // one harel_publish over arrays in id order (its ids come back in that order)
+        let rows: Vec<(i64, i64)> = sqlx::query_as(self.sql(
+            "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1)
+                        RETURNING id, group_id, kind, payload, priority, queue),
+                  a AS (SELECT array_agg(id ORDER BY id) AS ids,
+                               array_agg(group_id ORDER BY id) AS groups,
+                               array_agg(kind ORDER BY id) AS kinds,
+                               array_agg(payload::text ORDER BY id) AS payloads,
+                               array_agg(priority ORDER BY id) AS priorities,
+                               array_agg(queue ORDER BY id) AS queues,
+                               count(*)::int AS n
+                          FROM d)
+             SELECT a.ids[p.n], p.s
+               FROM a, LATERAL @schema@.harel_publish(
+                   a.groups, a.kinds, a.payloads, a.priorities,
+                   array_fill(NULL::timestamptz, ARRAY[a.n]),
+                   array_fill(NULL::bigint, ARRAY[a.n]), NULL, NULL, a.queues)
+                   WITH ORDINALITY AS p (s, n)
+              WHERE a.n > 0
+              ORDER BY p.n",
         ))
-        .bind(id.get())
+        .bind(ids.iter().map(|id| id.get()).collect::<Vec<_>>())
         .persistent(false)
-        .fetch_optional(executor)
+        .fetch_all(executor)
         .await?;
-        Ok(new_id.map(JobId::new))
+        Ok(rows
+            .into_iter()
+            .map(|(old, new)| (JobId::new(old), JobId::new(new)))
+            .collect())
     }
 
     /// Deletes a dead letter. Returns whether it existed.
@@ -209,12 +248,31 @@ impl DeadLetters {
         executor: E,
         id: JobId,
     ) -> Result<bool, DatabaseError> {
-        let deleted = sqlx::query(self.sql("DELETE FROM @schema@.dead_letters WHERE id = $1"))
-            .bind(id.get())
-            .persistent(false)
-            .execute(executor)
-            .await?;
-        Ok(deleted.rows_affected() == 1)
+        Ok(!self.delete_many(executor, &[id]).await?.is_empty())
+    }
+
+    /// Deletes many dead letters in one statement. Returns the ids that existed (and are
+    /// gone now), in id order.
+    ///
+    /// # Errors
+    /// The database's error; then nothing is deleted.
+    pub async fn delete_many<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        ids: &[JobId],
+    ) -> Result<Vec<JobId>, DatabaseError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let deleted: Vec<i64> = sqlx::query_scalar(self.sql(
+            "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1) RETURNING id)
+             SELECT id FROM d ORDER BY id",
+        ))
+        .bind(ids.iter().map(|id| id.get()).collect::<Vec<_>>())
+        .persistent(false)
+        .fetch_all(executor)
+        .await?;
+        Ok(deleted.into_iter().map(JobId::new).collect())
     }
 
     /// Deletes the dead letters that failed before `before`. Returns how many.

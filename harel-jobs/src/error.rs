@@ -165,7 +165,7 @@ pub enum InvalidMessage {
     DelayTooLong,
     /// The queue name is empty, too long, or has a character other than ASCII letters,
     /// digits, `_`, `-`, `.` and `:`.
-    #[error("queue names are 1 to {max} ASCII letters, digits, '_', '-', '.' or ':'")]
+    #[error("{}", crate::transport::QUEUE_NAME_RULE)]
     InvalidQueueName {
         /// The limit in characters.
         max: usize,

@@ -10,7 +10,7 @@ use sqlx::AssertSqlSafe;
 use crate::error::{DatabaseError, QueueError};
 use crate::inspect::Count;
 use crate::queue::Queue;
-use crate::transport::validate_queue_name;
+use crate::transport::{QUEUE_NAME_RULE, validate_queue_name};
 
 /// At most `starts` jobs of a queue start per `per`, across every worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -169,11 +169,7 @@ impl Queue {
         paused: Option<bool>,
         limits: Option<QueueLimits>,
     ) -> Result<QueueInfo, QueueError> {
-        validate_queue_name(queue).map_err(|_| {
-            QueueError::InvalidArgument(
-                "queue names are 1 to 64 ASCII letters, digits, '_', '-', '.' or ':'",
-            )
-        })?;
+        validate_queue_name(queue).map_err(|_| QueueError::InvalidArgument(QUEUE_NAME_RULE))?;
         let given = limits.unwrap_or_default();
         let concurrency = match given.concurrency {
             Some(n @ 1..=1_000_000) => Some(n as i32),

@@ -113,8 +113,12 @@ async fn dispatch(command: Command, queue: &Queue, out: &Printer) -> Result<(), 
             limit,
         }) => dead_list(queue, out, kind, before, limit).await,
         Command::Dead(DeadCommand::Show { id }) => dead_show(queue, out, id).await,
-        Command::Dead(DeadCommand::Retry(selection)) => dead_retry(queue, out, selection).await,
-        Command::Dead(DeadCommand::Delete(selection)) => dead_delete(queue, out, selection).await,
+        Command::Dead(DeadCommand::Retry(selection)) => {
+            dead_bulk(queue, out, selection, DeadAction::Retry).await
+        }
+        Command::Dead(DeadCommand::Delete(selection)) => {
+            dead_bulk(queue, out, selection, DeadAction::Delete).await
+        }
         Command::Dead(DeadCommand::Purge { older_than, yes }) => {
             let older_than = TimeDelta::from_std(older_than)
                 .map_err(|_| CliError::InvalidArgument("--older-than is too long"))?;
@@ -422,74 +426,105 @@ fn letters(count: usize) -> String {
     }
 }
 
-async fn dead_retry(
-    queue: &Queue,
-    out: &Printer,
-    selection: DeadSelection,
-) -> Result<(), CliError> {
-    let ids = select(queue, &selection).await?;
-    if ids.len() > 1 {
-        confirm(
-            &format!("Put {} back in the queue?", letters(ids.len())),
-            selection.yes,
-        )?;
-    }
-    let dead = queue.dead_letters();
-    let mut retried = Vec::new();
-    let mut missing = Vec::new();
-    for id in ids {
-        match dead.retry(queue.pool(), id).await? {
-            Some(new_id) => retried.push((id, new_id)),
-            None => missing.push(id),
+/// What a bulk dead-letter command does to the letters it selected.
+#[derive(Clone, Copy)]
+enum DeadAction {
+    Retry,
+    Delete,
+}
+
+/// How many letters one statement of a bulk command takes: each chunk is all or none,
+/// and none holds a transaction open for long.
+const DEAD_CHUNK: usize = 1_000;
+
+impl DeadAction {
+    fn question(self, count: usize) -> String {
+        match self {
+            Self::Retry => format!("Put {} back in the queue?", letters(count)),
+            Self::Delete => format!("Delete {} for good?", letters(count)),
         }
     }
-    let pairs: Vec<_> = retried
-        .iter()
-        .map(|(id, new_id)| json!({ "id": id.get(), "new_id": new_id.get() }))
-        .collect();
-    let not_found: Vec<i64> = missing.iter().map(|id| id.get()).collect();
-    out.emit(&json!({ "retried": pairs, "not_found": not_found }), || {
-        let mut text = format!("retried {}\n", letters(retried.len()));
-        for (id, new_id) in &retried {
-            text.push_str(&format!("  {id} -> job {new_id}\n"));
+
+    /// Applies the action to `ids` (one statement): the ids found, each with its new id
+    /// after a retry.
+    async fn apply(
+        self,
+        queue: &Queue,
+        ids: &[JobId],
+    ) -> Result<Vec<(JobId, Option<JobId>)>, CliError> {
+        let dead = queue.dead_letters();
+        Ok(match self {
+            Self::Retry => dead
+                .retry_many(queue.pool(), ids)
+                .await?
+                .into_iter()
+                .map(|(id, new_id)| (id, Some(new_id)))
+                .collect(),
+            Self::Delete => dead
+                .delete_many(queue.pool(), ids)
+                .await?
+                .into_iter()
+                .map(|id| (id, None))
+                .collect(),
+        })
+    }
+
+    fn report(self, done: &[(JobId, Option<JobId>)], not_found: &[i64]) -> serde_json::Value {
+        match self {
+            Self::Retry => {
+                let pairs: Vec<_> = done
+                    .iter()
+                    .map(|(id, new_id)| json!({ "id": id.get(), "new_id": new_id.map(JobId::get) }))
+                    .collect();
+                json!({ "retried": pairs, "not_found": not_found })
+            }
+            Self::Delete => {
+                let ids: Vec<i64> = done.iter().map(|(id, _)| id.get()).collect();
+                json!({ "deleted": ids, "not_found": not_found })
+            }
         }
-        text
-    })?;
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::NoDeadLetters(missing))
+    }
+
+    fn human(self, done: &[(JobId, Option<JobId>)]) -> String {
+        match self {
+            Self::Retry => {
+                let mut text = format!("retried {}\n", letters(done.len()));
+                for (id, new_id) in done {
+                    if let Some(new_id) = new_id {
+                        text.push_str(&format!("  {id} -> job {new_id}\n"));
+                    }
+                }
+                text
+            }
+            Self::Delete => format!("deleted {}\n", letters(done.len())),
+        }
     }
 }
 
-async fn dead_delete(
+/// `dead retry` and `dead delete`: select, confirm when more than one, apply a chunk per
+/// statement, report; ids with no dead letter make the command fail (after the others
+/// were done).
+async fn dead_bulk(
     queue: &Queue,
     out: &Printer,
     selection: DeadSelection,
+    action: DeadAction,
 ) -> Result<(), CliError> {
-    let ids = select(queue, &selection).await?;
+    let mut ids = select(queue, &selection).await?;
+    // oldest first across chunks too: a group's letters go back in their order
+    ids.sort_unstable();
+    ids.dedup();
     if ids.len() > 1 {
-        confirm(
-            &format!("Delete {} for good?", letters(ids.len())),
-            selection.yes,
-        )?;
+        confirm(&action.question(ids.len()), selection.yes)?;
     }
-    let dead = queue.dead_letters();
-    let mut deleted = Vec::new();
-    let mut missing = Vec::new();
-    for id in ids {
-        if dead.delete(queue.pool(), id).await? {
-            deleted.push(id);
-        } else {
-            missing.push(id);
-        }
+    let mut done = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(DEAD_CHUNK) {
+        done.extend(action.apply(queue, chunk).await?);
     }
-    let deleted_ids: Vec<i64> = deleted.iter().map(|id| id.get()).collect();
+    let found: std::collections::HashSet<JobId> = done.iter().map(|(id, _)| *id).collect();
+    let missing: Vec<JobId> = ids.into_iter().filter(|id| !found.contains(id)).collect();
     let not_found: Vec<i64> = missing.iter().map(|id| id.get()).collect();
-    out.emit(
-        &json!({ "deleted": deleted_ids, "not_found": not_found }),
-        || format!("deleted {}\n", letters(deleted.len())),
-    )?;
+    out.emit(&action.report(&done, &not_found), || action.human(&done))?;
     if missing.is_empty() {
         Ok(())
     } else {

@@ -76,6 +76,9 @@ impl Ctx {
     }
 }
 
+/// The most ids one bulk action takes (a page shows fewer): one statement each.
+const MAX_IDS: usize = 1_000;
+
 fn ids(form: &Form) -> Result<Vec<JobId>, PageError> {
     let ids = form
         .all("id")
@@ -88,6 +91,11 @@ fn ids(form: &Form) -> Result<Vec<JobId>, PageError> {
         return Err(PageError::BadRequest(
             "no dead letter selected: tick some first".into(),
         ));
+    }
+    if ids.len() > MAX_IDS {
+        return Err(PageError::BadRequest(format!(
+            "at most {MAX_IDS} dead letters at a time"
+        )));
     }
     Ok(ids)
 }
@@ -140,12 +148,7 @@ pub(crate) async fn pause_queue(
     State(ctx): State<Ctx>,
     body: Bytes,
 ) -> Result<Redirect, PageError> {
-    let form = ctx.authorise(&body)?;
-    let name = form
-        .get("name")
-        .ok_or_else(|| PageError::BadRequest("no queue named".into()))?;
-    ctx.queue.pause(name).await?;
-    Ok(ctx.redirect("/queues?done=paused"))
+    set_paused(&ctx, &body, true).await
 }
 
 /// `POST /queues/resume` (`name`).
@@ -153,12 +156,22 @@ pub(crate) async fn resume_queue(
     State(ctx): State<Ctx>,
     body: Bytes,
 ) -> Result<Redirect, PageError> {
-    let form = ctx.authorise(&body)?;
+    set_paused(&ctx, &body, false).await
+}
+
+async fn set_paused(ctx: &Ctx, body: &[u8], pause: bool) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(body)?;
     let name = form
         .get("name")
         .ok_or_else(|| PageError::BadRequest("no queue named".into()))?;
-    ctx.queue.resume(name).await?;
-    Ok(ctx.redirect("/queues?done=resumed"))
+    let done = if pause {
+        ctx.queue.pause(name).await?;
+        "paused"
+    } else {
+        ctx.queue.resume(name).await?;
+        "resumed"
+    };
+    Ok(ctx.redirect(&format!("/queues?done={done}")))
 }
 
 /// `POST /dead/retry` (`id`, repeated): back to the dead letters, or with `single`, to the
@@ -166,13 +179,14 @@ pub(crate) async fn resume_queue(
 pub(crate) async fn retry_dead(State(ctx): State<Ctx>, body: Bytes) -> Result<Redirect, PageError> {
     let form = ctx.authorise(&body)?;
     let ids = ids(&form)?;
-    let dead = ctx.queue.dead_letters();
-    let mut retried = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(new_id) = dead.retry(ctx.queue.pool(), id).await? {
-            retried.push(new_id);
-        }
-    }
+    let retried: Vec<JobId> = ctx
+        .queue
+        .dead_letters()
+        .retry_many(ctx.queue.pool(), &ids)
+        .await?
+        .into_iter()
+        .map(|(_, new_id)| new_id)
+        .collect();
     match (form.get("single"), retried.as_slice()) {
         (Some(_), [new_id]) => Ok(ctx.redirect(&format!("/jobs/{new_id}?done=retried&n=1"))),
         _ => Ok(ctx.redirect(&format!("/dead?done=retried&n={}", retried.len()))),
@@ -186,13 +200,12 @@ pub(crate) async fn delete_dead(
 ) -> Result<Redirect, PageError> {
     let form = ctx.authorise(&body)?;
     let ids = ids(&form)?;
-    let dead = ctx.queue.dead_letters();
-    let mut deleted = 0u64;
-    for id in ids {
-        if dead.delete(ctx.queue.pool(), id).await? {
-            deleted += 1;
-        }
-    }
+    let deleted = ctx
+        .queue
+        .dead_letters()
+        .delete_many(ctx.queue.pool(), &ids)
+        .await?
+        .len();
     Ok(ctx.redirect(&format!("/dead?done=deleted&n={deleted}")))
 }
 

@@ -35,6 +35,9 @@ pub const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_QUEUE: &str = "default";
 /// The longest queue name accepted, in characters.
 pub const MAX_QUEUE_NAME_LEN: usize = 64;
+/// The queue-name rule, as errors state it.
+pub(crate) const QUEUE_NAME_RULE: &str =
+    "queue names are 1 to 64 ASCII letters, digits, '_', '-', '.' or ':'";
 
 /// Checks a queue name: 1 to [`MAX_QUEUE_NAME_LEN`] ASCII letters, digits, `_`, `-`, `.`
 /// or `:` (the same rule as `harel_ensure_queue`).
@@ -384,6 +387,11 @@ mod tests {
 
     fn message(group: &str, payload: &str) -> OutgoingMessage {
         OutgoingMessage::new(group, "kind", payload)
+    }
+
+    #[test]
+    fn the_queue_name_rule_states_the_limit() {
+        assert!(QUEUE_NAME_RULE.contains(&format!(" {MAX_QUEUE_NAME_LEN} ")));
     }
 
     #[test]

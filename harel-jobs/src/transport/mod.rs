@@ -48,7 +48,7 @@ pub use message::{
     MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME_LEN, MAX_UNIQUE_KEY_BYTES, OutgoingMessage, Priority,
     Schedule, own_group,
 };
-pub(crate) use message::{delay_millis, validate_group, validate_queue_name};
+pub(crate) use message::{QUEUE_NAME_RULE, delay_millis, validate_group, validate_queue_name};
 
 /// What a publish did with one message ([`Transport::publish_many_outcomes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
