@@ -1,5 +1,6 @@
 //! How long each dashboard page takes on a big queue: fills a schema of its own with
-//! `--jobs` waiting jobs (default 1,000,000) in `--groups` groups (default 100,000) and
+//! `--jobs` waiting jobs (default 1,000,000) in `--groups` groups (default 100,000), three
+//! larger groups (20,000, 10,000 and 5,000 jobs) and
 //! 1,000 dead letters, serves `harel_jobs::dashboard::router` on a local port, and times
 //! each page (one warm-up, then `--runs` requests, default 10): median and slowest, in ms,
 //! from the request's first byte to the response's last, on loopback (so: the page's
@@ -90,6 +91,19 @@ async fn fill(pool: &PgPool, options: &Options) -> Result<(), sqlx::Error> {
         .await?;
         from = to;
     }
+    // three customers far larger than the others, for the largest groups to find
+    for (whale, jobs) in [("whale-1", 20_000), ("whale-2", 10_000), ("whale-3", 5_000)] {
+        sqlx::query(sql(
+            "SELECT count(*) FROM @schema@.harel_publish(
+                 array_fill($1::text, ARRAY[$2]), array_fill('sync_crm'::text, ARRAY[$2]),
+                 array_fill('{}'::text, ARRAY[$2]), array_fill(2::smallint, ARRAY[$2]),
+                 array_fill(NULL::timestamptz, ARRAY[$2]), array_fill(NULL::bigint, ARRAY[$2]))",
+        ))
+        .bind(whale)
+        .bind(jobs)
+        .execute(pool)
+        .await?;
+    }
     sqlx::query(sql("INSERT INTO @schema@.dead_letters
              (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at, failed_at)
          SELECT 10000000000 + i, 'customer-' || i, 'send_email', json_build_object('n', i), 2, 5,
@@ -159,6 +173,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         format!("/jobs/{middle}"),
         "/groups".to_owned(),
         "/groups?after=customer-5".to_owned(),
+        "/groups?sort=waiting".to_owned(),
+        "/groups?sort=size".to_owned(),
         "/groups/show?id=customer-42".to_owned(),
         "/dead".to_owned(),
         "/dead/10000000500".to_owned(),

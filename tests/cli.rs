@@ -125,6 +125,7 @@ fn every_command_has_help_with_examples() {
         &["jobs", "show"],
         &["jobs", "cancel"],
         &["groups", "list"],
+        &["groups", "top"],
         &["groups", "show"],
         &["dead", "list"],
         &["dead", "show"],
@@ -405,6 +406,34 @@ async fn groups_are_listed_shown_and_cancelled_only_when_confirmed() {
     )
     .json();
     assert_eq!(rest["groups"][0]["id"], "customer-42");
+
+    // ranked: both wait, customer-42's first job since it was enqueued first
+    let top = ok(&mut op(), &["--json", "groups", "top"]).json();
+    let ids: Vec<&str> = top["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["customer-42", "customer 7's"]);
+    assert_eq!(top["statistics_at"], Value::Null);
+    let depth = ok(&mut op(), &["--json", "queues", "depth"]).json();
+    assert_eq!(
+        depth["depth"][0]["ready"],
+        serde_json::json!({"value": 2, "kind": "exact"})
+    );
+    assert_eq!(
+        (&depth["depth"][0]["queue"], &depth["depth"][0]["priority"]),
+        (&Value::from("default"), &Value::from(2))
+    );
+    let table = ok(&mut op(), &["queues", "depth"]).stdout;
+    assert!(table.starts_with("QUEUE"), "{table}");
+    ok(
+        &mut op(),
+        &["groups", "top", "--by", "size", "--limit", "5"],
+    );
+    fails(&mut op(), &["groups", "top", "--limit", "101"], 2, "101");
+    fails(&mut op(), &["groups", "top", "--by", "age"], 2, "age");
 
     let shown = ok(&mut op(), &["groups", "show", "customer-42"]).stdout;
     assert!(shown.contains("jobs:") && shown.contains("3"), "{shown}");

@@ -184,11 +184,17 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     let cards = text(&client, ".cards").await;
     assert!(cards.contains("Jobs in the queue\n4"), "{cards}");
     assert!(cards.contains("Dead letters\n4"), "{cards}");
-    let latest = text(&client, "main table").await;
+    let latest = text(&client, "#latest-dead table").await;
     assert!(
         latest.contains(&first_dead.to_string()) && latest.contains("smtp: 421"),
         "{latest}"
     );
+    // depth by queue, priority and state: customer-42 ready, the report scheduled
+    let depth = text(&client, "#depth tbody").await;
+    assert!(depth.starts_with("default 2 1 "), "{depth}");
+    assert!(depth.ends_with(" 0 0 1"), "{depth}");
+    let oldest = text(&client, "#oldest-ready").await;
+    assert!(oldest.contains("in default, priority 2"), "{oldest}");
     screenshot(&client, "overview").await;
 
     // jobs, filtered by state through the form
@@ -255,6 +261,27 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
             .len(),
         3
     );
+
+    // the groups, longest waiting first: the scheduled report's group is not waiting
+    client.goto(&format!("{base}/groups")).await.unwrap();
+    client
+        .find(Locator::Id("sort-waiting"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for_url(&client, "sort=waiting").await;
+    let rows = client.find_all(Locator::Css("tbody tr")).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(
+        rows[0]
+            .text()
+            .await
+            .unwrap()
+            .starts_with("customer-42 default waiting")
+    );
+    screenshot(&client, "groups_waiting").await;
 
     // a group
     client.goto(&format!("{base}/groups")).await.unwrap();
@@ -451,7 +478,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     assert_eq!(minutes.len(), 30);
     let caption = text(&client, "figure.chart figcaption").await;
     assert!(!caption.contains(" 0 in all"), "{caption}");
-    let pools = text(&client, "main table").await;
+    let pools = text(&client, "#workers table").await;
     assert!(
         pools.contains(&format!("(pid {})", std::process::id())) && pools.contains("stopped"),
         "{pools}"

@@ -169,6 +169,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_cancel",
         "harel_cancel_group",
         "harel_claim",
+        "harel_depth",
         "harel_drop_empty_groups",
         "harel_end_cancelled",
         "harel_ensure_queue",
@@ -189,6 +190,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_settle",
         "harel_take_key",
         "harel_throughput",
+        "harel_top_groups",
         "harel_worker_report",
         "harel_workers",
     ]

@@ -43,6 +43,47 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Notices {
     }
 }
 
+/// What auto_explain reports, as notices on the connection it is set on.
+#[derive(Clone, Copy)]
+struct Explain {
+    /// Plans of the statements inside functions too, not only the top-level ones.
+    nested: bool,
+    /// Run counts and shared buffers (EXPLAIN ANALYZE, BUFFERS; no timing).
+    analyze: bool,
+}
+
+impl Explain {
+    /// Turns auto_explain on for every statement of `conn`.
+    async fn on(self, conn: &mut sqlx::PgConnection) {
+        let on_off = |on: bool| if on { "on" } else { "off" };
+        let settings = format!(
+            "LOAD 'auto_explain';
+             SET auto_explain.log_min_duration = 0;
+             SET auto_explain.log_nested_statements = {};
+             SET auto_explain.log_analyze = {};
+             SET auto_explain.log_buffers = {};
+             SET auto_explain.log_timing = off;
+             SET auto_explain.log_format = 'text';
+             SET auto_explain.log_level = 'notice';
+             SET client_min_messages = 'notice';",
+            on_off(self.nested),
+            on_off(self.analyze),
+            on_off(self.analyze),
+        );
+        sqlx::raw_sql(AssertSqlSafe(settings))
+            .execute(conn)
+            .await
+            .unwrap();
+    }
+
+    /// A new connection with auto_explain on.
+    async fn connect(self) -> sqlx::PgConnection {
+        let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+        self.on(&mut conn).await;
+        conn
+    }
+}
+
 /// The claim must stay one bounded index range scan however many groups wait: no sort of
 /// the waiting groups, no sequential scan of them. Its statements run inside PL/pgSQL, so
 /// their real plans come from auto_explain, reported as notices.
@@ -72,19 +113,12 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
     let notices = Notices::default();
     let _collecting =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
-    let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
-    sqlx::raw_sql(
-        "LOAD 'auto_explain';
-         SET auto_explain.log_min_duration = 0;
-         SET auto_explain.log_nested_statements = on;
-         SET auto_explain.log_analyze = off;
-         SET auto_explain.log_format = 'text';
-         SET auto_explain.log_level = 'notice';
-         SET client_min_messages = 'notice';",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    let mut conn = Explain {
+        nested: true,
+        analyze: false,
+    }
+    .connect()
+    .await;
     // past PL/pgSQL's five custom plans, so the cached generic plan is checked too; and
     // with a floor and a batch size
     let requests = (0..7).map(|_| ClaimRequest::new(LONG)).chain([
@@ -106,12 +140,17 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
         let claimed = q.transport.claim_many(&mut conn, &request).await.unwrap();
         assert!(!claimed.is_empty());
     }
-    // the queues' counts (what a dashboard polls) are range scans of the claim index too
+    // the queues' counts, their depth by level and state, and the groups ranked (what a
+    // dashboard polls) are range scans of the claim index too
     for _ in 0..7 {
-        sqlx::query(q.sql("SELECT * FROM @schema@.harel_queues()"))
-            .fetch_all(&mut conn)
-            .await
-            .unwrap();
+        for sql in [
+            "SELECT * FROM @schema@.harel_queues()",
+            "SELECT * FROM @schema@.harel_depth()",
+            "SELECT * FROM @schema@.harel_top_groups('waiting', 20)",
+            "SELECT * FROM @schema@.harel_top_groups('size', 20)",
+        ] {
+            sqlx::query(q.sql(sql)).fetch_all(&mut conn).await.unwrap();
+        }
     }
     conn.close().await.unwrap();
 
@@ -157,25 +196,69 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
     }
 }
 
+/// What an operator looks up by key reads by key, wherever the group sorts among 50,000:
+/// one group (`Queue::group`, `/groups/show`), and the longest waiting (at most `limit`
+/// claim-index entries per queue and level). The first version of the single-group lookup
+/// walked the groups' key in order up to the one asked for.
+#[tokio::test(flavor = "current_thread")]
+async fn operator_lookups_read_by_key_with_50000_groups() {
+    let q = TestQueue::new().await;
+    sqlx::raw_sql(q.sql(
+        "INSERT INTO @schema@.transport_groups (group_id, priority, available_at) \
+         SELECT 'g' || i, i % 5, now() - i * interval '1 millisecond' \
+           FROM generate_series(1, 50000) AS i;
+         ANALYZE @schema@.transport_groups;",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let notices = Notices::default();
+    let _collecting =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
+    let mut conn = Explain {
+        nested: false,
+        analyze: true,
+    }
+    .connect()
+    .await;
+    // 'g9999' sorts after 'g1'…'g99989'; past PL/pgSQL's five custom plans
+    for _ in 0..7 {
+        for sql in [
+            "SELECT * FROM @schema@.harel_list_groups('g9999', NULL, NULL)",
+            "SELECT * FROM @schema@.harel_top_groups('waiting', 20)",
+        ] {
+            let rows = sqlx::query(q.sql(sql)).fetch_all(&mut conn).await.unwrap();
+            assert!(!rows.is_empty(), "{sql}");
+        }
+    }
+    conn.close().await.unwrap();
+    let calls = function_buffers(&notices.0.lock().unwrap());
+    assert_eq!(calls.len(), 14, "{calls:?}");
+    // after the first round (which reads the catalogs): a walk of the 50,000 groups' key
+    // reads thousands of buffers; a lookup by key a few, a ranking of 20 some 200
+    for (function, buffers) in &calls[2..] {
+        let bound = if function == "harel_list_groups" {
+            50
+        } else {
+            400
+        };
+        assert!(
+            *buffers <= bound,
+            "{function} read {buffers} buffers: {calls:?}"
+        );
+    }
+}
+
 /// The candidate scan of one claim (limit 1), with auto_explain's buffer counts: the
 /// shared buffers its plan's top node touched.
 async fn candidate_scan_buffers(q: &TestQueue, notices: &Notices) -> u64 {
     notices.0.lock().unwrap().clear();
-    let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
-    sqlx::raw_sql(
-        "LOAD 'auto_explain';
-         SET auto_explain.log_min_duration = 0;
-         SET auto_explain.log_nested_statements = on;
-         SET auto_explain.log_analyze = on;
-         SET auto_explain.log_buffers = on;
-         SET auto_explain.log_timing = off;
-         SET auto_explain.log_format = 'text';
-         SET auto_explain.log_level = 'notice';
-         SET client_min_messages = 'notice';",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    let mut conn = Explain {
+        nested: true,
+        analyze: true,
+    }
+    .connect()
+    .await;
     let claimed = q
         .transport
         .claim_many(&mut conn, &ClaimRequest::new(LONG))
@@ -357,21 +440,12 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
     // claim's scan skips them is a_held_snapshot_does_not_slow_the_claim's subject)
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
-    sqlx::raw_sql(
-        "LOAD 'auto_explain';
-         SET auto_explain.log_min_duration = 0;
-         SET auto_explain.log_analyze = on;
-         SET auto_explain.log_buffers = on;
-         SET auto_explain.log_nested_statements = on;
-         SET auto_explain.log_timing = off;
-         SET auto_explain.log_format = 'text';
-         SET auto_explain.log_level = 'notice';
-         SET client_min_messages = 'notice';",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    let mut conn = Explain {
+        nested: true,
+        analyze: true,
+    }
+    .connect()
+    .await;
     // the first round reads the catalogs (each function's first call on a connection)
     for round in 0..7 {
         if round == 1 {
@@ -547,19 +621,12 @@ async fn batches_never_rescan_their_arrays_per_row() {
     // past PL/pgSQL's five custom plans, so the cached generic plan is the one checked
     for round in 0..7 {
         if round == 6 {
-            sqlx::raw_sql(
-                "LOAD 'auto_explain';
-                 SET auto_explain.log_min_duration = 0;
-                 SET auto_explain.log_nested_statements = on;
-                 SET auto_explain.log_analyze = on;
-                 SET auto_explain.log_timing = off;
-                 SET auto_explain.log_format = 'text';
-                 SET auto_explain.log_level = 'notice';
-                 SET client_min_messages = 'notice';",
-            )
-            .execute(&mut conn)
-            .await
-            .unwrap();
+            Explain {
+                nested: true,
+                analyze: true,
+            }
+            .on(&mut conn)
+            .await;
         }
         q.transport
             .publish_many(&mut conn, &messages)

@@ -1,5 +1,6 @@
 //! Groups as an operator sees them: [`Queue::groups`] pages through the groups that hold
-//! jobs, [`Queue::group`] looks one up.
+//! jobs, [`Queue::group`] looks one up, [`Queue::top_groups`] ranks them (longest waiting,
+//! largest).
 
 use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
@@ -75,6 +76,51 @@ pub struct GroupInfo {
     /// The named queue its jobs belong to ([`DEFAULT_QUEUE`](crate::DEFAULT_QUEUE) unless
     /// they were enqueued into another).
     pub queue: String,
+    /// How many jobs PostgreSQL's statistics say it holds, when [`Queue::top_groups`] ranked
+    /// it by [`GroupRank::Largest`] (`None` otherwise): its size past
+    /// [`GROUP_JOBS_COUNT_CAP`], as of [`TopGroups::statistics_at`].
+    pub jobs_estimate: Option<u64>,
+}
+
+/// How [`Queue::top_groups`] ranks the groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GroupRank {
+    /// The ready groups that have waited longest for a worker (since
+    /// [`GroupInfo::available_at`]), oldest first, across every queue and priority: what
+    /// is stuck behind busy workers or a paused queue. Exact.
+    LongestWaiting,
+    /// The largest groups, largest first: a customer or tenant whose jobs pile up. Ranked
+    /// by PostgreSQL's statistics of the queue (the most common group ids that its last
+    /// `ANALYZE` found in a sample of the jobs; autovacuum runs it as the queue churns), so
+    /// a group that grew since may be missing, and when no group stands out from the
+    /// others there is none to list. Each listed group's jobs are then counted (up to
+    /// [`GROUP_JOBS_COUNT_CAP`]).
+    Largest,
+}
+
+impl GroupRank {
+    /// `waiting` or `size`: the name the database function takes.
+    fn as_sql(self) -> &'static str {
+        match self {
+            Self::LongestWaiting => "waiting",
+            Self::Largest => "size",
+        }
+    }
+}
+
+/// The most groups [`Queue::top_groups`] returns.
+pub const MAX_TOP_GROUPS: u32 = 100;
+
+/// What [`Queue::top_groups`] found.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct TopGroups {
+    /// The groups, best ranked first.
+    pub groups: Vec<GroupInfo>,
+    /// For [`GroupRank::Largest`]: when PostgreSQL last gathered the statistics the
+    /// ranking comes from (`None` when no group was listed, or it never did).
+    pub statistics_at: Option<DateTime<Utc>>,
 }
 
 /// Which groups [`Queue::groups`] lists: from a cursor, so many a page.
@@ -152,8 +198,25 @@ fn from_row(row: GroupRow) -> Result<GroupInfo, QueueError> {
         jobs_capped: capped,
         cancel_requested: cancel,
         queue,
+        jobs_estimate: None,
     })
 }
+
+/// A row of `harel_top_groups`: a group row, then its estimate and the statistics' time.
+type TopGroupRow = (
+    String,
+    String,
+    i16,
+    DateTime<Utc>,
+    Option<i64>,
+    i32,
+    i32,
+    bool,
+    bool,
+    String,
+    Option<i64>,
+    Option<DateTime<Utc>>,
+);
 
 const SELECT: &str = "SELECT group_id, status, priority, available_at, head_id, head_attempts,
                              jobs, jobs_capped, cancel_requested, queue
@@ -231,5 +294,57 @@ impl Queue {
             .await
             .map_err(DatabaseError::new)?;
         row.map(from_row).transpose()
+    }
+
+    /// The top `limit` groups (1 to [`MAX_TOP_GROUPS`]) by `rank`: those that have waited
+    /// longest, or the largest. One round trip of bounded work, whatever the queue holds:
+    /// at most `limit` claim-index entries per queue and priority level, or `2 × limit`
+    /// candidates from the statistics, each looked up as [`Queue::group`] does.
+    ///
+    /// ```no_run
+    /// # use harel_jobs::{GroupRank, Queue};
+    /// # async fn example(queue: Queue) -> Result<(), harel_jobs::QueueError> {
+    /// for group in queue.top_groups(GroupRank::LongestWaiting, 10).await?.groups {
+    ///     println!("{} ready since {}", group.id, group.available_at);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`QueueError::InvalidArgument`] for a limit outside 1..=100;
+    /// [`QueueError::Database`].
+    pub async fn top_groups(&self, rank: GroupRank, limit: u32) -> Result<TopGroups, QueueError> {
+        if limit == 0 || limit > MAX_TOP_GROUPS {
+            return Err(QueueError::InvalidArgument("rank 1 to 100 groups"));
+        }
+        let rows: Vec<TopGroupRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
+            "SELECT group_id, status, priority, available_at, head_id, head_attempts,
+                    jobs, jobs_capped, cancel_requested, queue, jobs_estimate, stats_at
+               FROM @schema@.harel_top_groups($1, $2)",
+        )))
+        .bind(rank.as_sql())
+        .bind(limit as i32)
+        .persistent(self.prepared().persistent())
+        .fetch_all(self.pool())
+        .await
+        .map_err(DatabaseError::new)?;
+        let statistics_at = rows.iter().find_map(|row| row.11);
+        let groups = rows
+            .into_iter()
+            .map(|row| {
+                let estimate = row.10;
+                let group = (
+                    row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9,
+                );
+                from_row(group).map(|group| GroupInfo {
+                    jobs_estimate: estimate.map(|n| u64::try_from(n).unwrap_or(0)),
+                    ..group
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(TopGroups {
+            groups,
+            statistics_at,
+        })
     }
 }

@@ -104,7 +104,8 @@ pub use error::{
 };
 pub use fleet::{MAX_THROUGHPUT_MINUTES, ThroughputMinute, WorkerInfo};
 pub use groups::{
-    GROUP_JOBS_COUNT_CAP, GroupInfo, GroupPage, GroupQuery, GroupStatus, MAX_GROUP_PAGE,
+    GROUP_JOBS_COUNT_CAP, GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, MAX_GROUP_PAGE,
+    MAX_TOP_GROUPS, TopGroups,
 };
 pub use harel_jobs_macros::job;
 pub use inspect::{Count, QueueStats};
@@ -116,7 +117,7 @@ pub use queue::{
     Cancel, CancelOutcome, DEFAULT_CANCELLED_RETENTION, JobInfo, JobPage, JobQuery, JobState,
     MAX_PAGE, MAX_REASON_BYTES, Queue, ScheduleInfo, StateFilter,
 };
-pub use queue_control::{QueueInfo, QueueLimits, RateLimit};
+pub use queue_control::{LevelDepth, QueueInfo, QueueLimits, RateLimit};
 pub use retry::Backoff;
 pub use schema::Schema;
 /// The sqlx this crate is built with (0.9). Pools, connections and transactions handed to

@@ -160,6 +160,10 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/harel_list_groups.sql"),
     },
     Function {
+        name: "harel_top_groups",
+        sql: include_str!("../sql/functions/harel_top_groups.sql"),
+    },
+    Function {
         name: "harel_schedule_fire",
         sql: include_str!("../sql/functions/harel_schedule_fire.sql"),
     },
@@ -174,6 +178,10 @@ const FUNCTIONS: &[Function] = &[
     Function {
         name: "harel_queues",
         sql: include_str!("../sql/functions/harel_queues.sql"),
+    },
+    Function {
+        name: "harel_depth",
+        sql: include_str!("../sql/functions/harel_depth.sql"),
     },
     Function {
         name: "harel_worker_report",

@@ -1,6 +1,6 @@
-//! Named queues as an operator sees them: list them, pause and resume them, limit them
-//! across the fleet ([`Queue::queues`], [`Queue::pause`], [`Queue::resume`],
-//! [`Queue::set_limits`]).
+//! Named queues as an operator sees them: list them, see how deep each is, pause and
+//! resume them, limit them across the fleet ([`Queue::queues`], [`Queue::depth`],
+//! [`Queue::pause`], [`Queue::resume`], [`Queue::set_limits`]).
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use sqlx::AssertSqlSafe;
 use crate::error::{DatabaseError, QueueError};
 use crate::inspect::Count;
 use crate::queue::Queue;
-use crate::transport::{QUEUE_NAME_RULE, validate_queue_name};
+use crate::transport::{Priority, QUEUE_NAME_RULE, validate_queue_name};
 
 /// At most `starts` jobs of a queue start per `per`, across every worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -107,7 +107,73 @@ type QueueRow = (
     Option<DateTime<Utc>>,
 );
 
+/// How deep one named queue is at one priority level, by state, as [`Queue::depth`] reads
+/// it. Counted in groups, each by its first job (the one that runs next; the jobs behind it
+/// in its group wait for it): for jobs without a group, one group is one job.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct LevelDepth {
+    /// The queue.
+    pub queue: String,
+    /// The priority level.
+    pub priority: Priority,
+    /// Groups whose next job may start now (waiting for a worker, a retry that is due, or
+    /// a lapsed lease).
+    pub ready: Count,
+    /// Jobs running (live leases).
+    pub running: Count,
+    /// Groups parked after a failed attempt, until their backoff ends.
+    pub retrying: Count,
+    /// Groups whose next job is scheduled for later (a delay, a snooze).
+    pub scheduled: Count,
+    /// Since when the longest waiting ready group has been claimable (`None`: none is).
+    pub oldest_ready_at: Option<DateTime<Utc>>,
+}
+
+type DepthRow = (String, i16, i64, i64, i64, i64, bool, Option<DateTime<Utc>>);
+
+fn level_depth(row: DepthRow) -> LevelDepth {
+    let (queue, priority, ready, running, retrying, scheduled, exact, oldest_ready_at) = row;
+    let count = |n: i64| {
+        if exact {
+            Count::Exact(n)
+        } else {
+            Count::AtLeast(n)
+        }
+    };
+    LevelDepth {
+        queue,
+        priority: Priority::from_db(priority),
+        ready: count(ready),
+        running: count(running),
+        retrying: count(retrying),
+        scheduled: count(scheduled),
+        oldest_ready_at,
+    }
+}
+
 impl Queue {
+    /// The depth of each named queue at each priority level, by state: one entry per queue
+    /// and level that holds any group, queues in the order they were created, the highest
+    /// priority first. One round trip of bounded work: ready groups are counted up to
+    /// 10,000 per queue and level, the others among the first 1,000 (soonest due); past a
+    /// cap the entry's counts are [`Count::AtLeast`].
+    ///
+    /// # Errors
+    /// [`QueueError::Database`].
+    pub async fn depth(&self) -> Result<Vec<LevelDepth>, QueueError> {
+        let rows: Vec<DepthRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
+            "SELECT queue, priority, ready, running, retrying, scheduled, counts_exact,
+                    oldest_ready_at
+               FROM @schema@.harel_depth()",
+        )))
+        .persistent(self.prepared().persistent())
+        .fetch_all(self.pool())
+        .await
+        .map_err(DatabaseError::new)?;
+        Ok(rows.into_iter().map(level_depth).collect())
+    }
+
     /// Every queue of this schema (the default one, and each named queue a job was
     /// published into or an operator set), with its settings, ready and running counts.
     /// One round trip; its cost does not grow with the queues' depth.

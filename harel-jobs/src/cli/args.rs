@@ -5,6 +5,7 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 use crate::enqueue::JobId;
+use crate::groups::GroupRank;
 use crate::queue::StateFilter;
 
 /// The examples under `harel-jobs --help`.
@@ -190,6 +191,24 @@ pub(crate) struct JobsList {
     pub(crate) limit: u32,
 }
 
+/// How `groups top` ranks the groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum RankArg {
+    /// Ready groups, longest waiting first.
+    Waiting,
+    /// Largest first.
+    Size,
+}
+
+impl From<RankArg> for GroupRank {
+    fn from(rank: RankArg) -> Self {
+        match rank {
+            RankArg::Waiting => Self::LongestWaiting,
+            RankArg::Size => Self::Largest,
+        }
+    }
+}
+
 /// A job state to list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum StateArg {
@@ -240,6 +259,20 @@ Examples:
         after: Option<String>,
         /// At most this many groups (1 to 1000).
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// The groups that have waited longest for a worker, or the largest (ranked by
+    /// PostgreSQL's statistics of the queue; see the README).
+    #[command(after_help = "\
+Examples:
+  harel-jobs groups top                 # the longest waiting ready groups
+  harel-jobs groups top --by size       # the largest groups")]
+    Top {
+        /// How to rank them.
+        #[arg(long, value_enum, default_value_t = RankArg::Waiting)]
+        by: RankArg,
+        /// At most this many groups (1 to 100).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100))]
         limit: u32,
     },
     /// One group and its first jobs.
@@ -337,6 +370,9 @@ pub(crate) enum QueuesCommand {
     /// Every queue: paused or not, its limits, its ready groups and running jobs.
     #[command(after_help = "Examples:\n  harel-jobs queues list\n  harel-jobs --json queues list")]
     List,
+    /// Each queue's depth by priority and state, in groups (each counted by its next job).
+    #[command(after_help = "Example:\n  harel-jobs queues depth")]
+    Depth,
     /// Pause a queue: no worker starts its jobs until it is resumed (running jobs finish;
     /// enqueueing still works).
     #[command(after_help = "Example:\n  harel-jobs queues pause partner_api")]

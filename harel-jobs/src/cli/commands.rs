@@ -14,12 +14,13 @@ use super::args::{
 use super::confirm::confirm;
 use super::error::CliError;
 use super::output::{
-    DeadView, GroupView, JobView, QueueView, ScheduleView, StatsView, cancel_outcome, time,
+    DeadView, DepthView, GroupView, JobView, QueueView, ScheduleView, StatsView, cancel_outcome,
+    time,
 };
 use crate::connect::{ConnectConfig, connect_with};
 use crate::dead_letters::{DeadLetter, DeadLetterQuery};
 use crate::enqueue::JobId;
-use crate::groups::GroupQuery;
+use crate::groups::{GroupQuery, GroupRank};
 use crate::migrate::{SCHEMA_VERSION, check_schema};
 use crate::queue::{CancelOutcome, JobQuery, Queue, StateFilter};
 use crate::schema::Schema;
@@ -104,6 +105,9 @@ async fn dispatch(command: Command, queue: &Queue, out: &Printer) -> Result<(), 
         Command::Groups(GroupsCommand::List { after, limit }) => {
             groups_list(queue, out, after, limit).await
         }
+        Command::Groups(GroupsCommand::Top { by, limit }) => {
+            groups_top(queue, out, by.into(), limit).await
+        }
         Command::Groups(GroupsCommand::Show { id, limit }) => {
             groups_show(queue, out, id, limit).await
         }
@@ -125,6 +129,7 @@ async fn dispatch(command: Command, queue: &Queue, out: &Printer) -> Result<(), 
             dead_purge(queue, out, older_than, yes).await
         }
         Command::Queues(QueuesCommand::List) => queues_list(queue, out).await,
+        Command::Queues(QueuesCommand::Depth) => queues_depth(queue, out).await,
         Command::Queues(QueuesCommand::Pause { name }) => {
             let info = queue.pause(&name).await?;
             out.emit(&QueueView::new(&info), || {
@@ -286,6 +291,30 @@ async fn groups_list(
         ));
         text
     })
+}
+
+async fn groups_top(
+    queue: &Queue,
+    out: &Printer,
+    rank: GroupRank,
+    limit: u32,
+) -> Result<(), CliError> {
+    let top = queue.top_groups(rank, limit).await?;
+    let groups: Vec<GroupView> = top.groups.iter().map(GroupView::new).collect();
+    out.emit(
+        &json!({ "groups": groups, "statistics_at": top.statistics_at }),
+        || {
+            let empty = match rank {
+                GroupRank::LongestWaiting => "no group is waiting for a worker",
+                _ => "no group stands out in the statistics (or they were not gathered yet)",
+            };
+            let mut text = GroupView::table(&top.groups).render(empty);
+            if let Some(at) = top.statistics_at {
+                text.push_str(&format!("ranked by the statistics of {}\n", time(at)));
+            }
+            text
+        },
+    )
 }
 
 /// `text` as one shell word: as it is when it is plain, else single-quoted.
@@ -561,6 +590,14 @@ async fn queues_list(queue: &Queue, out: &Printer) -> Result<(), CliError> {
     let views: Vec<QueueView> = queues.iter().map(QueueView::new).collect();
     out.emit(&json!({ "queues": views }), || {
         QueueView::table(&queues).render("no queues")
+    })
+}
+
+async fn queues_depth(queue: &Queue, out: &Printer) -> Result<(), CliError> {
+    let depth = queue.depth().await?;
+    let views: Vec<DepthView> = depth.iter().map(DepthView::new).collect();
+    out.emit(&json!({ "depth": views }), || {
+        DepthView::table(&depth).render("nothing is queued")
     })
 }
 

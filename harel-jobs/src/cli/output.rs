@@ -9,7 +9,7 @@ use crate::dead_letters::DeadLetter;
 use crate::groups::GroupInfo;
 use crate::inspect::{Count, QueueStats};
 use crate::queue::{CancelOutcome, JobInfo, JobState, ScheduleInfo};
-use crate::queue_control::QueueInfo;
+use crate::queue_control::{LevelDepth, QueueInfo};
 
 /// The widest a table cell gets before it is cut (with `…`).
 const MAX_CELL_CHARS: usize = 60;
@@ -317,6 +317,7 @@ pub(crate) struct GroupView {
     head_attempts: u32,
     jobs: u32,
     jobs_capped: bool,
+    jobs_estimate: Option<u64>,
     cancel_requested: bool,
 }
 
@@ -332,15 +333,16 @@ impl GroupView {
             head_attempts: group.head_attempts,
             jobs: group.jobs,
             jobs_capped: group.jobs_capped,
+            jobs_estimate: group.jobs_estimate,
             cancel_requested: group.cancel_requested,
         }
     }
 
     fn jobs_text(group: &GroupInfo) -> String {
-        if group.jobs_capped {
-            format!(">={}", group.jobs)
-        } else {
-            group.jobs.to_string()
+        match (group.jobs_capped, group.jobs_estimate) {
+            (true, Some(estimate)) => format!(">={} (~{estimate})", group.jobs),
+            (true, None) => format!(">={}", group.jobs),
+            (false, _) => group.jobs.to_string(),
         }
     }
 
@@ -655,5 +657,56 @@ mod tests {
     fn payloads_are_json_values_or_their_text() {
         assert_eq!(payload("{\"a\":1}"), serde_json::json!({"a": 1}));
         assert_eq!(payload("not json"), Value::String("not json".into()));
+    }
+}
+
+/// `queues depth`: one queue's depth at one priority level.
+#[derive(Serialize)]
+pub(crate) struct DepthView {
+    queue: String,
+    priority: u8,
+    ready: CountView,
+    running: CountView,
+    retrying: CountView,
+    scheduled: CountView,
+    oldest_ready_at: Option<DateTime<Utc>>,
+}
+
+impl DepthView {
+    pub(crate) fn new(level: &LevelDepth) -> Self {
+        Self {
+            queue: level.queue.clone(),
+            priority: level.priority.get(),
+            ready: level.ready.into(),
+            running: level.running.into(),
+            retrying: level.retrying.into(),
+            scheduled: level.scheduled.into(),
+            oldest_ready_at: level.oldest_ready_at,
+        }
+    }
+
+    /// A table of the levels.
+    pub(crate) fn table(depth: &[LevelDepth]) -> Table {
+        let mut table = Table::new(vec![
+            "QUEUE",
+            "PRI",
+            "READY",
+            "OLDEST READY",
+            "RUNNING",
+            "RETRYING",
+            "SCHEDULED",
+        ]);
+        for level in depth {
+            table.row(vec![
+                level.queue.clone(),
+                level.priority.get().to_string(),
+                level.ready.to_string(),
+                level.oldest_ready_at.map_or_else(|| "-".to_owned(), time),
+                level.running.to_string(),
+                level.retrying.to_string(),
+                level.scheduled.to_string(),
+            ]);
+        }
+        table
     }
 }

@@ -35,6 +35,17 @@ pub(crate) fn time(at: DateTime<Utc>) -> String {
     )
 }
 
+/// A span of time for people: `45 s`, `12 min`, `3 h 5 min`, `2 d 4 h`.
+pub(crate) fn span(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..60 => format!("{s} s"),
+        60..3_600 => format!("{} min", s / 60),
+        3_600..86_400 => format!("{} h {} min", s / 3_600, s % 3_600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3_600),
+    }
+}
+
 /// [`time`], or a dash.
 pub(crate) fn opt_time(at: Option<DateTime<Utc>>) -> String {
     at.map_or_else(|| "–".to_owned(), time)
@@ -203,6 +214,15 @@ pub(crate) fn badge(state: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_read_like_people_say_them() {
+        assert_eq!(span(-3), "0 s");
+        assert_eq!(span(59), "59 s");
+        assert_eq!(span(125), "2 min");
+        assert_eq!(span(3_600 * 3 + 300), "3 h 5 min");
+        assert_eq!(span(86_400 * 2 + 3_600 * 4), "2 d 4 h");
+    }
 
     #[test]
     fn everything_that_could_be_markup_is_escaped() {

@@ -5,14 +5,16 @@ use axum::response::Html;
 use serde::Deserialize;
 
 use super::html::{
-    Shell, action, badge, escape, fields, link, opt_time, page, query_value, short, table, time,
+    Shell, action, badge, escape, fields, link, opt_time, page, query_value, short, span, table,
+    time,
 };
 use super::{Ctx, PageError};
 use crate::dead_letters::{DeadLetter, DeadLetterQuery};
 use crate::enqueue::JobId;
-use crate::groups::{GroupInfo, GroupQuery};
+use crate::groups::{GroupInfo, GroupQuery, GroupRank};
 use crate::inspect::Count;
 use crate::queue::{JobInfo, JobQuery, JobState, StateFilter};
+use crate::queue_control::LevelDepth;
 
 /// Rows a list page shows.
 const PAGE_SIZE: u32 = 50;
@@ -168,6 +170,7 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
             },
         )
         .await?;
+    let depth = ctx.queue.depth().await?;
     let schedules = ctx.queue.schedules().await?;
     let next_tick = schedules.iter().filter_map(|s| s.next_tick).min();
     let throughput = ctx.queue.throughput(CHART_MINUTES).await?;
@@ -184,6 +187,7 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         false,
     ));
     body.push_str(&count_card("Dead letters", stats.dead_letters, true));
+    body.push_str(&oldest_ready_card(&ctx, &depth));
     body.push_str(&format!(
         "<div class=\"card\"><div class=\"label\">Queue</div><div class=\"value\">{}</div>\
          <div class=\"hint\">{} schedule(s){}</div></div>",
@@ -197,7 +201,11 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         chart(&throughput)
     ));
     body.push_str(&format!(
-        "<h2>Workers seen in the last 5 minutes</h2>{}",
+        "<section id=\"depth\"><h2>Depth by queue and priority</h2>{}</section>",
+        depth_table(&depth)
+    ));
+    body.push_str(&format!(
+        "<section id=\"workers\"><h2>Workers seen in the last 5 minutes</h2>{}</section>",
         workers_table(&workers)
     ));
     body.push_str(&format!(
@@ -211,11 +219,73 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         ));
     }
     body.push_str(&format!(
-        "<h2>Latest dead letters</h2>{}",
+        "<section id=\"latest-dead\"><h2>Latest dead letters</h2>{}</section>",
         dead_table(&ctx, &dead, false)
     ));
     let shell = ctx.shell("Overview", "/", &done);
     Ok(ctx.render(&shell, &body))
+}
+
+/// Since when the longest waiting ready group waits, in which queue, with a link to the
+/// longest waiting groups.
+fn oldest_ready_card(ctx: &Ctx, depth: &[LevelDepth]) -> String {
+    let oldest = depth
+        .iter()
+        .filter_map(|level| Some((level.oldest_ready_at?, level)))
+        .min_by_key(|(at, _)| *at);
+    let (value, hint) = match oldest {
+        Some((at, level)) => (
+            span((chrono::Utc::now() - at).num_seconds()),
+            format!(
+                "since {} in {}, priority {} · {}",
+                time(at),
+                escape(&level.queue),
+                level.priority.get(),
+                link(&ctx.href("/groups?sort=waiting"), "longest waiting →")
+            ),
+        ),
+        None => ("–".to_owned(), "no job is waiting".to_owned()),
+    };
+    format!(
+        "<div class=\"card\" id=\"oldest-ready\"><div class=\"label\">Oldest ready job waits</div>\
+         <div class=\"value\">{value}</div><div class=\"hint\">{hint}</div></div>"
+    )
+}
+
+/// The depth by queue, priority level and state, in groups (each by its first job).
+fn depth_table(depth: &[LevelDepth]) -> String {
+    let rows: Vec<Vec<String>> = depth
+        .iter()
+        .map(|level| {
+            vec![
+                format!("<span class=\"queue-name\">{}</span>", escape(&level.queue)),
+                level.priority.get().to_string(),
+                escape(&level.ready.to_string()),
+                opt_time(level.oldest_ready_at),
+                escape(&level.running.to_string()),
+                escape(&level.retrying.to_string()),
+                escape(&level.scheduled.to_string()),
+            ]
+        })
+        .collect();
+    format!(
+        "{}<p class=\"muted\">Counted in groups, each by its next job (the jobs behind it in \
+         its group wait for it); for jobs without a group, one group is one job. Counts past \
+         10,000 ready or 1,000 others per row are shown as at least (>=).</p>",
+        table(
+            &[
+                "Queue",
+                "Priority",
+                "Ready",
+                "Oldest ready since",
+                "Running",
+                "Retrying",
+                "Scheduled",
+            ],
+            &rows,
+            "Nothing is queued.",
+        )
+    )
 }
 
 /// Minutes the overview's chart shows.
@@ -519,7 +589,7 @@ fn pretty(payload: &str) -> String {
         .unwrap_or_else(|| payload.to_owned())
 }
 
-fn groups_table(ctx: &Ctx, groups: &[GroupInfo]) -> String {
+fn groups_table(ctx: &Ctx, groups: &[GroupInfo], empty: &str) -> String {
     let rows: Vec<Vec<String>> = groups
         .iter()
         .map(|group| {
@@ -528,10 +598,10 @@ fn groups_table(ctx: &Ctx, groups: &[GroupInfo]) -> String {
                 escape(&group.queue),
                 badge(group.status.as_str()),
                 group.priority.get().to_string(),
-                if group.jobs_capped {
-                    format!("≥{}", group.jobs)
-                } else {
-                    group.jobs.to_string()
+                match (group.jobs_capped, group.jobs_estimate) {
+                    (true, Some(estimate)) => format!("≥{} (about {estimate})", group.jobs),
+                    (true, None) => format!("≥{}", group.jobs),
+                    (false, _) => group.jobs.to_string(),
                 },
                 group
                     .head
@@ -553,29 +623,90 @@ fn groups_table(ctx: &Ctx, groups: &[GroupInfo]) -> String {
             "Since / until",
         ],
         &rows,
-        "No group holds jobs.",
+        empty,
     )
 }
 
-/// The cursor of `/groups`.
+/// The order and cursor of `/groups`.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct GroupsPage {
+    /// `waiting` (longest waiting first), `size` (largest first), or by id.
+    sort: Option<String>,
     after: Option<String>,
 }
 
-/// `/groups`: the groups holding jobs, in id order, a page at a time.
-pub(crate) async fn groups(State(ctx): State<Ctx>, Query(cursor): Query<GroupsPage>) -> PageResult {
-    let mut query = GroupQuery::new().limit(PAGE_SIZE);
-    if let Some(after) = cursor.after.filter(|a| !a.is_empty()) {
-        query = query.after(after);
-    }
-    let page = ctx.queue.groups(&query).await?;
-    let mut body = groups_table(&ctx, &page.groups);
-    if let Some(next) = page.next {
+/// How many groups the rankings of `/groups` show.
+const TOP_GROUPS: u32 = 50;
+
+/// `/groups`: the groups holding jobs, in id order a page at a time, or the longest waiting,
+/// or the largest.
+pub(crate) async fn groups(State(ctx): State<Ctx>, Query(page): Query<GroupsPage>) -> PageResult {
+    let rank = match page.sort.as_deref().unwrap_or_default() {
+        "" | "id" => None,
+        "waiting" => Some(GroupRank::LongestWaiting),
+        "size" => Some(GroupRank::Largest),
+        other => return Err(PageError::BadRequest(format!("unknown order {other:?}"))),
+    };
+    let mut body = String::from("<p class=\"tabs\">");
+    for (sort, label, this) in [
+        ("id", "By id", None),
+        (
+            "waiting",
+            "Longest waiting",
+            Some(GroupRank::LongestWaiting),
+        ),
+        ("size", "Largest", Some(GroupRank::Largest)),
+    ] {
+        let current = if this == rank {
+            " aria-current=\"true\""
+        } else {
+            ""
+        };
         body.push_str(&format!(
-            "<p class=\"pager\"><a href=\"{}\">Next page →</a></p>",
-            escape(&ctx.href(&format!("/groups?after={}", query_value(&next))))
+            "<a href=\"{}\" id=\"sort-{sort}\"{current}>{label}</a>",
+            escape(&ctx.href(&format!("/groups?sort={sort}")))
         ));
+    }
+    body.push_str("</p>");
+    match rank {
+        None => {
+            let mut query = GroupQuery::new().limit(PAGE_SIZE);
+            if let Some(after) = page.after.filter(|a| !a.is_empty()) {
+                query = query.after(after);
+            }
+            let groups = ctx.queue.groups(&query).await?;
+            body.push_str(&groups_table(&ctx, &groups.groups, "No group holds jobs."));
+            if let Some(next) = groups.next {
+                body.push_str(&format!(
+                    "<p class=\"pager\"><a href=\"{}\">Next page →</a></p>",
+                    escape(&ctx.href(&format!("/groups?after={}", query_value(&next))))
+                ));
+            }
+        }
+        Some(rank) => {
+            let top = ctx.queue.top_groups(rank, TOP_GROUPS).await?;
+            let empty = match rank {
+                GroupRank::LongestWaiting => "No group is waiting for a worker.",
+                _ => "No group to rank.",
+            };
+            body.push_str(&groups_table(&ctx, &top.groups, empty));
+            body.push_str(&match (rank, top.statistics_at) {
+                (GroupRank::LongestWaiting, _) => format!(
+                    "<p class=\"muted\">The ready groups that have waited longest (at most {TOP_GROUPS}) \
+                     for a worker, in every queue.</p>"
+                ),
+                (_, Some(at)) => format!(
+                    "<p class=\"muted\">Ranked by PostgreSQL's statistics of the queue, \
+                     gathered {} (autovacuum's analyze refreshes them as the queue churns); \
+                     each group's jobs counted up to 1,000.</p>",
+                    time(at)
+                ),
+                (_, None) => "<p class=\"muted\">No group stands out in PostgreSQL's \
+                              statistics of the queue: its groups are about as large as each \
+                              other, or the statistics were not gathered yet.</p>"
+                    .to_owned(),
+            });
+        }
     }
     let shell = ctx.shell("Groups", "/groups", &Done::default());
     Ok(ctx.render(&shell, &body))
@@ -604,7 +735,7 @@ pub(crate) async fn group(
         )
         .await?;
     let mut body = match &info {
-        Some(info) => groups_table(&ctx, std::slice::from_ref(info)),
+        Some(info) => groups_table(&ctx, std::slice::from_ref(info), "No group holds jobs."),
         None => "<p class=\"empty\">This group holds no job now.</p>".to_owned(),
     };
     if let (Some(info), false) = (&info, ctx.read_only) {

@@ -1,0 +1,72 @@
+-- harel_depth: the queue's depth by named queue, priority level and state, in groups (each
+-- group is counted by its first job: the one that runs next). What the dashboard's
+-- overview shows. One round trip, one snapshot; a row per queue and level that has any.
+--
+-- Like harel_queues, every figure is a capped range scan of the claim index, so a queue of
+-- a million groups costs no more than a small one: `ready` (groups whose next job may start
+-- now, a lapsed lease included) reads at most 10,000 entries per queue and level; `running`
+-- (live leases), `retrying` (a failed attempt's backoff) and `scheduled` (a delayed or
+-- snoozed job) share one scan of at most 1,000 entries per queue and level, soonest first,
+-- each with a heap read for its lease and attempts. `counts_exact` is false when a scan
+-- stopped at its cap: the row's counts are then lower bounds. `oldest_ready_at`: since when
+-- the level's longest waiting ready group has been claimable.
+CREATE OR REPLACE FUNCTION @schema@.harel_depth()
+RETURNS TABLE (
+    queue           TEXT,
+    priority        SMALLINT,
+    ready           BIGINT,
+    running         BIGINT,
+    retrying        BIGINT,
+    scheduled       BIGINT,
+    counts_exact    BOOLEAN,
+    oldest_ready_at TIMESTAMPTZ
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    c_cap        CONSTANT INT := 10000;
+    c_future_cap CONSTANT INT := 1000;
+BEGIN
+    RETURN QUERY
+    SELECT q.name, l.level::smallint, r.n, f.running, f.retrying, f.scheduled,
+           r.n < c_cap AND f.seen < c_future_cap, o.oldest
+      FROM @schema@.queues q
+     CROSS JOIN generate_series(0, 4) AS l(level)
+     CROSS JOIN LATERAL (
+            SELECT count(*) AS n
+              FROM (SELECT 1 FROM @schema@.transport_groups g
+                     WHERE g.queue_id = q.id AND g.priority = l.level
+                       AND g.available_at <= statement_timestamp()
+                     -- in the claim index's order: its range scan, never a walk of the table
+                     ORDER BY g.available_at
+                     LIMIT c_cap) AS x) AS r
+     CROSS JOIN LATERAL (
+            SELECT count(*) FILTER (WHERE y.locked_by IS NOT NULL) AS running,
+                   count(*) FILTER (WHERE y.locked_by IS NULL AND y.head_attempts > 0)
+                       AS retrying,
+                   count(*) FILTER (WHERE y.locked_by IS NULL AND y.head_attempts = 0)
+                       AS scheduled,
+                   count(*) AS seen
+              FROM (SELECT g.locked_by, g.head_attempts FROM @schema@.transport_groups g
+                     WHERE g.queue_id = q.id AND g.priority = l.level
+                       AND g.available_at > statement_timestamp()
+                     ORDER BY g.available_at
+                     LIMIT c_future_cap) AS y) AS f
+     CROSS JOIN LATERAL (
+            SELECT (SELECT g.available_at FROM @schema@.transport_groups g
+                     WHERE g.queue_id = q.id AND g.priority = l.level
+                       AND g.available_at <= statement_timestamp()
+                     ORDER BY g.available_at
+                     LIMIT 1) AS oldest) AS o
+     WHERE r.n > 0 OR f.seen > 0
+     ORDER BY q.id, l.level DESC;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @schema@.harel_depth() FROM PUBLIC;
