@@ -337,6 +337,17 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     let retried_url = client.current_url().await.unwrap();
     assert!(retried_url.path().starts_with("/jobs/"), "{retried_url}");
     wait_for_text(&client, ".fields", "completed").await;
+    let timeline = text(&client, "#timeline").await;
+    let events: Vec<&str> = timeline
+        .lines()
+        .map(|line| line.split_once(' ').map_or(line, |(_, rest)| rest))
+        .map(|line| line.split_once(' ').map_or(line, |(_, rest)| rest))
+        .collect();
+    assert_eq!(
+        events,
+        ["enqueued", "attempt 1 started", "completed"],
+        "{timeline}"
+    );
     screenshot(&client, "job_completed").await;
     let new_id: i64 = retried_url
         .path()
@@ -434,6 +445,28 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     let (status, _) = post(address, &format!("/jobs/{target}/cancel"), "").await;
     assert_eq!(status, 403);
     assert!(dead.get(&q.pool, target).await.unwrap().is_some());
+
+    // a dead job's own page: its timeline, and Retry (after a confirmation)
+    client.goto(&format!("{base}/jobs/{target}")).await.unwrap();
+    let timeline = text(&client, "#timeline").await;
+    assert!(
+        timeline.ends_with("dead after an attempt failed"),
+        "{timeline}"
+    );
+    screenshot(&client, "job_dead").await;
+    client
+        .find(Locator::XPath("//button[text()='Retry']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let question = client.get_alert_text().await.expect("asks first");
+    assert!(question.contains(&target.to_string()), "{question}");
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=retried").await;
+    assert!(text(&client, ".notice").await.contains("back in the queue"));
+    assert!(dead.get(&q.pool, target).await.unwrap().is_none());
 
     // pause the default queue, then resume it
     client.goto(&format!("{base}/queues")).await.unwrap();

@@ -2,6 +2,7 @@
 
 use axum::extract::{Path, Query, State};
 use axum::response::Html;
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::html::{
@@ -561,14 +562,27 @@ pub(crate) async fn job(
         ));
     }
     if matches!(job.state, JobState::Dead { .. }) {
-        body.push_str(&format!(
-            "<p>{}</p>",
-            link(
-                &ctx.href(&format!("/dead/{id}")),
-                "Its dead letter (retry, delete) →"
+        let retry = if ctx.read_only {
+            String::new()
+        } else {
+            action(
+                &ctx.href("/dead/retry"),
+                &ctx.csrf,
+                &[("id", id.to_string()), ("single", "1".to_owned())],
+                "Retry",
+                "",
+                Some(&format!("Put job {id} back in the queue?")),
             )
+        };
+        body.push_str(&format!(
+            "<div class=\"actions\">{retry}{}</div>",
+            link(&ctx.href(&format!("/dead/{id}")), "Its dead letter →")
         ));
     }
+    body.push_str(&format!(
+        "<h2>Timeline</h2><ol class=\"timeline\" id=\"timeline\">{}</ol>",
+        timeline(&job)
+    ));
     if let Some(error) = &job.last_error {
         body.push_str(&format!("<h2>Last error</h2><pre>{}</pre>", escape(error)));
     }
@@ -579,6 +593,55 @@ pub(crate) async fn job(
     let title = format!("Job {id}");
     let shell = ctx.shell(&title, "/jobs", &done);
     Ok(ctx.render(&shell, &body))
+}
+
+/// A job's life so far, oldest first, as list items: what is kept of it (its enqueue, the
+/// start of its last attempt, the failures before it, and where it stands now).
+fn timeline(job: &JobInfo) -> String {
+    let attempt = |n: u32| format!("attempt {n} started");
+    let failed = |n: u32| {
+        if n == 1 {
+            "an attempt failed".to_owned()
+        } else {
+            format!("{n} attempts failed")
+        }
+    };
+    let mut events: Vec<(Option<DateTime<Utc>>, String)> =
+        vec![(Some(job.enqueued_at), "enqueued".to_owned())];
+    match &job.state {
+        JobState::Waiting => events.push((None, "waiting for a worker".to_owned())),
+        JobState::Scheduled { at } => events.push((Some(*at), "due".to_owned())),
+        JobState::Running {
+            since,
+            lease_until,
+            cancel_requested,
+        } => {
+            if job.attempts > 1 {
+                events.push((None, failed(job.attempts - 1)));
+            }
+            events.push((*since, attempt(job.attempts)));
+            if *cancel_requested {
+                events.push((None, "cancel requested".to_owned()));
+            }
+            events.push((Some(*lease_until), "lease ends unless extended".to_owned()));
+        }
+        JobState::Retrying { after } => {
+            events.push((None, failed(job.attempts)));
+            events.push((Some(*after), "next attempt due".to_owned()));
+        }
+        JobState::Completed { started_at, at } => {
+            events.push((*started_at, attempt(job.attempts)));
+            events.push((Some(*at), "completed".to_owned()));
+        }
+        JobState::Dead { at } => {
+            events.push((Some(*at), format!("dead after {}", failed(job.attempts))));
+        }
+        JobState::Cancelled { at, .. } => events.push((Some(*at), "cancelled".to_owned())),
+    }
+    events
+        .into_iter()
+        .map(|(at, what)| format!("<li>{} {}</li>", opt_time(at), escape(&what)))
+        .collect()
 }
 
 /// A JSON text pretty-printed (as it is if it does not parse).
