@@ -75,6 +75,17 @@ async fn screenshot(client: &Client, name: &str) -> PathBuf {
     path
 }
 
+/// Clicks the element `locator` finds.
+async fn click(client: &Client, locator: Locator<'_>) {
+    client
+        .find(locator)
+        .await
+        .unwrap_or_else(|e| panic!("{locator:?}: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
 async fn text(client: &Client, css: &str) -> String {
     client
         .find(Locator::Css(css))
@@ -215,13 +226,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         .select_by_value("scheduled")
         .await
         .unwrap();
-    client
-        .find(Locator::Id("filter-apply"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::Id("filter-apply")).await;
     wait_for_url(&client, "state=scheduled").await;
     let url = client.current_url().await.unwrap();
     assert!(
@@ -245,13 +250,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         .send_keys("sync_crm")
         .await
         .unwrap();
-    client
-        .find(Locator::Id("filter-apply"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::Id("filter-apply")).await;
     wait_for_url(&client, "kind=sync_crm").await;
     assert_eq!(
         client
@@ -264,13 +263,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
 
     // the groups, longest waiting first: the scheduled report's group is not waiting
     client.goto(&format!("{base}/groups")).await.unwrap();
-    client
-        .find(Locator::Id("sort-waiting"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::Id("sort-waiting")).await;
     wait_for_url(&client, "sort=waiting").await;
     let rows = client.find_all(Locator::Css("tbody tr")).await.unwrap();
     assert_eq!(rows.len(), 1);
@@ -285,13 +278,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
 
     // a group
     client.goto(&format!("{base}/groups")).await.unwrap();
-    client
-        .find(Locator::LinkText("customer-42"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::LinkText("customer-42")).await;
     wait_for_url(&client, "/groups/show").await;
     assert_eq!(text(&client, "h1").await, "Group customer-42");
     screenshot(&client, "group").await;
@@ -306,13 +293,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         .start();
     client.goto(&format!("{base}/dead")).await.unwrap();
     screenshot(&client, "dead_letters").await;
-    client
-        .find(Locator::LinkText(&first_dead.to_string()))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::LinkText(&first_dead.to_string())).await;
     wait_for_url(&client, &format!("/dead/{first_dead}")).await;
     assert_eq!(
         text(&client, "h1").await,
@@ -325,13 +306,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
             .contains("\"to\": \"a@example.com\"")
     );
     screenshot(&client, "dead_letter").await;
-    client
-        .find(Locator::XPath("//button[text()='Retry']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::XPath("//button[text()='Retry']")).await;
     wait_for_url(&client, "/jobs/").await;
     assert!(text(&client, ".notice").await.contains("back in the queue"));
     let retried_url = client.current_url().await.unwrap();
@@ -367,13 +342,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
 
     // bulk: select all, untick one, delete, confirm in the browser's dialog
     client.goto(&format!("{base}/dead")).await.unwrap();
-    client
-        .find(Locator::Css("input[data-select-all]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::Css("input[data-select-all]")).await;
     let boxes = client
         .find_all(Locator::Css("input[name=id]"))
         .await
@@ -382,20 +351,12 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     for one in &boxes {
         assert_eq!(one.prop("checked").await.unwrap().as_deref(), Some("true"));
     }
-    client
-        .find(Locator::Css(&format!("input[name=id][value='{target}']")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    client
-        .find(Locator::Id("delete-selected"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(
+        &client,
+        Locator::Css(&format!("input[name=id][value='{target}']")),
+    )
+    .await;
+    click(&client, Locator::Id("delete-selected")).await;
     let question = client.get_alert_text().await.expect("asks first");
     assert!(question.contains("selected dead letters"), "{question}");
     client.accept_alert().await.unwrap();
@@ -419,13 +380,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         .send_keys("not needed this month")
         .await
         .unwrap();
-    client
-        .find(Locator::Id("cancel-job"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::Id("cancel-job")).await;
     client.accept_alert().await.unwrap();
     wait_for_url(&client, "done=").await;
     wait_for_text(&client, ".fields", "cancelled").await;
@@ -454,13 +409,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         "{timeline}"
     );
     screenshot(&client, "job_dead").await;
-    client
-        .find(Locator::XPath("//button[text()='Retry']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::XPath("//button[text()='Retry']")).await;
     let question = client.get_alert_text().await.expect("asks first");
     assert!(question.contains(&target.to_string()), "{question}");
     client.accept_alert().await.unwrap();
@@ -471,13 +420,11 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     // pause the default queue, then resume it
     client.goto(&format!("{base}/queues")).await.unwrap();
     let row = "//tr[td/span[@class='queue-name' and text()='default']]";
-    client
-        .find(Locator::XPath(&format!("{row}//button[text()='Pause']")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(
+        &client,
+        Locator::XPath(&format!("{row}//button[text()='Pause']")),
+    )
+    .await;
     wait_for_url(&client, "done=paused").await;
     let paused_row = text_of(&client, row).await;
     assert!(paused_row.contains("paused since"), "{paused_row}");
@@ -489,13 +436,11 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     };
     assert!(default(owner.queues().await.unwrap()).is_paused());
     screenshot(&client, "queues_paused").await;
-    client
-        .find(Locator::XPath(&format!("{row}//button[text()='Resume']")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(
+        &client,
+        Locator::XPath(&format!("{row}//button[text()='Resume']")),
+    )
+    .await;
     wait_for_url(&client, "done=resumed").await;
     assert!(text_of(&client, row).await.contains("running"));
     assert!(!default(owner.queues().await.unwrap()).is_paused());

@@ -123,10 +123,11 @@ impl WorkerConfig {
 
     /// The handlers that may run at once, over every queue served.
     pub fn total_concurrency(&self) -> usize {
-        self.lanes()
-            .iter()
-            .map(|(_, concurrency)| concurrency)
-            .sum()
+        if self.queues.is_empty() {
+            self.concurrency
+        } else {
+            self.queues.iter().map(|(_, concurrency)| concurrency).sum()
+        }
     }
 
     /// How the pool's statements are sent: unnamed behind a transaction pooler.

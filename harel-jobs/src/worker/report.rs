@@ -15,9 +15,14 @@ use crate::error::DatabaseError;
 /// The longest the last report, at shutdown, may hold the shutdown up.
 pub(super) const LAST_REPORT_WITHIN: Duration = Duration::from_secs(1);
 
-/// Where this process runs, as the operator will read it: `HOSTNAME`, else the kernel's
-/// host name, else "unknown".
-fn host() -> String {
+/// Where this process runs, as the operator will read it (read once per process).
+fn host() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(read_host)
+}
+
+/// `HOSTNAME`, else the kernel's host name, else "unknown".
+fn read_host() -> String {
     let name = std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
