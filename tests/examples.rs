@@ -61,13 +61,14 @@ fn prometheus_prints_the_job_counters() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "failed:\n{stdout}\n{stderr}");
     for expected in [
-        "harel_jobs_enqueued_total{kind=\"send_receipt\"} 3",
-        "harel_jobs_succeeded_total{kind=\"send_receipt\"} 3",
-        "harel_jobs_retried_total{kind=\"sync_partner\"} 1",
-        "harel_jobs_succeeded_total{kind=\"sync_partner\"} 1",
-        "harel_jobs_dead_lettered_total{kind=\"import_feed\"} 1",
-        "harel_jobs_handler_duration_seconds_count{kind=\"send_receipt\"} 3",
+        "harel_jobs_enqueued_total{kind=\"send_receipt\",queue=\"default\"} 3",
+        "harel_jobs_succeeded_total{kind=\"send_receipt\",queue=\"default\"} 3",
+        "harel_jobs_retried_total{kind=\"sync_partner\",queue=\"default\"} 1",
+        "harel_jobs_succeeded_total{kind=\"sync_partner\",queue=\"default\"} 1",
+        "harel_jobs_dead_lettered_total{kind=\"import_feed\",queue=\"default\"} 1",
+        "harel_jobs_handler_duration_seconds_count{kind=\"send_receipt\",queue=\"default\"} 3",
         "harel_jobs_depth{schema=\"harel_prometheus\",state=\"queued\"}",
+        "harel_jobs_queue_depth{schema=\"harel_prometheus\",queue=\"default\",state=\"ready\"}",
     ] {
         assert!(
             stdout.contains(expected),

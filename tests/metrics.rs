@@ -1,7 +1,7 @@
 //! The metrics of the `metrics` feature, read back from a `DebuggingRecorder` installed for
 //! each test alone (a thread-local recorder on a current-thread runtime, where the pool's
-//! tasks run too): counters by kind, the histograms, the depth gauges, and that one worker
-//! per schema samples them.
+//! tasks run too): counters by kind and queue, the histograms, the depth gauges (the
+//! schema's and each queue's), and that one worker per schema samples them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use harel_jobs::telemetry::{
     CANCELLED, CLAIM_DURATION, CLAIMED, DEAD_LETTERED, DEPTH, ENQUEUED, GROUPS, HANDLER_DURATION,
-    LEASE_LOST, RETRIED, SETTLE_DURATION, START_LATENCY, SUCCEEDED,
+    LEASE_LOST, QUEUE_DEPTH, RETRIED, SETTLE_DURATION, START_LATENCY, SUCCEEDED,
 };
 use harel_jobs::{
     Backoff, CancelOutcome, JobContext, JobError, JobResult, Priority, Queue, WorkerHandle, job,
@@ -54,9 +54,11 @@ async fn waits(ctx: JobContext<Arc<App>>) {
         .expect("told to stop");
 }
 
-/// What the recorder recorded so far, by metric name and labels (`kind=…`, or
-/// `schema=…,state=…` for the gauges). A snapshot drains the recorder's counters and
-/// histograms, so [`add`](Self::add) sums and appends them here.
+/// What the recorder recorded so far, by metric name and labels (`kind=…,queue=…`, or
+/// `schema=…,state=…` and `schema=…,queue=…,state=…` for the gauges). A snapshot drains the
+/// recorder's counters and histograms, so [`add`](Self::add) sums and appends them here; it
+/// resets its gauges to 0 too, so a later 0 (nothing set since) keeps the value seen
+/// before.
 #[derive(Default)]
 struct Seen(HashMap<(String, String), DebugValue>);
 
@@ -78,6 +80,7 @@ impl Seen {
             match (self.0.get_mut(&entry), value) {
                 (Some(DebugValue::Counter(sum)), DebugValue::Counter(more)) => *sum += more,
                 (Some(DebugValue::Histogram(all)), DebugValue::Histogram(more)) => all.extend(more),
+                (Some(DebugValue::Gauge(_)), DebugValue::Gauge(value)) if *value == 0.0 => {}
                 (_, value) => {
                     self.0.insert(entry, value);
                 }
@@ -86,11 +89,19 @@ impl Seen {
         self
     }
 
+    /// A counter of jobs of `kind` in the default queue.
     fn counter(&self, name: &str, kind: &str) -> u64 {
-        match self.0.get(&(name.to_owned(), format!("kind={kind}"))) {
+        self.counter_in(name, kind, "default")
+    }
+
+    fn counter_in(&self, name: &str, kind: &str, queue: &str) -> u64 {
+        match self
+            .0
+            .get(&(name.to_owned(), format!("kind={kind},queue={queue}")))
+        {
             Some(DebugValue::Counter(value)) => *value,
             None => 0,
-            other => panic!("{name} {kind}: {other:?}"),
+            other => panic!("{name} {kind} {queue}: {other:?}"),
         }
     }
 
@@ -183,10 +194,18 @@ async fn a_pool_counts_by_kind_and_times_its_round_trips() {
         0
     );
 
-    assert_eq!(seen.histogram(HANDLER_DURATION, "kind=good").len(), 5);
-    assert_eq!(seen.histogram(HANDLER_DURATION, "kind=doomed").len(), 2);
+    assert_eq!(
+        seen.histogram(HANDLER_DURATION, "kind=good,queue=default")
+            .len(),
+        5
+    );
+    assert_eq!(
+        seen.histogram(HANDLER_DURATION, "kind=doomed,queue=default")
+            .len(),
+        2
+    );
     // first attempts only
-    let latency = seen.histogram(START_LATENCY, "kind=flaky");
+    let latency = seen.histogram(START_LATENCY, "kind=flaky,queue=default");
     assert_eq!(latency.len(), 1);
     assert!(latency[0] >= 0.0 && latency[0] < 20.0, "{latency:?}");
     assert!(!seen.histogram(CLAIM_DURATION, "").is_empty());
@@ -242,6 +261,93 @@ async fn the_depth_gauges_follow_the_queue() {
     })
     .await;
     handle.shutdown().await.unwrap();
+    // the default queue's own figures, from the same sample
+    let queue_gauge = |state| {
+        seen.gauge(
+            QUEUE_DEPTH,
+            &format!("schema={schema},queue=default,state={state}"),
+        )
+    };
+    assert_eq!(queue_gauge("ready"), Some(4.0));
+    assert_eq!(queue_gauge("running"), Some(0.0));
+}
+
+/// Jobs of a named queue are counted under its name, on the producer's side and the
+/// worker's, and its depth has gauges of its own.
+#[tokio::test]
+async fn named_queues_are_labelled_and_have_their_own_depth() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let queue = TestQueue::new().await;
+    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    for n in 0..2 {
+        jobs.enqueue(&queue.pool, Good { n })
+            .queue("mail")
+            .await
+            .unwrap();
+    }
+    // below the priority floor of the pool below: they stay ready, never claimed
+    for n in 0..3 {
+        jobs.enqueue(&queue.pool, Good { n })
+            .queue("mail")
+            .priority(Priority::LOWEST.get())
+            .await
+            .unwrap();
+    }
+    jobs.enqueue(&queue.pool, Good { n: 9 })
+        .priority(Priority::LOWEST.get())
+        .await
+        .unwrap();
+    let app = Arc::new(App::default());
+    let handle = jobs
+        .worker(Arc::clone(&app))
+        .register::<Good>()
+        .queue("default", 2)
+        .queue("mail", 2)
+        .min_priority(Priority::NORMAL)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    until("the named queue's jobs", || handle.stats().succeeded == 2).await;
+    let schema = queue.schema.name();
+    let mut seen = Seen::default();
+    let gauge = |seen: &Seen, queue: &str, state: &str| {
+        seen.gauge(
+            QUEUE_DEPTH,
+            &format!("schema={schema},queue={queue},state={state}"),
+        )
+    };
+    until("the queues' depth gauges", || {
+        let seen = seen.add(&snapshotter);
+        gauge(seen, "mail", "ready").is_some() && gauge(seen, "default", "ready").is_some()
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    seen.add(&snapshotter);
+
+    assert_eq!(seen.counter_in(ENQUEUED, "good", "mail"), 5);
+    assert_eq!(seen.counter_in(ENQUEUED, "good", "default"), 1);
+    for name in [CLAIMED, SUCCEEDED] {
+        assert_eq!(seen.counter_in(name, "good", "mail"), 2, "{name}");
+        assert_eq!(seen.counter_in(name, "good", "default"), 0, "{name}");
+    }
+    assert_eq!(
+        seen.histogram(HANDLER_DURATION, "kind=good,queue=mail")
+            .len(),
+        2
+    );
+    // sampled when the pool started: the two due jobs may have been ready, running or
+    // done by then; the three below the floor are ready whatever happened
+    let ready = gauge(&seen, "mail", "ready").unwrap_or(-1.0);
+    let running = gauge(&seen, "mail", "running").unwrap_or(-1.0);
+    assert!((3.0..=5.0).contains(&ready), "ready {ready}");
+    assert!((0.0..=2.0).contains(&running), "running {running}");
+    assert!(ready + running <= 5.0, "ready {ready}, running {running}");
+    assert_eq!(gauge(&seen, "default", "ready"), Some(1.0));
+    assert_eq!(gauge(&seen, "default", "running"), Some(0.0));
 }
 
 /// How many sessions hold the depth sampler's lock of `queue`.

@@ -292,7 +292,7 @@ impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
                 .await?;
             match outcomes.first().copied().map(Enqueued::from) {
                 Some(Enqueued::New(id)) => {
-                    crate::telemetry::enqueued(J::KIND, 1);
+                    crate::telemetry::enqueued(J::KIND, message.queue_name(), 1);
                     Ok(id)
                 }
                 Some(Enqueued::Duplicate { existing }) => Err(PublishError::Duplicate { existing }),
@@ -440,7 +440,7 @@ impl JobBatch {
         #[cfg(feature = "metrics")]
         for (message, outcome) in self.messages.iter().zip(&outcomes) {
             if let Enqueued::New(_) = outcome {
-                crate::telemetry::enqueued(message.kind(), 1);
+                crate::telemetry::enqueued(message.kind(), message.queue_name(), 1);
             }
         }
         Ok(outcomes)

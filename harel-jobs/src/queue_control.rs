@@ -181,16 +181,7 @@ impl Queue {
     /// # Errors
     /// [`QueueError::Database`].
     pub async fn queues(&self) -> Result<Vec<QueueInfo>, QueueError> {
-        let rows: Vec<QueueRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
-            "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms, ready,
-                    running, counts_exact, oldest_ready_at
-               FROM @schema@.harel_queues()",
-        )))
-        .persistent(self.prepared().persistent())
-        .fetch_all(self.pool())
-        .await
-        .map_err(DatabaseError::new)?;
-        Ok(rows.into_iter().map(queue_info).collect())
+        Ok(queues_on(self.pool(), self.schema(), self.prepared().persistent()).await?)
     }
 
     /// Pauses the named queue: no worker starts its jobs until it is resumed (each worker's
@@ -278,6 +269,24 @@ impl Queue {
         .map_err(DatabaseError::new)?;
         Ok(queue_info(row))
     }
+}
+
+/// [`Queue::queues`] on `executor` (the depth sampler's own connection, too).
+pub(crate) async fn queues_on<'e, E: sqlx::PgExecutor<'e>>(
+    executor: E,
+    schema: &crate::Schema,
+    persistent: bool,
+) -> Result<Vec<QueueInfo>, DatabaseError> {
+    let rows: Vec<QueueRow> = sqlx::query_as(AssertSqlSafe(schema.render(
+        "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms, ready,
+                running, counts_exact, oldest_ready_at
+           FROM @schema@.harel_queues()",
+    )))
+    .persistent(persistent)
+    .fetch_all(executor)
+    .await
+    .map_err(DatabaseError::new)?;
+    Ok(rows.into_iter().map(queue_info).collect())
 }
 
 fn queue_info(row: QueueRow) -> QueueInfo {

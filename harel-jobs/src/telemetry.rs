@@ -3,37 +3,40 @@
 //! feature every function here is empty and compiles to nothing.
 //!
 //! Labels are bounded: `kind` is a kind registered on the worker (or `"unregistered"`), or
-//! the [`Job::KIND`](crate::Job::KIND) of an enqueued type; `schema` is the queue's schema.
-//! Never a group id, a job id or a payload. The names, one table, are in the README
-//! ("Metrics").
+//! the [`Job::KIND`](crate::Job::KIND) of an enqueued type; `queue` is the named queue the
+//! job was enqueued into, or the queue the worker's lane serves (1 to 64 characters, at most
+//! 1,000 per schema); `schema` is the queue's schema. Never a group id, a job id or a
+//! payload. The names, one table, are in the README ("Metrics").
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::worker::outcome::Outcome;
 
-/// Counter: jobs enqueued (not duplicates of unique jobs), by `kind`. Counted when the
-/// enqueue returns: a job enqueued in a transaction that rolls back is counted too.
+/// Counter: jobs enqueued (not duplicates of unique jobs), by `kind` and `queue`. Counted
+/// when the enqueue returns: a job enqueued in a transaction that rolls back is counted too.
 pub const ENQUEUED: &str = "harel_jobs_enqueued_total";
-/// Counter: jobs claimed (attempts started), by `kind`.
+/// Counter: jobs claimed (attempts started), by `kind` and `queue`.
 pub const CLAIMED: &str = "harel_jobs_claimed_total";
-/// Counter: jobs completed, by `kind`.
+/// Counter: jobs completed, by `kind` and `queue`.
 pub const SUCCEEDED: &str = "harel_jobs_succeeded_total";
-/// Counter: failed attempts to be retried, by `kind`.
+/// Counter: failed attempts to be retried, by `kind` and `queue`.
 pub const RETRIED: &str = "harel_jobs_retried_total";
-/// Counter: attempts snoozed by their handler, by `kind`.
+/// Counter: attempts snoozed by their handler, by `kind` and `queue`.
 pub const SNOOZED: &str = "harel_jobs_snoozed_total";
-/// Counter: jobs moved to the dead letters, by `kind`.
+/// Counter: jobs moved to the dead letters, by `kind` and `queue`.
 pub const DEAD_LETTERED: &str = "harel_jobs_dead_lettered_total";
-/// Counter: running jobs that ended as cancelled, by `kind`.
+/// Counter: running jobs that ended as cancelled, by `kind` and `queue`.
 pub const CANCELLED: &str = "harel_jobs_cancelled_total";
-/// Counter: leases lost (by the heartbeat, or when the outcome was written), by `kind`.
+/// Counter: leases lost (by the heartbeat, or when the outcome was written), by `kind` and
+/// `queue`.
 pub const LEASE_LOST: &str = "harel_jobs_lease_lost_total";
 /// Histogram, seconds: how long handlers ran (to their result, a panic or a timeout), by
-/// `kind`.
+/// `kind` and `queue`.
 pub const HANDLER_DURATION: &str = "harel_jobs_handler_duration_seconds";
 /// Histogram, seconds: from enqueue to the start of the first attempt (by the database's
-/// clock at enqueue and this process's at start), by `kind`. A delayed job's delay is
-/// part of it.
+/// clock at enqueue and this process's at start), by `kind` and `queue`. A delayed job's
+/// delay is part of it.
 pub const START_LATENCY: &str = "harel_jobs_start_latency_seconds";
 /// Histogram, seconds: one claim round trip of the fetcher (a batch of up to 64 groups).
 pub const CLAIM_DURATION: &str = "harel_jobs_claim_duration_seconds";
@@ -46,75 +49,108 @@ pub const DEPTH: &str = "harel_jobs_depth";
 /// Gauge: groups (`state="all"`) and groups a claim may take now (`state="claimable"`), by
 /// `schema`; sampled with [`DEPTH`].
 pub const GROUPS: &str = "harel_jobs_groups";
+/// Gauge: per named queue, by `schema` and `queue`, jobs that may start now
+/// (`state="ready"`: the first job of each group that is waiting, or retrying and due) and
+/// jobs running (`state="running"`); sampled with [`DEPTH`], from `Queue::queues`. Counted
+/// up to 10,000 ready groups per priority level and among the first 1,000 leased, parked or
+/// scheduled groups per level; past that, a lower bound.
+pub const QUEUE_DEPTH: &str = "harel_jobs_queue_depth";
 
 /// The label of a kind nothing registered on this worker.
 pub const UNREGISTERED: &str = "unregistered";
 
+/// The labels of a claimed job's metrics: its kind (a registered one, or [`UNREGISTERED`])
+/// and the queue of the lane that claimed it. Both are shared, never copied per job.
+#[derive(Clone, Debug)]
+// (without the feature nothing reads them: they stay, so that callers need no `cfg`)
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct Labels {
+    pub kind: &'static str,
+    pub queue: Arc<str>,
+}
+
 macro_rules! counter {
-    ($name:expr, $kind:expr) => {{
+    ($name:expr, $labels:expr) => {{
         #[cfg(feature = "metrics")]
-        ::metrics::counter!($name, "kind" => $kind).increment(1);
+        ::metrics::counter!(
+            $name,
+            "kind" => $labels.kind,
+            "queue" => Arc::clone(&$labels.queue)
+        )
+        .increment(1);
         #[cfg(not(feature = "metrics"))]
-        let _ = ($name, $kind);
+        let _ = ($name, $labels);
     }};
 }
 
 macro_rules! histogram {
-    ($name:expr, $took:expr $(, $kind:expr)?) => {{
+    ($name:expr, $took:expr) => {{
         #[cfg(feature = "metrics")]
-        ::metrics::histogram!($name $(, "kind" => $kind)?).record($took.as_secs_f64());
+        ::metrics::histogram!($name).record($took.as_secs_f64());
         #[cfg(not(feature = "metrics"))]
-        let _ = ($name, $took $(, $kind)?);
+        let _ = ($name, $took);
+    }};
+    ($name:expr, $took:expr, $labels:expr) => {{
+        #[cfg(feature = "metrics")]
+        ::metrics::histogram!(
+            $name,
+            "kind" => $labels.kind,
+            "queue" => Arc::clone(&$labels.queue)
+        )
+        .record($took.as_secs_f64());
+        #[cfg(not(feature = "metrics"))]
+        let _ = ($name, $took, $labels);
     }};
 }
 
-/// `count` jobs of `kind` were enqueued.
-pub(crate) fn enqueued(kind: &str, count: u64) {
+/// `count` jobs of `kind` were enqueued into `queue`.
+pub(crate) fn enqueued(kind: &str, queue: &str, count: u64) {
     #[cfg(feature = "metrics")]
-    ::metrics::counter!(ENQUEUED, "kind" => kind.to_owned()).increment(count);
+    ::metrics::counter!(ENQUEUED, "kind" => kind.to_owned(), "queue" => queue.to_owned())
+        .increment(count);
     #[cfg(not(feature = "metrics"))]
-    let _ = (kind, count);
+    let _ = (kind, queue, count);
 }
 
-/// A job of `kind` was claimed.
-pub(crate) fn claimed(kind: &'static str) {
-    counter!(CLAIMED, kind);
+/// A job was claimed.
+pub(crate) fn claimed(labels: &Labels) {
+    counter!(CLAIMED, labels);
 }
 
 /// An outcome was written as decided.
-pub(crate) fn settled(kind: &'static str, outcome: &Outcome) {
+pub(crate) fn settled(labels: &Labels, outcome: &Outcome) {
     match outcome {
-        Outcome::Succeeded => counter!(SUCCEEDED, kind),
-        Outcome::Retry { .. } => counter!(RETRIED, kind),
-        Outcome::Snooze(_) => counter!(SNOOZED, kind),
-        Outcome::Dead { .. } => counter!(DEAD_LETTERED, kind),
+        Outcome::Succeeded => counter!(SUCCEEDED, labels),
+        Outcome::Retry { .. } => counter!(RETRIED, labels),
+        Outcome::Snooze(_) => counter!(SNOOZED, labels),
+        Outcome::Dead { .. } => counter!(DEAD_LETTERED, labels),
         Outcome::Released { .. } => {}
     }
 }
 
-/// A job of `kind` became a dead letter other than as decided (its outcome was refused).
-pub(crate) fn dead_lettered(kind: &'static str) {
-    counter!(DEAD_LETTERED, kind);
+/// A job became a dead letter other than as decided (its outcome was refused).
+pub(crate) fn dead_lettered(labels: &Labels) {
+    counter!(DEAD_LETTERED, labels);
 }
 
-/// A running job of `kind` ended as cancelled.
-pub(crate) fn cancelled(kind: &'static str) {
-    counter!(CANCELLED, kind);
+/// A running job ended as cancelled.
+pub(crate) fn cancelled(labels: &Labels) {
+    counter!(CANCELLED, labels);
 }
 
-/// The lease of a job of `kind` was lost.
-pub(crate) fn lease_lost(kind: &'static str) {
-    counter!(LEASE_LOST, kind);
+/// The lease of a job was lost.
+pub(crate) fn lease_lost(labels: &Labels) {
+    counter!(LEASE_LOST, labels);
 }
 
-/// A handler of `kind` ran for `took`.
-pub(crate) fn handler_ran(kind: &'static str, took: Duration) {
-    histogram!(HANDLER_DURATION, took, kind);
+/// A handler ran for `took`.
+pub(crate) fn handler_ran(labels: &Labels, took: Duration) {
+    histogram!(HANDLER_DURATION, took, labels);
 }
 
-/// A job of `kind` started its first attempt `latency` after its enqueue.
-pub(crate) fn started(kind: &'static str, latency: Duration) {
-    histogram!(START_LATENCY, latency, kind);
+/// A job started its first attempt `latency` after its enqueue.
+pub(crate) fn started(labels: &Labels, latency: Duration) {
+    histogram!(START_LATENCY, latency, labels);
 }
 
 /// A claim round trip took `took`.
@@ -139,4 +175,21 @@ pub(crate) fn depth(schema: &crate::Schema, stats: &crate::QueueStats) {
     gauge(DEPTH, "dead", stats.dead_letters);
     gauge(GROUPS, "all", stats.groups);
     gauge(GROUPS, "claimable", stats.claimable_groups);
+}
+
+/// The ready and running jobs of each named queue in `schema`, as sampled.
+#[cfg(feature = "metrics")]
+pub(crate) fn queue_depth(schema: &crate::Schema, queues: &[crate::QueueInfo]) {
+    let schema = schema.name().to_owned();
+    for queue in queues {
+        for (state, value) in [("ready", queue.ready), ("running", queue.running)] {
+            ::metrics::gauge!(
+                QUEUE_DEPTH,
+                "schema" => schema.clone(),
+                "queue" => queue.name.clone(),
+                "state" => state
+            )
+            .set(value.value() as f64);
+        }
+    }
 }

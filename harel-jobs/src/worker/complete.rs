@@ -29,8 +29,8 @@ pub(crate) struct Finished {
     /// The pool's lane (queue) the job ran in.
     pub lane: usize,
     pub lease: Lease,
-    /// The job's kind, as a metrics label.
-    pub kind: &'static str,
+    /// The job's metrics labels.
+    pub labels: crate::telemetry::Labels,
     pub outcome: Outcome,
     /// How long to keep the job in the history if it succeeded (`None`: not at all).
     pub retain: Option<Duration>,
@@ -85,7 +85,7 @@ async fn flush<S: Send + Sync + 'static>(
             let settlement = finished.settlement();
             outcomes.push((
                 finished.lane,
-                finished.kind,
+                finished.labels,
                 finished.outcome,
                 finished.completed_in_tx,
             ));
@@ -93,14 +93,14 @@ async fn flush<S: Send + Sync + 'static>(
         })
         .collect();
     let written = writer.write(shared, &settlements).await;
-    for (((lease, _), (lane, kind, outcome, completed_in_tx)), written) in
+    for (((lease, _), (lane, labels, outcome, completed_in_tx)), written) in
         settlements.iter().zip(&outcomes).zip(written)
     {
         shared.inflight.remove(lease.seq);
         match written {
             Written::AsDecided(LeaseOutcome::Cancelled)
             | Written::AsDeadLetter(LeaseOutcome::Cancelled) => {
-                shared.stats.cancelled(kind);
+                shared.stats.cancelled(labels);
                 tracing::info!(
                     group = %lease.group,
                     message_id = lease.seq,
@@ -111,7 +111,7 @@ async fn flush<S: Send + Sync + 'static>(
                 if completed_in_tx.completed_in_tx.load(Ordering::Acquire) =>
             {
                 // the handler's own transaction completed it (and committed)
-                shared.stats.settled(kind, outcome);
+                shared.stats.settled(labels, outcome);
             }
             Written::AsDecided(written) if written.is_applied() => {
                 if written == LeaseOutcome::AlreadyApplied {
@@ -120,20 +120,20 @@ async fn flush<S: Send + Sync + 'static>(
                 if let Some(wait) = outcome.wait() {
                     shared.lanes[*lane].wake_after(wait);
                 }
-                shared.stats.settled(kind, outcome);
+                shared.stats.settled(labels, outcome);
             }
             Written::AsDeadLetter(written) if written.is_applied() => {
-                shared.stats.dead_lettered(kind);
+                shared.stats.dead_lettered(labels);
             }
-            Written::AsDecided(_) | Written::AsDeadLetter(_) => lost(shared, lease, kind),
+            Written::AsDecided(_) | Written::AsDeadLetter(_) => lost(shared, lease, labels),
             Written::Dropped => shared.stats.outcome_dropped(),
         }
     }
     shared.wake_all();
 }
 
-fn lost<S>(shared: &Shared<S>, lease: &Lease, kind: &'static str) {
-    shared.stats.lease_lost(kind);
+fn lost<S>(shared: &Shared<S>, lease: &Lease, labels: &crate::telemetry::Labels) {
+    shared.stats.lease_lost(labels);
     tracing::warn!(
         group = %lease.group,
         message_id = lease.seq,

@@ -1,7 +1,9 @@
 //! The depth gauges (feature `metrics`): one worker per schema samples
-//! [`QueueStats`](crate::QueueStats) every [`SAMPLE_EVERY`] and sets
-//! `harel_jobs_depth` and `harel_jobs_groups` (see `telemetry.rs`), so that a dashboard
-//! summing over processes does not count the queue once per worker.
+//! [`QueueStats`](crate::QueueStats) and each named queue's ready and running counts
+//! (`harel_queues`, what `Queue::queues` reads) every [`SAMPLE_EVERY`] and sets
+//! `harel_jobs_depth`, `harel_jobs_groups` and `harel_jobs_queue_depth` (see
+//! `telemetry.rs`), so that a dashboard summing over processes does not count the queue once
+//! per worker.
 //!
 //! The sampler is elected by a session advisory lock (`harel-jobs depth <schema>`) held on a
 //! connection of its own, opened only once elected and kept for as long as it samples: a
@@ -62,13 +64,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             }
         }
         if let Some(connection) = sampler.as_mut() {
-            let sampled = bounded(
-                limit,
-                crate::QueueStats::fetch(&mut *connection, &config.schema),
-            )
-            .await;
-            match sampled {
-                Ok(stats) => crate::telemetry::depth(&config.schema, &stats),
+            match bounded(limit, sample(connection, &config.schema)).await {
+                Ok(()) => {}
                 Err(error) => {
                     // the connection (and with it the lock) is dropped: another worker, or
                     // this one at its next probe, takes over
@@ -85,6 +82,20 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     if let Some(connection) = sampler {
         let _ = tokio::time::timeout(limit, connection.close()).await;
     }
+}
+
+/// One sample on the sampler's connection: the schema's figures first, so that they are
+/// set even if the per-queue read fails.
+async fn sample(
+    connection: &mut PgConnection,
+    schema: &crate::Schema,
+) -> Result<(), DatabaseError> {
+    let stats = crate::QueueStats::fetch(&mut *connection, schema).await?;
+    crate::telemetry::depth(schema, &stats);
+    // a connection of its own, never behind a transaction pooler: prepared once, kept
+    let queues = crate::queue_control::queues_on(&mut *connection, schema, true).await?;
+    crate::telemetry::queue_depth(schema, &queues);
+    Ok(())
 }
 
 /// Whether no worker holds the sampler's lock now (a statement-long probe on a pool

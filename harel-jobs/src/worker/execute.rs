@@ -29,10 +29,10 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let seq = message.lease.seq;
     let cancel = shared.hard_stop.child_token();
     let flags = Arc::new(ExecutionFlags::default());
-    let kind = shared.registry.label(&message.kind);
+    let labels = shared.labels(lane, &message.kind);
     shared.inflight.insert(
         message.lease.clone(),
-        kind,
+        labels.clone(),
         cancel.clone(),
         Arc::clone(&flags),
     );
@@ -82,7 +82,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let finished = Finished {
         lane,
         lease: message.lease,
-        kind,
+        labels,
         outcome,
         retain: limits.retain,
         completed_in_tx: flags,
@@ -171,12 +171,12 @@ pub(super) async fn attempt<S: Send + Sync + 'static>(
         }
     };
 
-    let kind = shared.registry.label(&message.kind);
+    let labels = shared.labels(lane, &message.kind);
     if message.attempt == 1 {
         let latency = (chrono::Utc::now() - message.enqueued_at)
             .to_std()
             .unwrap_or_default();
-        crate::telemetry::started(kind, latency);
+        crate::telemetry::started(&labels, latency);
     }
     let started = Instant::now();
     let timeout = options.timeout.or(config.timeout);
@@ -198,7 +198,7 @@ pub(super) async fn attempt<S: Send + Sync + 'static>(
         }
     };
     shared.lanes[lane].record_run_time(started.elapsed());
-    crate::telemetry::handler_ran(kind, started.elapsed());
+    crate::telemetry::handler_ran(&labels, started.elapsed());
     tracing::debug!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "handler ended"

@@ -84,7 +84,7 @@ async fn run_lane<S: Send + Sync + 'static>(
             lease: shared.config.lease,
             min_priority: shared.config.min_priority,
             limit: wanted as u32,
-            queue: Some(this.queue.clone()),
+            queue: Some(this.queue.to_string()),
         };
 
         let limit = shared.config.database_timeout;
@@ -120,7 +120,7 @@ async fn run_lane<S: Send + Sync + 'static>(
             break;
         }
         for message in &claimed {
-            shared.stats.claimed(shared.registry.label(&message.kind));
+            shared.stats.claimed(&shared.labels(lane, &message.kind));
         }
         for message in claimed {
             let Some(permit) = permits.split(1) else {

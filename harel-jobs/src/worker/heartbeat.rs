@@ -68,8 +68,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                         "the job's cancel was asked for: signalling its handler"
                     );
                 }
-                for (lease, kind) in shared.inflight.mark_lost(&of(LeaseStatus::Lost)) {
-                    shared.stats.lease_lost(kind);
+                for (lease, labels) in shared.inflight.mark_lost(&of(LeaseStatus::Lost)) {
+                    shared.stats.lease_lost(&labels);
                     tracing::warn!(
                         group = %lease.group,
                         message_id = lease.seq,

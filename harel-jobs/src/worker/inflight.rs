@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ExecutionFlags;
+use crate::telemetry::Labels;
 use crate::transport::Lease;
 
 /// Where a held job is.
@@ -23,8 +24,8 @@ enum Phase {
 
 struct Entry {
     lease: Lease,
-    /// The job's kind, as a metrics label.
-    kind: &'static str,
+    /// The job's metrics labels.
+    labels: Labels,
     cancel: CancellationToken,
     flags: Arc<ExecutionFlags>,
     phase: Phase,
@@ -48,13 +49,13 @@ impl InFlight {
     pub fn insert(
         &self,
         lease: Lease,
-        kind: &'static str,
+        labels: Labels,
         cancel: CancellationToken,
         flags: Arc<ExecutionFlags>,
     ) {
         let entry = Entry {
             lease,
-            kind,
+            labels,
             cancel,
             flags,
             phase: Phase::Running,
@@ -90,7 +91,7 @@ impl InFlight {
     /// The heartbeat found these leases lost: cancel their handlers. Returns the ones whose
     /// handler was still running (the others are being completed and will be told), except
     /// those the handler completed in its own transaction (no loss: that is how it ends).
-    pub fn mark_lost(&self, lost: &[Lease]) -> Vec<(Lease, &'static str)> {
+    pub fn mark_lost(&self, lost: &[Lease]) -> Vec<(Lease, Labels)> {
         let mut entries = self.entries();
         let mut running = Vec::new();
         for lease in lost {
@@ -100,7 +101,7 @@ impl InFlight {
                 entry.phase = Phase::Lost;
                 entry.cancel.cancel();
                 if !entry.flags.completed_in_tx.load(Ordering::Acquire) {
-                    running.push((lease.clone(), entry.kind));
+                    running.push((lease.clone(), entry.labels.clone()));
                 }
             }
         }

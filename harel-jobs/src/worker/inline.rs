@@ -41,7 +41,7 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
             lease: shared.config.lease,
             min_priority: shared.config.min_priority,
             limit: 1,
-            queue: Some(this.queue.clone()),
+            queue: Some(this.queue.to_string()),
         };
         if let Some(message) = shared.transport.claim(&mut *connection, &request).await? {
             claimed = Some((lane, message));
@@ -51,8 +51,8 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
     let Some((lane, message)) = claimed else {
         return Ok(None);
     };
-    let kind = shared.registry.label(&message.kind);
-    shared.stats.claimed(kind);
+    let labels = shared.labels(lane, &message.kind);
+    shared.stats.claimed(&labels);
     let flags = Arc::new(ExecutionFlags::default());
     let cancel = shared.hard_stop.child_token();
     let span = job_span(&message, &shared.lanes[lane].queue);
@@ -80,10 +80,10 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
         .completed_in_tx
         .load(std::sync::atomic::Ordering::Acquire);
     match written {
-        LeaseOutcome::Cancelled => shared.stats.cancelled(kind),
-        LeaseOutcome::LeaseLost if completed_in_tx => shared.stats.settled(kind, &outcome),
-        written if written.is_applied() => shared.stats.settled(kind, &outcome),
-        _ => shared.stats.lease_lost(kind),
+        LeaseOutcome::Cancelled => shared.stats.cancelled(&labels),
+        LeaseOutcome::LeaseLost if completed_in_tx => shared.stats.settled(&labels, &outcome),
+        written if written.is_applied() => shared.stats.settled(&labels, &outcome),
+        _ => shared.stats.lease_lost(&labels),
     }
     Ok(Some(Inline {
         message,

@@ -13,8 +13,8 @@ const PREFETCH_BELOW: Duration = Duration::from_millis(5);
 
 /// A queue served by the pool, with what its fetcher and its jobs share.
 pub(crate) struct Lane {
-    /// The queue's name.
-    pub queue: String,
+    /// The queue's name (shared with the metrics' `queue` label).
+    pub queue: Arc<str>,
     /// Handlers of this queue allowed to run at once.
     pub concurrency: usize,
     /// Jobs claimed and not finished at most while handlers are fast (see `claim_limit`).
@@ -43,7 +43,7 @@ impl Lane {
     pub fn new(queue: String, concurrency: usize, claim_batch: usize) -> Self {
         let prefetch_limit = concurrency + concurrency.max(claim_batch);
         Self {
-            queue,
+            queue: Arc::from(queue),
             concurrency,
             prefetch_limit,
             slots: Arc::new(Semaphore::new(concurrency)),

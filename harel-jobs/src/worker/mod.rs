@@ -671,6 +671,15 @@ impl Drop for WorkerHandle {
 }
 
 impl<S> Shared<S> {
+    /// The metrics labels of a job of `kind` claimed by `lane`: the registered kind (or
+    /// "unregistered") and the lane's queue.
+    fn labels(&self, lane: usize, kind: &str) -> crate::telemetry::Labels {
+        crate::telemetry::Labels {
+            kind: self.registry.label(kind),
+            queue: Arc::clone(&self.lanes[lane].queue),
+        }
+    }
+
     /// Wakes every lane's fetcher (a NOTIFY arrived, or acks may have freed groups).
     fn wake_all(&self) {
         for lane in &self.lanes {

@@ -44,11 +44,7 @@ pub(super) async fn report<S>(
     limit: Duration,
 ) -> Result<(), DatabaseError> {
     let stats = shared.stats.snapshot();
-    let queues: Vec<&str> = shared
-        .lanes
-        .iter()
-        .map(|lane| lane.queue.as_str())
-        .collect();
+    let queues: Vec<&str> = shared.lanes.iter().map(|lane| &*lane.queue).collect();
     let concurrency = shared.config.total_concurrency();
     let running = shared.inflight.len();
     let pooler = shared.config.transaction_pooler;

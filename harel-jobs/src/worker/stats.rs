@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::outcome::Outcome;
+use crate::telemetry::Labels;
 
 /// A snapshot of a worker pool's counters since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,14 +54,14 @@ fn bump(counter: &AtomicU64, by: u64) {
 }
 
 impl Stats {
-    /// A job of `kind` (its metrics label) was claimed.
-    pub fn claimed(&self, kind: &'static str) {
+    /// A job (with its metrics labels) was claimed.
+    pub fn claimed(&self, labels: &Labels) {
         bump(&self.claimed, 1);
-        crate::telemetry::claimed(kind);
+        crate::telemetry::claimed(labels);
     }
     /// An outcome was written: counted by what it was.
-    pub fn settled(&self, kind: &'static str, outcome: &Outcome) {
-        crate::telemetry::settled(kind, outcome);
+    pub fn settled(&self, labels: &Labels, outcome: &Outcome) {
+        crate::telemetry::settled(labels, outcome);
         let counter = match outcome {
             Outcome::Succeeded => &self.succeeded,
             Outcome::Retry { .. } => &self.retried,
@@ -70,13 +71,13 @@ impl Stats {
         };
         bump(counter, 1);
     }
-    pub fn dead_lettered(&self, kind: &'static str) {
+    pub fn dead_lettered(&self, labels: &Labels) {
         bump(&self.dead_lettered, 1);
-        crate::telemetry::dead_lettered(kind);
+        crate::telemetry::dead_lettered(labels);
     }
-    pub fn cancelled(&self, kind: &'static str) {
+    pub fn cancelled(&self, labels: &Labels) {
         bump(&self.cancelled, 1);
-        crate::telemetry::cancelled(kind);
+        crate::telemetry::cancelled(labels);
     }
     pub fn outcome_dropped(&self) {
         bump(&self.outcomes_dropped, 1);
@@ -84,9 +85,9 @@ impl Stats {
     pub fn released(&self) {
         bump(&self.released, 1);
     }
-    pub fn lease_lost(&self, kind: &'static str) {
+    pub fn lease_lost(&self, labels: &Labels) {
         bump(&self.leases_lost, 1);
-        crate::telemetry::lease_lost(kind);
+        crate::telemetry::lease_lost(labels);
     }
     pub fn database_error(&self) {
         bump(&self.database_errors, 1);
