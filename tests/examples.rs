@@ -76,3 +76,31 @@ fn prometheus_prints_the_job_counters() {
         );
     }
 }
+
+/// The request's span, and the job's span as its child, in one trace.
+#[cfg(feature = "opentelemetry")]
+#[test]
+fn opentelemetry_prints_the_job_span_under_the_request() {
+    let output = Command::new(example_binary("opentelemetry"))
+        .env("DATABASE_URL", harel_jobs_suite::database_url())
+        .output()
+        .expect("the opentelemetry example starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "failed:\n{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let request = lines
+        .iter()
+        .position(|line| line.starts_with("POST /checkout trace="))
+        .unwrap_or_else(|| panic!("no request span in:\n{stdout}"));
+    let job = lines.get(request + 1).copied().unwrap_or_default();
+    assert!(job.starts_with("  harel_job trace="), "{stdout}");
+    assert!(job.contains("messaging.system=harel-jobs"), "{stdout}");
+    let trace = |line: &str| {
+        line.split_whitespace()
+            .find(|word| word.starts_with("trace="))
+            .map(str::to_owned)
+    };
+    assert!(trace(job).is_some(), "{stdout}");
+    assert_eq!(trace(lines[request]), trace(job), "{stdout}");
+}

@@ -262,9 +262,10 @@ async fn a_changed_function_file_is_applied_again_and_only_it() {
              p_token UUID, p_lease_ms BIGINT, p_limit INT, p_min_priority INT DEFAULT 0,
              p_hint BIGINT DEFAULT NULL, p_queue TEXT DEFAULT 'default')
          RETURNS TABLE (group_id TEXT, seq BIGINT, kind TEXT, payload TEXT, attempt INT,
-                        priority SMALLINT, enqueued_at TIMESTAMPTZ)
+                        priority SMALLINT, enqueued_at TIMESTAMPTZ, trace_context TEXT)
          LANGUAGE sql AS $$ SELECT NULL::text, NULL::bigint, NULL::text, NULL::text,
-                                   NULL::int, NULL::smallint, NULL::timestamptz WHERE false $$;
+                                   NULL::int, NULL::smallint, NULL::timestamptz, NULL::text
+                             WHERE false $$;
          UPDATE @schema@._functions SET checksum = md5('an older text')
           WHERE name = 'harel_claim';",
     ))

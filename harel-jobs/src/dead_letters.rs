@@ -175,8 +175,8 @@ impl DeadLetters {
     }
 
     /// Puts a dead letter back in the queue, atomically: same group (at its end), kind,
-    /// payload, priority and queue, attempts starting over. Returns its new id, or `None` if
-    /// there is no dead letter with this id.
+    /// payload, priority, queue and trace context, attempts starting over. Returns its new
+    /// id, or `None` if there is no dead letter with this id.
     ///
     /// # Errors
     /// The database's error.
@@ -211,20 +211,22 @@ impl DeadLetters {
         // one harel_publish over arrays in id order (its ids come back in that order)
         let rows: Vec<(i64, i64)> = sqlx::query_as(self.sql(
             "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1)
-                        RETURNING id, group_id, kind, payload, priority, queue),
+                        RETURNING id, group_id, kind, payload, priority, queue,
+                                  trace_context),
                   a AS (SELECT array_agg(id ORDER BY id) AS ids,
                                array_agg(group_id ORDER BY id) AS groups,
                                array_agg(kind ORDER BY id) AS kinds,
                                array_agg(payload::text ORDER BY id) AS payloads,
                                array_agg(priority ORDER BY id) AS priorities,
                                array_agg(queue ORDER BY id) AS queues,
+                               array_agg(trace_context ORDER BY id) AS traces,
                                count(*)::int AS n
                           FROM d)
              SELECT a.ids[p.n], p.s
                FROM a, LATERAL @schema@.harel_publish(
                    a.groups, a.kinds, a.payloads, a.priorities,
                    array_fill(NULL::timestamptz, ARRAY[a.n]),
-                   array_fill(NULL::bigint, ARRAY[a.n]), NULL, NULL, a.queues)
+                   array_fill(NULL::bigint, ARRAY[a.n]), NULL, NULL, a.queues, a.traces)
                    WITH ORDINALITY AS p (s, n)
               WHERE a.n > 0
               ORDER BY p.n",

@@ -139,7 +139,8 @@ impl EnqueueOptions {
         self
     }
 
-    /// The message for `job`: group override, else the job's group, else a fresh one.
+    /// The message for `job`: group override, else the job's group, else a fresh one; with
+    /// the current span's trace context (feature `opentelemetry`).
     pub(crate) fn message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
         let group = self.group.clone().or_else(|| job.group());
         let priority = match self.priority {
@@ -154,6 +155,10 @@ impl EnqueueOptions {
         }
         if let Some(unique) = self.unique.clone().or_else(|| job.unique()) {
             message = message.unique(unique.key(), unique.hold());
+        }
+        // the enqueuing span's trace context (feature `opentelemetry`; otherwise none)
+        if let Some(context) = crate::trace_context::current() {
+            message = message.trace_context(context);
         }
         let queue = self.queue.as_deref().unwrap_or(J::QUEUE);
         Ok(message

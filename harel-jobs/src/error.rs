@@ -170,6 +170,16 @@ pub enum InvalidMessage {
         /// The limit in characters.
         max: usize,
     },
+    /// The trace context is not a W3C `traceparent` (optionally followed by a line feed and
+    /// a `tracestate`), or is longer than
+    /// [`MAX_TRACE_CONTEXT_BYTES`](crate::transport::MAX_TRACE_CONTEXT_BYTES).
+    #[error(
+        "a trace context is a W3C traceparent, optionally a line feed and a tracestate, at most {max} bytes"
+    )]
+    InvalidTraceContext {
+        /// The limit in bytes.
+        max: usize,
+    },
     /// The unique key is empty, too long, or contains a NUL character.
     #[error("unique key must be 1 to {max} bytes without NUL characters")]
     InvalidUniqueKey {

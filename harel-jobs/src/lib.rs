@@ -45,6 +45,9 @@
 //!   assertions on what was enqueued) and `testing::TestWorker` (jobs run in-process).
 //! - **Metrics** (feature `metrics`): counters, histograms and depth gauges through the
 //!   `metrics` facade; their names are the constants of [`telemetry`].
+//! - **Traces** (feature `opentelemetry`): the enqueuing span's OpenTelemetry context is
+//!   stored with the job and becomes the parent of each attempt's span (`harel_job`, with
+//!   the messaging semantic-convention fields, feature or not).
 //! - **Setup**: [`connect`] (waits for the database; [`ConnectConfig`] for
 //!   [`connect_with`]), [`migrate`] (safe from every process at once), [`Schema`].
 //!
@@ -87,6 +90,7 @@ mod schema;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod trace_context;
 pub mod transport;
 mod worker;
 

@@ -83,6 +83,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0008_workers.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 9,
+        name: "trace_context",
+        sql: include_str!("../sql/migrations/0009_trace_context.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied.
@@ -198,7 +204,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 8;
+pub const SCHEMA_VERSION: i32 = 9;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

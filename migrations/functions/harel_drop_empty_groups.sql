@@ -50,7 +50,7 @@ BEGIN
            cancel_requested_at = NULL, cancel_reason = NULL, cancel_keep_ms = NULL,
            inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
            inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL,
-           inline_unique_key = NULL,
+           inline_unique_key = NULL, inline_trace_context = NULL,
            available_at = CASE WHEN g.group_id = ANY (v_lockable) THEN statement_timestamp()
                                ELSE clock_timestamp() + p_recheck_ms * interval '1 millisecond' END
      WHERE g.group_id = ANY (p_groups)

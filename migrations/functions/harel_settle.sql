@@ -191,10 +191,11 @@ BEGIN
         IF 'dead' = ANY (v_actions) THEN
             INSERT INTO "harel".dead_letters
                    (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at,
-                    queue)
+                    queue, trace_context)
             SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, d.attempts, d.error,
                    m.enqueued_at,
-                   (SELECT qs.name FROM "harel".queues qs WHERE qs.id = gq.queue_id)
+                   (SELECT qs.name FROM "harel".queues qs WHERE qs.id = gq.queue_id),
+                   m.trace_context
               FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_errors, v_inline)
                    AS d(group_id, seq, action, attempts, error, inline)
              CROSS JOIN LATERAL (SELECT t.* FROM "harel".transport_messages t
@@ -209,7 +210,8 @@ BEGIN
             UNION ALL
             SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
                    d.attempts, d.error, g.inline_enqueued_at,
-                   (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id)
+                   (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id),
+                   g.inline_trace_context
               FROM unnest(v_groups, v_actions, v_attempts, v_errors, v_inline)
                    AS d(group_id, action, attempts, error, inline)
              CROSS JOIN LATERAL (SELECT t.* FROM "harel".transport_groups t
@@ -289,7 +291,7 @@ BEGIN
                    available_at = GREATEST(v_now, nh.not_before),
                    inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
                    inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL,
-                   inline_unique_key = NULL
+                   inline_unique_key = NULL, inline_trace_context = NULL
               FROM next_head nh
              WHERE g.group_id = ANY (v_groups) AND g.group_id = nh.group_id AND nh.has_next
         )

@@ -23,6 +23,9 @@
 -- FLOOR_MARGIN after it wrote (a long application transaction around an enqueue: its
 -- NOTIFY or harel_maintain's sweep brings it back).
 --
+-- Trace context (migration 0009): each row's `trace_context` is the head message's W3C
+-- traceparent (and tracestate) as harel_publish stored it, NULL for most jobs.
+--
 -- Named queues (migration 0007): a claim takes groups of one queue (p_queue), through that
 -- queue's part of the index and its own floors. A paused queue, or one nothing was ever
 -- published into, gives nothing. A queue with a concurrency limit or a rate limit is
@@ -46,7 +49,8 @@ CREATE OR REPLACE FUNCTION @schema@.harel_claim(
     payload     TEXT,
     attempt     INT,
     priority    SMALLINT,
-    enqueued_at TIMESTAMPTZ
+    enqueued_at TIMESTAMPTZ,
+    trace_context TEXT
 )
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -67,6 +71,7 @@ DECLARE
     v_attempts   INT[];
     v_priority   SMALLINT[];
     v_enqueued   TIMESTAMPTZ[];
+    v_traces     TEXT[];
     v_candidates TEXT[];
     v_empty      TEXT[];
     v_cancelled  TEXT[];
@@ -220,7 +225,7 @@ BEGIN
         WITH candidate AS (
             SELECT g.group_id, g.head_seq, g.head_attempts, g.priority, g.inline_seq,
                    g.inline_kind, g.inline_payload, g.inline_enqueued_at, g.inline_not_before,
-                   g.cancel_requested_at IS NOT NULL AS cancel_requested,
+                   g.inline_trace_context, g.cancel_requested_at IS NOT NULL AS cancel_requested,
                    k.ord, g.ctid AS row_ctid
               FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
               JOIN @schema@.transport_groups g ON g.group_id = k.group_id
@@ -235,6 +240,8 @@ BEGIN
                    CASE WHEN c.inline_seq IS NOT NULL THEN c.priority ELSE m.priority END
                        AS priority,
                    COALESCE(c.inline_enqueued_at, m.enqueued_at) AS enqueued_at,
+                   CASE WHEN c.inline_seq IS NOT NULL THEN c.inline_trace_context
+                        ELSE m.trace_context END AS trace_context,
                    CASE WHEN c.inline_seq IS NOT NULL THEN c.inline_not_before
                         ELSE m.not_before END AS not_before,
                    COALESCE(c.inline_seq, m.seq) IS NOT NULL AND NOT c.cancel_requested
@@ -248,7 +255,7 @@ BEGIN
               FROM candidate c
               LEFT JOIN LATERAL (
                     SELECT m.seq, m.kind, m.payload, m.priority, m.enqueued_at, m.not_before,
-                           m.attempts
+                           m.attempts, m.trace_context
                       FROM @schema@.transport_messages m
                      WHERE c.inline_seq IS NULL AND m.group_id = c.group_id
                      ORDER BY m.seq
@@ -276,17 +283,18 @@ BEGIN
                array_agg(h.attempt       ORDER BY h.ord) FILTER (WHERE h.due),
                array_agg(h.priority      ORDER BY h.ord) FILTER (WHERE h.due),
                array_agg(h.enqueued_at   ORDER BY h.ord) FILTER (WHERE h.due),
+               array_agg(h.trace_context ORDER BY h.ord) FILTER (WHERE h.due),
                array_agg(h.group_id)                     FILTER (WHERE h.seq IS NULL),
                array_agg(h.group_id) FILTER (WHERE h.seq IS NOT NULL AND h.cancel_requested),
                count(*) FILTER (WHERE h.seq IS NOT NULL AND NOT h.due AND NOT h.cancel_requested)
           INTO v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority, v_enqueued,
-               v_empty, v_cancelled, v_not_due
+               v_traces, v_empty, v_cancelled, v_not_due
           FROM head h;
 
         IF v_groups IS NOT NULL THEN
             RETURN QUERY
             SELECT * FROM unnest(v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority,
-                                 v_enqueued);
+                                 v_enqueued, v_traces);
             v_need := v_need - cardinality(v_groups);
             v_claimed := v_claimed + cardinality(v_groups);
         END IF;

@@ -29,7 +29,7 @@ BEGIN
            cancel_requested_at = NULL, cancel_reason = NULL, cancel_keep_ms = NULL,
            inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
            inline_enqueued_at = NULL, inline_not_before = NULL,
-           inline_last_error = NULL, inline_unique_key = NULL
+           inline_last_error = NULL, inline_unique_key = NULL, inline_trace_context = NULL
      WHERE t.group_id = p_group;
     RETURN true;
 END

@@ -29,6 +29,12 @@
 -- group of another queue is refused (SQLSTATE HJ001), as is a batch that puts one new
 -- group in two.
 --
+-- Trace contexts (migration 0009): `p_trace_contexts` gives each message the W3C
+-- traceparent (and, after a line feed, the tracestate) of the span that enqueued it, for
+-- harel_claim to return (NULL: every message, or its element, has none). One that is over
+-- 1,024 bytes or not of that shape is stored as NULL: tracing is never a reason to refuse a
+-- job (the Rust side refuses it earlier, with a typed error, when a caller set it by hand).
+--
 -- Why the group row is locked FOR KEY SHARE when it already exists: a settle that drains a
 -- group deletes its row, and cannot see a message this (maybe long) transaction has not
 -- committed. Holding KEY SHARE blocks that delete (the settle then frees the row instead,
@@ -44,7 +50,8 @@ CREATE OR REPLACE FUNCTION @schema@.harel_publish(
     p_delay_ms    BIGINT[],
     p_unique_keys    TEXT[] DEFAULT NULL,
     p_unique_hold_ms BIGINT[] DEFAULT NULL,
-    p_queues         TEXT[] DEFAULT NULL
+    p_queues         TEXT[] DEFAULT NULL,
+    p_trace_contexts TEXT[] DEFAULT NULL
 ) RETURNS SETOF BIGINT
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -77,6 +84,9 @@ DECLARE
     v_mismatched BIGINT;
     v_names      TEXT[] := ARRAY[]::text[];
     v_ids        SMALLINT[] := ARRAY[]::smallint[];
+    -- a traceparent, then an optional line feed and tracestate (printable ASCII)
+    c_trace_shape CONSTANT TEXT :=
+        '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(\n[ -~]*)?$';
     k            RECORD;
 BEGIN
     -- The limits of transport/message.rs, checked again here for callers that bypass it.
@@ -88,7 +98,8 @@ BEGIN
        OR cardinality(p_delay_ms) IS DISTINCT FROM v_count
        OR (p_unique_keys IS NOT NULL AND cardinality(p_unique_keys) <> v_count)
        OR (p_unique_hold_ms IS NOT NULL AND cardinality(p_unique_hold_ms) <> v_count)
-       OR (p_queues IS NOT NULL AND cardinality(p_queues) <> v_count) THEN
+       OR (p_queues IS NOT NULL AND cardinality(p_queues) <> v_count)
+       OR (p_trace_contexts IS NOT NULL AND cardinality(p_trace_contexts) <> v_count) THEN
         RAISE EXCEPTION 'harel_publish: the arrays must have one element per message'
             USING ERRCODE = '22023';
     END IF;
@@ -129,6 +140,23 @@ BEGIN
         RAISE EXCEPTION 'harel_publish: %', v_invalid USING ERRCODE = '22023';
     END IF;
 
+    -- (nested, as the unique keys above: most publishes carry no trace context)
+    IF p_trace_contexts IS NOT NULL THEN
+        IF v_count = 1 THEN
+            IF octet_length(p_trace_contexts[1]) > 1024
+               OR p_trace_contexts[1] !~ c_trace_shape THEN
+                p_trace_contexts[1] := NULL;
+            END IF;
+        ELSE
+            SELECT array_agg(CASE WHEN octet_length(t.context) <= 1024
+                                       AND t.context ~ c_trace_shape
+                                  THEN t.context END
+                             ORDER BY t.ord)
+              INTO p_trace_contexts
+              FROM unnest(p_trace_contexts) WITH ORDINALITY AS t(context, ord);
+        END IF;
+    END IF;
+
     -- One message (the common enqueue): the same steps with scalar statements, cheaper to
     -- run than the set-based batch path below.
     IF v_count = 1 THEN
@@ -149,9 +177,11 @@ BEGIN
         LOOP
             INSERT INTO @schema@.transport_groups
                    (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
-                    inline_enqueued_at, inline_not_before, inline_unique_key, queue_id)
+                    inline_enqueued_at, inline_not_before, inline_unique_key, queue_id,
+                    inline_trace_context)
             VALUES (p_groups[1], p_priorities[1], GREATEST(v_now, v_ready), v_seq, p_kinds[1],
-                    p_payloads[1]::json, v_now, v_ready, p_unique_keys[1], v_queue)
+                    p_payloads[1]::json, v_now, v_ready, p_unique_keys[1], v_queue,
+                    p_trace_contexts[1])
             ON CONFLICT (group_id) DO NOTHING;
             IF FOUND THEN
                 v_new_from := GREATEST(v_now, v_ready);
@@ -166,10 +196,10 @@ BEGIN
                 END IF;
                 INSERT INTO @schema@.transport_messages
                        (seq, group_id, kind, payload, priority, not_before, enqueued_at,
-                        unique_key)
+                        unique_key, trace_context)
                 OVERRIDING SYSTEM VALUE
                 VALUES (v_seq, p_groups[1], p_kinds[1], p_payloads[1]::json, p_priorities[1],
-                        v_ready, v_now, p_unique_keys[1]);
+                        v_ready, v_now, p_unique_keys[1], p_trace_contexts[1]);
                 EXIT;
             END IF;
             -- deleted by a draining settle between the two statements: insert again
@@ -241,9 +271,9 @@ BEGIN
                    array_agg(p_payloads[o] ORDER BY o), array_agg(p_priorities[o] ORDER BY o),
                    array_agg(p_not_before[o] ORDER BY o), array_agg(p_delay_ms[o] ORDER BY o),
                    array_agg(p_unique_keys[o] ORDER BY o), array_agg(v_seqs[o] ORDER BY o),
-                   array_agg(v_queues[o] ORDER BY o)
+                   array_agg(v_queues[o] ORDER BY o), array_agg(p_trace_contexts[o] ORDER BY o)
               INTO p_groups, p_kinds, p_payloads, p_priorities, p_not_before, p_delay_ms,
-                   p_unique_keys, v_seqs, v_queues
+                   p_unique_keys, v_seqs, v_queues, p_trace_contexts
               FROM unnest(v_kept) AS o;
             v_count := cardinality(v_kept);
         END IF;
@@ -267,14 +297,15 @@ BEGIN
         WITH inserted AS (
             INSERT INTO @schema@.transport_groups AS g
                    (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
-                    inline_enqueued_at, inline_not_before, inline_unique_key, queue_id)
+                    inline_enqueued_at, inline_not_before, inline_unique_key, queue_id,
+                    inline_trace_context)
             SELECT u.group_id, p_priorities[u.ord],
                    GREATEST(v_now, COALESCE(p_not_before[u.ord],
                                             v_now + p_delay_ms[u.ord] * interval '1 millisecond')),
                    v_seqs[u.ord], p_kinds[u.ord], p_payloads[u.ord]::json, v_now,
                    COALESCE(p_not_before[u.ord],
                             v_now + p_delay_ms[u.ord] * interval '1 millisecond'),
-                   p_unique_keys[u.ord], v_queues[u.ord]
+                   p_unique_keys[u.ord], v_queues[u.ord], p_trace_contexts[u.ord]
               FROM unnest(v_pending, v_firsts) AS u(group_id, ord)
              ORDER BY u.group_id
             ON CONFLICT (group_id) DO NOTHING
@@ -309,11 +340,12 @@ BEGIN
 
     -- The others into transport_messages.
     INSERT INTO @schema@.transport_messages
-           (seq, group_id, kind, payload, priority, not_before, enqueued_at, unique_key)
+           (seq, group_id, kind, payload, priority, not_before, enqueued_at, unique_key,
+            trace_context)
     OVERRIDING SYSTEM VALUE
     SELECT x.seq, x.group_id, x.kind, x.payload::json, x.priority,
            COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'), v_now,
-           p_unique_keys[x.ord]
+           p_unique_keys[x.ord], p_trace_contexts[x.ord]
       FROM unnest(v_seqs, p_groups, p_kinds, p_payloads, p_priorities, p_not_before,
                   p_delay_ms) WITH ORDINALITY
            AS x(seq, group_id, kind, payload, priority, not_before, delay_ms, ord)
@@ -332,5 +364,6 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION @schema@.harel_publish(
-    TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], BIGINT[], TEXT[])
+    TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], BIGINT[], TEXT[],
+    TEXT[])
     FROM PUBLIC;

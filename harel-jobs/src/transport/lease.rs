@@ -69,6 +69,10 @@ pub struct ClaimedMessage {
     pub priority: Priority,
     /// When it was published (database clock).
     pub enqueued_at: DateTime<Utc>,
+    /// The trace context it was published with
+    /// ([`OutgoingMessage::trace_context`](super::OutgoingMessage::trace_context)), if any;
+    /// as stored, which a claim does not check again.
+    pub trace_context: Option<String>,
 }
 
 /// The outcome of a fenced write.

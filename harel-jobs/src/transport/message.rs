@@ -33,6 +33,10 @@ pub const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
 /// The queue a job goes to unless it names another: every job before named queues
 /// existed, and the queue a worker pool serves unless it names its queues.
 pub const DEFAULT_QUEUE: &str = "default";
+/// The longest trace context accepted, in bytes: a W3C `traceparent` (55 characters), and
+/// a line feed and `tracestate` if the trace has one
+/// ([`OutgoingMessage::trace_context`]).
+pub const MAX_TRACE_CONTEXT_BYTES: usize = 1024;
 /// The longest queue name accepted, in characters.
 pub const MAX_QUEUE_NAME_LEN: usize = 64;
 /// The queue-name rule, as errors state it.
@@ -163,6 +167,8 @@ pub struct OutgoingMessage {
     pub(crate) unique: Option<(String, Option<Duration>)>,
     /// The named queue (`None`: [`DEFAULT_QUEUE`]).
     pub(crate) queue: Option<String>,
+    /// The enqueuing span's trace context (`None`: nothing stored).
+    pub(crate) trace_context: Option<String>,
 }
 
 impl OutgoingMessage {
@@ -182,6 +188,7 @@ impl OutgoingMessage {
             payload_is_json: false,
             unique: None,
             queue: None,
+            trace_context: None,
         }
     }
 
@@ -245,6 +252,18 @@ impl OutgoingMessage {
         self
     }
 
+    /// Stores a trace context with the message, for the claim to return
+    /// ([`ClaimedMessage::trace_context`](super::ClaimedMessage::trace_context)): a W3C
+    /// `traceparent` (`00-` and the trace id, span id and flags in lowercase hex), then
+    /// optionally a line feed and the `tracestate`; at most [`MAX_TRACE_CONTEXT_BYTES`]. Any
+    /// other text makes [`validate`](Self::validate) fail with
+    /// [`InvalidMessage::InvalidTraceContext`]. With the `opentelemetry` feature, an
+    /// enqueue sets it from the current span by itself.
+    pub fn trace_context(mut self, context: impl Into<String>) -> Self {
+        self.trace_context = Some(context.into());
+        self
+    }
+
     /// The queue's name.
     pub fn queue_name(&self) -> &str {
         self.queue.as_deref().unwrap_or(DEFAULT_QUEUE)
@@ -302,6 +321,13 @@ impl OutgoingMessage {
         }
         if let Some(queue) = &self.queue {
             validate_queue_name(queue)?;
+        }
+        if let Some(context) = &self.trace_context
+            && !crate::trace_context::is_valid(context)
+        {
+            return Err(InvalidMessage::InvalidTraceContext {
+                max: MAX_TRACE_CONTEXT_BYTES,
+            });
         }
         if let Some((key, hold)) = &self.unique {
             if key.is_empty() || key.len() > MAX_UNIQUE_KEY_BYTES || key.contains('\0') {

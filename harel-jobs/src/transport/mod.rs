@@ -45,8 +45,8 @@ use uuid::Uuid;
 pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
 pub use message::{
     DEFAULT_QUEUE, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_GROUP_BYTES, MAX_KIND_BYTES,
-    MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME_LEN, MAX_UNIQUE_KEY_BYTES, OutgoingMessage, Priority,
-    Schedule, own_group,
+    MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME_LEN, MAX_TRACE_CONTEXT_BYTES, MAX_UNIQUE_KEY_BYTES,
+    OutgoingMessage, Priority, Schedule, own_group,
 };
 pub(crate) use message::{QUEUE_NAME_RULE, delay_millis, validate_group, validate_queue_name};
 
@@ -176,10 +176,10 @@ impl Statements {
         let render = |sql: &str| Arc::<str>::from(schema.render(sql));
         Self {
             publish: render(
-                "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8, $9) AS s",
+                "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) AS s",
             ),
             claim: render(
-                "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at \
+                "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at, trace_context \
                  FROM @schema@.harel_claim($1, $2, $3, $4, $5, $6)",
             ),
             settle: render(
@@ -208,7 +208,16 @@ impl Default for Transport {
     }
 }
 
-type ClaimRow = (String, i64, String, String, i32, i16, DateTime<Utc>);
+type ClaimRow = (
+    String,
+    i64,
+    String,
+    String,
+    i32,
+    i16,
+    DateTime<Utc>,
+    Option<String>,
+);
 
 impl Transport {
     /// The transport of the queue in `schema` (see [`migrate_schema`](crate::migrate_schema)).
@@ -302,6 +311,9 @@ impl Transport {
         // and NULL unless some message names a queue
         let any_queue = messages.iter().any(|m| m.queue.is_some());
         let mut queues: Vec<Option<&str>> = Vec::new();
+        // and NULL unless some message carries a trace context (no feature: none does)
+        let any_trace = messages.iter().any(|m| m.trace_context.is_some());
+        let mut traces: Vec<Option<&str>> = Vec::new();
         for message in messages {
             message.validate()?;
             if any_unique {
@@ -314,6 +326,9 @@ impl Transport {
             }
             if any_queue {
                 queues.push(message.queue.as_deref());
+            }
+            if any_trace {
+                traces.push(message.trace_context.as_deref());
             }
             groups.push(message.group.as_deref());
             kinds.push(message.kind.as_str());
@@ -344,6 +359,7 @@ impl Transport {
             .bind(any_unique.then_some(unique_keys))
             .bind(any_unique.then_some(unique_holds))
             .bind(any_queue.then_some(queues))
+            .bind(any_trace.then_some(traces))
             .persistent(self.persistent)
             .fetch_all(executor)
             .await?;
@@ -427,17 +443,20 @@ impl Transport {
         Ok(rows
             .into_iter()
             .map(
-                |(group, seq, kind, payload, attempt, priority, enqueued_at)| ClaimedMessage {
-                    lease: Lease {
-                        group,
-                        seq,
-                        token: request.token,
-                    },
-                    kind,
-                    payload,
-                    attempt: attempt.max(1) as u32,
-                    priority: Priority::from_db(priority),
-                    enqueued_at,
+                |(group, seq, kind, payload, attempt, priority, enqueued_at, trace_context)| {
+                    ClaimedMessage {
+                        lease: Lease {
+                            group,
+                            seq,
+                            token: request.token,
+                        },
+                        kind,
+                        payload,
+                        attempt: attempt.max(1) as u32,
+                        priority: Priority::from_db(priority),
+                        enqueued_at,
+                        trace_context,
+                    }
                 },
             )
             .collect())

@@ -95,16 +95,27 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     }
 }
 
-/// The span one attempt of `message` runs in.
+/// The span one attempt of `message` runs in: OpenTelemetry's messaging fields (a consumer
+/// span processing message `messaging.message.id` of queue `messaging.destination.name`)
+/// next to the plain ones. With the `opentelemetry` feature, the context stored with the
+/// job at enqueue is its parent.
 pub(super) fn job_span(message: &ClaimedMessage, queue: &str) -> tracing::Span {
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "harel_job",
+        otel.kind = "consumer",
+        messaging.system = "harel-jobs",
+        messaging.operation = "process",
+        messaging.destination.name = %queue,
+        // a string in the semantic conventions
+        messaging.message.id = %message.lease.seq,
         kind = %message.kind,
         queue = %queue,
         group = %message.lease.group,
         message_id = message.lease.seq,
         attempt = message.attempt,
-    )
+    );
+    crate::trace_context::set_parent(&span, message.trace_context.as_deref());
+    span
 }
 
 /// Why an attempt ended without a result from the handler.
