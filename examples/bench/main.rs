@@ -15,8 +15,9 @@
 //! `depth`, `soak`, `ceiling`, `floor`, `scale`, `rss`, `profile`; by name only: `horizon`
 //! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`), `retention`, `metrics`
 //! (the drain with and without a metrics recorder). `--recorder` installs a Prometheus
-//! recorder for harel-jobs' metrics for the whole run. See BENCHMARKS.md for what each
-//! measures.
+//! recorder for harel-jobs' metrics for the whole run; `--otel` (built with `--features
+//! opentelemetry`) an OpenTelemetry layer in the tracing subscriber. See BENCHMARKS.md for
+//! what each measures.
 
 mod ceiling;
 mod db;
@@ -27,6 +28,8 @@ mod env;
 mod floor;
 mod horizon;
 mod jobs;
+#[cfg(feature = "opentelemetry")]
+mod otel;
 mod pgbench;
 mod profile;
 mod queue;
@@ -107,8 +110,10 @@ struct Args {
 
 fn usage() -> String {
     format!(
-        "usage: bench [scenario] [--quick] [--runs N] [--recorder]\n  --recorder: install a \
-         Prometheus recorder for harel-jobs' metrics (the `metrics` scenario compares)\n  scenarios: all (default), {}; by name \
+        "usage: bench [scenario] [--quick] [--runs N] [--recorder] [--otel]\n  --recorder: install a \
+         Prometheus recorder for harel-jobs' metrics (the `metrics` scenario compares)\n  --otel: an \
+         OpenTelemetry layer in the tracing subscriber (a bench built with --features \
+         opentelemetry)\n  scenarios: all (default), {}; by name \
          only: {}\n  horizon: [--minutes M (each phase; fractions allowed)] [--rate R[,R…]] \
          [--handler-ms MS]\n  env: DATABASE_URL (default \
          postgres://postgres@127.0.0.1:5432/postgres)",
@@ -128,6 +133,8 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         match arg.as_str() {
             "--quick" => quick = true,
             "--recorder" => recorder = true,
+            // handled in main, before anything else
+            "--otel" => {}
             "--runs" => {
                 runs = iter
                     .next()
@@ -181,14 +188,26 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,sqlx::query=error")),
-        )
-        .init();
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    // `--otel`: an OpenTelemetry layer too (a bench built with the `opentelemetry` feature)
+    let otel = argv.iter().any(|arg| arg == "--otel");
+    #[cfg(feature = "opentelemetry")]
+    let tracer = otel.then(otel::install);
+    #[cfg(not(feature = "opentelemetry"))]
+    if otel {
+        eprintln!("--otel needs a bench built with --features opentelemetry");
+        return ExitCode::from(2);
+    }
+    if !otel {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("warn,sqlx::query=error")
+                }),
+            )
+            .init();
+    }
     match argv.first().map(String::as_str) {
         Some(rss::CHILD_ARG) => return rss::child_main(&argv[1..]),
         Some(scale::CHILD_ARG) => return scale::child_main(&argv[1..]),
@@ -201,6 +220,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    println!(
+        "# opentelemetry feature: {}",
+        if cfg!(feature = "opentelemetry") {
+            "on"
+        } else {
+            "off"
+        }
+    );
     if cfg!(debug_assertions) {
         eprintln!("warning: a debug build: run with --release for meaningful figures");
     }
@@ -227,6 +254,10 @@ fn main() -> ExitCode {
     // stop whatever still runs (worker pools, pgbench) before dropping the database
     runtime.shutdown_timeout(Duration::from_secs(2));
     database.drop_now();
+    #[cfg(feature = "opentelemetry")]
+    if let Some(tracer) = tracer {
+        otel::finish(tracer);
+    }
     match outcome {
         Ok(()) => {
             println!(
