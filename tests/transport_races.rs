@@ -572,3 +572,142 @@ async fn batch_writes_of_the_same_leases_in_opposite_orders_never_deadlock() {
         extended.expect("extend_many failed");
     }
 }
+
+/// The heartbeat never waits for a lease's locked group row (the settle's fast path locks
+/// rows out of group order, see harel_settle): it reports the lease held, leaves its end
+/// alone, and extends it once the row is free.
+#[tokio::test]
+async fn a_heartbeat_skips_a_locked_lease_row_and_reports_it_held() {
+    let q = TestQueue::new().await;
+    q.transport
+        .publish(&q.pool, &message("g", "{}"))
+        .await
+        .unwrap();
+    let lease = claim(&q).await.expect("claimed").lease;
+    let until = || async {
+        let at: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+            q.sql("SELECT available_at FROM @schema@.transport_groups WHERE group_id = 'g'"),
+        )
+        .fetch_one(&q.pool)
+        .await
+        .unwrap();
+        at
+    };
+    let before = until().await;
+    let mut holder = q.pool.begin().await.unwrap();
+    sqlx::query(q.sql("SELECT 1 FROM @schema@.transport_groups WHERE group_id = 'g' FOR UPDATE"))
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let held = within(
+        "a heartbeat on a locked row",
+        q.transport
+            .extend(&q.pool, &lease, Duration::from_secs(600)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(held, LeaseOutcome::Applied, "reported held");
+    assert_eq!(
+        until().await,
+        before,
+        "not extended while the row is locked"
+    );
+    holder.rollback().await.unwrap();
+    let extended = q
+        .transport
+        .extend(&q.pool, &lease, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert_eq!(extended, LeaseOutcome::Applied);
+    assert!(until().await > before, "extended once the row is free");
+}
+
+/// Acks on the fast path (a group's only job: its row deleted under FOR UPDATE SKIP
+/// LOCKED, out of group order) and on the path that moves a group on, racing a heartbeat
+/// of the same leases in the opposite order: no deadlock, every ack applied, every job gone
+/// exactly as far as it should (the groups with a second job keep it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fast_and_ordered_acks_racing_a_heartbeat_never_deadlock() {
+    const GROUPS: usize = 300;
+    let q = Arc::new(TestQueue::new().await);
+    for round in 0..10 {
+        // even groups: one job (the fast path); odd groups: two (moved on)
+        let mut batch: Vec<_> = (0..GROUPS)
+            .map(|i| message(&format!("r{round}-g{i:04}"), "{}"))
+            .collect();
+        batch.extend(
+            (0..GROUPS)
+                .filter(|i| i % 2 == 1)
+                .map(|i| message(&format!("r{round}-g{i:04}"), "{}")),
+        );
+        q.transport.publish_many(&q.pool, &batch).await.unwrap();
+        let request = ClaimRequest {
+            limit: GROUPS as u32,
+            ..ClaimRequest::new(Duration::from_secs(600))
+        };
+        let claimed = q.transport.claim_many(&q.pool, &request).await.unwrap();
+        assert_eq!(claimed.len(), GROUPS);
+        let mut ascending: Vec<_> = claimed.into_iter().map(|m| m.lease).collect();
+        ascending.sort_by(|a, b| a.group.cmp(&b.group));
+        let mut descending = ascending.clone();
+        descending.reverse();
+        let extender = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    q.transport
+                        .extend_many(&q.pool, &descending, Duration::from_secs(600))
+                        .await?;
+                }
+                Ok::<_, harel_jobs::TransportError>(())
+            })
+        };
+        let acker = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move {
+                // the completer's order: whatever order the jobs finished in
+                let acks: Vec<_> = ascending
+                    .into_iter()
+                    .rev()
+                    .map(|lease| (lease, Settlement::Ack))
+                    .collect();
+                let outcomes = q.transport.settle_many(&q.pool, &acks, None).await?;
+                assert!(outcomes.iter().all(|o| o.is_applied()), "{outcomes:?}");
+                Ok::<_, harel_jobs::TransportError>(())
+            })
+        };
+        within("the acks", acker)
+            .await
+            .unwrap()
+            .expect("settle_many failed");
+        within("the extensions", extender)
+            .await
+            .unwrap()
+            .expect("extend_many failed");
+        // the one-job groups are gone; the others hold their second job, claimable
+        let left: Vec<String> = sqlx::query_scalar(q.sql(
+            "SELECT group_id FROM @schema@.transport_groups WHERE group_id LIKE $1 \
+             ORDER BY group_id",
+        ))
+        .bind(format!("r{round}-%"))
+        .fetch_all(&q.pool)
+        .await
+        .unwrap();
+        let expected: Vec<String> = (0..GROUPS)
+            .filter(|i| i % 2 == 1)
+            .map(|i| format!("r{round}-g{i:04}"))
+            .collect();
+        assert_eq!(left, expected);
+        // and their second jobs come next, in one claim
+        let seconds = q.transport.claim_many(&q.pool, &request).await.unwrap();
+        assert_eq!(seconds.len(), GROUPS / 2);
+        let acks: Vec<_> = seconds
+            .into_iter()
+            .map(|m| (m.lease, Settlement::Ack))
+            .collect();
+        let outcomes = q.transport.settle_many(&q.pool, &acks, None).await.unwrap();
+        assert!(outcomes.iter().all(|o| o.is_applied()), "{outcomes:?}");
+        assert_eq!(q.count("transport_groups").await, 0);
+    }
+    assert_eq!(orphans(&q).await, 0);
+}

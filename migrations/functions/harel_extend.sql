@@ -1,8 +1,15 @@
 -- harel_extend: the heartbeat. Pushes the lease of each (group, message, token) still held
 -- to the extension's time + p_lease_ms, one round trip for a batch. Returns one row per
--- input, in input order, per lease like harel_settle: whether it was extended (false: the lease
--- was lost), and whether a cancel of the job was asked for (harel_cancel): its worker then
--- signals the handler, and the settle of the lease ends the job as cancelled.
+-- input, in input order, per lease like harel_settle: whether it is still held (`extended`;
+-- false: the lease was lost), and whether a cancel of the job was asked for (harel_cancel):
+-- its worker then signals the handler, and the settle of the lease ends the job as cancelled.
+--
+-- It never waits for a row lock: a group row another transaction has locked (this worker's
+-- completer settling that very job, mostly) is skipped, and its lease reported as held if
+-- the row still says so, but not extended this time: the next beat, a third of a lease
+-- later, extends it. Why: harel_settle's fast path deletes drained groups under
+-- FOR UPDATE SKIP LOCKED before it waits for its other rows in group order, so a heartbeat
+-- that waited here (holding the rows before it in group order) could close a cycle.
 CREATE OR REPLACE FUNCTION "harel".harel_extend(
     p_groups   TEXT[],
     p_seqs     BIGINT[],
@@ -21,6 +28,7 @@ DECLARE
     v_seqs   BIGINT[];
     v_tokens UUID[];
     v_cancel BOOLEAN[];
+    v_locked TEXT[];
 BEGIN
     IF p_lease_ms NOT BETWEEN 1 AND 86400000
        OR cardinality(p_seqs) IS DISTINCT FROM cardinality(p_groups)
@@ -29,27 +37,35 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    -- lock the held rows in group order first, as harel_settle does: this worker's
-    -- completer may be settling some of these groups at the same moment
-    PERFORM 1
-       FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
-       JOIN "harel".transport_groups g
-         ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
-      WHERE g.group_id = ANY (p_groups) -- looked up by key (see harel_settle's fence)
-      ORDER BY g.group_id
-        FOR NO KEY UPDATE OF g;
+    -- lock the held rows that nobody else has locked, in group order
+    SELECT array_agg(k.group_id) INTO v_locked
+      FROM (SELECT g.group_id
+              FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
+              JOIN "harel".transport_groups g
+                ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+             WHERE g.group_id = ANY (p_groups) -- looked up by key (see harel_settle's fence)
+             ORDER BY g.group_id
+               FOR NO KEY UPDATE OF g SKIP LOCKED) AS k;
 
     WITH extended AS (
         UPDATE "harel".transport_groups g
            SET available_at = v_expiry
           FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
-         WHERE g.group_id = ANY (p_groups)
+         WHERE g.group_id = ANY (v_locked)
            AND g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
         RETURNING g.head_seq, x.token, g.cancel_requested_at IS NOT NULL AS cancel
+    ), busy AS (
+        -- skipped: still held as far as this statement's snapshot sees, not extended
+        SELECT g.head_seq, x.token, g.cancel_requested_at IS NOT NULL AS cancel
+          FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
+          JOIN "harel".transport_groups g
+            ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+         WHERE g.group_id = ANY (p_groups)
+           AND g.group_id <> ALL (COALESCE(v_locked, '{}'))
     )
     SELECT array_agg(e.head_seq), array_agg(e.token), array_agg(e.cancel)
       INTO v_seqs, v_tokens, v_cancel
-      FROM extended e;
+      FROM (SELECT * FROM extended UNION ALL SELECT * FROM busy) AS e;
 
     RETURN QUERY
     SELECT x.seq, d.seq IS NOT NULL, COALESCE(d.cancel, false)

@@ -69,6 +69,9 @@ DECLARE
     v_err_seqs     BIGINT[];
     v_err_attempts INT[];
     v_err_texts    TEXT[];
+    v_fast_groups  TEXT[];
+    v_fast_ords    BIGINT[];
+    v_fast_done    BIGINT[];
 BEGIN
     IF COALESCE(cardinality(p_groups), 0) <> v_count
        OR COALESCE(cardinality(p_tokens), 0) <> v_count
@@ -110,6 +113,48 @@ BEGIN
              ORDER BY x.ord;
             RETURN;
         END IF;
+    END IF;
+
+    -- The fast path: an ack of a group's inline message (its only job, the common case of
+    -- a job without a group) deletes the group row under FOR UPDATE SKIP LOCKED, taken as
+    -- the fence itself: one lock and one delete, where the path below takes a lock, a
+    -- stronger one and the delete, in four statements. SKIP LOCKED: a publisher adding to
+    -- the group holds KEY SHARE (its message is not visible yet), a heartbeat or another
+    -- settle may hold the row; those go the path below. The emptiness is checked in a new
+    -- statement after the lock, whose snapshot sees every message committed before it was
+    -- granted (as in harel_drop_empty_groups); a group found not empty goes the path below
+    -- too, under the lock it already has.
+    --
+    -- These locks are not taken in group order, and the path below then waits for its own
+    -- in group order: nobody may wait for a row locked here while holding one the path
+    -- below wants. Claims, the heartbeat (harel_extend) and harel_drop_empty_groups never
+    -- wait (SKIP LOCKED); a publisher's KEY SHARE conflicts with nothing the path below
+    -- takes; a cancel locks one group. Only another settle holding a stale lease on one of
+    -- these groups and a row in common could: PostgreSQL then breaks the cycle, and the
+    -- completer sends that batch again under its receipt.
+    SELECT array_agg(f.group_id), array_agg(f.ord) INTO v_fast_groups, v_fast_ords
+      FROM unnest(p_groups, p_seqs, p_tokens, p_actions)
+           WITH ORDINALITY AS x(group_id, seq, token, action, ord)
+     CROSS JOIN LATERAL (SELECT g.group_id, x.ord FROM @schema@.transport_groups g
+                          WHERE g.group_id = x.group_id AND g.locked_by = x.token
+                            AND g.head_seq = x.seq AND g.inline_seq = x.seq
+                            AND g.inline_unique_key IS NULL
+                            AND g.cancel_requested_at IS NULL
+                            FOR UPDATE SKIP LOCKED) AS f
+     WHERE x.action = 'ack';
+    IF v_fast_groups IS NOT NULL THEN
+        WITH gone AS (
+            DELETE FROM @schema@.transport_groups g
+             WHERE g.group_id = ANY (v_fast_groups)
+               -- a subquery per group, not NOT EXISTS (see harel_drop_empty_groups)
+               AND (SELECT m.seq FROM @schema@.transport_messages m
+                     WHERE m.group_id = g.group_id LIMIT 1) IS NULL
+            RETURNING g.group_id
+        )
+        SELECT array_agg(f.ord) INTO v_fast_done
+          FROM gone
+          JOIN unnest(v_fast_groups, v_fast_ords) AS f(group_id, ord)
+            ON f.group_id = gone.group_id;
     END IF;
 
     -- The fence, and the row locks we need to move the groups on (in group order, as
@@ -309,7 +354,7 @@ BEGIN
 
     SELECT array_agg(a.ord IS NOT NULL ORDER BY x.ord) INTO v_applied
       FROM generate_series(1, v_count) AS x(ord)
-      LEFT JOIN unnest(v_ords) AS a(ord) ON a.ord = x.ord;
+      LEFT JOIN unnest(v_ords || v_fast_done) AS a(ord) ON a.ord = x.ord;
     IF p_receipt IS NOT NULL THEN
         UPDATE @schema@.settle_receipts r SET applied = COALESCE(v_applied, '{}')
          WHERE r.receipt = p_receipt;

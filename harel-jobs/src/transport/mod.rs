@@ -615,6 +615,10 @@ impl Transport {
 
     /// The heartbeat: pushes a lease's end to now + `lease` (database clock).
     ///
+    /// It never waits for a row lock: a lease whose group row another transaction holds at
+    /// that moment (mostly the completer settling that very job) is reported held, as the
+    /// row says, but is not extended by this call; the next beat extends it.
+    ///
     /// # Errors
     /// As [`ack`](Self::ack); [`TransportError::InvalidArgument`] for a zero lease.
     pub async fn extend<'e, E: PgExecutor<'e>>(
