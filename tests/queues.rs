@@ -428,28 +428,36 @@ async fn a_periodic_job_goes_to_its_queue() {
     assert!(claim_from(&q, "default", 10).await.is_empty());
 }
 
+/// A pool serving the partner queue (2 slots, jobs kept in the history), polling every
+/// `poll`.
+fn partner_pool(queue: &Queue, poll: Duration) -> WorkerHandle {
+    queue
+        .worker(())
+        .register::<Hold>()
+        .queue("partner", 2)
+        .retain_completed(Duration::from_secs(3600))
+        .poll_interval(poll)
+        .build()
+        .unwrap()
+        .start()
+}
+
+/// How many jobs finished (kept in the history).
+async fn finished(q: &TestQueue) -> i64 {
+    sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
+        .fetch_one(&q.pool)
+        .await
+        .unwrap()
+}
+
 /// Pausing a queue reaches a running pool: a job enqueued while it is paused does not run
 /// (over several poll intervals); once resumed, it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_pool_honours_pause_and_resume() {
     let q = TestQueue::new().await;
     let queue = queue(&q);
-    let worker = queue
-        .worker(())
-        .register::<Hold>()
-        .queue("partner", 2)
-        .retain_completed(Duration::from_secs(3600))
-        .poll_interval(Duration::from_millis(50))
-        .build()
-        .unwrap()
-        .start();
-    let done = || async {
-        let done: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
-            .fetch_one(&q.pool)
-            .await
-            .unwrap();
-        done
-    };
+    let worker = partner_pool(&queue, Duration::from_millis(50));
+    let done = || finished(&q);
     queue.enqueue(&q.pool, Hold { millis: 1 }).await.unwrap();
     let began = Instant::now();
     while done().await < 1 {
@@ -484,22 +492,8 @@ async fn a_running_pool_honours_pause_and_resume() {
 async fn resuming_a_queue_wakes_its_workers_without_a_poll() {
     let q = TestQueue::new().await;
     let queue = queue(&q);
-    let worker = queue
-        .worker(())
-        .register::<Hold>()
-        .queue("partner", 2)
-        .retain_completed(Duration::from_secs(3600))
-        .poll_interval(Duration::from_secs(600))
-        .build()
-        .unwrap()
-        .start();
-    let done = || async {
-        let done: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
-            .fetch_one(&q.pool)
-            .await
-            .unwrap();
-        done
-    };
+    let worker = partner_pool(&queue, Duration::from_secs(600));
+    let done = || finished(&q);
     let wait_for = |count: i64, what: &'static str| async move {
         let began = Instant::now();
         while done().await < count {

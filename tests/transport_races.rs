@@ -512,6 +512,22 @@ async fn a_message_completed_during_a_claim_is_not_handed_out_again() {
     }
 }
 
+/// A heartbeat of `leases`, five times over, in the background.
+fn extend_five_times(
+    q: &Arc<TestQueue>,
+    leases: Vec<harel_jobs::transport::Lease>,
+) -> tokio::task::JoinHandle<Result<(), harel_jobs::TransportError>> {
+    let q = Arc::clone(q);
+    tokio::spawn(async move {
+        for _ in 0..5 {
+            q.transport
+                .extend_many(&q.pool, &leases, Duration::from_secs(600))
+                .await?;
+        }
+        Ok(())
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batch_writes_of_the_same_leases_in_opposite_orders_never_deadlock() {
     // A worker's heartbeat (extend) and completer (settle) write batches of the same group
@@ -535,17 +551,7 @@ async fn batch_writes_of_the_same_leases_in_opposite_orders_never_deadlock() {
         let mut descending = ascending.clone();
         descending.reverse();
 
-        let extender = {
-            let q = Arc::clone(&q);
-            tokio::spawn(async move {
-                for _ in 0..5 {
-                    q.transport
-                        .extend_many(&q.pool, &descending, Duration::from_secs(600))
-                        .await?;
-                }
-                Ok::<_, harel_jobs::TransportError>(())
-            })
-        };
+        let extender = extend_five_times(&q, descending);
         let releaser = {
             let q = Arc::clone(&q);
             tokio::spawn(async move {
@@ -651,17 +657,7 @@ async fn fast_and_ordered_acks_racing_a_heartbeat_never_deadlock() {
         ascending.sort_by(|a, b| a.group.cmp(&b.group));
         let mut descending = ascending.clone();
         descending.reverse();
-        let extender = {
-            let q = Arc::clone(&q);
-            tokio::spawn(async move {
-                for _ in 0..5 {
-                    q.transport
-                        .extend_many(&q.pool, &descending, Duration::from_secs(600))
-                        .await?;
-                }
-                Ok::<_, harel_jobs::TransportError>(())
-            })
-        };
+        let extender = extend_five_times(&q, descending);
         let acker = {
             let q = Arc::clone(&q);
             tokio::spawn(async move {
