@@ -10,7 +10,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use harel_jobs::transport::{
     ClaimRequest, ClaimedMessage, Lease, LeaseOutcome, LeaseToken, MAX_BATCH_BYTES,
-    MAX_BATCH_MESSAGES, MAX_GROUP_BYTES, MAX_PAYLOAD_BYTES, OutgoingMessage, Receipt, Settlement,
+    MAX_BATCH_MESSAGES, MAX_GROUP_BYTES, MAX_PAYLOAD_BYTES, OutgoingMessage, Published, Receipt,
+    Settlement, own_group,
 };
 use harel_jobs::{InvalidMessage, Priority, PublishError};
 use harel_jobs_suite::TestQueue;
@@ -1237,6 +1238,46 @@ async fn claim_many_leases_distinct_groups_and_one_message_each() {
         .unwrap();
     assert_eq!(next.len(), 10);
     assert!(next.iter().all(|m| m.payload == "1"));
+}
+
+#[tokio::test]
+async fn a_batch_without_groups_puts_each_message_in_a_group_of_its_own() {
+    // the bulk path of harel_publish: every message of the batch without a group
+    let q = TestQueue::new().await;
+    let t = &q.transport;
+    let own = |payload: &str| message("unused", payload).in_own_group();
+    let batch = [
+        own("0"),
+        own("1").unique("k", None),
+        own("2").unique("k", None), // a duplicate inside the batch: not queued
+        own("3"),
+    ];
+    let outcomes = t.publish_many_outcomes(&q.pool, &batch).await.unwrap();
+    let seqs: Vec<i64> = outcomes.iter().map(|o| o.seq()).collect();
+    assert_eq!(outcomes[2], Published::Duplicate(seqs[1]), "{outcomes:?}");
+    let queued = [seqs[0], seqs[1], seqs[3]];
+    assert!(queued.is_sorted(), "seqs not in batch order: {seqs:?}");
+
+    // one row per job: its group's, named after its seq; nothing in transport_messages
+    for (seq, payload) in queued.iter().zip(["0", "1", "3"]) {
+        assert!(
+            group_row(&q, &own_group(*seq)).await.is_some(),
+            "no group row for {seq}"
+        );
+        let (group, _, stored, ..) = message_row(&q, *seq).await.expect("job");
+        assert_eq!(
+            (group.as_str(), stored.as_str()),
+            (own_group(*seq).as_str(), payload)
+        );
+    }
+    let (rows,): (i64,) = sqlx::query_as(q.sql("SELECT count(*) FROM @schema@.transport_messages"))
+        .fetch_one(&q.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "a job of its own group stored as a message row");
+
+    let payloads: Vec<String> = drain(&q).await.into_iter().map(|m| m.payload).collect();
+    assert_eq!(payloads, ["0", "1", "3"]);
 }
 
 #[tokio::test]

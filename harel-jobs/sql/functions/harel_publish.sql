@@ -82,6 +82,7 @@ DECLARE
     v_queues     SMALLINT[];
     v_group_q    SMALLINT;
     v_mismatched BIGINT;
+    v_all_own    BOOLEAN;
     v_names      TEXT[] := ARRAY[]::text[];
     v_ids        SMALLINT[] := ARRAY[]::smallint[];
     -- a traceparent, then an optional line feed and tracestate (printable ASCII)
@@ -210,17 +211,28 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Every message's seq, drawn in array order.
-    SELECT array_agg(nextval('@schema@.transport_messages_seq_seq') ORDER BY x.ord)
-      INTO v_seqs
-      FROM generate_series(1, v_count) AS x(ord);
-    v_results := v_seqs;
-    IF array_position(p_groups, NULL) IS NOT NULL THEN
-        SELECT array_agg(COALESCE(x.group_id, 'own:' || lpad(v_seqs[x.ord]::text, 19, '0'))
-                         ORDER BY x.ord)
-          INTO p_groups
-          FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord);
+    -- Every message's seq, drawn in array order, and a group of its own for each message
+    -- without one (named after its seq). A batch of such messages only (the common bulk
+    -- load) gets both from one statement.
+    v_all_own := cardinality(array_positions(p_groups, NULL)) = v_count;
+    IF v_all_own THEN
+        SELECT array_agg(s.seq ORDER BY s.ord),
+               array_agg('own:' || lpad(s.seq::text, 19, '0') ORDER BY s.ord)
+          INTO v_seqs, p_groups
+          FROM (SELECT x.ord, nextval('@schema@.transport_messages_seq_seq') AS seq
+                  FROM generate_series(1, v_count) AS x(ord)) AS s;
+    ELSE
+        SELECT array_agg(nextval('@schema@.transport_messages_seq_seq') ORDER BY x.ord)
+          INTO v_seqs
+          FROM generate_series(1, v_count) AS x(ord);
+        IF array_position(p_groups, NULL) IS NOT NULL THEN
+            SELECT array_agg(COALESCE(x.group_id, 'own:' || lpad(v_seqs[x.ord]::text, 19, '0'))
+                             ORDER BY x.ord)
+              INTO p_groups
+              FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord);
+        END IF;
     END IF;
+    v_results := v_seqs;
 
     -- Each message's queue id (all 0 unless a queue is named), each named queue looked up
     -- (or created) once, in name order (two batches creating the same new queues wait for
@@ -281,11 +293,17 @@ BEGIN
 
     -- Each group's first message of the batch, sorted by group so that concurrent
     -- publishers take row locks in one order: it creates the group row if there is none.
-    SELECT array_agg(f.group_id ORDER BY f.group_id), array_agg(f.ord ORDER BY f.group_id)
-      INTO v_pending, v_firsts
-      FROM (SELECT DISTINCT ON (x.group_id) x.group_id, x.ord
-              FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord)
-             ORDER BY x.group_id, x.ord) AS f;
+    IF v_all_own THEN
+        -- distinct, and already in group order: the ids are the seqs, zero-padded
+        v_pending := p_groups;
+        v_firsts := ARRAY(SELECT generate_series(1, v_count));
+    ELSE
+        SELECT array_agg(f.group_id ORDER BY f.group_id), array_agg(f.ord ORDER BY f.group_id)
+          INTO v_pending, v_firsts
+          FROM (SELECT DISTINCT ON (x.group_id) x.group_id, x.ord
+                  FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord)
+                 ORDER BY x.group_id, x.ord) AS f;
+    END IF;
 
     -- Every group needs a row that stays until we commit: insert the missing ones, their
     -- first message inline (existing groups keep their lease and priority), and KEY
@@ -338,19 +356,21 @@ BEGIN
         EXIT WHEN v_pending IS NULL;
     END LOOP;
 
-    -- The others into transport_messages.
-    INSERT INTO @schema@.transport_messages
-           (seq, group_id, kind, payload, priority, not_before, enqueued_at, unique_key,
-            trace_context)
-    OVERRIDING SYSTEM VALUE
-    SELECT x.seq, x.group_id, x.kind, x.payload::json, x.priority,
-           COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'), v_now,
-           p_unique_keys[x.ord], p_trace_contexts[x.ord]
-      FROM unnest(v_seqs, p_groups, p_kinds, p_payloads, p_priorities, p_not_before,
-                  p_delay_ms) WITH ORDINALITY
-           AS x(seq, group_id, kind, payload, priority, not_before, delay_ms, ord)
-     WHERE NOT EXISTS (SELECT 1 FROM unnest(v_inlined) AS i(seq) WHERE i.seq = x.seq)
-     ORDER BY x.seq;
+    -- The others into transport_messages (none when every message created its group).
+    IF COALESCE(cardinality(v_inlined), 0) < v_count THEN
+        INSERT INTO @schema@.transport_messages
+               (seq, group_id, kind, payload, priority, not_before, enqueued_at, unique_key,
+                trace_context)
+        OVERRIDING SYSTEM VALUE
+        SELECT x.seq, x.group_id, x.kind, x.payload::json, x.priority,
+               COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'), v_now,
+               p_unique_keys[x.ord], p_trace_contexts[x.ord]
+          FROM unnest(v_seqs, p_groups, p_kinds, p_payloads, p_priorities, p_not_before,
+                      p_delay_ms) WITH ORDINALITY
+               AS x(seq, group_id, kind, payload, priority, not_before, delay_ms, ord)
+         WHERE NOT EXISTS (SELECT 1 FROM unnest(v_inlined) AS i(seq) WHERE i.seq = x.seq)
+         ORDER BY x.seq;
+    END IF;
 
     RETURN QUERY SELECT unnest(v_results);
 
