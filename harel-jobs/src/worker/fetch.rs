@@ -30,7 +30,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 /// Claims and starts one queue's jobs until told to stop claiming.
 ///
 /// Each round waits until fewer jobs are claimed and unfinished than the claim limit
-/// (the concurrency, or twice it while handlers are fast: `Lane::claim_limit`), takes
+/// (the concurrency, or two claim batches more while handlers are fast: `Lane::claim_limit`), takes
 /// all the room up to the claim batch, and claims that many groups in one round trip. A full batch means more work is
 /// likely waiting: claim again at once. A short batch means the queue is drained for now:
 /// wait for a NOTIFY, a completed batch of acks (which may have freed groups), or the poll
