@@ -512,6 +512,28 @@ async fn a_message_completed_during_a_claim_is_not_handed_out_again() {
     }
 }
 
+/// Claims `groups` groups with a long lease and returns their leases in group order and in
+/// the reverse order (the two lock orders the deadlock races pit against each other).
+async fn claim_in_both_orders(
+    q: &TestQueue,
+    groups: usize,
+) -> (
+    Vec<harel_jobs::transport::Lease>,
+    Vec<harel_jobs::transport::Lease>,
+) {
+    let request = ClaimRequest {
+        limit: groups as u32,
+        ..ClaimRequest::new(Duration::from_secs(600))
+    };
+    let claimed = q.transport.claim_many(&q.pool, &request).await.unwrap();
+    assert_eq!(claimed.len(), groups);
+    let mut ascending: Vec<_> = claimed.into_iter().map(|m| m.lease).collect();
+    ascending.sort_by(|a, b| a.group.cmp(&b.group));
+    let mut descending = ascending.clone();
+    descending.reverse();
+    (ascending, descending)
+}
+
 /// A heartbeat of `leases`, five times over, in the background.
 fn extend_five_times(
     q: &Arc<TestQueue>,
@@ -539,17 +561,8 @@ async fn batch_writes_of_the_same_leases_in_opposite_orders_never_deadlock() {
         .map(|i| message(&format!("g{i:04}"), "{}"))
         .collect();
     q.transport.publish_many(&q.pool, &batch).await.unwrap();
-    let request = ClaimRequest {
-        limit: GROUPS as u32,
-        ..ClaimRequest::new(Duration::from_secs(600))
-    };
     for _ in 0..20 {
-        let claimed = q.transport.claim_many(&q.pool, &request).await.unwrap();
-        assert_eq!(claimed.len(), GROUPS);
-        let mut ascending: Vec<_> = claimed.into_iter().map(|m| m.lease).collect();
-        ascending.sort_by(|a, b| a.group.cmp(&b.group));
-        let mut descending = ascending.clone();
-        descending.reverse();
+        let (ascending, descending) = claim_in_both_orders(&q, GROUPS).await;
 
         let extender = extend_five_times(&q, descending);
         let releaser = {
@@ -647,16 +660,7 @@ async fn fast_and_ordered_acks_racing_a_heartbeat_never_deadlock() {
                 .map(|i| message(&format!("r{round}-g{i:04}"), "{}")),
         );
         q.transport.publish_many(&q.pool, &batch).await.unwrap();
-        let request = ClaimRequest {
-            limit: GROUPS as u32,
-            ..ClaimRequest::new(Duration::from_secs(600))
-        };
-        let claimed = q.transport.claim_many(&q.pool, &request).await.unwrap();
-        assert_eq!(claimed.len(), GROUPS);
-        let mut ascending: Vec<_> = claimed.into_iter().map(|m| m.lease).collect();
-        ascending.sort_by(|a, b| a.group.cmp(&b.group));
-        let mut descending = ascending.clone();
-        descending.reverse();
+        let (ascending, descending) = claim_in_both_orders(&q, GROUPS).await;
         let extender = extend_five_times(&q, descending);
         let acker = {
             let q = Arc::clone(&q);
@@ -695,6 +699,10 @@ async fn fast_and_ordered_acks_racing_a_heartbeat_never_deadlock() {
             .collect();
         assert_eq!(left, expected);
         // and their second jobs come next, in one claim
+        let request = ClaimRequest {
+            limit: GROUPS as u32,
+            ..ClaimRequest::new(Duration::from_secs(600))
+        };
         let seconds = q.transport.claim_many(&q.pool, &request).await.unwrap();
         assert_eq!(seconds.len(), GROUPS / 2);
         let acks: Vec<_> = seconds
