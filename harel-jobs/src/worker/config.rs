@@ -40,7 +40,7 @@ pub(crate) struct WorkerConfig {
     pub database_timeout: Duration,
     /// Take no group below this priority. Default 0 (take everything).
     pub min_priority: Priority,
-    /// Most groups claimed in one round trip. Default 64.
+    /// Most groups claimed in one round trip. Default 256.
     pub claim_batch: usize,
     /// Most completions written in one round trip. Default 512.
     pub ack_batch: usize,
@@ -90,7 +90,7 @@ impl Default for WorkerConfig {
             shutdown_grace: Duration::from_secs(30),
             database_timeout: Duration::from_secs(10),
             min_priority: Priority::LOWEST,
-            claim_batch: 64,
+            claim_batch: 256,
             ack_batch: 512,
             listen: true,
             maintenance: true,

@@ -372,7 +372,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         self
     }
 
-    /// Most groups claimed per round trip (default 64).
+    /// Most groups claimed per round trip (default 256).
     pub fn claim_batch(mut self, batch: usize) -> Self {
         self.config.claim_batch = batch;
         self
