@@ -25,9 +25,6 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_expiry TIMESTAMPTZ := statement_timestamp() + p_lease_ms * interval '1 millisecond';
-    v_seqs   BIGINT[];
-    v_tokens UUID[];
-    v_cancel BOOLEAN[];
     v_locked TEXT[];
 BEGIN
     IF p_lease_ms NOT BETWEEN 1 AND 86400000
@@ -47,34 +44,30 @@ BEGIN
              ORDER BY g.group_id
                FOR NO KEY UPDATE OF g SKIP LOCKED) AS k;
 
-    WITH extended AS (
-        UPDATE @schema@.transport_groups g
-           SET available_at = v_expiry
-          FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
-         WHERE g.group_id = ANY (v_locked)
-           AND g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
-        RETURNING g.head_seq, x.token, g.cancel_requested_at IS NOT NULL AS cancel
-    ), busy AS (
-        -- skipped: still held as far as this statement's snapshot sees, not extended
-        SELECT g.head_seq, x.token, g.cancel_requested_at IS NOT NULL AS cancel
-          FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
-          JOIN @schema@.transport_groups g
-            ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
-         WHERE g.group_id = ANY (p_groups)
-           AND g.group_id <> ALL (COALESCE(v_locked, '{}'))
-    )
-    SELECT array_agg(e.head_seq), array_agg(e.token), array_agg(e.cancel)
-      INTO v_seqs, v_tokens, v_cancel
-      FROM (SELECT * FROM extended UNION ALL SELECT * FROM busy) AS e;
+    -- the locked rows are the held ones (checked under the lock, which keeps them so): each
+    -- is found by its key, without a join to the input (see below)
+    UPDATE @schema@.transport_groups g
+       SET available_at = v_expiry
+     WHERE g.group_id = ANY (v_locked);
 
+    -- Every lease, extended or skipped, is reported held when its row says so (a skipped
+    -- row as this statement's snapshot sees it). One lookup by key per input: a correlated
+    -- subquery, which the planner cannot turn into a walk of the index joined to the input
+    -- (it did so with a lateral join), so the cost grows with the leases, not with their
+    -- square (the `<> ALL` filter of the input against the locked rows this replaces took
+    -- 23 ms for 576 leases, 146 ms for 2,000 and 848 ms for 5,000). `cancel` is NULL when
+    -- the lease is not held.
     RETURN QUERY
-    SELECT x.seq, d.seq IS NOT NULL, COALESCE(d.cancel, false)
-      FROM unnest(p_seqs, p_tokens) WITH ORDINALITY AS x(seq, token, ord)
-      LEFT JOIN LATERAL (SELECT done.seq, done.cancel
-                           FROM unnest(v_seqs, v_tokens, v_cancel) AS done(seq, token, cancel)
-                          WHERE done.seq = x.seq AND done.token = x.token
-                          LIMIT 1) AS d ON true
-     ORDER BY x.ord;
+    SELECT l.seq, l.cancel IS NOT NULL, COALESCE(l.cancel, false)
+      FROM (SELECT x.seq, x.ord,
+                   (SELECT g.cancel_requested_at IS NOT NULL
+                      FROM @schema@.transport_groups g
+                     WHERE g.group_id = x.group_id AND g.locked_by = x.token
+                       AND g.head_seq = x.seq) AS cancel
+              FROM unnest(p_groups, p_seqs, p_tokens) WITH ORDINALITY
+                   AS x(group_id, seq, token, ord)
+            OFFSET 0) AS l -- evaluated once per input, not once per use of `cancel`
+     ORDER BY l.ord;
 END
 $$;
 
