@@ -322,7 +322,13 @@ BEGIN
             SELECT f.group_id FROM unnest(v_groups, v_actions) AS f(group_id, action)
              WHERE f.action IN ('ack', 'retain', 'dead')
         ), next_head AS (
-            SELECT f.group_id, n.not_before, n.seq IS NOT NULL AS has_next
+            SELECT f.group_id, n.not_before, n.seq IS NOT NULL AS has_next,
+                   -- the group row's current version (locked by us since the fence): one
+                   -- lookup by key per group, so that the update below is a TID lookup per
+                   -- row, not a join of the batch against itself (a nested loop that compared
+                   -- each of 256 groups with the others: 32,640 rows filtered, 2.6 ms)
+                   (SELECT g.ctid FROM "harel".transport_groups g
+                     WHERE g.group_id = f.group_id) AS row_ctid
               FROM finished f
               LEFT JOIN LATERAL (
                     SELECT m.seq, m.not_before
@@ -338,7 +344,7 @@ BEGIN
                    inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL,
                    inline_unique_key = NULL, inline_trace_context = NULL
               FROM next_head nh
-             WHERE g.group_id = ANY (v_groups) AND g.group_id = nh.group_id AND nh.has_next
+             WHERE g.ctid = nh.row_ctid AND nh.has_next
         )
         SELECT array_agg(nh.group_id) FILTER (WHERE NOT nh.has_next) INTO v_drained
           FROM next_head nh;
