@@ -114,18 +114,21 @@ BEGIN
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
         -- one claim of this queue at a time, so that each sees the leases of the last
         PERFORM pg_advisory_xact_lock(hashtextextended('harel-jobs queue "harel"', v_queue));
-        -- the leases start now, not when the statement began waiting for the lock: the
-        -- count below sees every settle committed until now
-        v_now := clock_timestamp();
-        v_expiry := v_now + p_lease_ms * interval '1 millisecond';
-        v_now_us := (extract(epoch FROM v_now) * 1000000)::bigint;
         IF v_limit IS NOT NULL THEN
+            v_now := clock_timestamp();
             SELECT count(*) INTO v_running
               FROM "harel".transport_groups g
              WHERE g.limited_queue = v_queue AND g.available_at > v_now
                AND g.locked_by IS NOT NULL;
             v_need := LEAST(v_need, (v_limit - v_running)::int);
         END IF;
+        -- The leases start now: after the lock wait, and after the count, whose snapshot
+        -- saw every settle committed before it. A lease that takes a freed slot so
+        -- starts (and is recorded as started) after the one it replaced ended, however
+        -- long this backend was descheduled between the two.
+        v_now := clock_timestamp();
+        v_expiry := v_now + p_lease_ms * interval '1 millisecond';
+        v_now_us := (extract(epoch FROM v_now) * 1000000)::bigint;
         IF v_rate IS NOT NULL THEN
             v_tat_us := GREATEST(COALESCE(pg_sequence_last_value(
                                      ('"harel".queue_rate_q' || v_queue)::regclass), 0),
