@@ -62,7 +62,9 @@ DECLARE
     v_started  TIMESTAMPTZ[];
     v_keys     TEXT[];
     v_keys_held TEXT[];
-    v_key      TEXT;
+    v_free_keys TEXT[];
+    v_free_seqs BIGINT[];
+    v_free_done BOOLEAN[];
     v_cancels  TEXT[];
     v_drained  TEXT[];
     v_err_groups   TEXT[];
@@ -162,12 +164,12 @@ BEGIN
     --
     -- Every statement here reaches the queue tables by key: `group_id = ANY (array)` on
     -- transport_groups; on transport_messages, a LATERAL (… OFFSET 0) lookup per (group,
-    -- seq) for reads (OFFSET 0 keeps the planner from flattening it into a join it may
-    -- reorder) and a statement per message for writes (a batch of grouped jobs only: an
-    -- inline message goes with its group row). A join condition alone is not enough: after a VACUUM that an old snapshot
-    -- kept from removing anything, the statistics say the tables are nearly empty, and the
-    -- planner then walks a whole index (every dead entry) rather than look rows up. Seen:
-    -- 84,000 buffers per settle in the horizon benchmark, and tests/transport_env.rs.
+    -- seq) (OFFSET 0 keeps the planner from flattening it into a join it may reorder),
+    -- and writes by the TID that lookup found. A join condition alone is not enough:
+    -- after a VACUUM that an old snapshot kept from removing anything, the statistics say
+    -- the tables are nearly empty, and the planner then walks a whole index (every dead
+    -- entry) rather than look rows up. Seen: 84,000 buffers per settle in the horizon
+    -- benchmark, and tests/transport_env.rs.
     SELECT array_agg(f.ord), array_agg(f.group_id), array_agg(f.seq), array_agg(f.action),
            array_agg(f.delay_ms), array_agg(f.counted), array_agg(f.attempts),
            array_agg(left(f.error, 16384)), array_agg(f.inline), array_agg(f.started),
@@ -297,22 +299,36 @@ BEGIN
              WHERE d.action = 'retain' AND d.inline
             ON CONFLICT (id) DO NOTHING;
         END IF;
-        -- a finished message leaves transport_messages (an inline one goes with its group
+        -- A finished message leaves transport_messages (an inline one goes with its group
         -- row's update or delete below), and frees its unique key if it held one; nothing
-        -- to do per message for the common batch, inline and without keys
+        -- to do per message for the common batch, inline and without keys. One statement
+        -- for the batch: each message by the TID of the version a key lookup found (its
+        -- group is locked by us since the fence, and nothing else writes a leased head),
+        -- where a statement per message cost 256 executions per batch of grouped jobs.
         IF NOT (true = ALL (v_inline) AND v_keys_held IS NULL) THEN
-            FOR i IN 1..cardinality(v_groups) LOOP
-                CONTINUE WHEN v_actions[i] NOT IN ('ack', 'retain', 'dead');
-                IF NOT v_inline[i] THEN
-                    DELETE FROM "harel".transport_messages m
-                     WHERE m.group_id = v_groups[i] AND m.seq = v_seqs[i]
-                    RETURNING m.unique_key INTO v_key;
-                ELSE
-                    v_key := v_keys[i];
-                END IF;
-                IF v_key IS NOT NULL THEN
-                    PERFORM "harel".harel_release_key(v_key, v_seqs[i], v_actions[i] <> 'dead');
-                END IF;
+            WITH gone AS (
+                DELETE FROM "harel".transport_messages m
+                 USING unnest(v_groups, v_seqs, v_actions, v_inline)
+                       WITH ORDINALITY AS d(group_id, seq, action, inline, i)
+                 CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid
+                                       FROM "harel".transport_messages t
+                                      WHERE t.group_id = d.group_id AND t.seq = d.seq
+                                     OFFSET 0) AS k
+                 WHERE d.action IN ('ack', 'retain', 'dead') AND NOT d.inline
+                   AND m.ctid = k.row_ctid
+                RETURNING d.i, m.unique_key
+            )
+            SELECT array_agg(r.unique_key ORDER BY r.i), array_agg(v_seqs[r.i] ORDER BY r.i),
+                   array_agg(v_actions[r.i] <> 'dead' ORDER BY r.i)
+              INTO v_free_keys, v_free_seqs, v_free_done
+              FROM (SELECT g.i, g.unique_key FROM gone g
+                    UNION ALL
+                    SELECT x.i, v_keys[x.i]
+                      FROM generate_subscripts(v_groups, 1) AS x(i)
+                     WHERE v_inline[x.i] AND v_actions[x.i] IN ('ack', 'retain', 'dead')) AS r
+             WHERE r.unique_key IS NOT NULL;
+            FOR i IN 1..COALESCE(cardinality(v_free_keys), 0) LOOP
+                PERFORM "harel".harel_release_key(v_free_keys[i], v_free_seqs[i], v_free_done[i]);
             END LOOP;
         END IF;
 
