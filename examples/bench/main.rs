@@ -20,6 +20,7 @@
 //! what each measures.
 
 mod ceiling;
+mod cpu;
 mod db;
 mod depth;
 mod drain;

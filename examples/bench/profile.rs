@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
+use crate::cpu::{clock_ticks_per_second, machine_ticks, proc_ticks};
 use crate::depth::{TASKS, claim_ack_loop};
 use crate::jobs::Probe;
 use crate::queue::{self, expect_empty, fill_single, prepare};
@@ -124,41 +125,6 @@ async fn auto_explain(ctx: &Ctx, label: &str, file: &str) -> Res<()> {
         );
     }
     Ok(())
-}
-
-/// utime+stime of a process in clock ticks.
-fn proc_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // the command may hold spaces: fields after the closing parenthesis
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state); utime is field 14, stime 15
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-}
-
-/// (busy, total) clock ticks of the whole machine, from /proc/stat.
-fn machine_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let values: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let total: u64 = values.iter().take(8).sum();
-    let idle = values.get(3).copied().unwrap_or(0) + values.get(4).copied().unwrap_or(0);
-    (total - idle, total)
-}
-
-fn clock_ticks_per_second() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 async fn backend_ticks(pool: &PgPool) -> Res<HashMap<u32, u64>> {

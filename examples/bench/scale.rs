@@ -6,7 +6,9 @@
 //! to the fill (so the queue is empty, which is then checked), the ratio to the 1-process
 //! rate of the same round, and how evenly the processes shared the jobs (each one's jobs ÷
 //! the fair share; the goal is within ±20%). Rounds are interleaved (1, 2, 4, 8, 1, …) and
-//! each run starts from a fresh fill.
+//! each run starts from a fresh fill. Printed per process count, to tell why a split is
+//! slower: the server's and the worker processes' CPU time and the database's transactions,
+//! per 1,000 jobs.
 //!
 //! The protocol with a child, one line each way: it connects, builds its pool and prints
 //! `ready`; on `go` it starts the pool and prints `acked=N` whenever its count of acks
@@ -19,10 +21,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use sqlx::AssertSqlSafe;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::cpu::{children_ticks, clock_ticks_per_second, machine_ticks, proc_ticks};
 use crate::jobs::Probe;
 use crate::queue::{self, expect_empty, fill_single, prepare};
 use crate::report::Target;
@@ -178,9 +182,40 @@ fn field(line: &str, name: &str) -> Res<u64> {
         .ok_or_else(|| format!("scale child: no {name} in {line:?}").into())
 }
 
-/// One run: a fresh fill of `n` jobs drained by `processes` children. Returns jobs/s and
-/// each child's jobs.
-async fn run_once(ctx: &Ctx, processes: usize, n: u64) -> Res<(f64, Vec<u64>)> {
+/// Where a run's work went, per 1,000 jobs: CPU of the server (the machine's busy time less
+/// this process and its children: the server runs on this host) and of the worker processes,
+/// and the database's transactions (claims, outcomes, heartbeats, LISTEN/NOTIFY).
+#[derive(Clone, Copy, Default)]
+struct Cost {
+    server_cpu_ms: f64,
+    client_cpu_ms: f64,
+    transactions: f64,
+    claim_ms: f64,
+    settle_ms: f64,
+}
+
+/// The database's committed and rolled-back transactions so far, and the milliseconds
+/// spent in harel_claim and in harel_settle (`track_functions = pl`, set on the bench
+/// database by `run`). Backends report theirs at most once a second and when they exit.
+async fn activity(ctx: &Ctx) -> Res<(i64, f64, f64)> {
+    sqlx::query("SELECT pg_stat_clear_snapshot()")
+        .execute(&ctx.pool)
+        .await?;
+    Ok(sqlx::query_as(
+        "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database
+                  WHERE datname = current_database()),
+                COALESCE((SELECT sum(total_time) FROM pg_stat_user_functions
+                           WHERE funcname = 'harel_claim'), 0)::float8,
+                COALESCE((SELECT sum(total_time) FROM pg_stat_user_functions
+                           WHERE funcname = 'harel_settle'), 0)::float8",
+    )
+    .fetch_one(&ctx.pool)
+    .await?)
+}
+
+/// One run: a fresh fill of `n` jobs drained by `processes` children. Returns jobs/s, each
+/// child's jobs and the run's cost.
+async fn run_once(ctx: &Ctx, processes: usize, n: u64) -> Res<(f64, Vec<u64>, Cost)> {
     let n = prepare(&ctx.pool, async || {
         fill_single(&ctx.fill_pool, &ctx.transport, n).await
     })
@@ -191,6 +226,14 @@ async fn run_once(ctx: &Ctx, processes: usize, n: u64) -> Res<(f64, Vec<u64>)> {
         workers.push(spawn(ctx, concurrency).await?);
     }
 
+    // children made their connections: let their start-up transactions be reported first
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let activity_before = activity(ctx).await?;
+    let (machine_before, _) = machine_ticks();
+    let (self_before, children_before) = (
+        proc_ticks(std::process::id()).unwrap_or(0),
+        children_ticks(),
+    );
     let started = Instant::now();
     for worker in &mut workers {
         worker.stdin.write_all(b"go\n").await?;
@@ -251,12 +294,35 @@ async fn run_once(ctx: &Ctx, processes: usize, n: u64) -> Res<(f64, Vec<u64>)> {
         }
         shares.push(field(&line, "acked")?);
     }
+    let (machine_after, _) = machine_ticks();
+    let (self_after, children_after) = (
+        proc_ticks(std::process::id()).unwrap_or(0),
+        children_ticks(),
+    );
+    let ms_per_1000 = |ticks: u64| ticks as f64 / clock_ticks_per_second() * 1e6 / n as f64;
+    let client = children_after.saturating_sub(children_before);
+    let own = self_after.saturating_sub(self_before);
+    let mut cost = Cost {
+        server_cpu_ms: ms_per_1000(
+            machine_after
+                .saturating_sub(machine_before)
+                .saturating_sub(client + own),
+        ),
+        client_cpu_ms: ms_per_1000(client),
+        ..Cost::default()
+    };
     expect_empty(&ctx.pool, "scale").await?;
     let total: u64 = shares.iter().sum();
     if total != n {
         bail!("scale: the children acked {total} jobs, expected {n}");
     }
-    Ok((n as f64 / elapsed.as_secs_f64(), shares))
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let activity_after = activity(ctx).await?;
+    let per_1000 = 1000.0 / n as f64;
+    cost.transactions = (activity_after.0 - activity_before.0) as f64 * per_1000;
+    cost.claim_ms = (activity_after.1 - activity_before.1) * per_1000;
+    cost.settle_ms = (activity_after.2 - activity_before.2) * per_1000;
+    Ok((n as f64 / elapsed.as_secs_f64(), shares, cost))
 }
 
 /// Each share ÷ the fair share.
@@ -269,10 +335,18 @@ fn share_ratios(shares: &[u64]) -> Vec<f64> {
 pub async fn run(ctx: &Ctx) -> Res<()> {
     let n = ctx.size(100_000, 20_000);
     let rounds = ctx.runs.max(3);
+    // the children's sessions time their function calls (see `activity`)
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "ALTER DATABASE \"{}\" SET track_functions = 'pl'",
+        ctx.db_name
+    )))
+    .execute(&ctx.pool)
+    .await?;
     // warm-up (page cache, the binary), not measured
     for processes in PROCESSES {
         run_once(ctx, processes, n / 5).await?;
     }
+    let mut costs = vec![Vec::new(); PROCESSES.len()];
     let mut rates = vec![Vec::new(); PROCESSES.len()];
     let mut ratios = vec![Vec::new(); PROCESSES.len()];
     let mut min_shares = vec![Vec::new(); PROCESSES.len()];
@@ -281,7 +355,8 @@ pub async fn run(ctx: &Ctx) -> Res<()> {
         let mut line = Vec::new();
         let mut one = f64::NAN;
         for (i, processes) in PROCESSES.into_iter().enumerate() {
-            let (rate, shares) = run_once(ctx, processes, n).await?;
+            let (rate, shares, cost) = run_once(ctx, processes, n).await?;
+            costs[i].push(cost);
             if processes == 1 {
                 one = rate;
             }
@@ -296,6 +371,24 @@ pub async fn run(ctx: &Ctx) -> Res<()> {
             max_shares[i].push(hi);
         }
         println!("# scale round {round}: {}", line.join(" "));
+    }
+    // why a split is slower: the medians of each run's cost (printed, not goals)
+    for (i, processes) in PROCESSES.into_iter().enumerate() {
+        let median = |f: fn(&Cost) -> f64| {
+            let mut values: Vec<f64> = costs[i].iter().map(f).collect();
+            values.sort_by(f64::total_cmp);
+            values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+        };
+        println!(
+            "# scale cost p{processes} per 1,000 jobs (medians): server CPU {:.0} ms, \
+             worker processes' CPU {:.0} ms, transactions {:.1}, in harel_claim {:.1} ms, \
+             in harel_settle {:.1} ms",
+            median(|c| c.server_cpu_ms),
+            median(|c| c.client_cpu_ms),
+            median(|c| c.transactions),
+            median(|c| c.claim_ms),
+            median(|c| c.settle_ms),
+        );
     }
     for (i, processes) in PROCESSES.into_iter().enumerate() {
         let each = TOTAL_CONCURRENCY / processes;
