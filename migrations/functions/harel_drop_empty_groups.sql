@@ -23,15 +23,24 @@ DECLARE
     v_lockable TEXT[];
     v_deleted  TEXT[];
 BEGIN
+    -- Every statement reaches each group by its key, one lookup per input (never a walk of
+    -- the table comparing each row with the whole array), and writes it by the TID that
+    -- lookup found: the callers hold these rows, so that version is the current one.
     SELECT array_agg(k.group_id) INTO v_lockable
-      FROM (SELECT g.group_id FROM "harel".transport_groups g
-             WHERE g.group_id = ANY (p_groups)
-             ORDER BY g.group_id
-               FOR UPDATE SKIP LOCKED) AS k;
+      FROM (SELECT DISTINCT x.group_id FROM unnest(p_groups) AS x(group_id)
+             ORDER BY x.group_id
+            OFFSET 0) AS x
+     CROSS JOIN LATERAL (SELECT g.group_id FROM "harel".transport_groups g
+                          WHERE g.group_id = x.group_id
+                            FOR UPDATE SKIP LOCKED) AS k;
 
     WITH deleted AS (
         DELETE FROM "harel".transport_groups g
-         WHERE g.group_id = ANY (v_lockable)
+         USING unnest(v_lockable) AS l(group_id)
+         CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".transport_groups t
+                              WHERE t.group_id = l.group_id
+                             OFFSET 0) AS k
+         WHERE g.ctid = k.row_ctid
            -- a subquery per group, not NOT EXISTS: an anti-join may walk every message
            -- when the statistics say there are none (see harel_settle's fence)
            AND (SELECT m.seq FROM "harel".transport_messages m
@@ -51,10 +60,17 @@ BEGIN
            inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
            inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL,
            inline_unique_key = NULL, inline_trace_context = NULL,
-           available_at = CASE WHEN g.group_id = ANY (v_lockable) THEN statement_timestamp()
+           available_at = CASE WHEN x.lockable THEN statement_timestamp()
                                ELSE clock_timestamp() + p_recheck_ms * interval '1 millisecond' END
-     WHERE g.group_id = ANY (p_groups)
-       AND g.group_id <> ALL (COALESCE(v_deleted, '{}'));
+      FROM (SELECT p.group_id, l.group_id IS NOT NULL AS lockable
+              FROM (SELECT DISTINCT p.group_id FROM unnest(p_groups) AS p(group_id)) AS p
+              LEFT JOIN unnest(v_lockable) AS l(group_id) ON l.group_id = p.group_id
+              LEFT JOIN unnest(v_deleted) AS d(group_id) ON d.group_id = p.group_id
+             WHERE d.group_id IS NULL) AS x
+     CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".transport_groups t
+                          WHERE t.group_id = x.group_id
+                         OFFSET 0) AS k
+     WHERE g.ctid = k.row_ctid;
 END
 $$;
 

@@ -44,6 +44,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET jit = off
+-- every table is reached by key: never a walk comparing each row with a whole array
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE

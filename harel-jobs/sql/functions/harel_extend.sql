@@ -34,21 +34,27 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    -- lock the held rows that nobody else has locked, in group order
+    -- lock the held rows that nobody else has locked, in group order: one lookup by key
+    -- and one lock per input, in the order of the inputs sorted here (a subquery with a
+    -- lock is never flattened or reordered; see harel_settle's fence)
     SELECT array_agg(k.group_id) INTO v_locked
-      FROM (SELECT g.group_id
-              FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
-              JOIN @schema@.transport_groups g
-                ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
-             WHERE g.group_id = ANY (p_groups) -- looked up by key (see harel_settle's fence)
-             ORDER BY g.group_id
-               FOR NO KEY UPDATE OF g SKIP LOCKED) AS k;
+      FROM (SELECT * FROM unnest(p_groups, p_seqs, p_tokens) AS x(group_id, seq, token)
+             ORDER BY x.group_id
+            OFFSET 0) AS x
+     CROSS JOIN LATERAL (SELECT g.group_id FROM @schema@.transport_groups g
+                          WHERE g.group_id = x.group_id AND g.locked_by = x.token
+                            AND g.head_seq = x.seq
+                            FOR NO KEY UPDATE SKIP LOCKED) AS k;
 
     -- the locked rows are the held ones (checked under the lock, which keeps them so): each
-    -- is found by its key, without a join to the input (see below)
+    -- by its key, then by the TID of the version that lookup found (locked by us)
     UPDATE @schema@.transport_groups g
        SET available_at = v_expiry
-     WHERE g.group_id = ANY (v_locked);
+      FROM unnest(v_locked) AS l(group_id)
+     CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM @schema@.transport_groups t
+                          WHERE t.group_id = l.group_id
+                         OFFSET 0) AS k
+     WHERE g.ctid = k.row_ctid;
 
     -- Every lease, extended or skipped, is reported held when its row says so (a skipped
     -- row as this statement's snapshot sees it). One lookup by key per input: a correlated
