@@ -164,14 +164,16 @@ BEGIN
     -- The fence, and the row locks we need to move the groups on (in group order, as
     -- harel_extend takes them: no deadlock between a batch and a heartbeat).
     --
-    -- Every statement here reaches the queue tables by key: a lookup per input, or
-    -- `group_id = ANY (array)` on transport_groups; on transport_messages, a LATERAL (…
-    -- OFFSET 0) lookup per (group, seq) (OFFSET 0 keeps the planner from flattening it
-    -- into a join it may reorder), and writes by the TID that lookup found. A join condition alone is not enough:
-    -- after a VACUUM that an old snapshot kept from removing anything, the statistics say
-    -- the tables are nearly empty, and the planner then walks a whole index (every dead
-    -- entry) rather than look rows up. Seen: 84,000 buffers per settle in the horizon
-    -- benchmark, and tests/transport_env.rs.
+    -- Every statement here reaches the queue tables by key: `group_id = ANY (array)` on
+    -- transport_groups (an index scan: this function runs with enable_seqscan off, as on a
+    -- small table the planner walked the table comparing each row with the whole array);
+    -- on transport_messages, a LATERAL (… OFFSET 0) lookup per (group, seq) (OFFSET 0 keeps
+    -- the planner from flattening it into a join it may reorder), and writes by the TID
+    -- that lookup found. A join condition alone is not enough: after a VACUUM that an old
+    -- snapshot kept from removing anything, the statistics say the tables are nearly
+    -- empty, and the planner then walks a whole index (every dead entry) rather than look
+    -- rows up. Seen: 84,000 buffers per settle in the horizon benchmark, and
+    -- tests/transport_env.rs.
     SELECT array_agg(f.ord), array_agg(f.group_id), array_agg(f.seq), array_agg(f.action),
            array_agg(f.delay_ms), array_agg(f.counted), array_agg(f.attempts),
            array_agg(left(f.error, 16384)), array_agg(f.inline), array_agg(f.started),
@@ -188,24 +190,15 @@ BEGIN
                    g.head_started_at AS started,
                    CASE WHEN g.inline_seq IS NOT DISTINCT FROM x.seq
                         THEN g.inline_unique_key END AS unique_key
-              FROM (SELECT * FROM unnest(p_groups, p_seqs, p_tokens, p_actions, p_delay_ms,
-                                         p_counted, p_errors, p_attempts)
-                             WITH ORDINALITY AS x(group_id, seq, token, action, delay_ms,
-                                                  counted, error, attempts, ord)
-                     ORDER BY x.group_id
-                    OFFSET 0) AS x
-             -- one lookup by key and one lock per input, taken in the order of the inputs
-             -- sorted above (a subquery with a lock is never flattened or reordered): not
-             -- a join, which on a small table the planner made a walk of the table that
-             -- compared every row with the whole array (3.5 ms of an 11 ms settle of 256,
-             -- 1,000 groups)
-             CROSS JOIN LATERAL (
-                    SELECT t.group_id, t.cancel_requested_at, t.head_attempts, t.inline_seq,
-                           t.head_started_at, t.inline_unique_key
-                      FROM "harel".transport_groups t
-                     WHERE t.group_id = x.group_id AND t.locked_by = x.token
-                       AND t.head_seq = x.seq
-                       FOR NO KEY UPDATE) AS g) AS f;
+              FROM unnest(p_groups, p_seqs, p_tokens, p_actions, p_delay_ms, p_counted,
+                          p_errors, p_attempts)
+                   WITH ORDINALITY AS x(group_id, seq, token, action, delay_ms, counted, error,
+                                        attempts, ord)
+              JOIN "harel".transport_groups g
+                ON g.group_id = x.group_id AND g.locked_by = x.token AND g.head_seq = x.seq
+             WHERE g.group_id = ANY (p_groups)
+             ORDER BY g.group_id
+               FOR NO KEY UPDATE OF g) AS f;
 
     IF v_ords IS NOT NULL THEN
         -- Released: the group waits (or not), its lease ended; the attempt count stays with
