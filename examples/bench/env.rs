@@ -108,20 +108,9 @@ pub async fn commit_probe(ctx: &Ctx) -> Res<String> {
 
 /// Steal and iowait of the machine since boot are useless; this samples them over 1 s.
 pub fn cpu_sample() -> String {
-    let read = || -> Vec<u64> {
-        std::fs::read_to_string("/proc/stat")
-            .unwrap_or_default()
-            .lines()
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|v| v.parse().ok())
-            .collect()
-    };
-    let a = read();
+    let a = crate::cpu::machine_counters();
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let b = read();
+    let b = crate::cpu::machine_counters();
     if a.len() < 8 || b.len() < 8 {
         return String::new();
     }

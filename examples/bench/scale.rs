@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::cpu::{children_ticks, clock_ticks_per_second, machine_ticks, proc_ticks};
 use crate::jobs::Probe;
 use crate::queue::{self, expect_empty, fill_single, prepare};
-use crate::report::Target;
+use crate::report::{Target, quantile};
 use crate::{Ctx, Res, bail, db};
 
 /// The hidden first argument that makes this binary a scale child.
@@ -299,7 +299,8 @@ async fn run_once(ctx: &Ctx, processes: usize, n: u64) -> Res<(f64, Vec<u64>, Co
         proc_ticks(std::process::id()).unwrap_or(0),
         children_ticks(),
     );
-    let ms_per_1000 = |ticks: u64| ticks as f64 / clock_ticks_per_second() * 1e6 / n as f64;
+    let ticks_per_second = clock_ticks_per_second();
+    let ms_per_1000 = |ticks: u64| ticks as f64 / ticks_per_second * 1e6 / n as f64;
     let client = children_after.saturating_sub(children_before);
     let own = self_after.saturating_sub(self_before);
     let mut cost = Cost {
@@ -377,7 +378,7 @@ pub async fn run(ctx: &Ctx) -> Res<()> {
         let median = |f: fn(&Cost) -> f64| {
             let mut values: Vec<f64> = costs[i].iter().map(f).collect();
             values.sort_by(f64::total_cmp);
-            values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+            quantile(&values, 0.5)
         };
         println!(
             "# scale cost p{processes} per 1,000 jobs (medians): server CPU {:.0} ms, \

@@ -32,9 +32,9 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 /// Each round waits until fewer jobs are claimed and unfinished than the claim limit
 /// (`Lane::claim_limit`: the concurrency, plus up to two claim batches while handlers are
 /// fast), takes all the room up to the claim batch, and claims that many groups in one
-/// round trip. A full batch means more work is likely waiting: claim again at once. A short batch means the queue is drained for now:
-/// wait for a NOTIFY, a completed batch of acks (which may have freed groups), or the poll
-/// interval. Each claim, and the release of jobs claimed while shutdown began, is bounded by
+/// round trip. A full batch means more work is likely waiting: claim again at once. A short
+/// batch means the queue is drained for now: wait for a NOTIFY, a completed batch of acks
+/// (which may have freed groups), or the poll interval. Each claim, and the release of jobs claimed while shutdown began, is bounded by
 /// the database timeout.
 async fn run_lane<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
