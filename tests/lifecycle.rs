@@ -924,3 +924,38 @@ async fn dead_letters_are_retried_and_deleted_in_bulk() {
     assert!(dead.retry_many(&q.pool, &[]).await.unwrap().is_empty());
     assert!(dead.delete_many(&q.pool, &[]).await.unwrap().is_empty());
 }
+
+/// A dead letter of a job without a group goes back without one: into a group of its own
+/// named after its new id (callers cannot name a group so), also for a letter of a job that
+/// an older release had retried into a group named after its first id.
+#[tokio::test]
+async fn a_dead_letter_of_a_job_without_a_group_is_retried_into_a_group_of_its_own() {
+    let q = TestQueue::new().await;
+    let queue = queue(&q);
+    sqlx::raw_sql(q.sql(
+        "INSERT INTO @schema@.dead_letters
+             (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at, queue)
+         VALUES (1001, 'own:0000000000000001001', 'note', '{\"n\":1}', 2, 3, 'x', now(),
+                 'default'),
+                (1002, 'own:0000000000000000007', 'note', '{\"n\":2}', 2, 3, 'x', now(),
+                 'default')",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let retried = queue
+        .dead_letters()
+        .retry_many(&q.pool, &[JobId::new(1001), JobId::new(1002)])
+        .await
+        .expect("retried");
+    assert_eq!(retried.len(), 2);
+    for (_, new) in retried {
+        let job = queue.job(new).await.unwrap().expect("queued again");
+        assert_eq!(
+            job.group,
+            harel_jobs::transport::own_group(new.get()),
+            "{job:?}"
+        );
+        assert!(matches!(job.state, JobState::Waiting));
+    }
+}

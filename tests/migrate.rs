@@ -398,3 +398,68 @@ async fn roles_keep_their_grants_on_functions_an_upgrade_replaces() {
     );
     pool.close().await;
 }
+
+/// Migration 0010: a group a caller named like a group of its own (`own:` and 19 digits,
+/// refused from this release on) before upgrading keeps its jobs, and the sequence moves
+/// past its name, so the plain insert of a batch of jobs without a group never meets it.
+#[tokio::test]
+async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
+    let q = TestQueue::new().await;
+    // as the old harel_publish accepted it: a named group whose name is a seq 50 ahead
+    let named: String = sqlx::query_scalar(q.sql(
+        "WITH s AS (SELECT nextval('@schema@.transport_messages_seq_seq') AS seq)
+         INSERT INTO @schema@.transport_groups
+                (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
+                 inline_enqueued_at)
+         SELECT 'own:' || lpad((s.seq + 50)::text, 19, '0'), 2, now(), s.seq, 'legacy',
+                '{\"n\":0}', now()
+           FROM s
+         RETURNING group_id",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    // and one whose name is above every bigint, which no seq can reach
+    sqlx::raw_sql(q.sql(
+        "INSERT INTO @schema@.transport_groups
+                (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
+                 inline_enqueued_at)
+         VALUES ('own:9999999999999999999', 2, now(),
+                 nextval('@schema@.transport_messages_seq_seq'), 'legacy', '{\"n\":0}', now())",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    // 0010 runs again, as on a schema of the previous release
+    sqlx::raw_sql(q.sql("DELETE FROM @schema@._migrations WHERE version = 10"))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    migrate_schema(&q.pool, &q.schema)
+        .await
+        .expect("0010 again");
+
+    let transport = &q.transport;
+    let batch: Vec<OutgoingMessage> = (1..=100)
+        .map(|n| OutgoingMessage::new("x", "legacy", format!("{{\"n\":{n}}}")).in_own_group())
+        .collect();
+    let seqs = transport
+        .publish_many(&q.pool, &batch)
+        .await
+        .expect("a batch of jobs without a group, past the named group's seq");
+    let past: i64 = named["own:".len()..].parse().unwrap();
+    assert!(seqs.iter().all(|&seq| seq > past), "{seqs:?} after {past}");
+    assert_eq!(
+        q.count("transport_groups").await,
+        102,
+        "every job, and both named groups"
+    );
+    assert!(matches!(
+        transport
+            .publish(&q.pool, &OutgoingMessage::new(&named, "legacy", "{}"))
+            .await,
+        Err(harel_jobs::PublishError::Invalid(
+            harel_jobs::InvalidMessage::ReservedGroup
+        ))
+    ));
+}

@@ -286,6 +286,8 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
         "'g', '', '{}', 2::smallint",
         "'g', 'k', 'not json', 2::smallint",
         "'g', 'k', '{}', 9::smallint",
+        // a group of its own's name: the bulk path inserts those without ON CONFLICT
+        "'own:0000000000000000001', 'k', '{}', 2::smallint",
     ] {
         let sql = format!(
             "SELECT {s}.harel_publish(ARRAY[x.g], ARRAY[x.k], ARRAY[x.p], ARRAY[x.pr], \
@@ -303,6 +305,15 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
          ARRAY['infinity'::timestamptz], ARRAY[NULL::bigint])"
     );
     assert_eq!(sqlstate(&producer, forever).await.as_deref(), Some("22023"));
+    let reserved_in_a_batch = format!(
+        "SELECT {s}.harel_publish(ARRAY[NULL, 'own:0000000000000000002'], ARRAY['k', 'k'], \
+         ARRAY['{{}}', '{{}}'], ARRAY[2::smallint, 2::smallint], \
+         ARRAY[NULL, NULL]::timestamptz[], ARRAY[NULL, NULL]::bigint[])"
+    );
+    assert_eq!(
+        sqlstate(&producer, reserved_in_a_batch).await.as_deref(),
+        Some("22023")
+    );
 
     let after: (Option<uuid::Uuid>, i32) = sqlx::query_as(
         q.sql("SELECT locked_by, head_attempts FROM @schema@.transport_groups WHERE group_id = $1"),

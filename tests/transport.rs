@@ -1424,3 +1424,72 @@ async fn a_transaction_sends_at_most_a_wake_up_and_its_oldest_new_position() {
         );
     }
 }
+
+/// A batch of messages without a group (harel_publish's bulk path: one plain insert) keeps
+/// every field of each: kind, payload, priority, delay, unique key (a later batch's
+/// duplicate dropped, held for its period after the ack), queue and trace context.
+#[tokio::test]
+async fn a_batch_without_groups_keeps_every_field_of_every_message() {
+    let q = TestQueue::new().await;
+    let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let own = |n: u32| OutgoingMessage::new("x", "bulk", format!("{{\"n\":{n}}}")).in_own_group();
+    let batch = [
+        own(1)
+            .priority(Priority::new(4).unwrap())
+            .trace_context(trace),
+        own(2).unique("only-one", Some(Duration::from_secs(3600))),
+        own(3).queue("mail"),
+        own(4).delay(Duration::from_secs(3600)),
+    ];
+    let seqs = q.transport.publish_many(&q.pool, &batch).await.unwrap();
+    // placed in the claim order at its time (a claim would also put it there)
+    let (placed, due): (DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(q.sql(
+        "SELECT available_at, inline_not_before FROM @schema@.transport_groups \
+          WHERE group_id = $1",
+    ))
+    .bind(own_group(seqs[3]))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    assert!(placed == due && due > Utc::now() + chrono::Duration::minutes(59));
+    let again = q
+        .transport
+        .publish_many_outcomes(&q.pool, &[own(5).unique("only-one", None), own(6)])
+        .await
+        .unwrap();
+    assert_eq!(again[0], Published::Duplicate(seqs[1]));
+
+    let first = claim(&q, LONG).await.expect("the priority 4 one");
+    assert_eq!(
+        (first.payload.as_str(), first.kind.as_str(), first.priority),
+        (r#"{"n":1}"#, "bulk", Priority::new(4).unwrap())
+    );
+    assert_eq!(first.trace_context.as_deref(), Some(trace));
+    assert_eq!(first.lease.group, own_group(seqs[0]));
+    assert_eq!(ack(&q, &first.lease).await, LeaseOutcome::Applied);
+    let second = claim(&q, LONG).await.expect("the unique one");
+    assert_eq!(
+        (second.payload.as_str(), second.trace_context),
+        (r#"{"n":2}"#, None)
+    );
+    assert_eq!(ack(&q, &second.lease).await, LeaseOutcome::Applied);
+    let third = claim(&q, LONG).await.expect("the second batch's");
+    assert_eq!(third.payload, r#"{"n":6}"#);
+    assert_eq!(ack(&q, &third.lease).await, LeaseOutcome::Applied);
+    assert!(claim(&q, LONG).await.is_none(), "the delayed one waits");
+    let mail = q
+        .transport
+        .claim(&q.pool, &ClaimRequest::new(LONG).queue("mail"))
+        .await
+        .unwrap()
+        .expect("in its queue");
+    assert_eq!(mail.payload, r#"{"n":3}"#);
+
+    // the key is held for an hour after the job completed
+    let later = q
+        .transport
+        .publish_many_outcomes(&q.pool, &[own(7).unique("only-one", None), own(8)])
+        .await
+        .unwrap();
+    assert_eq!(later[0], Published::Duplicate(seqs[1]));
+}

@@ -174,9 +174,10 @@ impl DeadLetters {
         )
     }
 
-    /// Puts a dead letter back in the queue, atomically: same group (at its end), kind,
-    /// payload, priority, queue and trace context, attempts starting over. Returns its new
-    /// id, or `None` if there is no dead letter with this id.
+    /// Puts a dead letter back in the queue, atomically: same group (at its end; a job
+    /// that had no group gets a group of its own again), kind, payload, priority, queue and
+    /// trace context, attempts starting over. Returns its new id, or `None` if there is no
+    /// dead letter with this id.
     ///
     /// # Errors
     /// The database's error.
@@ -208,13 +209,16 @@ impl DeadLetters {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        // one harel_publish over arrays in id order (its ids come back in that order)
+        // one harel_publish over arrays in id order (its ids come back in that order); a
+        // letter of a job without a group (its group named as `own_group` names them, which
+        // harel_publish refuses from callers) goes back without one, into a group of its own
         let rows: Vec<(i64, i64)> = sqlx::query_as(self.sql(
             "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1)
                         RETURNING id, group_id, kind, payload, priority, queue,
                                   trace_context),
                   a AS (SELECT array_agg(id ORDER BY id) AS ids,
-                               array_agg(group_id ORDER BY id) AS groups,
+                               array_agg(CASE WHEN group_id !~ '^own:[0-9]{19}$'
+                                              THEN group_id END ORDER BY id) AS groups,
                                array_agg(kind ORDER BY id) AS kinds,
                                array_agg(payload::text ORDER BY id) AS payloads,
                                array_agg(priority ORDER BY id) AS priorities,

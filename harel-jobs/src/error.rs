@@ -139,6 +139,11 @@ pub enum InvalidMessage {
     /// The group id contains a NUL character, which PostgreSQL text cannot store.
     #[error("group id contains a NUL character")]
     NulInGroup,
+    /// The group id has the form of a group of its own (`own:` and 19 digits, see
+    /// [`own_group`](crate::transport::own_group)): those names belong to jobs enqueued
+    /// without a group.
+    #[error("group ids of the form `own:` and 19 digits are reserved for jobs without a group")]
+    ReservedGroup,
     /// The job kind is empty, too long, or contains a NUL character.
     #[error("job kind must be 1 to {max} bytes without NUL characters")]
     InvalidKind {

@@ -89,6 +89,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0009_trace_context.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 10,
+        name: "reserved_own_groups",
+        sql: include_str!("../sql/migrations/0010_reserved_own_groups.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied.
@@ -204,7 +210,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 9;
+pub const SCHEMA_VERSION: i32 = 10;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

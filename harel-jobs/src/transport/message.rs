@@ -300,6 +300,9 @@ impl OutgoingMessage {
     pub fn validate(&self) -> Result<(), InvalidMessage> {
         if let Some(group) = &self.group {
             validate_group(group)?;
+            if is_own_group(group) {
+                return Err(InvalidMessage::ReservedGroup);
+            }
         }
         if self.kind.is_empty() || self.kind.len() > MAX_KIND_BYTES || self.kind.contains('\0') {
             return Err(InvalidMessage::InvalidKind {
@@ -377,6 +380,15 @@ pub fn own_group(seq: i64) -> String {
     format!("own:{seq:019}")
 }
 
+/// Whether `group` has the form [`own_group`] gives: a caller cannot enqueue into such a
+/// group (`harel_publish` refuses it too), so the database can insert the groups of a
+/// batch of jobs without a group knowing that none exists yet.
+fn is_own_group(group: &str) -> bool {
+    group
+        .strip_prefix("own:")
+        .is_some_and(|digits| digits.len() == 19 && digits.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Checks a group id: 1 to [`MAX_GROUP_BYTES`] bytes, no NUL.
 pub(crate) fn validate_group(group: &str) -> Result<(), InvalidMessage> {
     if group.is_empty() {
@@ -439,6 +451,19 @@ mod tests {
             message("a\0b", "{}").validate(),
             Err(InvalidMessage::NulInGroup)
         ));
+        assert!(matches!(
+            message(&own_group(42), "{}").validate(),
+            Err(InvalidMessage::ReservedGroup)
+        ));
+        for near in [
+            "own:000000000000000004",
+            "own:00000000000000000042",
+            "own:000000000000000004x",
+            "Own:0000000000000000042",
+            "user:0000000000000000042",
+        ] {
+            assert!(message(near, "{}").validate().is_ok(), "{near}");
+        }
         assert!(
             message("'; DROP TABLE x; -- \\ % 🦀", "{}")
                 .validate()
