@@ -1,14 +1,14 @@
 -- harel-jobs migration 0010: the names of groups of their own are reserved.
 --
 -- A job enqueued without a group is the only one in a group named 'own:' and its seq in 19
--- digits (migration 0005). harel_publish now refuses such a name as a caller's group id (as
--- the Rust side does, `InvalidMessage::ReservedGroup`), and inserts the group rows of a
--- batch of jobs without a group by a plain INSERT, without ON CONFLICT: no row can hold a
--- name made of a seq it has just drawn. Before this release a caller could name a group so
--- (and `DeadLetters::retry` did, putting a letter of a job without a group back into a group
--- named after its old id). Such a name made of a seq already drawn can never be drawn
--- again; one made of a seq not drawn yet would collide with the job that draws it. So the
--- sequence moves past the highest of those (nothing to do in the common case: none).
+-- digits (migration 0005). The Rust side now refuses every such name as a caller's group id
+-- (`InvalidMessage::ReservedGroup`); harel_publish refuses the names of seqs not given out
+-- yet (the previous release's `DeadLetters::retry` names a group after a letter's old id)
+-- and inserts the group rows of a batch of jobs without a group by a plain INSERT, without
+-- ON CONFLICT: no row can hold a name made of a seq it has just drawn. Before this release
+-- a caller could name a group after a seq not drawn yet, which would collide with the job
+-- that draws it. So the sequence moves past the highest of those (nothing to do in the
+-- common case: none).
 --
 -- SHARE mode: the transactions that have written to the table finish first, and the
 -- publishes that call the old harel_publish meanwhile wait until this transaction has

@@ -286,8 +286,9 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
         "'g', '', '{}', 2::smallint",
         "'g', 'k', 'not json', 2::smallint",
         "'g', 'k', '{}', 9::smallint",
-        // a group of its own's name: the bulk path inserts those without ON CONFLICT
-        "'own:0000000000000000001', 'k', '{}', 2::smallint",
+        // the name of a group of its own for an id not given out yet: the bulk path
+        // inserts those without ON CONFLICT
+        "'own:9000000000000000001', 'k', '{}', 2::smallint",
     ] {
         let sql = format!(
             "SELECT {s}.harel_publish(ARRAY[x.g], ARRAY[x.k], ARRAY[x.p], ARRAY[x.pr], \
@@ -306,7 +307,7 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
     );
     assert_eq!(sqlstate(&producer, forever).await.as_deref(), Some("22023"));
     let reserved_in_a_batch = format!(
-        "SELECT {s}.harel_publish(ARRAY[NULL, 'own:0000000000000000002'], ARRAY['k', 'k'], \
+        "SELECT {s}.harel_publish(ARRAY[NULL, 'own:9000000000000000002'], ARRAY['k', 'k'], \
          ARRAY['{{}}', '{{}}'], ARRAY[2::smallint, 2::smallint], \
          ARRAY[NULL, NULL]::timestamptz[], ARRAY[NULL, NULL]::bigint[])"
     );

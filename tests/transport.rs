@@ -1493,3 +1493,44 @@ async fn a_batch_without_groups_keeps_every_field_of_every_message() {
         .unwrap();
     assert_eq!(later[0], Published::Duplicate(seqs[1]));
 }
+
+/// Called directly, harel_publish accepts a group named like a group of its own after an id
+/// already given out (the previous release's `DeadLetters::retry` names them so: it must
+/// keep working during a rolling deploy) and refuses one after an id not given out yet,
+/// which a later job without a group would draw.
+#[tokio::test]
+async fn a_group_named_after_an_id_not_given_out_yet_is_refused() {
+    let q = TestQueue::new().await;
+    let given = q
+        .transport
+        .publish_many(&q.pool, &[at("a", 2), at("b", 2)])
+        .await
+        .unwrap();
+    let publish = |group: String| {
+        let q = &q;
+        async move {
+            sqlx::query_scalar::<_, i64>(q.sql(
+                "SELECT @schema@.harel_publish(ARRAY[$1, NULL], ARRAY['test', 'test'], \
+                 ARRAY['{}', '{}'], ARRAY[2, 2]::smallint[], ARRAY[NULL, NULL]::timestamptz[], \
+                 ARRAY[NULL, NULL]::bigint[])",
+            ))
+            .bind(group)
+            .fetch_all(&q.pool)
+            .await
+        }
+    };
+    let old = publish(own_group(given[0])).await.expect("an id given out");
+    let next = old[1] + 1;
+    let refused = publish(own_group(next)).await.expect_err("the next id");
+    assert_eq!(
+        refused
+            .as_database_error()
+            .and_then(|e| e.code())
+            .as_deref(),
+        Some("22023")
+    );
+    // the refused name's id goes to a later job, whose group would have met it
+    let after = publish(own_group(given[1])).await.unwrap();
+    assert!(after.contains(&next), "{after:?}");
+    assert_eq!(q.count("jobs").await, 6);
+}
