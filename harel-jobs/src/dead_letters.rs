@@ -211,7 +211,7 @@ impl DeadLetters {
         }
         // one harel_publish over arrays in id order (its ids come back in that order); a
         // letter of a job without a group (its group named as `own_group` names them, which
-        // harel_publish refuses from callers) goes back without one, into a group of its own
+        // a caller may not use) goes back without one, into a group of its own
         let rows: Vec<(i64, i64)> = sqlx::query_as(self.sql(
             "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1)
                         RETURNING id, group_id, kind, payload, priority, queue,
