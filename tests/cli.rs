@@ -673,6 +673,50 @@ async fn schedules_are_listed() {
     );
     let json = ok(&mut op(), &["--json", "schedules", "list"]).json();
     assert_eq!(json["schedules"][0]["name"], "nightly_report");
+    assert_eq!(json["total"], 1);
+
+    // a page at a time, with the cursor of the next
+    sqlx::query(
+        q.sql("INSERT INTO @schema@.schedules (name, spec) VALUES ('a_first', 'every 1s')"),
+    )
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let first = ok(&mut op(), &["schedules", "list", "--limit", "1"]).stdout;
+    assert!(
+        first.contains("a_first") && first.contains("--after a_first"),
+        "{first}"
+    );
+    let json = ok(
+        &mut op(),
+        &[
+            "--json",
+            "schedules",
+            "list",
+            "--limit",
+            "1",
+            "--after",
+            "a_first",
+        ],
+    )
+    .json();
+    assert_eq!(json["schedules"][0]["name"], "nightly_report");
+    assert_eq!(json["total"], 2);
+
+    // forgetting one asks first
+    fails(&mut op(), &["schedules", "delete", "a_first"], 1, "--yes");
+    let json = ok(
+        &mut op(),
+        &["--json", "schedules", "delete", "a_first", "--yes"],
+    )
+    .json();
+    assert_eq!(json["deleted"], true);
+    let json = ok(
+        &mut op(),
+        &["--json", "schedules", "delete", "a_first", "--yes"],
+    )
+    .json();
+    assert_eq!(json["deleted"], false);
 }
 
 #[tokio::test]

@@ -352,17 +352,16 @@ async fn named_queues_are_labelled_and_have_their_own_depth() {
     assert_eq!(gauge(&seen, "default", "running"), Some(0.0));
 }
 
-/// How many sessions hold the depth sampler's lock of `queue`.
-async fn samplers(queue: &TestQueue) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM pg_locks
-          WHERE locktype = 'advisory' AND granted
-            AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 0)",
-    )
-    .bind(format!("harel-jobs depth {}", queue.schema.name()))
-    .fetch_one(&queue.pool)
+/// The pool holding the depth sampler's election of `queue`, if its lease runs.
+async fn sampler(queue: &TestQueue) -> Option<uuid::Uuid> {
+    sqlx::query_scalar(queue.sql(
+        "SELECT holder FROM @schema@.elections
+          WHERE name = 'depth' AND held_until > statement_timestamp()",
+    ))
+    .fetch_optional(&queue.pool)
     .await
     .unwrap()
+    .flatten()
 }
 
 #[tokio::test]
@@ -373,25 +372,52 @@ async fn one_worker_per_schema_samples_the_depth() {
     let second = start(&queue, &app);
     let third = start(&queue, &app);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while samplers(&queue).await == 0 {
+    let elected = loop {
+        if let Some(holder) = sampler(&queue).await {
+            break holder;
+        }
         assert!(Instant::now() < deadline, "no worker samples the depth");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // a moment for the others to have probed too
+    };
+    // the others asked too (each pool asks when it starts), and it stays with the first
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(samplers(&queue).await, 1);
+    assert_eq!(sampler(&queue).await, Some(elected));
     for handle in [first, second, third] {
         handle.shutdown().await.unwrap();
     }
-    // closing the connection releases it, once its server process has ended
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while samplers(&queue).await != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "shutdown did not release the lock"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // the sampler gives the election up when it stops, not a lease later
+    assert_eq!(sampler(&queue).await, None, "shutdown did not give it up");
+}
+
+/// A login granted nothing holds the advisory lock the sampler's election used to be (its
+/// key is in the crate's source): the gauges are sampled all the same.
+#[tokio::test]
+async fn a_login_granted_nothing_cannot_stop_the_depth_gauges() {
+    use sqlx::Connection;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let queue = TestQueue::new().await;
+    let role = harel_jobs_suite::TestRole::with_grants(&queue, &[]).await;
+    let mut stranger = sqlx::PgConnection::connect(&role.url).await.unwrap();
+    let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
+        .bind(format!("harel-jobs depth {}", queue.schema.name()))
+        .fetch_one(&mut stranger)
+        .await
+        .unwrap();
+    assert!(held);
+    let app = Arc::new(App::default());
+    let handle = start(&queue, &app);
+    let depth = format!("schema={},state=queued", queue.schema.name());
+    let mut seen = Seen::default();
+    until("the depth gauges", || {
+        seen.add(&snapshotter).gauge(DEPTH, &depth).is_some()
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    stranger.close().await.unwrap();
 }
 
 #[tokio::test]

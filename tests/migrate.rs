@@ -169,8 +169,10 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_cancel",
         "harel_cancel_group",
         "harel_claim",
+        "harel_delete_schedule",
         "harel_depth",
         "harel_drop_empty_groups",
+        "harel_elect",
         "harel_end_cancelled",
         "harel_ensure_queue",
         "harel_extend",
@@ -260,7 +262,8 @@ async fn a_changed_function_file_is_applied_again_and_only_it() {
     sqlx::raw_sql(q.sql(
         "CREATE OR REPLACE FUNCTION @schema@.harel_claim(
              p_token UUID, p_lease_ms BIGINT, p_limit INT, p_min_priority INT DEFAULT 0,
-             p_hint BIGINT DEFAULT NULL, p_queue TEXT DEFAULT 'default')
+             p_hint BIGINT DEFAULT NULL, p_queue TEXT DEFAULT 'default',
+             p_wait_ms INT DEFAULT NULL)
          RETURNS TABLE (group_id TEXT, seq BIGINT, kind TEXT, payload TEXT, attempt INT,
                         priority SMALLINT, enqueued_at TIMESTAMPTZ, trace_context TEXT)
          LANGUAGE sql AS $$ SELECT NULL::text, NULL::bigint, NULL::text, NULL::text,
@@ -430,11 +433,16 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
     .execute(&q.pool)
     .await
     .unwrap();
-    // 0010 runs again, as on a schema of the previous release
-    sqlx::raw_sql(q.sql("DELETE FROM @schema@._migrations WHERE version = 10"))
-        .execute(&q.pool)
-        .await
-        .unwrap();
+    // 0010 runs again, as on a schema of the release before it (and 0011 after it, its
+    // objects dropped first)
+    sqlx::raw_sql(q.sql(
+        "DELETE FROM @schema@._migrations WHERE version >= 10;
+         DROP TABLE @schema@.elections;
+         DROP SEQUENCE @schema@.maintain_sweep;",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
     migrate_schema(&q.pool, &q.schema)
         .await
         .expect("0010 again");

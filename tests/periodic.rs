@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use harel_jobs::{Handler, Job, JobContext, JobResult, MissedTicks, Periodic, Queue, WorkerHandle};
+use harel_jobs::{
+    Handler, Job, JobContext, JobResult, MissedTicks, Periodic, Queue, ScheduleQuery, WorkerHandle,
+};
 use harel_jobs_suite::{TestQueue, database_url, pool_with};
 use serde::{Deserialize, Serialize};
 
@@ -87,9 +89,10 @@ async fn every_tick_is_enqueued_once_across_four_workers() {
     }
     assert!(count >= 31);
     let schedules = Queue::with_schema(q.pool.clone(), q.schema.clone())
-        .schedules()
+        .schedules(&ScheduleQuery::new())
         .await
-        .unwrap();
+        .unwrap()
+        .schedules;
     assert_eq!(schedules.len(), 1);
     assert_eq!(schedules[0].name, "every-second");
     assert_eq!(schedules[0].spec, "every 1s");
@@ -137,7 +140,11 @@ async fn missed_ticks_are_enqueued_as_the_policy_says() {
     let worker = builder.build().unwrap().start();
     let started = Instant::now();
     loop {
-        let schedules = queue.schedules().await.unwrap();
+        let schedules = queue
+            .schedules(&ScheduleQuery::new())
+            .await
+            .unwrap()
+            .schedules;
         if schedules.len() == 4 && schedules.iter().all(|s| s.next_tick.is_some()) {
             break;
         }
@@ -152,7 +159,11 @@ async fn missed_ticks_are_enqueued_as_the_policy_says() {
     .await
     .unwrap();
     assert_eq!(reports.len(), 1 + 3, "{reports:?}");
-    let schedules = queue.schedules().await.unwrap();
+    let schedules = queue
+        .schedules(&ScheduleQuery::new())
+        .await
+        .unwrap()
+        .schedules;
     for (name, _, enqueued) in cases {
         let schedule = schedules.iter().find(|s| s.name == name).unwrap();
         match enqueued {

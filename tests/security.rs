@@ -286,9 +286,6 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
         "'g', '', '{}', 2::smallint",
         "'g', 'k', 'not json', 2::smallint",
         "'g', 'k', '{}', 9::smallint",
-        // the name of a group of its own for an id not given out yet: the bulk path
-        // inserts those without ON CONFLICT
-        "'own:9000000000000000001', 'k', '{}', 2::smallint",
     ] {
         let sql = format!(
             "SELECT {s}.harel_publish(ARRAY[x.g], ARRAY[x.k], ARRAY[x.p], ARRAY[x.pr], \
@@ -306,15 +303,33 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
          ARRAY['infinity'::timestamptz], ARRAY[NULL::bigint])"
     );
     assert_eq!(sqlstate(&producer, forever).await.as_deref(), Some("22023"));
-    let reserved_in_a_batch = format!(
-        "SELECT {s}.harel_publish(ARRAY[NULL, 'own:9000000000000000002'], ARRAY['k', 'k'], \
-         ARRAY['{{}}', '{{}}'], ARRAY[2::smallint, 2::smallint], \
-         ARRAY[NULL, NULL]::timestamptz[], ARRAY[NULL, NULL]::bigint[])"
-    );
-    assert_eq!(
-        sqlstate(&producer, reserved_in_a_batch).await.as_deref(),
-        Some("22023")
-    );
+    // the name of a group of its own (for an id not given out yet, or given out) is a
+    // group of its own: the job's own, never the one named (the bulk path inserts those
+    // names without ON CONFLICT, and no producer may join another's job)
+    for groups in [
+        "ARRAY['own:9000000000000000001']",
+        "ARRAY[NULL, 'own:9000000000000000002']",
+    ] {
+        let n = groups.matches(',').count() + 1;
+        let sql = format!(
+            "SELECT {s}.harel_publish({groups}, array_fill('k'::text, ARRAY[{n}]), \
+             array_fill('{{}}'::text, ARRAY[{n}]), array_fill(2::smallint, ARRAY[{n}]), \
+             array_fill(NULL::timestamptz, ARRAY[{n}]), array_fill(NULL::bigint, ARRAY[{n}]))"
+        );
+        let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql))
+            .fetch_all(&producer)
+            .await
+            .unwrap();
+        for id in ids {
+            let group: String =
+                sqlx::query_scalar(q.sql("SELECT group_id FROM @schema@.jobs WHERE seq = $1"))
+                    .bind(id)
+                    .fetch_one(&q.pool)
+                    .await
+                    .unwrap();
+            assert_eq!(group, harel_jobs::transport::own_group(id), "{groups}");
+        }
+    }
 
     let after: (Option<uuid::Uuid>, i32) = sqlx::query_as(
         q.sql("SELECT locked_by, head_attempts FROM @schema@.transport_groups WHERE group_id = $1"),
@@ -324,7 +339,7 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
     .await
     .unwrap();
     assert_eq!(before, after, "the held group was touched");
-    assert_eq!(q.count("jobs").await, 3);
+    assert_eq!(q.count("jobs").await, 3 + 3);
     producer.close().await;
 }
 

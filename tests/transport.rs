@@ -1494,12 +1494,12 @@ async fn a_batch_without_groups_keeps_every_field_of_every_message() {
     assert_eq!(later[0], Published::Duplicate(seqs[1]));
 }
 
-/// Called directly, harel_publish accepts a group named like a group of its own after an id
-/// already given out (the previous release's `DeadLetters::retry` names them so: it must
-/// keep working during a rolling deploy) and refuses one after an id not given out yet,
-/// which a later job without a group would draw.
+/// Called directly, harel_publish takes a group named like a group of its own (`own:` and 19
+/// digits) for what the name means, a job without a group: each such job gets a group of
+/// its own, named after its own id, whatever id the name gave (one given out already, whose
+/// job may still be queued, or one not given out yet, which a later job draws).
 #[tokio::test]
-async fn a_group_named_after_an_id_not_given_out_yet_is_refused() {
+async fn a_group_named_like_one_of_its_own_is_a_group_of_its_own() {
     let q = TestQueue::new().await;
     let given = q
         .transport
@@ -1517,20 +1517,32 @@ async fn a_group_named_after_an_id_not_given_out_yet_is_refused() {
             .bind(group)
             .fetch_all(&q.pool)
             .await
+            .unwrap()
         }
     };
-    let old = publish(own_group(given[0])).await.expect("an id given out");
-    let next = old[1] + 1;
-    let refused = publish(own_group(next)).await.expect_err("the next id");
+    let group_of = |id: i64| {
+        let q = &q;
+        async move {
+            sqlx::query_scalar::<_, String>(
+                q.sql("SELECT group_id FROM @schema@.jobs WHERE seq = $1"),
+            )
+            .bind(id)
+            .fetch_one(&q.pool)
+            .await
+            .unwrap()
+        }
+    };
+    let mut ids = publish(own_group(given[0])).await;
+    let next = ids[1] + 1;
+    ids.extend(publish(own_group(next + 5)).await);
+    ids.extend(publish(own_group(given[1])).await);
+    for id in ids {
+        assert_eq!(group_of(id).await, own_group(id));
+    }
+    assert_eq!(q.count("jobs").await, 8);
     assert_eq!(
-        refused
-            .as_database_error()
-            .and_then(|e| e.code())
-            .as_deref(),
-        Some("22023")
+        q.count("transport_messages").await,
+        0,
+        "nobody joined a group"
     );
-    // the refused name's id goes to a later job, whose group would have met it
-    let after = publish(own_group(given[1])).await.unwrap();
-    assert!(after.contains(&next), "{after:?}");
-    assert_eq!(q.count("jobs").await, 6);
 }

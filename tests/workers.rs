@@ -48,8 +48,8 @@ async fn a_pool_reports_what_it_serves_and_did_and_that_it_stopped() {
         .start();
     let began = Instant::now();
     let seen = loop {
-        let workers = queue.workers(Duration::from_secs(30)).await.unwrap();
-        if let [one] = workers.as_slice()
+        let workers = queue.workers(Duration::from_secs(30), 10).await.unwrap();
+        if let [one] = workers.workers.as_slice()
             && one.succeeded == 3
             && one.dead == 2
         {
@@ -62,6 +62,7 @@ async fn a_pool_reports_what_it_serves_and_did_and_that_it_stopped() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(seen.queues, ["default", "other"]);
+    assert_eq!(seen.queue_count, 2);
     assert_eq!(seen.concurrency, 5);
     assert_eq!(seen.pid, std::process::id() as i32);
     assert!(seen.failed >= 2, "{seen:?}");
@@ -76,8 +77,9 @@ async fn a_pool_reports_what_it_serves_and_did_and_that_it_stopped() {
     assert!(minutes.windows(2).all(|w| w[0].minute < w[1].minute));
 
     handle.shutdown().await.unwrap();
-    let after = queue.workers(Duration::from_secs(30)).await.unwrap();
-    assert!(after[0].stopped_at.is_some(), "{after:?}");
+    let after = queue.workers(Duration::from_secs(30), 10).await.unwrap();
+    assert!(after.workers[0].stopped_at.is_some(), "{after:?}");
+    assert_eq!((after.total, after.not_shown()), (1, 0));
     // counted once, however many reports came after the jobs
     let succeeded: u64 = queue
         .throughput(5)
@@ -88,6 +90,7 @@ async fn a_pool_reports_what_it_serves_and_did_and_that_it_stopped() {
         .sum();
     assert_eq!(succeeded, 3);
 
-    assert!(queue.workers(Duration::ZERO).await.is_err());
+    assert!(queue.workers(Duration::ZERO, 10).await.is_err());
+    assert!(queue.workers(Duration::from_secs(30), 0).await.is_err());
     assert!(queue.throughput(0).await.is_err());
 }

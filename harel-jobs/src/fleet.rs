@@ -13,6 +13,13 @@ use crate::queue::Queue;
 /// The most minutes [`Queue::throughput`] looks back: a day.
 pub const MAX_THROUGHPUT_MINUTES: u32 = 1_440;
 
+/// The most pools one [`Queue::workers`] listing returns.
+pub const MAX_WORKERS_LISTED: u32 = 1_000;
+
+/// The most queue names a listing gives of each pool ([`WorkerInfo::queues`];
+/// [`WorkerInfo::queue_count`] says how many it serves).
+pub const MAX_WORKER_QUEUES_LISTED: u32 = 100;
+
 /// A worker pool, as its last report described it ([`Queue::workers`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -23,8 +30,11 @@ pub struct WorkerInfo {
     pub host: String,
     /// Its process id.
     pub pid: i32,
-    /// The queues it serves.
+    /// The queues it serves, the first [`MAX_WORKER_QUEUES_LISTED`] of them.
     pub queues: Vec<String>,
+    /// How many queues it serves (more than `queues` holds when over
+    /// [`MAX_WORKER_QUEUES_LISTED`]).
+    pub queue_count: u32,
     /// Handlers it may run at once, over all its queues.
     pub concurrency: u32,
     /// Jobs it held at its last report.
@@ -43,6 +53,25 @@ pub struct WorkerInfo {
     pub stopped_at: Option<DateTime<Utc>>,
 }
 
+/// The worker pools a [`Queue::workers`] listing found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerList {
+    /// The pools, oldest first, at most the listing's limit.
+    pub workers: Vec<WorkerInfo>,
+    /// How many pools reported within the period, counted up to 10,001 (housekeeping keeps
+    /// the 10,000 seen last): more than `workers` holds when the limit cut the listing
+    /// short.
+    pub total: u64,
+}
+
+impl WorkerList {
+    /// How many pools the listing did not show.
+    pub fn not_shown(&self) -> u64 {
+        self.total.saturating_sub(self.workers.len() as u64)
+    }
+}
+
 /// What every worker pool together did in one minute ([`Queue::throughput`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -57,11 +86,14 @@ pub struct ThroughputMinute {
     pub dead: u64,
 }
 
+/// A row of `harel_workers`: id, host, pid, queues, queue count, concurrency, running,
+/// succeeded, failed, dead, started, seen, stopped, total.
 type WorkerRow = (
     uuid::Uuid,
     String,
     i32,
     Vec<String>,
+    i32,
     i32,
     i32,
     i64,
@@ -70,6 +102,7 @@ type WorkerRow = (
     DateTime<Utc>,
     DateTime<Utc>,
     Option<DateTime<Utc>>,
+    i64,
 );
 
 fn count(n: i64) -> u64 {
@@ -78,46 +111,59 @@ fn count(n: i64) -> u64 {
 
 impl Queue {
     /// The worker pools that reported within `within` (a running pool reports about every
-    /// 10 seconds: 30 s shows the live ones; at most a day, and at most 1,000 pools), oldest
-    /// first. One round trip.
+    /// 10 seconds: 30 s shows the live ones; at most a day), oldest first, at most `limit`
+    /// of them (1 to [`MAX_WORKERS_LISTED`]); [`WorkerList::total`] counts them all. One
+    /// round trip.
     ///
     /// # Errors
-    /// [`QueueError::InvalidArgument`] for a period over a day or under a millisecond,
-    /// [`QueueError::Database`].
-    pub async fn workers(&self, within: Duration) -> Result<Vec<WorkerInfo>, QueueError> {
+    /// [`QueueError::InvalidArgument`] for a period over a day or under a millisecond, or a
+    /// limit out of range; [`QueueError::Database`].
+    pub async fn workers(&self, within: Duration, limit: u32) -> Result<WorkerList, QueueError> {
         let within_ms = i64::try_from(within.as_millis()).unwrap_or(i64::MAX);
         if !(1..=86_400_000).contains(&within_ms) {
             return Err(QueueError::InvalidArgument(
                 "workers are listed within 1 ms to 1 day",
             ));
         }
+        if !(1..=MAX_WORKERS_LISTED).contains(&limit) {
+            return Err(QueueError::InvalidArgument(
+                "workers are listed 1 to 1,000 at a time",
+            ));
+        }
         let rows: Vec<WorkerRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
-            "SELECT id, host, pid, queues, concurrency, running, succeeded, failed, dead,
-                    started_at, seen_at, stopped_at
-               FROM @schema@.harel_workers($1)",
+            "SELECT id, host, pid, queues, queue_count, concurrency, running, succeeded, failed,
+                    dead, started_at, seen_at, stopped_at, total
+               FROM @schema@.harel_workers($1, $2, $3)",
         )))
         .bind(within_ms)
+        .bind(limit as i32)
+        .bind(MAX_WORKER_QUEUES_LISTED as i32)
         .persistent(self.prepared().persistent())
         .fetch_all(self.pool())
         .await
         .map_err(DatabaseError::new)?;
-        Ok(rows
-            .into_iter()
-            .map(|row| WorkerInfo {
-                id: row.0,
-                host: row.1,
-                pid: row.2,
-                queues: row.3,
-                concurrency: u32::try_from(row.4).unwrap_or(0),
-                running: u32::try_from(row.5).unwrap_or(0),
-                succeeded: count(row.6),
-                failed: count(row.7),
-                dead: count(row.8),
-                started_at: row.9,
-                seen_at: row.10,
-                stopped_at: row.11,
-            })
-            .collect())
+        let total = rows.first().map_or(0, |row| count(row.13));
+        Ok(WorkerList {
+            workers: rows
+                .into_iter()
+                .map(|row| WorkerInfo {
+                    id: row.0,
+                    host: row.1,
+                    pid: row.2,
+                    queues: row.3,
+                    queue_count: u32::try_from(row.4).unwrap_or(0),
+                    concurrency: u32::try_from(row.5).unwrap_or(0),
+                    running: u32::try_from(row.6).unwrap_or(0),
+                    succeeded: count(row.7),
+                    failed: count(row.8),
+                    dead: count(row.9),
+                    started_at: row.10,
+                    seen_at: row.11,
+                    stopped_at: row.12,
+                })
+                .collect(),
+            total,
+        })
     }
 
     /// Jobs succeeded, attempts failed and jobs dead-lettered per minute over the last

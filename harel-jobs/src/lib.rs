@@ -106,7 +106,10 @@ pub use error::{
     CompleteError, ConfigError, ConnectError, DatabaseError, InvalidMessage, InvalidPriority,
     MigrateError, PublishError, QueueError, TransportError,
 };
-pub use fleet::{MAX_THROUGHPUT_MINUTES, ThroughputMinute, WorkerInfo};
+pub use fleet::{
+    MAX_THROUGHPUT_MINUTES, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED, ThroughputMinute,
+    WorkerInfo, WorkerList,
+};
 pub use groups::{
     GROUP_JOBS_COUNT_CAP, GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, MAX_GROUP_PAGE,
     MAX_TOP_GROUPS, TopGroups,
@@ -119,7 +122,8 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
 pub use periodic::{MAX_CATCH_UP, MAX_SCHEDULE_NAME_BYTES, MissedTicks, Periodic};
 pub use queue::{
     Cancel, CancelOutcome, DEFAULT_CANCELLED_RETENTION, JobInfo, JobPage, JobQuery, JobState,
-    MAX_PAGE, MAX_REASON_BYTES, Queue, ScheduleInfo, StateFilter,
+    MAX_PAGE, MAX_REASON_BYTES, MAX_SCHEDULES, Queue, ScheduleInfo, SchedulePage, ScheduleQuery,
+    StateFilter,
 };
 pub use queue_control::{LevelDepth, QueueInfo, QueueLimits, RateLimit};
 pub use retry::Backoff;

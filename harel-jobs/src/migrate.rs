@@ -95,6 +95,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0010_reserved_own_groups.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 11,
+        name: "owned_locks_and_bounds",
+        sql: include_str!("../sql/migrations/0011_owned_locks_and_bounds.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied.
@@ -207,10 +213,18 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_throughput",
         sql: include_str!("../sql/functions/harel_throughput.sql"),
     },
+    Function {
+        name: "harel_elect",
+        sql: include_str!("../sql/functions/harel_elect.sql"),
+    },
+    Function {
+        name: "harel_delete_schedule",
+        sql: include_str!("../sql/functions/harel_delete_schedule.sql"),
+    },
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 10;
+pub const SCHEMA_VERSION: i32 = 11;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");
@@ -234,10 +248,10 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
 /// Creates or upgrades the queue in `schema`.
 ///
 /// Pending versioned migrations, then the function files whose text changed, run in one
-/// transaction under a transaction-level advisory lock keyed on the schema name, each with
-/// its bookkeeping row: any number of processes may call this at once, one does the work
-/// and the others find it done. The schema itself is created (`CREATE SCHEMA IF NOT
-/// EXISTS`) under the same lock. Run it as the role that is to own the queue: the functions
+/// transaction holding a lock on the schema's `_migrations` table (one only the queue's
+/// owner can take), each with its bookkeeping row: any number of processes may call this
+/// at once, one does the work and the others find it done. The schema itself is created
+/// (`CREATE SCHEMA IF NOT EXISTS`) first. Run it as the role that is to own the queue: the functions
 /// run with their owner's rights (see the README's "Database roles").
 ///
 /// When the schema is already current, this only reads the bookkeeping tables (readable by
@@ -258,15 +272,7 @@ pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), Migrat
     {
         return Ok(());
     }
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(format!("harel-jobs migrate {}", schema.name()))
-        .persistent(false)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::raw_sql(AssertSqlSafe(schema.render(BOOKKEEPING)))
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = lock_bookkeeping(pool, schema).await?;
     let plan = applied_query(schema)
         .fetch_all(&mut *tx)
         .await
@@ -301,14 +307,63 @@ pub async fn check_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateE
     }
 }
 
-/// Creates the bookkeeping tables (under the migration lock).
+/// Opens the migration's transaction holding the migration lock, the schema and the
+/// bookkeeping tables created if missing.
+///
+/// The lock is `_migrations` itself in `EXCLUSIVE` mode: it conflicts with every other
+/// migration's and with no reader (workers read the table at start-up), and only its owner
+/// can take it. An advisory lock, which this used to be, is a key any login of the server
+/// can take and hold, so that no worker could ever migrate. Two runs that create the schema
+/// or its first table at the same moment collide on the catalog's unique keys (one waits for
+/// the other, then fails): the loser tries again, and then finds them.
+async fn lock_bookkeeping(
+    pool: &PgPool,
+    schema: &Schema,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, MigrateError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut tx = pool.begin().await?;
+        match sqlx::raw_sql(AssertSqlSafe(schema.render(BOOKKEEPING)))
+            .execute(&mut *tx)
+            .await
+        {
+            Ok(_) => return Ok(tx),
+            Err(error) if attempt < 3 && is_unique_violation(&error) => {
+                drop(tx); // rolled back
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+/// Whether `error` is a unique violation (SQLSTATE 23505).
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "23505")
+}
+
+/// Creates the schema and the bookkeeping tables if missing, and takes the migration lock
+/// (see [`lock_bookkeeping`]). `ADD COLUMN` (for the first releases' `_migrations`) only when
+/// the column is missing: it would take an `ACCESS EXCLUSIVE` lock, waiting for readers.
 const BOOKKEEPING: &str = "
     CREATE SCHEMA IF NOT EXISTS @schema@;
     CREATE TABLE IF NOT EXISTS @schema@._migrations (
         version    INT         PRIMARY KEY,
         name       TEXT        NOT NULL,
-        applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
-    ALTER TABLE @schema@._migrations ADD COLUMN IF NOT EXISTS checksum TEXT;
+        applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        checksum   TEXT);
+    LOCK TABLE @schema@._migrations IN EXCLUSIVE MODE;
+    DO $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                        WHERE attrelid = '@schema@._migrations'::pg_catalog.regclass
+                          AND attname = 'checksum' AND NOT attisdropped) THEN
+            ALTER TABLE @schema@._migrations ADD COLUMN checksum TEXT;
+        END IF;
+    END $$;
     CREATE TABLE IF NOT EXISTS @schema@._functions (
         name       TEXT        PRIMARY KEY,
         checksum   TEXT        NOT NULL,

@@ -243,33 +243,86 @@ impl Queue {
     }
 
     /// The periodic schedules workers declared on this queue
-    /// ([`WorkerBuilder::periodic`]), by name, with their last and next tick. A schedule no
-    /// worker declares any more stays listed (its `updated_at` stops moving). One round
-    /// trip.
+    /// ([`WorkerBuilder::periodic`]), by name, with their last and next tick, a page at a
+    /// time ([`ScheduleQuery`]; a schema holds at most [`MAX_SCHEDULES`], so the default
+    /// page has them all). A schedule no worker declares any more stays listed (its
+    /// `updated_at` stops moving) until [`delete_schedule`](Self::delete_schedule). One
+    /// round trip.
+    ///
+    /// ```no_run
+    /// # async fn example(queue: harel_jobs::Queue) -> Result<(), harel_jobs::QueueError> {
+    /// use harel_jobs::ScheduleQuery;
+    ///
+    /// let page = queue.schedules(&ScheduleQuery::new()).await?;
+    /// for schedule in &page.schedules {
+    ///     println!("{} next {:?}", schedule.name, schedule.next_tick);
+    /// }
+    /// if let Some(after) = page.next {
+    ///     let rest = queue.schedules(&ScheduleQuery::new().after(after)).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// [`QueueError::Database`].
-    pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>, QueueError> {
+    /// [`QueueError::InvalidArgument`] for a limit out of range, [`QueueError::Database`].
+    pub async fn schedules(&self, query: &ScheduleQuery) -> Result<SchedulePage, QueueError> {
+        if !(1..=MAX_SCHEDULES).contains(&query.limit) {
+            return Err(QueueError::InvalidArgument(
+                "schedules are listed 1 to 1,000 a page",
+            ));
+        }
         let rows: Vec<ScheduleRow> = sqlx::query_as(AssertSqlSafe(self.schema.render(
-            "SELECT name, spec, last_tick, next_tick, updated_at
-               FROM @schema@.harel_schedules(NULL)",
+            "SELECT name, spec, last_tick, next_tick, updated_at, total
+               FROM @schema@.harel_schedules(NULL, $1, $2)",
         )))
+        .bind(query.after.as_deref())
+        .bind(query.limit as i32)
         .persistent(self.statements.persistent())
         .fetch_all(&self.pool)
         .await
         .map_err(DatabaseError::new)?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(name, spec, last_tick, next_tick, updated_at)| ScheduleInfo {
-                    name,
-                    spec,
-                    last_tick,
-                    next_tick,
-                    updated_at,
-                },
-            )
-            .collect())
+        let total = rows
+            .first()
+            .map_or(0, |row| u64::try_from(row.5).unwrap_or(0));
+        let next = (rows.len() == query.limit as usize)
+            .then(|| rows.last().map(|row| row.0.clone()))
+            .flatten();
+        Ok(SchedulePage {
+            schedules: rows
+                .into_iter()
+                .map(
+                    |(name, spec, last_tick, next_tick, updated_at, _)| ScheduleInfo {
+                        name,
+                        spec,
+                        last_tick,
+                        next_tick,
+                        updated_at,
+                    },
+                )
+                .collect(),
+            next,
+            total,
+        })
+    }
+
+    /// Forgets a schedule, its last tick with it: for one that no worker declares any more
+    /// (a schema holds at most [`MAX_SCHEDULES`]: past that, a new schedule is refused and
+    /// its ticks are not enqueued, each try logged as a warning by the worker). A worker that still declares it records it again at its next start,
+    /// as a new schedule. Returns whether it existed. One round trip; the operator's
+    /// `EXECUTE` on `harel_delete_schedule`.
+    ///
+    /// # Errors
+    /// [`QueueError::Database`].
+    pub async fn delete_schedule(&self, name: &str) -> Result<bool, QueueError> {
+        sqlx::query_scalar(AssertSqlSafe(
+            self.schema
+                .render("SELECT @schema@.harel_delete_schedule($1)"),
+        ))
+        .bind(name)
+        .persistent(self.statements.persistent())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|error| DatabaseError::new(error).into())
     }
 
     /// The queue's dead letters.
@@ -351,14 +404,68 @@ impl Queue {
     }
 }
 
-/// A row of `harel_schedules`.
+/// A row of `harel_schedules`: name, spec, last tick, next tick, updated, total.
 type ScheduleRow = (
     String,
     String,
     Option<DateTime<Utc>>,
     Option<DateTime<Utc>>,
     DateTime<Utc>,
+    i64,
 );
+
+/// The most schedules a schema holds (a new name past it is refused), and the most one
+/// [`Queue::schedules`] page lists.
+pub const MAX_SCHEDULES: u32 = 1_000;
+
+/// Which schedules [`Queue::schedules`] lists: a page by name.
+#[derive(Clone, Debug)]
+pub struct ScheduleQuery {
+    after: Option<String>,
+    limit: u32,
+}
+
+impl Default for ScheduleQuery {
+    fn default() -> Self {
+        Self {
+            after: None,
+            limit: MAX_SCHEDULES,
+        }
+    }
+}
+
+impl ScheduleQuery {
+    /// From the first schedule, [`MAX_SCHEDULES`] a page (so all of them).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Schedules whose name sorts after this one: the cursor of the previous page
+    /// ([`SchedulePage::next`]).
+    pub fn after(mut self, name: impl Into<String>) -> Self {
+        self.after = Some(name.into());
+        self
+    }
+
+    /// At most this many schedules a page (1 to [`MAX_SCHEDULES`]).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// A page of schedules ([`Queue::schedules`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SchedulePage {
+    /// The schedules, by name.
+    pub schedules: Vec<ScheduleInfo>,
+    /// Where the next page starts ([`ScheduleQuery::after`]); `None` when this page ended
+    /// the list (a full page gives a cursor even when the next page turns out empty).
+    pub next: Option<String>,
+    /// How many schedules the schema holds in all, on this page and the others.
+    pub total: u64,
+}
 
 /// A periodic schedule as [`Queue::schedules`] finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]

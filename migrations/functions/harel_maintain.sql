@@ -1,6 +1,7 @@
 -- harel_maintain: housekeeping that a worker runs (its maintenance task calls it about once a
 -- second, less often when it is slow). Any number of workers may call it: one does the
--- work at a time, the others return at once.
+-- work at a time (it locks the 'housekeeping' row of `elections`, a lock only the queue's
+-- owner can take: migration 0011), the others return at once.
 --
 -- The sweep: a group below its level's claim floor (migration 0003) that is claimable is a
 -- straggler: its transaction committed well after it wrote (a long application transaction
@@ -8,12 +9,16 @@
 -- longer than the floor's margin to commit). For each level, the oldest such group lowers
 -- the floor to it, so that the next claim finds it. This scan reads every dead entry below
 -- the floor: cheap while vacuum keeps up, slower under an old snapshot, which is why the
--- worker spaces its calls out by how long they take.
+-- worker spaces its calls out by how long they take. Each call sweeps the default queue
+-- and at most c_window named queues, going on from where the last call stopped
+-- (`maintain_sweep`), so a call costs the same with 4 queues or 1,000: with 1,000 named
+-- queues and a call a second, each is swept every 16 seconds.
 --
 -- It also prunes settle receipts older than an hour (each worker deletes its previous
 -- receipt with every batch, so only the last receipt of a worker that stopped stays behind),
 -- finished jobs in job_history past their keep_until, unique keys whose hold is over, and
--- worker reports older than a day: each at most 10,000 rows a call, oldest first, by index.
+-- worker reports older than a day or beyond the 10,000 pools seen last: each at most
+-- 10,000 rows a call (pools 1,000), oldest first, by index.
 CREATE OR REPLACE FUNCTION "harel".harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -31,14 +36,36 @@ DECLARE
     v_lowered   INT := 0;
     v_pruned    BIGINT;
     v_history   BIGINT;
+    v_after     BIGINT;
+    v_last      BIGINT;
+    -- named queues swept per call
+    c_window    CONSTANT INT := 64;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('harel-jobs maintain "harel"', 0)) THEN
+    PERFORM 1 FROM "harel".elections e WHERE e.name = 'housekeeping'
+        FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
         RETURN QUERY SELECT 0, 0::bigint, 0::bigint;
         RETURN;
     END IF;
 
-    -- every queue's floors (queue 0's sequences are claim_floor_<level>, see migration 0007)
-    FOR q IN SELECT qs.id FROM "harel".queues qs ORDER BY qs.id LOOP
+    -- The default queue, then the next c_window named queues after the last one swept
+    -- (from the first again once past the last). Queue 0's sequences are claim_floor_<level>
+    -- (migration 0007).
+    v_after := pg_sequence_last_value('"harel".maintain_sweep'::regclass);
+    SELECT max(w.id)::bigint INTO v_last
+      FROM (SELECT qs.id FROM "harel".queues qs
+             WHERE qs.id > COALESCE(v_after, 0)
+             ORDER BY qs.id LIMIT c_window) AS w;
+    IF v_last IS NULL AND COALESCE(v_after, 0) > 0 THEN
+        v_after := 0;
+        SELECT max(w.id)::bigint INTO v_last
+          FROM (SELECT qs.id FROM "harel".queues qs
+                 WHERE qs.id > 0 ORDER BY qs.id LIMIT c_window) AS w;
+    END IF;
+    PERFORM setval('"harel".maintain_sweep'::regclass, COALESCE(v_last, 0), v_last IS NOT NULL);
+    FOR q IN SELECT qs.id FROM "harel".queues qs
+              WHERE qs.id = 0 OR qs.id BETWEEN COALESCE(v_after, 0) + 1 AND v_last
+              ORDER BY qs.id LOOP
         v_floor_name := CASE WHEN q.id = 0 THEN '"harel".claim_floor_'
                              ELSE '"harel".claim_floor_q' || q.id || '_' END;
         FOR l IN 0..4 LOOP
@@ -96,6 +123,12 @@ BEGIN
                               WHERE o.seen_at < statement_timestamp() - interval '1 day'
                               ORDER BY o.seen_at
                               LIMIT 1000));
+    -- and beyond the 10,000 pools seen last (migration 0011: a worker role can report as
+    -- many pools as it likes), the least recently seen, 1,000 a call
+    DELETE FROM "harel".workers w
+     WHERE w.id = ANY (ARRAY(SELECT o.id FROM "harel".workers o
+                              ORDER BY o.seen_at DESC
+                              OFFSET 10000 LIMIT 1000));
 
     RETURN QUERY SELECT v_lowered, v_pruned, v_history;
 END

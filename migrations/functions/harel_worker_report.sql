@@ -5,6 +5,12 @@
 -- retried or not; jobs dead-lettered): their increase since the pool's last report is added
 -- to its row of the current minute (database clock) in `throughput`. A pool whose row was
 -- pruned starts over from its totals, counted in the minute it reports them.
+--
+-- Everything a report writes is bounded (migration 0011), as operators' pages read it: a
+-- host of 1 to 255 bytes, at most 1,000 distinct queue names that are queue names (1 to 64
+-- characters, harel_ensure_queue's rule), counts of 0 or more; sums saturate at the
+-- largest BIGINT instead of failing. The number of pools is bounded by harel_maintain (it
+-- keeps the 10,000 seen last), and every listing by its limit.
 CREATE OR REPLACE FUNCTION "harel".harel_worker_report(
     p_worker      UUID,
     p_host        TEXT,
@@ -29,12 +35,21 @@ DECLARE
     v_succeeded BIGINT;
     v_failed    BIGINT;
     v_dead      BIGINT;
+    c_max       CONSTANT NUMERIC := 9223372036854775807::numeric;
 BEGIN
     IF p_worker IS NULL OR octet_length(p_host) NOT BETWEEN 1 AND 255 OR p_pid IS NULL
        OR p_queues IS NULL OR cardinality(p_queues) > 1000
        OR p_concurrency NOT BETWEEN 0 AND 10000000 OR p_running NOT BETWEEN 0 AND 10000000
+       OR p_succeeded IS NULL OR p_failed IS NULL OR p_dead IS NULL
        OR p_succeeded < 0 OR p_failed < 0 OR p_dead < 0 OR p_stopping IS NULL THEN
         RAISE EXCEPTION 'harel_worker_report: need a worker id, a host of 1 to 255 bytes, a pid, at most 1000 queues and counts of 0 or more'
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_queues) AS x(name)
+                WHERE x.name IS NULL OR x.name !~ '^[A-Za-z0-9_.:-]{1,64}$')
+       OR (SELECT count(DISTINCT x.name) FROM unnest(p_queues) AS x(name))
+          <> cardinality(p_queues) THEN
+        RAISE EXCEPTION 'harel_worker_report: each queue is a distinct queue name (1 to 64 letters, digits, _ - . or :)'
             USING ERRCODE = '22023';
     END IF;
 
@@ -53,6 +68,7 @@ BEGIN
            failed = excluded.failed, dead = excluded.dead, seen_at = excluded.seen_at,
            stopped_at = excluded.stopped_at;
 
+    -- (both counts are 0 or more, so the difference cannot overflow)
     v_succeeded := GREATEST(p_succeeded - COALESCE(v_succeeded, 0), 0);
     v_failed := GREATEST(p_failed - COALESCE(v_failed, 0), 0);
     v_dead := GREATEST(p_dead - COALESCE(v_dead, 0), 0);
@@ -60,8 +76,9 @@ BEGIN
         INSERT INTO "harel".throughput AS t (minute, worker, succeeded, failed, dead)
         VALUES (date_trunc('minute', v_now), p_worker, v_succeeded, v_failed, v_dead)
         ON CONFLICT (minute, worker) DO UPDATE
-           SET succeeded = t.succeeded + excluded.succeeded,
-               failed = t.failed + excluded.failed, dead = t.dead + excluded.dead;
+           SET succeeded = LEAST(t.succeeded::numeric + excluded.succeeded, c_max)::bigint,
+               failed = LEAST(t.failed::numeric + excluded.failed, c_max)::bigint,
+               dead = LEAST(t.dead::numeric + excluded.dead, c_max)::bigint;
     END IF;
 END
 $$;

@@ -190,6 +190,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_set_queue",
     "EXECUTE ON FUNCTION @schema@.harel_workers",
     "EXECUTE ON FUNCTION @schema@.harel_throughput",
+    "EXECUTE ON FUNCTION @schema@.harel_delete_schedule",
 ];
 
 impl TestRole {

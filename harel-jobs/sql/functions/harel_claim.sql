@@ -29,19 +29,34 @@
 -- Named queues (migration 0007): a claim takes groups of one queue (p_queue), through that
 -- queue's part of the index and its own floors. A paused queue, or one nothing was ever
 -- published into, gives nothing. A queue with a concurrency limit or a rate limit is
--- claimed under its advisory lock (claims of other queues never wait for it): the claim
--- takes at most the limit less the queue's live leases (counted through
--- transport_groups_limited, where this claim puts its leases), and at most the starts the
--- rate allows now (a generic cell rate algorithm: the sequence queue_rate_q<N> holds the
--- theoretical arrival time, advanced by what was claimed; a burst of up to the limit is
--- allowed after a quiet period).
+-- claimed under a lock of the queue's row in `queues` (migration 0011; claims of other
+-- queues never wait for it): the claim takes at most the limit less the queue's live
+-- leases (counted through transport_groups_limited, where this claim puts its leases), and
+-- at most the starts the rate allows now (a generic cell rate algorithm: the sequence
+-- queue_rate_q<N> holds the theoretical arrival time, advanced by what was claimed; a burst
+-- of up to the limit is allowed after a quiet period).
+--
+-- The lock is a row lock, not an advisory lock: advisory locks are one namespace that every
+-- login shares, and a login granted nothing could hold the key and stop the queue. Only
+-- the queue's owner (so only these functions) can lock its rows. A claim waits for the
+-- lock at most p_wait_ms (the worker passes half of its database timeout; 10 s when NULL)
+-- and then returns nothing: the server gives up before the worker does, so a claim the
+-- worker has abandoned never leases anything afterwards.
+--
+-- The rate's state is read against the limit as it is now: a theoretical arrival time
+-- further ahead than one period of the current limit (under a constant limit it never is)
+-- is brought back to one period ahead, as if the current limit had just used its last
+-- start. So raising a limit, or removing it and setting it again, takes effect at the next
+-- claim (the next start comes one interval of the new limit later) instead of waiting out
+-- the old limit's period (a day, for a limit of 1 per day).
 CREATE OR REPLACE FUNCTION @schema@.harel_claim(
     p_token        UUID,
     p_lease_ms     BIGINT,
     p_limit        INT,
     p_min_priority INT DEFAULT 0,
     p_hint         BIGINT DEFAULT NULL,
-    p_queue        TEXT DEFAULT 'default'
+    p_queue        TEXT DEFAULT 'default',
+    p_wait_ms      INT DEFAULT NULL
 ) RETURNS TABLE (
     group_id    TEXT,
     seq         BIGINT,
@@ -57,6 +72,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET jit = off
+-- the longest wait for a limited queue's row lock when p_wait_ms is NULL (the worker's
+-- default database timeout); p_wait_ms sets it for the call, restored at the function's end
+SET lock_timeout = '10s'
 -- every table is reached by key or by the claimable index: never a walk of a small table
 -- comparing each row with a whole array (3 ms of a 7.7 ms claim of 256 among 1,000 groups)
 SET enable_seqscan = off
@@ -98,11 +116,12 @@ DECLARE
     v_now_us     BIGINT := (extract(epoch FROM statement_timestamp()) * 1000000)::bigint;
     v_tat_us     DOUBLE PRECISION;
     v_claimed    INT := 0;
+    v_rate_reset BOOLEAN := false;
     v_floor_name TEXT;
 BEGIN
     IF p_limit NOT BETWEEN 1 AND 10000 OR p_lease_ms NOT BETWEEN 1 AND 86400000
-       OR p_min_priority NOT BETWEEN 0 AND 4 THEN
-        RAISE EXCEPTION 'harel_claim: need p_limit in 1..10000, p_lease_ms in 1..86400000, p_min_priority in 0..4'
+       OR p_min_priority NOT BETWEEN 0 AND 4 OR p_wait_ms NOT BETWEEN 0 AND 3600000 THEN
+        RAISE EXCEPTION 'harel_claim: need p_limit in 1..10000, p_lease_ms in 1..86400000, p_min_priority in 0..4, p_wait_ms in 0..3600000'
             USING ERRCODE = '22023';
     END IF;
 
@@ -115,8 +134,17 @@ BEGIN
         RETURN;
     END IF;
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
-        -- one claim of this queue at a time, so that each sees the leases of the last
-        PERFORM pg_advisory_xact_lock(hashtextextended('harel-jobs queue @schema@', v_queue));
+        -- one claim of this queue at a time, so that each sees the leases of the last (a
+        -- lock only the queue's owner can take, waited for no longer than the caller waits)
+        IF p_wait_ms IS NOT NULL THEN
+            PERFORM set_config('lock_timeout', GREATEST(p_wait_ms, 1)::text || 'ms', true);
+        END IF;
+        BEGIN
+            PERFORM 1 FROM @schema@.queues q WHERE q.id = v_queue FOR NO KEY UPDATE;
+        EXCEPTION
+            WHEN lock_not_available THEN
+                RETURN;
+        END;
         IF v_limit IS NOT NULL THEN
             v_now := clock_timestamp();
             SELECT count(*) INTO v_running
@@ -136,10 +164,21 @@ BEGIN
             v_tat_us := GREATEST(COALESCE(pg_sequence_last_value(
                                      ('@schema@.queue_rate_q' || v_queue)::regclass), 0),
                                  v_now_us)::double precision;
+            -- ahead by more than a period: a state of an earlier limit (see above); as
+            -- if the current limit had just used its last start, and written back so that
+            -- the next start comes one interval later
+            IF v_tat_us > v_now_us + v_period_us THEN
+                v_tat_us := v_now_us + v_period_us;
+                v_rate_reset := true;
+            END IF;
             v_need := LEAST(v_need,
                             floor((v_now_us + v_period_us - v_tat_us) / (v_period_us / v_rate))::int);
         END IF;
         IF v_need <= 0 THEN
+            IF v_rate_reset THEN
+                PERFORM setval(('@schema@.queue_rate_q' || v_queue)::regclass,
+                               ceil(v_tat_us)::bigint);
+            END IF;
             RETURN;
         END IF;
     END IF;
@@ -323,11 +362,11 @@ BEGIN
     END LOOP;
 
     -- the starts made count against the rate (setval: outside MVCC and the transaction)
-    IF v_rate IS NOT NULL AND v_claimed > 0 THEN
+    IF v_rate IS NOT NULL AND (v_claimed > 0 OR v_rate_reset) THEN
         PERFORM setval(('@schema@.queue_rate_q' || v_queue)::regclass,
                        ceil(v_tat_us + v_claimed * (v_period_us / v_rate))::bigint);
     END IF;
 END
 $$;
 
-REVOKE ALL ON FUNCTION @schema@.harel_claim(UUID, BIGINT, INT, INT, BIGINT, TEXT) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @schema@.harel_claim(UUID, BIGINT, INT, INT, BIGINT, TEXT, INT) FROM PUBLIC;

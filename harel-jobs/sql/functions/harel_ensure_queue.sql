@@ -6,7 +6,11 @@
 -- 1,000 queues (each has claim floors and a rate sequence of its own, so a producer cannot
 -- make the schema grow without bound). Creating a queue writes its row and sequences in the
 -- caller's transaction: a concurrent creation of the same name waits for it, and a rollback
--- takes the queue back. Existing queues are only read (no lock, no write).
+-- takes the queue back, its id included. A new queue takes the lowest id (1 to 1,000) that
+-- no queue has (migration 0011: ids drawn from a sequence were used up by rollbacks, so
+-- the cap counted creations, not queues). Two transactions creating different queues at
+-- once may pick the same id: the second waits for the first and takes the next free one
+-- if the first commits. Existing queues are only read (no lock, no write).
 CREATE OR REPLACE FUNCTION @schema@.harel_ensure_queue(p_name TEXT) RETURNS SMALLINT
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -16,7 +20,8 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_id SMALLINT;
+    v_id   SMALLINT;
+    v_free SMALLINT;
 BEGIN
     SELECT q.id INTO v_id FROM @schema@.queues q WHERE q.name = p_name;
     IF FOUND THEN
@@ -26,14 +31,24 @@ BEGIN
         RAISE EXCEPTION 'harel_ensure_queue: queue names are 1 to 64 letters, digits, _ - . or :'
             USING ERRCODE = '22023';
     END IF;
-    -- (twice at most: a concurrent creation of the name that rolled back leaves it free)
-    FOR i IN 1..3 LOOP
-        -- the id is drawn only once the name is known to be new (a sequence is not rolled
-        -- back: drawing it for every duplicate would use the 1,000 ids up)
+    v_free := 0::smallint;
+    -- (bounded: each round either creates the queue, finds it, or moves past an id that a
+    -- concurrent creation committed)
+    FOR i IN 1..1001 LOOP
+        -- the lowest id above the last one tried that no queue has (the queues table holds
+        -- at most 1,001 rows: an anti-join of two small sets)
+        SELECT min(c.id)::smallint INTO v_free
+          FROM generate_series(v_free + 1, 1000) AS c(id)
+         WHERE NOT EXISTS (SELECT 1 FROM @schema@.queues q WHERE q.id = c.id);
+        IF v_free IS NULL THEN
+            RAISE EXCEPTION 'harel_ensure_queue: a schema has at most 1,000 named queues'
+                USING ERRCODE = '54000';
+        END IF;
+        -- on a conflict on the name or on the id with a creation not yet committed, this
+        -- waits for it; then it inserts (that one rolled back) or does nothing
         INSERT INTO @schema@.queues (id, name)
-        SELECT nextval('@schema@.queue_ids'), p_name
-         WHERE NOT EXISTS (SELECT 1 FROM @schema@.queues q WHERE q.name = p_name)
-        ON CONFLICT (name) DO NOTHING
+        VALUES (v_free, p_name)
+        ON CONFLICT DO NOTHING
         RETURNING id INTO v_id;
         IF FOUND THEN
             FOR l IN 0..4 LOOP
@@ -51,10 +66,6 @@ BEGIN
     END LOOP;
     RAISE EXCEPTION 'harel_ensure_queue: the queue could not be created (concurrent changes)'
         USING ERRCODE = '40001';
-EXCEPTION
-    WHEN sequence_generator_limit_exceeded THEN
-        RAISE EXCEPTION 'harel_ensure_queue: a schema has at most 1,000 named queues'
-            USING ERRCODE = '54000';
 END
 $$;
 

@@ -14,8 +14,10 @@
 --
 -- A NULL group id: a group of its own, named 'own:' and the message's seq in 19 digits
 -- (migration 0005; `transport::own_group` in Rust), which finds the job by its id through
--- the group's key. A caller may not name a group after a seq not given out yet (migration
--- 0010).
+-- the group's key. Such names are reserved: a caller's group id of that form means the same
+-- as NULL (migration 0011). Only this function names a group so, after a seq it has just
+-- drawn, so no producer can make another's enqueue fail on a taken name or slip a job into
+-- another's group (the Rust side refuses those ids earlier, with a typed error).
 --
 -- Unique jobs (migration 0005): a message with a key in `p_unique_keys` is queued only if
 -- it can take that key (see harel_take_key), held while it is queued and, with a period in
@@ -145,22 +147,23 @@ BEGIN
     IF v_invalid IS NOT NULL THEN
         RAISE EXCEPTION 'harel_publish: %', v_invalid USING ERRCODE = '22023';
     END IF;
-    -- A caller's group named like a group of its own: refused if its seq has not been
-    -- given out yet, as no other row may hold the name of a job that will draw it (the
-    -- batch path's insert below relies on it). One of a seq given out already can never
-    -- meet a new job; the previous release's DeadLetters::retry names groups so, and its
-    -- calls must keep working during a rolling deploy (sql/README.md). (Nested, as the
-    -- unique keys above.)
+    -- A caller's group named like a group of its own is a group of its own: a new one,
+    -- named after the message's seq like a NULL's. (Accepting such a name, even only for a
+    -- seq given out already, let a producer take the name of a job that another producer's
+    -- open batch had drawn and not inserted yet, and fail that whole batch on the duplicate,
+    -- or receive a single enqueue's job into its own group. The previous releases'
+    -- DeadLetters::retry named a retried job without a group so: it now gets a group of its
+    -- own, which is what it meant.) (Nested, as the unique keys above.)
     IF v_named_own THEN
-        IF EXISTS (SELECT 1 FROM unnest(p_groups) AS x(group_id)
-                    WHERE CASE WHEN x.group_id ~ c_own_group
-                               THEN substr(x.group_id, 5)::numeric
-                                    > (SELECT s.last_value - CASE WHEN s.is_called
-                                                                  THEN 0 ELSE 1 END
-                                         FROM @schema@.transport_messages_seq_seq s)
-                          END) THEN
-            RAISE EXCEPTION 'harel_publish: group ids of the form own: and 19 digits are reserved for jobs without a group'
-                USING ERRCODE = '22023';
+        IF v_count = 1 THEN
+            IF p_groups[1] ~ c_own_group THEN
+                p_groups[1] := NULL;
+            END IF;
+        ELSE
+            SELECT array_agg(CASE WHEN x.group_id ~ c_own_group THEN NULL ELSE x.group_id END
+                             ORDER BY x.ord)
+              INTO p_groups
+              FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord);
         END IF;
     END IF;
 
@@ -316,8 +319,8 @@ BEGIN
 
     -- A batch of messages without a group (the bulk load): one row each, by a plain
     -- INSERT. No other row can hold these names: they are made of seqs drawn just now, and
-    -- callers cannot name a group after a seq not given out yet (the check above;
-    -- migration 0010 moved the sequence past any a caller had used). So no ON CONFLICT,
+    -- only this function names groups so (see above; migration 0010 moved the sequence past
+    -- any name a caller had used before). So no ON CONFLICT,
     -- whose speculative insertion (a probe of the key and a second write per row) made a
     -- 20,000-job insert 1.5 times as costly, and no sort: the names are in seq order.
     IF v_all_own THEN

@@ -14,6 +14,13 @@
 -- The job goes to p_queue (NULL: the default queue) and, with p_unique_key, is unique like
 -- any other (migration 0005): a tick whose job is a duplicate of a queued one still counts
 -- as fired, and the result is the holder's id negated.
+--
+-- What a role with EXECUTE on it can do: enqueue any job (kind, payload, group, queue, as
+-- harel_publish checks them) once per new tick of a schedule name, a tick being any time
+-- after the schedule's last one and not ahead of the database's clock; so grant it only to
+-- roles you would let enqueue. It cannot fire a tick twice, and a schema holds at most
+-- 1,000 schedules: a new name past that is refused (SQLSTATE 54000; an operator removes
+-- old ones with harel_delete_schedule).
 CREATE OR REPLACE FUNCTION @schema@.harel_schedule_fire(
     p_name      TEXT,
     p_spec      TEXT,
@@ -36,6 +43,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_id BIGINT;
+    c_max_schedules CONSTANT INT := 1000;
 BEGIN
     IF p_name IS NULL OR octet_length(p_name) NOT BETWEEN 1 AND 255
        OR p_spec IS NULL OR octet_length(p_spec) > 1024 THEN
@@ -45,6 +53,15 @@ BEGIN
 
     IF p_tick > clock_timestamp() + interval '1 second' THEN
         RETURN 0::bigint;
+    END IF;
+
+    -- a new name: only under the cap (concurrent declarations of new names may pass it by a
+    -- few; it bounds what the table holds, not an exact count)
+    IF NOT EXISTS (SELECT 1 FROM @schema@.schedules s WHERE s.name = p_name)
+       AND (SELECT count(*) FROM (SELECT 1 FROM @schema@.schedules s
+                                   LIMIT c_max_schedules) AS c) >= c_max_schedules THEN
+        RAISE EXCEPTION 'harel_schedule_fire: a schema holds at most 1000 schedules (delete the ones no worker declares any more)'
+            USING ERRCODE = '54000';
     END IF;
 
     IF p_tick IS NULL THEN

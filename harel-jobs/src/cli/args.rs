@@ -391,9 +391,29 @@ pub(crate) enum QueuesCommand {
 /// `schedules …`
 #[derive(Debug, Subcommand)]
 pub(crate) enum SchedulesCommand {
-    /// The periodic schedules workers declared, with their last and next tick.
-    #[command(after_help = "Example:\n  harel-jobs schedules list")]
-    List,
+    /// The periodic schedules workers declared, with their last and next tick, by name.
+    #[command(after_help = "\
+Examples:
+  harel-jobs schedules list
+  harel-jobs schedules list --after nightly-report --limit 100")]
+    List {
+        /// Start after this schedule name (the cursor the previous page printed).
+        #[arg(long)]
+        after: Option<String>,
+        /// At most this many schedules (1 to 1000; a schema holds at most 1000).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// Forget a schedule no worker declares any more (its last tick with it; asks first
+    /// unless --yes).
+    #[command(after_help = "Example:\n  harel-jobs schedules delete old-nightly-report --yes")]
+    Delete {
+        /// The schedule's name.
+        name: String,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
 }
 
 /// The longest duration accepted: 100 years.

@@ -22,7 +22,7 @@ use crate::dead_letters::{DeadLetter, DeadLetterQuery};
 use crate::enqueue::JobId;
 use crate::groups::{GroupQuery, GroupRank};
 use crate::migrate::{SCHEMA_VERSION, check_schema};
-use crate::queue::{CancelOutcome, JobQuery, Queue, StateFilter};
+use crate::queue::{CancelOutcome, JobQuery, Queue, ScheduleQuery, StateFilter};
 use crate::schema::Schema;
 
 /// Where results go: JSON (one object) or text for people, on stdout.
@@ -142,7 +142,12 @@ async fn dispatch(command: Command, queue: &Queue, out: &Printer) -> Result<(), 
                 format!("queue {name}: {}\n", QueueView::status(&info))
             })
         }
-        Command::Schedules(SchedulesCommand::List) => schedules(queue, out).await,
+        Command::Schedules(SchedulesCommand::List { after, limit }) => {
+            schedules(queue, out, after, limit).await
+        }
+        Command::Schedules(SchedulesCommand::Delete { name, yes }) => {
+            schedules_delete(queue, out, name, yes).await
+        }
         #[cfg(feature = "dashboard")]
         Command::Dashboard(args) => super::serve::serve(queue, args).await,
     }
@@ -601,11 +606,52 @@ async fn queues_depth(queue: &Queue, out: &Printer) -> Result<(), CliError> {
     })
 }
 
-async fn schedules(queue: &Queue, out: &Printer) -> Result<(), CliError> {
-    let schedules = queue.schedules().await?;
-    let views: Vec<ScheduleView> = schedules.iter().map(ScheduleView::new).collect();
-    out.emit(&json!({ "schedules": views }), || {
-        ScheduleView::table(&schedules).render("no schedules")
+async fn schedules(
+    queue: &Queue,
+    out: &Printer,
+    after: Option<String>,
+    limit: u32,
+) -> Result<(), CliError> {
+    let mut query = ScheduleQuery::new().limit(limit);
+    if let Some(after) = after {
+        query = query.after(after);
+    }
+    let page = queue.schedules(&query).await?;
+    let views: Vec<ScheduleView> = page.schedules.iter().map(ScheduleView::new).collect();
+    out.emit(
+        &json!({ "schedules": views, "next": page.next, "total": page.total }),
+        || {
+            let mut text = ScheduleView::table(&page.schedules).render("no schedules");
+            text.push_str(&more(
+                page.schedules.len(),
+                "--after",
+                page.next.as_deref().map(shell_word),
+            ));
+            text
+        },
+    )
+}
+
+async fn schedules_delete(
+    queue: &Queue,
+    out: &Printer,
+    name: String,
+    yes: bool,
+) -> Result<(), CliError> {
+    confirm(
+        &format!(
+            "Forget the schedule {}? A worker that still declares it records it again, as new.",
+            shell_word(&name)
+        ),
+        yes,
+    )?;
+    let deleted = queue.delete_schedule(&name).await?;
+    out.emit(&json!({ "deleted": deleted, "name": name }), || {
+        if deleted {
+            format!("deleted the schedule {}\n", shell_word(&name))
+        } else {
+            format!("no schedule is named {}\n", shell_word(&name))
+        }
     })
 }
 

@@ -14,7 +14,7 @@ use crate::dead_letters::{DeadLetter, DeadLetterQuery};
 use crate::enqueue::JobId;
 use crate::groups::{GroupInfo, GroupQuery, GroupRank};
 use crate::inspect::Count;
-use crate::queue::{JobInfo, JobQuery, JobState, StateFilter};
+use crate::queue::{JobInfo, JobQuery, JobState, ScheduleQuery, StateFilter};
 use crate::queue_control::LevelDepth;
 
 /// Rows a list page shows.
@@ -172,12 +172,13 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         )
         .await?;
     let depth = ctx.queue.depth().await?;
-    let schedules = ctx.queue.schedules().await?;
-    let next_tick = schedules.iter().filter_map(|s| s.next_tick).min();
+    // (a schema holds at most MAX_SCHEDULES: one page has them all)
+    let schedules = ctx.queue.schedules(&ScheduleQuery::new()).await?;
+    let next_tick = schedules.schedules.iter().filter_map(|s| s.next_tick).min();
     let throughput = ctx.queue.throughput(CHART_MINUTES).await?;
     let workers = ctx
         .queue
-        .workers(std::time::Duration::from_secs(5 * 60))
+        .workers(std::time::Duration::from_secs(5 * 60), WORKERS_SHOWN)
         .await?;
     let mut body = String::from("<div class=\"cards\">");
     body.push_str(&count_card("Jobs in the queue", stats.jobs, false));
@@ -193,7 +194,7 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         "<div class=\"card\"><div class=\"label\">Queue</div><div class=\"value\">{}</div>\
          <div class=\"hint\">{} schedule(s){}</div></div>",
         if stats.is_idle() { "idle" } else { "busy" },
-        schedules.len(),
+        schedules.total,
         next_tick.map_or_else(String::new, |at| format!(", next tick {}", time(at))),
     ));
     body.push_str("</div>");
@@ -297,23 +298,21 @@ const CHART_MINUTES: u32 = 30;
 fn chart(minutes: &[crate::fleet::ThroughputMinute]) -> String {
     const WIDTH: u64 = 900;
     const HEIGHT: u64 = 140;
-    let total: u64 = minutes
-        .iter()
-        .map(|m| m.succeeded + m.failed + m.dead)
-        .sum();
-    let peak = minutes
-        .iter()
-        .map(|m| m.succeeded + m.failed + m.dead)
-        .max()
-        .unwrap_or(0)
-        .max(1);
+    // (saturating: the counts are what worker roles reported, whatever they are)
+    let all = |m: &crate::fleet::ThroughputMinute| {
+        m.succeeded.saturating_add(m.failed).saturating_add(m.dead)
+    };
+    let total: u64 = minutes.iter().map(all).fold(0, u64::saturating_add);
+    let peak = minutes.iter().map(all).max().unwrap_or(0).max(1);
+    // a bar's height in the chart: `n` of `peak`, in u128 (no overflow), at most `HEIGHT - 20`
+    let scaled = |n: u64| (u128::from(n) * u128::from(HEIGHT - 20) / u128::from(peak)) as u64;
     let slot = WIDTH / (minutes.len().max(1) as u64);
     let mut bars = String::new();
     for (n, minute) in minutes.iter().enumerate() {
         let x = n as u64 * slot + 1;
         let w = slot.saturating_sub(2).max(1);
-        let ok = minute.succeeded * (HEIGHT - 20) / peak;
-        let bad = (minute.failed + minute.dead) * (HEIGHT - 20) / peak;
+        let ok = scaled(minute.succeeded);
+        let bad = scaled(minute.failed.saturating_add(minute.dead)).min(HEIGHT - 20 - ok);
         let title = format!(
             "{}: {} succeeded, {} failed, {} dead",
             minute.minute.format("%H:%M"),
@@ -347,13 +346,24 @@ fn chart(minutes: &[crate::fleet::ThroughputMinute]) -> String {
     )
 }
 
-fn workers_table(workers: &[crate::fleet::WorkerInfo]) -> String {
-    let rows: Vec<Vec<String>> = workers
+/// How many pools the overview shows, and of each, how many queue names.
+const WORKERS_SHOWN: u32 = 50;
+const WORKER_QUEUES_SHOWN: usize = 10;
+
+fn workers_table(list: &crate::fleet::WorkerList) -> String {
+    let rows: Vec<Vec<String>> = list
+        .workers
         .iter()
         .map(|worker| {
+            let shown = worker.queues.len().min(WORKER_QUEUES_SHOWN);
+            let more = (worker.queue_count as usize).saturating_sub(shown);
+            let mut queues = escape(&worker.queues[..shown].join(", "));
+            if more > 0 {
+                queues.push_str(&format!(" and {more} more"));
+            }
             vec![
                 escape(&format!("{} (pid {})", worker.host, worker.pid)),
-                escape(&worker.queues.join(", ")),
+                queues,
                 format!("{} / {}", worker.running, worker.concurrency),
                 worker.succeeded.to_string(),
                 worker.failed.to_string(),
@@ -365,7 +375,7 @@ fn workers_table(workers: &[crate::fleet::WorkerInfo]) -> String {
             ]
         })
         .collect();
-    table(
+    let mut html = table(
         &[
             "Worker pool",
             "Queues",
@@ -378,7 +388,15 @@ fn workers_table(workers: &[crate::fleet::WorkerInfo]) -> String {
         ],
         &rows,
         "No worker pool reported in the last 5 minutes.",
-    )
+    );
+    if list.not_shown() > 0 {
+        html.push_str(&format!(
+            "<p class=\"muted\" id=\"workers-not-shown\">{} more pool(s) reported in the last 5 \
+             minutes and are not shown (the {WORKERS_SHOWN} longest running are).</p>",
+            list.not_shown()
+        ));
+    }
+    html
 }
 
 /// The filters of `/jobs`.
@@ -1052,10 +1070,24 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
     Ok(ctx.render(&shell, &body))
 }
 
-/// `/schedules`: the periodic schedules and their ticks.
-pub(crate) async fn schedules(State(ctx): State<Ctx>) -> PageResult {
-    let schedules = ctx.queue.schedules().await?;
+/// The cursor of `/schedules`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct SchedulesPage {
+    after: Option<String>,
+}
+
+/// `/schedules`: the periodic schedules and their ticks, [`PAGE_SIZE`] a page by name.
+pub(crate) async fn schedules(
+    State(ctx): State<Ctx>,
+    Query(page): Query<SchedulesPage>,
+) -> PageResult {
+    let mut query = ScheduleQuery::new().limit(PAGE_SIZE);
+    if let Some(after) = page.after.filter(|a| !a.is_empty()) {
+        query = query.after(after);
+    }
+    let schedules = ctx.queue.schedules(&query).await?;
     let rows: Vec<Vec<String>> = schedules
+        .schedules
         .iter()
         .map(|s| {
             vec![
@@ -1067,7 +1099,7 @@ pub(crate) async fn schedules(State(ctx): State<Ctx>) -> PageResult {
             ]
         })
         .collect();
-    let body = table(
+    let mut body = table(
         &[
             "Name",
             "Schedule",
@@ -1078,6 +1110,16 @@ pub(crate) async fn schedules(State(ctx): State<Ctx>) -> PageResult {
         &rows,
         "No periodic schedules.",
     );
+    body.push_str(&format!(
+        "<p class=\"muted\" id=\"schedules-total\">{} schedule(s) in all.</p>",
+        schedules.total
+    ));
+    if let Some(next) = schedules.next {
+        body.push_str(&format!(
+            "<p class=\"pager\"><a href=\"{}\">Next page →</a></p>",
+            escape(&ctx.href(&format!("/schedules?after={}", query_value(&next))))
+        ));
+    }
     let shell = ctx.shell("Schedules", "/schedules", &Done::default());
     Ok(ctx.render(&shell, &body))
 }

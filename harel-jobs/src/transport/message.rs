@@ -381,8 +381,8 @@ pub fn own_group(seq: i64) -> String {
 }
 
 /// Whether `group` has the form [`own_group`] gives: a caller cannot enqueue into such a
-/// group (`harel_publish` refuses those of ids not given out yet), so the database can
-/// insert the groups of a batch of jobs without a group knowing that none exists yet.
+/// group (`harel_publish` takes one from a raw call as no group at all), so the database
+/// can insert the groups of a batch of jobs without a group knowing that none exists yet.
 fn is_own_group(group: &str) -> bool {
     group
         .strip_prefix("own:")

@@ -86,6 +86,11 @@ pub struct ClaimRequest {
     pub limit: u32,
     /// The queue to claim from (`None`: [`DEFAULT_QUEUE`]).
     pub queue: Option<String>,
+    /// How long the claim may wait on the server for the claims of a queue with a
+    /// concurrency or rate limit that run before it (they take turns); past it the claim
+    /// returns nothing. `None`: 10 seconds. Set it below the time the caller itself waits
+    /// for the answer, so that a claim the caller gave up on never leases anything later.
+    pub max_wait: Option<Duration>,
 }
 
 impl ClaimRequest {
@@ -97,7 +102,15 @@ impl ClaimRequest {
             min_priority: Priority::LOWEST,
             limit: 1,
             queue: None,
+            max_wait: None,
         }
+    }
+
+    /// Sets how long the claim may wait for the claims of a limited queue before it (see
+    /// [`max_wait`](Self::max_wait)).
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
     }
 
     /// Sets the queue to claim from.
@@ -180,7 +193,7 @@ impl Statements {
             ),
             claim: render(
                 "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at, trace_context \
-                 FROM @schema@.harel_claim($1, $2, $3, $4, $5, $6)",
+                 FROM @schema@.harel_claim($1, $2, $3, $4, $5, $6, $7)",
             ),
             settle: render(
                 "SELECT seq, outcome \
@@ -437,6 +450,11 @@ impl Transport {
             .bind(i32::from(request.min_priority.get()))
             .bind(hint)
             .bind(request.queue.as_deref().unwrap_or(DEFAULT_QUEUE))
+            .bind(request.max_wait.map(|wait| {
+                i32::try_from(wait.as_millis())
+                    .unwrap_or(i32::MAX)
+                    .min(3_600_000)
+            }))
             .persistent(self.persistent)
             .fetch_all(executor)
             .await?;

@@ -207,7 +207,8 @@ impl OwnConnection {
     }
 
     /// A connection of our own, never borrowed, with the server's default commit setting:
-    /// for session state that must not leak into the pool (advisory locks).
+    /// for work that must not run on a pooled connection (`VACUUM`, which cannot run in a
+    /// transaction, and may outlast the call that started it).
     pub fn never_borrowed(pool: &PgPool) -> Self {
         Self {
             fallback: None,

@@ -5,128 +5,113 @@
 //! `telemetry.rs`), so that a dashboard summing over processes does not count the queue once
 //! per worker.
 //!
-//! The sampler is elected by a session advisory lock (`harel-jobs depth <schema>`) held on a
-//! connection of its own, opened only once elected and kept for as long as it samples: a
-//! lock on a connection nobody else uses, so it cannot outlive its holder the way a lock on a
-//! pooled connection would, and a worker that dies (or whose connection breaks) frees it for
-//! the next one within one period. The others only probe, every period, with one
-//! `pg_try_advisory_xact_lock` on a pool connection, a statement-long lock that fails while
-//! a sampler holds the session lock.
-//!
-//! Behind a transaction pooler a session lock cannot be held through the pooler: the
-//! sampler's connection goes to the direct LISTEN connection's server
-//! (`WorkerBuilder::listen_connect_options`), and without one no worker of that pool
-//! samples (logged once).
+//! The sampler is elected by `harel_elect` (migration 0011): a lease on the `depth` row of
+//! the schema's `elections` table, taken by a pool when nobody holds it or its holder's lease
+//! ran out, and renewed at each sample for [`HOLD`]. A sampler that dies stops renewing, and
+//! another pool takes over within `HOLD` and a period. Each period is one short call on a
+//! pool connection (behind a transaction pooler, in a transaction of its own, with unnamed
+//! statements): no session state, no transaction left open, and nothing that a login
+//! outside the queue's roles can hold (the advisory lock this used to be was a key any login
+//! of the server could take, and keep every pool from sampling).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgConnectOptions;
-use sqlx::{Connection, PgConnection};
+use sqlx::AssertSqlSafe;
 
 use super::Shared;
-use super::connection::bounded;
+use super::connection::{Checkout, bounded};
+use super::maintain::Read;
 use crate::error::DatabaseError;
 
-/// How often the elected worker samples the depth, and the others probe for a vacancy.
+/// How often the elected worker samples the depth, and the others ask for the election.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 
-/// Samples the depth while elected; probes for the election otherwise. Ends when `stop`
-/// fires.
+/// How long an election lasts unless renewed: a few periods, so that a slow sample or a
+/// missed period does not hand the gauges to another pool.
+const HOLD: Duration = Duration::from_secs(25);
+
+/// Samples the depth while elected; asks for the election otherwise. Ends when `stop`
+/// fires, giving the election up.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let config = &shared.config;
-    let options: PgConnectOptions = if config.transaction_pooler {
-        match &config.listen_options {
-            Some(listen) => listen.0.clone(),
-            None => {
+    let limit = shared.config.database_timeout;
+    let mut elected = false;
+    loop {
+        match bounded(limit, elect(&shared, HOLD)).await {
+            Ok(now_elected) => {
+                if now_elected && !elected {
+                    tracing::debug!(
+                        schema = shared.config.schema.name(),
+                        "sampling the queue depth"
+                    );
+                }
+                elected = now_elected;
+            }
+            Err(error) if error.is_permission_denied() => {
                 tracing::info!(
-                    schema = config.schema.name(),
-                    "behind a transaction pooler without a direct connection \
-                     (listen_connect_options): this pool does not sample the queue depth gauges"
+                    schema = shared.config.schema.name(),
+                    error = %error,
+                    "this role may not take part in the depth sampler's election \
+                     (harel_elect): this pool sets no queue depth gauges"
                 );
                 return;
             }
-        }
-    } else {
-        (*shared.pool.connect_options()).clone()
-    };
-    let key = format!("harel-jobs depth {}", config.schema.name());
-    let limit = config.database_timeout;
-    let mut sampler: Option<PgConnection> = None;
-    loop {
-        if sampler.is_none() && bounded(limit, vacant(&shared, &key)).await.unwrap_or(false) {
-            sampler = bounded(limit, elect(&options, &key)).await.ok().flatten();
-            if sampler.is_some() {
-                tracing::debug!(schema = config.schema.name(), "sampling the queue depth");
+            Err(error) => {
+                tracing::debug!(error = %error, "the depth sampler's election failed");
+                elected = false;
             }
         }
-        if let Some(connection) = sampler.as_mut() {
-            match bounded(limit, sample(connection, &config.schema)).await {
-                Ok(()) => {}
-                Err(error) => {
-                    // the connection (and with it the lock) is dropped: another worker, or
-                    // this one at its next probe, takes over
-                    tracing::debug!(error = %error, "sampling the queue depth failed");
-                    sampler = None;
-                }
-            }
+        if elected && let Err(error) = bounded(limit, sample(&shared)).await {
+            tracing::debug!(error = %error, "sampling the queue depth failed");
         }
         tokio::select! {
             () = stop.cancelled() => break,
             () = tokio::time::sleep(SAMPLE_EVERY) => {}
         }
     }
-    if let Some(connection) = sampler {
-        let _ = tokio::time::timeout(limit, connection.close()).await;
-    }
-}
-
-/// One sample on the sampler's connection: the schema's figures first, so that they are
-/// set even if the per-queue read fails.
-async fn sample(
-    connection: &mut PgConnection,
-    schema: &crate::Schema,
-) -> Result<(), DatabaseError> {
-    let stats = crate::QueueStats::fetch(&mut *connection, schema).await?;
-    crate::telemetry::depth(schema, &stats);
-    // a connection of its own, never behind a transaction pooler: prepared once, kept
-    let queues = crate::queue_control::queues_on(&mut *connection, schema, true).await?;
-    crate::telemetry::queue_depth(schema, &queues);
-    Ok(())
-}
-
-/// Whether no worker holds the sampler's lock now (a statement-long probe on a pool
-/// connection).
-async fn vacant<S>(shared: &Shared<S>, key: &str) -> Result<bool, DatabaseError> {
-    sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(key)
-        .persistent(!shared.config.transaction_pooler)
-        .fetch_one(&shared.pool)
-        .await
-        .map_err(DatabaseError::new)
-}
-
-/// A connection of its own holding the sampler's session lock, or `None` if another worker
-/// took it first.
-async fn elect(
-    options: &PgConnectOptions,
-    key: &str,
-) -> Result<Option<PgConnection>, DatabaseError> {
-    let mut connection = PgConnection::connect_with(options)
-        .await
-        .map_err(DatabaseError::new)?;
-    let elected: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
-        .bind(key)
-        .fetch_one(&mut connection)
-        .await
-        .map_err(DatabaseError::new)?;
     if elected {
-        Ok(Some(connection))
-    } else {
-        let _ = connection.close().await;
-        Ok(None)
+        // hand over at once rather than after the lease (best effort)
+        let _ = bounded(limit, elect(&shared, Duration::ZERO)).await;
     }
+}
+
+/// Takes or renews the election for `hold` (zero: gives it up). Returns whether this pool
+/// holds it.
+async fn elect<S>(shared: &Shared<S>, hold: Duration) -> Result<bool, DatabaseError> {
+    let pooler = shared.config.transaction_pooler;
+    let mut pooled = Checkout::acquire(&shared.pool).await?;
+    let mut unit = Read::begin(pooled.connection(), pooler).await?;
+    let elected: bool = sqlx::query_scalar(AssertSqlSafe(
+        shared
+            .config
+            .schema
+            .render("SELECT @schema@.harel_elect('depth', $1, $2)"),
+    ))
+    .bind(shared.worker_id)
+    .bind(i64::try_from(hold.as_millis()).unwrap_or(i64::MAX))
+    .persistent(!pooler)
+    .fetch_one(unit.connection())
+    .await?;
+    unit.finish().await?;
+    pooled.done();
+    Ok(elected)
+}
+
+/// One sample on a pool connection: the schema's figures first, so that they are set even
+/// if the per-queue read fails.
+async fn sample<S>(shared: &Shared<S>) -> Result<(), DatabaseError> {
+    let schema = &shared.config.schema;
+    let pooler = shared.config.transaction_pooler;
+    let mut pooled = Checkout::acquire(&shared.pool).await?;
+    let mut unit = Read::begin(pooled.connection(), pooler).await?;
+    let stats = crate::QueueStats::fetch(unit.connection(), schema).await?;
+    crate::telemetry::depth(schema, &stats);
+    let queues = crate::queue_control::queues_on(unit.connection(), schema, !pooler).await?;
+    crate::telemetry::queue_depth(schema, &queues);
+    unit.finish().await?;
+    pooled.done();
+    Ok(())
 }

@@ -85,6 +85,9 @@ async fn run_lane<S: Send + Sync + 'static>(
             min_priority: shared.config.min_priority,
             limit: wanted as u32,
             queue: Some(this.queue.to_string()),
+            // the server gives up waiting for a limited queue's turn well before this worker
+            // gives up on the answer: an abandoned claim never leases anything afterwards
+            max_wait: Some(shared.config.database_timeout / 2),
         };
 
         let limit = shared.config.database_timeout;

@@ -42,6 +42,7 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
             min_priority: shared.config.min_priority,
             limit: 1,
             queue: Some(this.queue.to_string()),
+            max_wait: Some(shared.config.database_timeout / 2),
         };
         if let Some(message) = shared.transport.claim(&mut *connection, &request).await? {
             claimed = Some((lane, message));

@@ -10,19 +10,16 @@
 //!   dead row versions. The migration tunes autovacuum on these tables to run early and
 //!   often; but where autovacuum is off for the whole server, nothing would clean them. Then
 //!   this task does: every few seconds it reads the tables' dead-row counts and, past a
-//!   threshold, runs `VACUUM` on them. One worker per schema does it at a time (an advisory
-//!   lock), on a connection of its own. While an old snapshot keeps the dead rows, a
+//!   threshold, runs `VACUUM (SKIP_LOCKED)` on them, on a connection of its own: a table
+//!   another worker (or autovacuum) is vacuuming is locked, and skipped, so the vacuum is
+//!   its own election. (It used to be elected by an advisory lock, a key any login of the
+//!   server could take and hold.) While an old snapshot keeps the dead rows, a
 //!   `VACUUM` removes nothing and still reads the whole (growing) tables: the task then waits
 //!   longer after each such run (see [`VacuumPace`]), and tries again early once the oldest
 //!   running transaction it can see has moved on.
 //!
 //! Behind a transaction pooler (`WorkerBuilder::behind_transaction_pooler`) no session
-//! state may be kept: the reads run in a transaction of their own with unnamed statements,
-//! and the vacuum takes no advisory lock (a session lock taken through the pooler would
-//! stay on a server connection the pooler keeps, held for good, and `VACUUM` cannot run in
-//! a transaction, so a transaction-level lock cannot cover it). There, `VACUUM
-//! (SKIP_LOCKED)` is its own election: a table another worker is vacuuming is locked, and
-//! skipped.
+//! state may be kept: the reads run in a transaction of their own with unnamed statements.
 //!
 //! Each database call, the `VACUUM` included, is bounded by the database timeout (a
 //! `VACUUM` abandoned by the worker still runs to its end on the server), and abandoned when
@@ -402,10 +399,10 @@ async fn dead_rows<S>(
     Ok(found)
 }
 
-/// Vacuums `tables` unless another worker holds the schema's maintenance lock. Returns
-/// whether it did. Uses a connection of its own, closed afterwards: the lock is a session
-/// lock, and VACUUM cannot run inside a transaction. Behind a transaction pooler, no lock
-/// (see the module's documentation): `VACUUM (SKIP_LOCKED)` skips what another is at.
+/// Vacuums `tables`, skipping any that another session is vacuuming (`SKIP_LOCKED`: the
+/// election among workers, which no login outside the queue's roles can take part in).
+/// Returns whether it ran. Uses a connection of its own, closed afterwards: `VACUUM` cannot
+/// run inside a transaction.
 async fn vacuum<S>(
     shared: &Shared<S>,
     schema: &crate::Schema,
@@ -414,19 +411,6 @@ async fn vacuum<S>(
     let limit = shared.config.database_timeout;
     let mut own = OwnConnection::never_borrowed(&shared.pool);
     let connection = bounded(limit, own.get()).await?;
-    let key = format!("harel-jobs vacuum {}", schema.name());
-    let elected: bool = if shared.config.transaction_pooler {
-        true
-    } else {
-        let elect = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
-            .bind(&key)
-            .fetch_one(&mut *connection);
-        bounded(limit, elect).await?
-    };
-    if !elected {
-        own.close(limit).await;
-        return Ok(false);
-    }
     // only our fixed table names, in our validated schema
     let names: Vec<String> = tables
         .iter()
@@ -445,8 +429,6 @@ async fn vacuum<S>(
         // maybe abandoned mid-call: drop it rather than send on it
         own.reset();
     }
-    // closing the session releases the advisory lock (dropping it too, once the server
-    // notices)
     own.close(limit).await;
     result?;
     Ok(true)
