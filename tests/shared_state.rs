@@ -285,6 +285,90 @@ async fn a_claim_its_caller_gave_up_on_never_leases_anything() {
     holder.close().await.unwrap();
 }
 
+/// Any login can NOTIFY on the queue's channel (no grant needed): a forged position, taken
+/// by a claim as its hint, does not lower the claim floors (which would make every claim
+/// scan what lies above it); a real one, the position of a group that is there, does.
+#[tokio::test]
+async fn a_forged_notification_does_not_lower_the_claim_floors() {
+    let q = TestQueue::new().await;
+    let (_role, mut stranger) = stranger(&q).await;
+    // the stranger's notification reaches the workers' channel
+    let mut listener = sqlx::postgres::PgListener::connect_with(&q.pool)
+        .await
+        .unwrap();
+    listener.listen(&q.schema.channel()).await.unwrap();
+    sqlx::query("SELECT pg_notify($1, '0')")
+        .bind(q.schema.channel())
+        .execute(&mut stranger)
+        .await
+        .unwrap();
+    let forged = listener.recv().await.unwrap();
+    let position: i64 = forged.payload().parse().unwrap();
+
+    // a claim on an empty queue raises the floors to about now
+    let floors = || async {
+        sqlx::query_scalar::<_, i64>(q.sql(
+            "SELECT min(last_value) FROM (
+                 SELECT last_value FROM @schema@.claim_floor_0 UNION ALL
+                 SELECT last_value FROM @schema@.claim_floor_1 UNION ALL
+                 SELECT last_value FROM @schema@.claim_floor_2 UNION ALL
+                 SELECT last_value FROM @schema@.claim_floor_3 UNION ALL
+                 SELECT last_value FROM @schema@.claim_floor_4) AS f",
+        ))
+        .fetch_one(&q.pool)
+        .await
+        .unwrap()
+    };
+    let hinted_claim = |hint: i64| {
+        sqlx::query(
+            q.sql("SELECT * FROM @schema@.harel_claim(gen_random_uuid(), 60000, 10, 0, $1)"),
+        )
+        .bind(hint)
+        .execute(&q.pool)
+    };
+    sqlx::query(q.sql("SELECT * FROM @schema@.harel_claim(gen_random_uuid(), 60000, 10)"))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    let raised = floors().await;
+    assert!(raised > 0);
+    hinted_claim(position).await.unwrap();
+    assert_eq!(
+        floors().await,
+        raised,
+        "a forged hint moved a floor (the claim scanned from it)"
+    );
+
+    // a real straggler below the floor: its position lowers the floor of its level
+    q.transport
+        .publish(&q.pool, &OutgoingMessage::new("late", "k", "{}"))
+        .await
+        .unwrap();
+    let at: i64 = sqlx::query_scalar(q.sql(
+        "SELECT (extract(epoch FROM available_at) * 1000000)::bigint
+           FROM @schema@.transport_groups WHERE group_id = 'late'",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    sqlx::query(q.sql(
+        "SELECT setval('@schema@.claim_floor_' || l, $1 + 1000000) FROM generate_series(0, 4) AS l",
+    ))
+    .bind(at)
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let claimed: Vec<(String,)> = sqlx::query_as(
+        q.sql("SELECT group_id FROM @schema@.harel_claim(gen_random_uuid(), 60000, 10, 0, $1)"),
+    )
+    .bind(at)
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(claimed, [("late".to_owned(),)]);
+    stranger.close().await.unwrap();
+}
+
 /// `own:` and a seq in 19 digits: the name of the group of that job, when it has none.
 fn own(seq: i64) -> String {
     format!("own:{seq:019}")

@@ -17,7 +17,8 @@
 -- Each level's scan starts at its claim floor (migration 0003), not at the oldest entry of
 -- the index: an old snapshot keeps every dead entry behind the floor, and the scan never
 -- sees them. p_hint (a position in microseconds since the epoch, from a publisher's NOTIFY)
--- lowers the floors: a group its publisher committed after the floor passed it. After its scan the claim raises each level's floor to FLOOR_MARGIN below the oldest
+-- lowers the floors: a group its publisher committed after the floor passed it (only to
+-- the position of a group that is there: see below). After its scan the claim raises each level's floor to FLOOR_MARGIN below the oldest
 -- group it found there (or below now, if the level had none): everything under that is
 -- dead, leased until later, or written by a transaction that commits more than
 -- FLOOR_MARGIN after it wrote (a long application transaction around an enqueue: its
@@ -198,10 +199,18 @@ BEGIN
     v_floor_name := CASE WHEN v_queue = 0 THEN '@schema@.claim_floor_'
                          ELSE '@schema@.claim_floor_q' || v_queue || '_' END;
     -- a hinted group below a floor: lower the floor for good (not only for this claim,
-    -- which may fill up with other groups first)
+    -- which may fill up with other groups first), but only to a group of this queue and
+    -- level that is there at exactly that position: any login can NOTIFY on the channel
+    -- (neither LISTEN nor NOTIFY takes a grant), and a forged position that lowered a
+    -- floor would make the claims scan every dead entry above it (one index probe a level,
+    -- only when a hint is below a floor)
     IF p_hint IS NOT NULL THEN
         FOR l IN p_min_priority..4 LOOP
-            IF p_hint < v_floors[l + 1] THEN
+            IF p_hint < v_floors[l + 1]
+               AND EXISTS (SELECT 1 FROM @schema@.transport_groups g
+                            WHERE g.queue_id = v_queue AND g.priority = l
+                              AND g.available_at = timestamptz 'epoch'
+                                                   + p_hint * interval '1 microsecond') THEN
                 PERFORM setval((v_floor_name || l)::regclass, GREATEST(p_hint, 0));
                 v_floors[l + 1] := GREATEST(p_hint, 0);
             END IF;
