@@ -16,7 +16,7 @@ use harel_jobs::{
     JobOptions, JobResult, PreparedStatements, QueueStats, Worker, WorkerBuilder, WorkerStats,
 };
 use harel_jobs_suite::pgbouncer::PgBouncer;
-use harel_jobs_suite::{TestQueue, database_url};
+use harel_jobs_suite::{TestQueue, capture, database_url};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -591,7 +591,7 @@ async fn without_a_direct_listen_connection_a_pool_through_pgbouncer_polls_and_s
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let _logging = capture::set_default(subscriber);
 
     let bounced = Bounced::new().await;
     let ledger = State::default();

@@ -4,6 +4,7 @@
 //! test ends, even if the test panics, so tests run in parallel and leave nothing behind.
 //! [`TestDatabase`] does the same with a whole database, for the few tests that need one.
 
+pub mod capture;
 pub mod chromium;
 pub mod pgbouncer;
 
