@@ -10,7 +10,7 @@ use harel_jobs::transport::{MAX_TRACE_CONTEXT_BYTES, OutgoingMessage, Transport}
 use harel_jobs::{
     InvalidMessage, JobContext, JobError, JobId, JobResult, PublishError, Queue, WorkerStats, job,
 };
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::{TestQueue, capture};
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TracerProvider};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -43,7 +43,7 @@ impl Otel {
             .with_simple_exporter(exporter.clone())
             .build();
         let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("harel-test"));
-        let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+        let guard = capture::set_default(tracing_subscriber::registry().with(layer));
         Self {
             exporter,
             provider,

@@ -15,8 +15,9 @@ use harel_jobs::{
     Backoff, DeadLetterQuery, DeadLetters, Enqueue, Handler, Job, JobBatch, JobContext, JobError,
     JobOptions, JobResult, PreparedStatements, QueueStats, Worker, WorkerBuilder, WorkerStats,
 };
+use harel_jobs_suite::cluster::{Cluster, ClusterOptions};
 use harel_jobs_suite::pgbouncer::PgBouncer;
-use harel_jobs_suite::{TestQueue, database_url};
+use harel_jobs_suite::{TestQueue, capture, database_url};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -143,8 +144,13 @@ struct Bounced {
 
 impl Bounced {
     async fn new() -> Self {
-        let queue = TestQueue::new().await;
-        let bouncer = PgBouncer::start(SERVER_POOL);
+        Self::new_at(&database_url()).await
+    }
+
+    /// A test queue on the server of `url`, and a PgBouncer in front of that server.
+    async fn new_at(url: &str) -> Self {
+        let queue = TestQueue::new_at(url).await;
+        let bouncer = PgBouncer::start_for(url, SERVER_POOL);
         let pool = pool_through(&bouncer).await;
         Self {
             queue,
@@ -591,7 +597,7 @@ async fn without_a_direct_listen_connection_a_pool_through_pgbouncer_polls_and_s
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let _logging = capture::set_default(subscriber);
 
     let bounced = Bounced::new().await;
     let ledger = State::default();
@@ -620,18 +626,20 @@ async fn without_a_direct_listen_connection_a_pool_through_pgbouncer_polls_and_s
     }
 }
 
+/// On a private cluster started with `autovacuum = off`, whatever the machine's server has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_autovacuum_off_a_pool_through_pgbouncer_vacuums_and_leaves_no_lock_held() {
-    let bounced = Bounced::new().await;
+    let cluster = Cluster::start(ClusterOptions {
+        settings: vec!["autovacuum = off".to_owned()],
+        ..ClusterOptions::default()
+    });
+    let bounced = Bounced::new_at(&cluster.url("postgres")).await;
     let direct = &bounced.queue.pool;
     let autovacuum: String = sqlx::query_scalar("SELECT current_setting('autovacuum')")
         .fetch_one(direct)
         .await
         .unwrap();
-    if autovacuum == "on" {
-        eprintln!("autovacuum is on: the pool does not vacuum, skipping");
-        return;
-    }
+    assert_eq!(autovacuum, "off", "the private cluster's setting");
     let schema = bounced.queue.schema.clone();
     let vacuums = || async {
         let count: i64 = sqlx::query_scalar(

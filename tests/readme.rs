@@ -1,4 +1,5 @@
-//! The README's job example, tested with `harel_jobs::testing` as the README shows it.
+//! The README's job example, tested with `harel_jobs::testing` as the README shows it; and
+//! the README's test command, the one CI runs.
 //!
 //! The README shows the part between the `README:` markers verbatim (its block is `ignore`d
 //! there: it needs the `testing` feature and a database); `the_readme_shows_this_test`
@@ -78,5 +79,50 @@ fn the_readme_shows_this_test() {
     assert!(
         readme.contains(&block),
         "the README's testing example differs from tests/readme.rs; paste this block:\n{block}"
+    );
+}
+
+/// CI (`.ci/run`) runs exactly the README's test command, and that command, CI's clippy and
+/// CI's doc cover every feature: without `--all-features`, tests/opentelemetry.rs and the
+/// `#[cfg(feature = "opentelemetry")]` code were never compiled.
+#[test]
+fn ci_runs_the_readmes_test_command_with_every_feature() {
+    let readme = include_str!("../README.md");
+    let readme_command = readme
+        .lines()
+        .find(|line| line.starts_with("cargo test") && line.contains("# the whole test suite"))
+        .and_then(|line| line.split('#').next())
+        .map(str::trim)
+        .expect("the README's quickstart shows the test command");
+    let ci = include_str!("../.ci/run");
+    let ci_command = ci
+        .lines()
+        .map(str::trim)
+        .rfind(|line| !line.is_empty())
+        .expect(".ci/run ends with a command");
+    assert_eq!(
+        ci_command, readme_command,
+        ".ci/run must end with the README's test command"
+    );
+    assert!(
+        readme_command.contains("--all-features"),
+        "the test command must test every feature: {readme_command}"
+    );
+    for tool in ["cargo clippy", "cargo doc"] {
+        let line = ci
+            .lines()
+            .find(|line| line.contains(tool) && !line.trim_start().starts_with('#'))
+            .unwrap_or_else(|| panic!(".ci/run runs {tool}"));
+        assert!(
+            line.contains("--all-features"),
+            ".ci/run's {tool} must cover every feature: {line}"
+        );
+    }
+    let development = &readme[readme
+        .find("## Development")
+        .expect("a Development section")..];
+    assert!(
+        development.contains(&format!("`{readme_command}`")),
+        "the Development section must show the same test command"
     );
 }

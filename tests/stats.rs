@@ -12,17 +12,39 @@ const LONG: Duration = Duration::from_secs(60);
 
 /// Publishes `n` due jobs, each in a group of its own (`<prefix><i>`), 10,000 per round trip.
 async fn publish(q: &TestQueue, prefix: &str, n: usize) {
-    for start in (0..n).step_by(10_000) {
-        let chunk: Vec<OutgoingMessage> = (start..n.min(start + 10_000))
-            .map(|i| OutgoingMessage::new(format!("{prefix}{i}"), "stats", "{}"))
-            .collect();
-        q.transport.publish_many(&q.pool, &chunk).await.unwrap();
-    }
+    let mut conn = q.pool.acquire().await.unwrap();
+    publish_on(q, &mut conn, prefix, n).await;
 }
 
 /// Runs `sql` (with `@schema@`) on the queue's pool.
 async fn run(q: &TestQueue, sql: &str) {
     sqlx::query(q.sql(sql)).execute(&q.pool).await.unwrap();
+}
+
+/// [`publish`] on one connection.
+async fn publish_on(q: &TestQueue, conn: &mut PgConnection, prefix: &str, n: usize) {
+    for start in (0..n).step_by(10_000) {
+        let chunk: Vec<OutgoingMessage> = (start..n.min(start + 10_000))
+            .map(|i| OutgoingMessage::new(format!("{prefix}{i}"), "stats", "{}"))
+            .collect();
+        q.transport.publish_many(&mut *conn, &chunk).await.unwrap();
+    }
+}
+
+/// [`run`] on one connection.
+async fn run_on(q: &TestQueue, conn: &mut PgConnection, sql: &str) {
+    sqlx::query(q.sql(sql)).execute(conn).await.unwrap();
+}
+
+/// Makes the row counts of what `conn` wrote visible in `pg_stat_user_tables` now. A
+/// session sends them at most once a second, or within seconds once idle, so an estimate
+/// read just after its writes would depend on timing (PostgreSQL 15 and later; the
+/// statistics are sent before the answer to this statement).
+async fn flush_statistics(conn: &mut PgConnection) {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(conn)
+        .await
+        .unwrap();
 }
 
 /// Pages of one of the queue's tables.
@@ -165,8 +187,13 @@ async fn fifty_thousand_dead_rows_under_a_held_snapshot_do_not_make_the_fetch_re
     let (stats, _) = fetch_counting_blocks(&q, &mut dashboard).await;
     assert!(stats.is_idle());
 
+    // every write on one connection whose statistics are flushed before the fetch: the
+    // estimates then count every insert and delete, however fast the test ran (with the
+    // writes on the pool, `jobs` was 450 or 50,000 depending on which session had sent its
+    // counts yet)
+    let mut writer = PgConnection::connect(&url).await.unwrap();
     let dead = 50_000;
-    publish(&q, "old", dead).await;
+    publish_on(&q, &mut writer, "old", dead).await;
     let mut holder = PgConnection::connect(&url).await.unwrap();
     sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .execute(&mut holder)
@@ -179,17 +206,19 @@ async fn fifty_thousand_dead_rows_under_a_held_snapshot_do_not_make_the_fetch_re
         .unwrap();
     // what a claim and an ack of each job write: the group row updated (leased), then the
     // message and the group row deleted
-    run(
+    run_on(
         &q,
+        &mut writer,
         "UPDATE @schema@.transport_groups
             SET available_at = now() + interval '30 seconds', locked_by = gen_random_uuid()",
     )
     .await;
-    run(&q, "DELETE FROM @schema@.transport_messages").await;
-    run(&q, "DELETE FROM @schema@.transport_groups").await;
+    run_on(&q, &mut writer, "DELETE FROM @schema@.transport_messages").await;
+    run_on(&q, &mut writer, "DELETE FROM @schema@.transport_groups").await;
     // a live backlog behind the dead rows
     let live = 500;
-    publish(&q, "new", live).await;
+    publish_on(&q, &mut writer, "new", live).await;
+    flush_statistics(&mut writer).await;
 
     let window = 2 * i64::from(QueueStats::WINDOW_PAGES);
     let messages_pages = pages(&q, "transport_messages").await;

@@ -7,7 +7,7 @@ use harel_jobs::transport::{
     ClaimRequest, ClaimedMessage, Lease, LeaseOutcome, OutgoingMessage, Receipt, Settlement,
 };
 use harel_jobs::{ConnectConfig, ConnectError, Schema, connect_with, migrate_schema};
-use harel_jobs_suite::{TestDatabase, TestQueue, database_url, pool_with};
+use harel_jobs_suite::{TestDatabase, TestQueue, capture, database_url, pool_with};
 use sqlx::{AssertSqlSafe, Connection};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
@@ -16,7 +16,9 @@ const LONG: Duration = Duration::from_secs(60);
 // ---------------------------------------------------------------------------------------
 // 14. the claim's plan
 
-/// Collects the PostgreSQL notices sqlx reports (as `tracing` events) on this thread.
+/// Collects the PostgreSQL notices sqlx reports (as `tracing` events) on this thread,
+/// installed with `capture::set_default` (tracing's own loses them when another test's
+/// thread reaches sqlx's notice call site first: see tests/support/capture.rs).
 #[derive(Clone, Default)]
 struct Notices(Arc<Mutex<Vec<String>>>);
 
@@ -111,8 +113,7 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
     }
 
     let notices = Notices::default();
-    let _collecting =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
+    let _collecting = capture::set_default(tracing_subscriber::registry().with(notices.clone()));
     let mut conn = Explain {
         nested: true,
         analyze: false,
@@ -213,8 +214,7 @@ async fn operator_lookups_read_by_key_with_50000_groups() {
     .await
     .unwrap();
     let notices = Notices::default();
-    let _collecting =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
+    let _collecting = capture::set_default(tracing_subscriber::registry().with(notices.clone()));
     let mut conn = Explain {
         nested: false,
         analyze: true,
@@ -318,8 +318,7 @@ async fn a_held_snapshot_does_not_slow_the_claim() {
     const CHURNED: usize = 20_000;
     let q = TestQueue::new().await;
     let notices = Notices::default();
-    let _collecting =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
+    let _collecting = capture::set_default(tracing_subscriber::registry().with(notices.clone()));
 
     let mut holder = hold_a_snapshot().await;
     let messages: Vec<OutgoingMessage> = (0..CHURNED)
@@ -414,8 +413,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
     const CHURNED: usize = 6_000;
     let q = TestQueue::new().await;
     let notices = Notices::default();
-    let _collecting =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
+    let _collecting = capture::set_default(tracing_subscriber::registry().with(notices.clone()));
 
     let mut holder = hold_a_snapshot().await;
     // half with a group of their own (inline), half in 60 groups of 50 (transport_messages)
@@ -678,8 +676,7 @@ async fn batch_plans(waiting: usize) -> Vec<String> {
         .unwrap();
 
     let notices = Notices::default();
-    let _collecting =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(notices.clone()));
+    let _collecting = capture::set_default(tracing_subscriber::registry().with(notices.clone()));
     let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
     // past PL/pgSQL's five custom plans, so the cached generic plan is the one checked
     for round in 0..7 {

@@ -11,7 +11,7 @@ use harel_jobs::{
     Backoff, Count, DeadLetterQuery, DeadLetters, Handler, InjectedFault, Job, JobBatch,
     JobContext, JobOptions, JobResult, QueueStats, Worker, WorkerBuilder, WorkerError, WorkerTask,
 };
-use harel_jobs_suite::{TestDatabase, TestQueue, pool_with};
+use harel_jobs_suite::{TestDatabase, TestQueue, capture, pool_with};
 use serde::{Deserialize, Deserializer, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, PgPool};
@@ -408,7 +408,7 @@ impl LogCapture {
             .with_ansi(false)
             .with_max_level(tracing::Level::INFO)
             .finish();
-        tracing::subscriber::set_default(subscriber)
+        capture::set_default(subscriber)
     }
 
     fn text(&self) -> String {

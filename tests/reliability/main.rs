@@ -12,7 +12,6 @@
 #![allow(clippy::await_holding_lock)]
 
 mod checks;
-mod cluster;
 mod fleet;
 mod jobs;
 
@@ -32,6 +31,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use harel_jobs::JobBatch;
+// the private clusters are shared with other tests (tests/support/cluster.rs); the scenarios
+// name them `crate::cluster::…`
+use harel_jobs_suite::cluster;
 use sqlx::{AssertSqlSafe, PgPool};
 
 use cluster::{Cluster, ClusterOptions};

@@ -4,7 +4,9 @@
 //! test ends, even if the test panics, so tests run in parallel and leave nothing behind.
 //! [`TestDatabase`] does the same with a whole database, for the few tests that need one.
 
+pub mod capture;
 pub mod chromium;
+pub mod cluster;
 pub mod pgbouncer;
 
 use std::time::Duration;
@@ -65,7 +67,13 @@ pub struct TestQueue {
 impl TestQueue {
     /// A fresh, migrated queue.
     pub async fn new() -> Self {
-        let queue = Self::unmigrated().await;
+        Self::new_at(&database_url()).await
+    }
+
+    /// A fresh, migrated queue on the server and database of `url` (a private
+    /// [`cluster::Cluster`], for instance).
+    pub async fn new_at(url: &str) -> Self {
+        let queue = Self::unmigrated_at(url).await;
         harel_jobs::migrate_schema(&queue.pool, &queue.schema)
             .await
             .expect("migrate");
@@ -74,7 +82,12 @@ impl TestQueue {
 
     /// A schema name reserved for this test, nothing created yet (the drop still cleans up).
     pub async fn unmigrated() -> Self {
-        let url = database_url();
+        Self::unmigrated_at(&database_url()).await
+    }
+
+    /// [`TestQueue::unmigrated`] on the server and database of `url`.
+    pub async fn unmigrated_at(url: &str) -> Self {
+        let url = url.to_owned();
         let pool = pool_with(&url, 20).await;
         let schema = Schema::new(&unique_name("t")).expect("valid schema name");
         let transport = Transport::new(schema.clone());

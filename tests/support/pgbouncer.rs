@@ -36,10 +36,14 @@ impl PgBouncer {
     /// Starts a PgBouncer in transaction pooling mode in front of `DATABASE_URL`'s server,
     /// with a server pool of `pool_size` connections per database and user.
     pub fn start(pool_size: u32) -> Self {
+        Self::start_for(&database_url(), pool_size)
+    }
+
+    /// [`PgBouncer::start`] in front of the server of `url` (a private
+    /// [`crate::cluster::Cluster`], for instance), for `url`'s user.
+    pub fn start_for(url: &str, pool_size: u32) -> Self {
         let binary = binary();
-        let server: PgConnectOptions = database_url()
-            .parse()
-            .expect("DATABASE_URL must be a postgres url");
+        let server: PgConnectOptions = url.parse().expect("a postgres url");
         let dir = std::env::temp_dir().join(unique_name("harel_pgbouncer"));
         std::fs::create_dir_all(&dir).expect("create pgbouncer's directory");
         let port = free_port();

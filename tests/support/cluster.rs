@@ -1,5 +1,7 @@
 //! A private PostgreSQL cluster in a temporary directory: initdb, start, stop, kill,
-//! restart, without touching the machine's own server.
+//! restart, without touching the machine's own server. The reliability suite
+//! (tests/reliability) runs its scenarios on one each; other tests start one when they need
+//! a server setting the machine's server may not have (`autovacuum = off`, for instance).
 //!
 //! PostgreSQL refuses to run as root, so when the suite runs as root (CI does) every server
 //! command runs as the `postgres` OS user (`runuser -u postgres --`) in a directory that
@@ -19,9 +21,13 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 /// Settings of a private cluster.
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
+    /// The server's `max_connections`.
     pub max_connections: u32,
     /// Extra `pg_hba.conf` lines, placed before the trust lines.
     pub hba_first: Vec<String>,
+    /// Extra `postgresql.conf` lines (`"autovacuum = off"`), after the suite's own, so they
+    /// win.
+    pub settings: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -29,6 +35,7 @@ impl Default for ClusterOptions {
         Self {
             max_connections: 150,
             hba_first: Vec::new(),
+            settings: Vec::new(),
         }
     }
 }
@@ -39,6 +46,7 @@ pub struct Cluster {
     data: PathBuf,
     log: PathBuf,
     bin: PathBuf,
+    /// Its port on 127.0.0.1.
     pub port: u16,
     as_postgres: bool,
 }
@@ -143,7 +151,7 @@ impl Cluster {
         let as_postgres = is_root();
         let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
-            "harel-reliability-{}-{n}-{}",
+            "harel-cluster-{}-{n}-{}",
             std::process::id(),
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         ));
@@ -175,7 +183,7 @@ impl Cluster {
             ],
         );
         let conf = format!(
-            "\n# harel-jobs reliability suite\nport = {port}\nlisten_addresses = '127.0.0.1'\n\
+            "\n# harel-jobs test cluster\nport = {port}\nlisten_addresses = '127.0.0.1'\n\
              unix_socket_directories = '{dir}'\nmax_connections = {max}\n\
              superuser_reserved_connections = 3\nshared_buffers = 128MB\n\
              fsync = on\nsynchronous_commit = on\nlog_min_messages = warning\n\
@@ -185,6 +193,12 @@ impl Cluster {
             max = options.max_connections,
         );
         append(&cluster.data.join("postgresql.conf"), &conf);
+        for setting in &options.settings {
+            append(
+                &cluster.data.join("postgresql.conf"),
+                &format!("{setting}\n"),
+            );
+        }
         if !options.hba_first.is_empty() {
             let hba = cluster.data.join("pg_hba.conf");
             let old = fs::read_to_string(&hba).expect("read pg_hba.conf");
