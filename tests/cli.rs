@@ -266,6 +266,63 @@ async fn a_role_without_the_operators_grants_is_told_which_it_lacks() {
     assert!(run.stderr.contains("Database roles"), "{}", run.stderr);
 }
 
+/// An empty token, or basic auth with an empty user or password, would let anyone in: the
+/// dashboard refuses to start (before it reaches the database or binds the port).
+#[tokio::test]
+async fn the_dashboard_refuses_empty_credentials() {
+    // a migrated schema, so that only the credentials can stop it
+    let q = TestQueue::new().await;
+    let url = database_url();
+    let start = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = cli(&url, &q);
+        command
+            .args(["dashboard", "--listen", "127.0.0.1:0"])
+            .env_remove("HAREL_DASHBOARD_TOKEN")
+            .env_remove("HAREL_DASHBOARD_BASIC_AUTH")
+            // were it to serve, it would not end: a failure, not a hang
+            .timeout(Duration::from_secs(20));
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let output = command.args(args).output().expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            output.status.code().is_some(),
+            "{args:?} {env:?}: it served (killed after 20 s): {stderr}"
+        );
+        (output.status.code().unwrap_or(0), stderr)
+    };
+    /// Arguments, environment, and the credential the message names.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case<'_>] = &[
+        (&[], &[("HAREL_DASHBOARD_TOKEN", "")], "token"),
+        (&[], &[("HAREL_DASHBOARD_TOKEN", "  ")], "token"),
+        (&["--token", ""], &[], "token"),
+        (&["--basic-auth", ":"], &[], "user"),
+        (&["--basic-auth", ":p4ss"], &[], "user"),
+        (&["--basic-auth", " :p4ss"], &[], "user"),
+        (&["--basic-auth", "ops:"], &[], "password"),
+        (&["--basic-auth", "ops: "], &[], "password"),
+        (&[], &[("HAREL_DASHBOARD_BASIC_AUTH", ":")], "user"),
+        (&[], &[("HAREL_DASHBOARD_BASIC_AUTH", "ops:")], "password"),
+    ];
+    for (args, env, what) in cases {
+        let (code, stderr) = start(args, env);
+        assert_eq!(code, 2, "{args:?} {env:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{what} of --basic-auth")) || *what == "token",
+            "{args:?} {env:?}: {stderr}"
+        );
+        assert!(stderr.contains(" is empty"), "{args:?} {env:?}: {stderr}");
+        assert!(!stderr.contains("p4ss"), "{stderr}");
+        assert!(!stderr.contains("http://"), "it served: {stderr}");
+    }
+    // and a malformed --allowed-host
+    let (code, stderr) = start(&["--allowed-host", "http://jobs.internal/"], &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not a URL"), "{stderr}");
+}
+
 #[tokio::test]
 async fn stats_and_jobs_list_show_and_cancel() {
     let q = TestQueue::new().await;

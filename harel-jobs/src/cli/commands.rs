@@ -59,6 +59,11 @@ impl Printer {
 /// the command.
 pub(crate) async fn run(cli: Cli, out: &Printer) -> Result<(), CliError> {
     let schema = Schema::new(&cli.schema)?;
+    // empty credentials and malformed host names: refused before anything is reached
+    #[cfg(feature = "dashboard")]
+    if let Command::Dashboard(args) = &cli.command {
+        super::serve::check(args)?;
+    }
     let url = cli.database_url.as_deref().ok_or(CliError::NoDatabase)?;
     // one command: two connections; a dashboard serves several pages at once
     let connections = if is_dashboard(&cli.command) { 8 } else { 2 };

@@ -40,6 +40,10 @@ pub(crate) enum CliError {
     /// An argument out of range that the grammar let through.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+    /// A malformed `--allowed-host` (or `HAREL_DASHBOARD_ALLOWED_HOSTS` entry).
+    #[cfg(feature = "dashboard")]
+    #[error("invalid argument: --allowed-host: {0}")]
+    InvalidHost(String),
     /// A confirmation was declined, or could not be asked.
     #[error("{0}")]
     NotConfirmed(&'static str),
@@ -63,6 +67,8 @@ impl CliError {
             | Self::Schema(_)
             | Self::InvalidArgument(_)
             | Self::Queue(QueueError::InvalidArgument(_)) => 2,
+            #[cfg(feature = "dashboard")]
+            Self::InvalidHost(_) => 2,
             Self::Connect(ConnectError::InvalidUrl { .. }) => 2,
             _ => 1,
         }
