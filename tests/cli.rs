@@ -266,6 +266,174 @@ async fn a_role_without_the_operators_grants_is_told_which_it_lacks() {
     assert!(run.stderr.contains("Database roles"), "{}", run.stderr);
 }
 
+/// A login granted nothing is told it lacks USAGE on the schema (not that the schema is
+/// not migrated); one with USAGE is told which EXECUTE, SELECT or DELETE it lacks: each
+/// with the role's name and the statement that grants it.
+#[tokio::test]
+async fn a_role_is_told_which_privilege_it_lacks() {
+    let q = TestQueue::new().await;
+    let schema = q.schema.name();
+    let nothing = TestRole::with_grants(&q, &[]).await;
+    for args in [&["stats"][..], &["jobs", "list"], &["dead", "list"]] {
+        let run = fails(&mut cli(&nothing.url, &q), args, 1, "lacks USAGE on schema");
+        assert!(!run.stderr.contains("not migrated"), "{}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!(
+                "role \"{}\" lacks USAGE on schema {schema}",
+                nothing.name
+            )),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains(&format!(
+                "GRANT USAGE ON SCHEMA {schema} TO {}",
+                nothing.name
+            )),
+            "{}",
+            run.stderr
+        );
+    }
+    // the library says so too, to a worker at start-up
+    let pool = harel_jobs_suite::pool_with(&nothing.url, 1).await;
+    let error = harel_jobs::check_schema(&pool, &q.schema)
+        .await
+        .unwrap_err();
+    match &error {
+        harel_jobs::MigrateError::PermissionDenied(missing) => {
+            assert_eq!(missing.role, nothing.name);
+            assert_eq!(missing.privilege, "USAGE");
+            assert_eq!(missing.object, schema);
+        }
+        other => panic!("{other:?}"),
+    }
+    pool.close().await;
+
+    // USAGE and the tables, all operator's EXECUTEs but harel_list_jobs
+    let grants: Vec<&str> = OPERATOR_GRANTS
+        .iter()
+        .copied()
+        .filter(|grant| !grant.ends_with(".harel_list_jobs"))
+        .collect();
+    let operator = TestRole::with_grants(&q, &grants).await;
+    ok(&mut cli(&operator.url, &q), &["stats"]);
+    let run = fails(
+        &mut cli(&operator.url, &q),
+        &["jobs", "list"],
+        1,
+        &format!(
+            "role \"{}\" lacks EXECUTE on function {schema}.harel_list_jobs",
+            operator.name
+        ),
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "GRANT EXECUTE ON FUNCTION {schema}.harel_list_jobs TO {}",
+            operator.name
+        )),
+        "{}",
+        run.stderr
+    );
+
+    // USAGE alone: SELECT on a table; SELECT without DELETE on the dead letters: DELETE
+    let usage = TestRole::with_grants(&q, &["USAGE ON SCHEMA @schema@"]).await;
+    let run = fails(
+        &mut cli(&usage.url, &q),
+        &["dead", "list"],
+        1,
+        "lacks SELECT",
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "role \"{}\" lacks SELECT on table {schema}.dead_letters",
+            usage.name
+        )),
+        "{}",
+        run.stderr
+    );
+    let id = dead_letter(&q, "send_email", "boom").await;
+    let reader = TestRole::with_grants(
+        &q,
+        &[
+            "USAGE ON SCHEMA @schema@",
+            "SELECT ON @schema@.dead_letters",
+        ],
+    )
+    .await;
+    let run = fails(
+        &mut cli(&reader.url, &q),
+        &["dead", "delete", &id.to_string(), "--yes"],
+        1,
+        &format!(
+            "role \"{}\" lacks DELETE on table {schema}.dead_letters",
+            reader.name
+        ),
+    );
+    assert!(
+        run.stderr.contains("GRANT DELETE ON TABLE"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(dead_count(&q).await, 1);
+}
+
+/// An empty token, or basic auth with an empty user or password, would let anyone in: the
+/// dashboard refuses to start (before it reaches the database or binds the port).
+#[tokio::test]
+async fn the_dashboard_refuses_empty_credentials() {
+    // a migrated schema, so that only the credentials can stop it
+    let q = TestQueue::new().await;
+    let url = database_url();
+    let start = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = cli(&url, &q);
+        command
+            .args(["dashboard", "--listen", "127.0.0.1:0"])
+            .env_remove("HAREL_DASHBOARD_TOKEN")
+            .env_remove("HAREL_DASHBOARD_BASIC_AUTH")
+            // were it to serve, it would not end: a failure, not a hang
+            .timeout(Duration::from_secs(20));
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let output = command.args(args).output().expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            output.status.code().is_some(),
+            "{args:?} {env:?}: it served (killed after 20 s): {stderr}"
+        );
+        (output.status.code().unwrap_or(0), stderr)
+    };
+    /// Arguments, environment, and the credential the message names.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case<'_>] = &[
+        (&[], &[("HAREL_DASHBOARD_TOKEN", "")], "token"),
+        (&[], &[("HAREL_DASHBOARD_TOKEN", "  ")], "token"),
+        (&["--token", ""], &[], "token"),
+        (&["--basic-auth", ":"], &[], "user"),
+        (&["--basic-auth", ":p4ss"], &[], "user"),
+        (&["--basic-auth", " :p4ss"], &[], "user"),
+        (&["--basic-auth", "ops:"], &[], "password"),
+        (&["--basic-auth", "ops: "], &[], "password"),
+        (&[], &[("HAREL_DASHBOARD_BASIC_AUTH", ":")], "user"),
+        (&[], &[("HAREL_DASHBOARD_BASIC_AUTH", "ops:")], "password"),
+    ];
+    for (args, env, what) in cases {
+        let (code, stderr) = start(args, env);
+        assert_eq!(code, 2, "{args:?} {env:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{what} of --basic-auth")) || *what == "token",
+            "{args:?} {env:?}: {stderr}"
+        );
+        assert!(stderr.contains(" is empty"), "{args:?} {env:?}: {stderr}");
+        assert!(!stderr.contains("p4ss"), "{stderr}");
+        assert!(!stderr.contains("http://"), "it served: {stderr}");
+    }
+    // and a malformed --allowed-host
+    let (code, stderr) = start(&["--allowed-host", "http://jobs.internal/"], &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not a URL"), "{stderr}");
+}
+
 #[tokio::test]
 async fn stats_and_jobs_list_show_and_cancel() {
     let q = TestQueue::new().await;

@@ -6,6 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -24,12 +25,51 @@ async fn send_email(_ctx: JobContext<()>, to: String) -> JobResult {
 
 /// Serves `router` on a free local port until the test ends.
 async fn serve(router: axum::Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = bind().await;
     let address = listener.local_addr().unwrap();
+    serve_on(listener, router);
+    address
+}
+
+/// A free local port, bound (its address is what the dashboard's allowed hosts name).
+async fn bind() -> tokio::net::TcpListener {
+    tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()
+}
+
+/// Serves `router` on `listener` until the test ends.
+fn serve_on(listener: tokio::net::TcpListener, router: axum::Router) {
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
-    address
+}
+
+/// What a browser sent with a POST: `Origin`, `Sec-Fetch-Site`, `Referer`.
+type SentHeaders = Arc<Mutex<Vec<[Option<String>; 3]>>>;
+
+/// `router` with the headers of every POST it receives written down in `sent`.
+fn record_posts(router: axum::Router, sent: SentHeaders) -> axum::Router {
+    router.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let sent = Arc::clone(&sent);
+            async move {
+                if request.method() == axum::http::Method::POST {
+                    let header = |name: &str| {
+                        request
+                            .headers()
+                            .get(name)
+                            .map(|v| v.to_str().unwrap_or("(not text)").to_owned())
+                    };
+                    let headers = [
+                        header("origin"),
+                        header("sec-fetch-site"),
+                        header("referer"),
+                    ];
+                    sent.lock().unwrap().push(headers);
+                }
+                next.run(request).await
+            }
+        },
+    ))
 }
 
 /// A job of kind `send_email` turned into a dead letter.
@@ -150,16 +190,58 @@ fn http_blocking(address: SocketAddr, request: &str) -> (u16, String) {
     (status, response)
 }
 
+/// A form POST from the dashboard's own origin (so that only the CSRF token is judged).
 async fn post(address: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let origin = format!("Origin: http://{address}\r\n");
+    post_with(address, path, &address.to_string(), &origin, body).await
+}
+
+/// A form POST with `Host: host` and the extra header lines `headers` (each ending in
+/// `\r\n`).
+async fn post_with(
+    address: SocketAddr,
+    path: &str,
+    host: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     http(
         address,
         format!(
-            "POST {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\
              Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         ),
     )
     .await
+}
+
+/// A GET with `Host: host`.
+async fn get_as(address: SocketAddr, path: &str, host: &str) -> (u16, String) {
+    http(
+        address,
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    )
+    .await
+}
+
+/// The CSRF token in a page.
+fn csrf_of(page: &str) -> String {
+    let (_, rest) = page
+        .split_once("name=\"csrf\" value=\"")
+        .unwrap_or_else(|| panic!("no CSRF token in {page}"));
+    rest.split('"').next().unwrap().to_owned()
+}
+
+/// Whether the queue `name` is paused, as the owner sees it.
+async fn paused(owner: &Queue, name: &str) -> bool {
+    owner
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|queue| queue.name == name)
+        .is_some_and(|queue| queue.is_paused())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,7 +266,19 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         .delay(Duration::from_secs(3600));
     let scheduled = JobId::new(q.transport.publish(&q.pool, &later).await.unwrap());
 
-    let address = serve(dashboard::router(queue.clone())).await;
+    // with its one name set, as `harel-jobs dashboard` does: every request of the browser
+    // passes the Host check, and every form POST the Origin check
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string()])
+        .unwrap();
+    let sent = SentHeaders::default();
+    let router = record_posts(
+        dashboard::router_with(queue.clone(), config),
+        Arc::clone(&sent),
+    );
+    serve_on(listener, router);
     let base = format!("http://{address}");
     let driver = ChromeDriver::start();
     let client = browser(&driver).await;
@@ -463,6 +557,20 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     );
     screenshot(&client, "overview_after").await;
 
+    // what Chromium sent with each form POST: its Origin, always (the dashboard's
+    // `Referrer-Policy: same-origin` keeps it from being `null`)
+    let sent = sent.lock().unwrap().clone();
+    let by_browser: Vec<_> = sent.iter().filter(|[_, site, _]| site.is_some()).collect();
+    assert_eq!(by_browser.len(), 6, "{sent:?}");
+    for [origin, site, referer] in by_browser {
+        assert_eq!(origin.as_deref(), Some(base.as_str()), "{sent:?}");
+        assert_eq!(site.as_deref(), Some("same-origin"), "{sent:?}");
+        assert!(
+            referer.as_deref().is_some_and(|r| r.starts_with(&base)),
+            "{sent:?}"
+        );
+    }
+
     client.close().await.unwrap();
     operator.close().await;
 }
@@ -534,23 +642,12 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
 async fn the_command_line_serves_the_dashboard_behind_a_token() {
     let q = TestQueue::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_harel-jobs-cli"))
-        .args(["--database-url", &role.url, "--schema", q.schema.name()])
-        .args(["dashboard", "--listen", "127.0.0.1:0"])
-        .env("HAREL_DASHBOARD_TOKEN", "t0ken-for-the-test")
-        .env_remove("DATABASE_URL")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stderr), &mut line).unwrap();
-    let address: SocketAddr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let (_child, address, line) = start_cli_dashboard(
+        &role,
+        &q,
+        &[],
+        &[("HAREL_DASHBOARD_TOKEN", "t0ken-for-the-test")],
+    );
     assert!(!line.contains("without authentication"), "{line}");
     let request = |auth: &str| {
         http(
@@ -568,6 +665,315 @@ async fn the_command_line_serves_the_dashboard_behind_a_token() {
     let (status, page) = request("Authorization: Bearer t0ken-for-the-test\r\n").await;
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("<h1>Overview</h1>"), "{page}");
-    let _ = child.kill();
-    let _ = child.wait();
+    // another name is refused before credentials are asked for: a rebinding page cannot
+    // make the browser prompt for them under its own name
+    let evil = format!("evil.example:{}", address.port());
+    for auth in ["", "Authorization: Bearer t0ken-for-the-test\r\n"] {
+        let (status, response) = http(
+            address,
+            format!("GET / HTTP/1.1\r\nHost: {evil}\r\n{auth}Connection: close\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 421, "{response}");
+        assert!(
+            !response.to_lowercase().contains("www-authenticate"),
+            "{response}"
+        );
+    }
+}
+
+/// DNS rebinding: a web page that points a name of its own (`evil.example`) at the
+/// dashboard's address sends `Host: evil.example:PORT` and an `Origin` of that name. With
+/// its names set, the dashboard answers such a request with 421, GET included (so the
+/// page cannot even read the CSRF token), and takes a POST only from its own origin.
+#[tokio::test]
+async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 3).await;
+    let queue = Queue::with_schema(operator.clone(), q.schema.clone());
+    let owner = Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let port = address.port();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string(), "jobs.internal".to_owned()])
+        .unwrap();
+    serve_on(listener, dashboard::router_with(queue, config));
+    let ours = address.to_string();
+    let evil = format!("evil.example:{port}");
+
+    // reading: refused for any other name, every path, and without a Host
+    for path in ["/", "/queues", "/dead", "/assets/style.css", "/nowhere"] {
+        let (status, response) = get_as(address, path, &evil).await;
+        assert_eq!(status, 421, "{path}: {response}");
+        assert!(response.contains("DNS rebinding"), "{response}");
+        assert!(!response.contains("csrf"), "{response}");
+    }
+    for host in [
+        "jobs.internal.evil.example",
+        "localhost",
+        &format!("localhost:{port}"),
+        &format!("127.0.0.1:{}", port.wrapping_add(1)),
+        "",
+        "a b",
+    ] {
+        let (status, response) = get_as(address, "/", host).await;
+        assert_eq!(status, 421, "Host {host:?}: {response}");
+    }
+    let (status, _) = http(address, "GET / HTTP/1.0\r\n\r\n".to_owned()).await;
+    assert_eq!(status, 421, "no Host at all");
+    // a request target naming another host than the Host header
+    let (status, _) = http(
+        address,
+        format!("GET http://{evil}/ HTTP/1.1\r\nHost: {ours}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert_ne!(status, 200);
+    // its own names: the address, and the configured name with any port
+    for host in [ours.as_str(), "jobs.internal", "JOBS.internal:8443"] {
+        let (status, response) = get_as(address, "/queues", host).await;
+        assert_eq!(status, 200, "Host {host}: {response}");
+    }
+    let (_, page) = get_as(address, "/queues", &ours).await;
+    let csrf = csrf_of(&page);
+    let pause = format!("csrf={csrf}&name=default");
+
+    // posting with the token (as if the page had it): every foreign origin is refused
+    let origin = |url: &str| format!("Origin: {url}\r\n");
+    let refused = [
+        // the rebinding itself: a Host and an Origin of the attacker's name
+        (evil.clone(), origin(&format!("http://{evil}")), 421),
+        // another origin, with the right Host
+        (ours.clone(), origin("http://evil.example"), 403),
+        (ours.clone(), origin(&format!("https://{evil}")), 403),
+        (ours.clone(), origin("null"), 403),
+        // the browser says the page is of another site (whatever the Origin says)
+        (
+            ours.clone(),
+            format!(
+                "{}Sec-Fetch-Site: cross-site\r\n",
+                origin(&format!("http://{ours}"))
+            ),
+            403,
+        ),
+        (
+            ours.clone(),
+            "Sec-Fetch-Site: same-site\r\n".to_owned(),
+            403,
+        ),
+        // nothing says where it comes from
+        (ours.clone(), String::new(), 403),
+        (
+            ours.clone(),
+            format!("Referer: http://{evil}/queues\r\n"),
+            403,
+        ),
+    ];
+    for (host, headers, expected) in &refused {
+        let (status, response) = post_with(address, "/queues/pause", host, headers, &pause).await;
+        assert_eq!(status, *expected, "Host {host}, {headers:?}: {response}");
+        assert!(
+            !paused(&owner, "default").await,
+            "{headers:?} paused the queue"
+        );
+    }
+    let (_, response) = post_with(address, "/queues/pause", &ours, "", &pause).await;
+    assert!(
+        response.contains("does not say where it comes from"),
+        "{response}"
+    );
+
+    // from its own origin, the action is taken: Origin, or without one the browser's
+    // Sec-Fetch-Site or a same-origin Referer; Origin: null with Sec-Fetch-Site: same-origin
+    // (a no-referrer policy around the router); an Origin of a configured name (a proxy
+    // that rewrites Host)
+    let accepted = [
+        ("/queues/pause", origin(&format!("http://{ours}")), true),
+        (
+            "/queues/resume",
+            "Sec-Fetch-Site: same-origin\r\n".to_owned(),
+            false,
+        ),
+        (
+            "/queues/pause",
+            format!("Referer: http://{ours}/queues?done=resumed\r\n"),
+            true,
+        ),
+        (
+            "/queues/resume",
+            format!("{}Sec-Fetch-Site: same-origin\r\n", origin("null")),
+            false,
+        ),
+        ("/queues/pause", origin("https://jobs.internal"), true),
+    ];
+    for (path, headers, pauses) in &accepted {
+        let (status, response) = post_with(address, path, &ours, headers, &pause).await;
+        assert_eq!(status, 303, "{path} {headers:?}: {response}");
+        assert_eq!(paused(&owner, "default").await, *pauses, "{headers:?}");
+    }
+    // and the CSRF token is still required from its own origin
+    let (status, response) = post_with(
+        address,
+        "/queues/resume",
+        &ours,
+        &origin(&format!("http://{ours}")),
+        "name=default",
+    )
+    .await;
+    assert_eq!(status, 403, "{response}");
+    assert!(response.contains("CSRF"), "{response}");
+    assert!(paused(&owner, "default").await);
+    operator.close().await;
+}
+
+/// Mounted without its names (in an application that cannot say them), the router answers
+/// any Host, and still takes a POST only from the origin the request is addressed to.
+#[tokio::test]
+async fn without_its_names_the_router_still_takes_posts_only_from_its_own_origin() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 3).await;
+    let queue = Queue::with_schema(operator.clone(), q.schema.clone());
+    let owner = Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let address = serve(dashboard::router(queue)).await;
+    let ours = address.to_string();
+
+    let (status, page) = get_as(address, "/queues", "jobs.example.com").await;
+    assert_eq!(status, 200, "{page}");
+    let pause = format!("csrf={}&name=default", csrf_of(&page));
+    for origin in ["http://evil.example", "null", "http://127.0.0.1"] {
+        let headers = format!("Origin: {origin}\r\n");
+        let (status, response) = post_with(address, "/queues/pause", &ours, &headers, &pause).await;
+        assert_eq!(status, 403, "Origin {origin}: {response}");
+        assert!(!paused(&owner, "default").await, "Origin {origin}");
+    }
+    let headers = format!("Origin: http://{ours}\r\n");
+    let (status, response) = post_with(address, "/queues/pause", &ours, &headers, &pause).await;
+    assert_eq!(status, 303, "{response}");
+    assert!(paused(&owner, "default").await);
+    operator.close().await;
+}
+
+/// A child process, killed when dropped (also when an assertion fails).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `harel-jobs dashboard` on `role`'s view of `q`, with `args` and `env` added; returns the
+/// process, the address it printed and its first line.
+fn start_cli_dashboard(
+    role: &TestRole,
+    q: &TestQueue,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Killed, SocketAddr, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_harel-jobs-cli"));
+    command
+        .args(["--database-url", &role.url, "--schema", q.schema.name()])
+        .args(["dashboard", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("HAREL_DASHBOARD_TOKEN")
+        .env_remove("HAREL_DASHBOARD_BASIC_AUTH")
+        .env_remove("HAREL_DASHBOARD_ALLOWED_HOSTS")
+        .stderr(std::process::Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = Killed(command.spawn().unwrap());
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    // read the rest as it comes: a closed pipe would fail the process's next line
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let address: SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (child, address, line)
+}
+
+#[tokio::test]
+async fn the_command_line_dashboard_answers_only_its_own_names() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let owner = Queue::with_schema(q.pool.clone(), q.schema.clone());
+
+    // as documented: on 127.0.0.1, without authentication, nothing else said
+    let (child, address, _) = start_cli_dashboard(&role, &q, &[], &[]);
+    let port = address.port();
+    let evil = format!("evil.example:{port}");
+    let (status, response) = get_as(address, "/", &evil).await;
+    assert_eq!(status, 421, "{response}");
+    assert!(!response.contains("csrf"), "{response}");
+    for host in [
+        address.to_string(),
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let (status, response) = get_as(address, "/queues", &host).await;
+        assert_eq!(status, 200, "Host {host}: {response}");
+    }
+    let (_, page) = get_as(address, "/queues", &address.to_string()).await;
+    let pause = format!("csrf={}&name=default", csrf_of(&page));
+    // the rebinding page's POST, even with the token
+    let (status, response) = post_with(
+        address,
+        "/queues/pause",
+        &evil,
+        &format!("Origin: http://{evil}\r\n"),
+        &pause,
+    )
+    .await;
+    assert_eq!(status, 421, "{response}");
+    assert!(!paused(&owner, "default").await);
+    drop(child);
+
+    // names of the operator's: from the environment (comma-separated), or from the flag
+    // (repeatable; it replaces the environment's)
+    let (_child, address, _) = start_cli_dashboard(
+        &role,
+        &q,
+        &[],
+        &[("HAREL_DASHBOARD_ALLOWED_HOSTS", "a.example, b.example:8443")],
+    );
+    for (host, expected) in [
+        ("a.example:1234", 200),
+        ("b.example:8443", 200),
+        ("b.example:8444", 421),
+        ("evil.example", 421),
+    ] {
+        let (status, response) = get_as(address, "/", host).await;
+        assert_eq!(status, expected, "Host {host}: {response}");
+    }
+    let (_child, address, _) = start_cli_dashboard(
+        &role,
+        &q,
+        &[
+            "--allowed-host",
+            "jobs.internal",
+            "--allowed-host",
+            "10.1.2.3:8080",
+        ],
+        &[],
+    );
+    for (host, expected) in [
+        ("jobs.internal", 200),
+        ("jobs.internal:80", 200),
+        ("10.1.2.3:8080", 200),
+        ("10.1.2.3:8081", 421),
+        ("a.example", 421),
+    ] {
+        let (status, response) = get_as(address, "/", host).await;
+        assert_eq!(status, expected, "Host {host}: {response}");
+    }
 }

@@ -375,6 +375,11 @@ pub enum MigrateError {
         /// The version this release expects.
         expected: i32,
     },
+    /// The role may not read the schema's bookkeeping: it lacks a privilege (`USAGE` on
+    /// the schema, as a role granted nothing does), which the schema's owner grants (see
+    /// the README's "Database roles"). Not a sign that the schema is not migrated.
+    #[error("{0}: the schema's owner must grant it (see the README's \"Database roles\")")]
+    PermissionDenied(MissingPrivilege),
     /// Reaching the database, taking the migration lock or reading the bookkeeping failed.
     #[error("migrating failed: {0}")]
     Database(#[from] DatabaseError),
@@ -401,6 +406,50 @@ pub enum MigrateError {
         /// Its name.
         name: &'static str,
     },
+}
+
+/// A privilege a role lacks on one of the queue's objects, read from the catalog once
+/// PostgreSQL refused a statement for lack of it. It names the role and the object, never
+/// a password.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MissingPrivilege {
+    /// The role that lacks it (`current_user`).
+    pub role: String,
+    /// `USAGE`, `EXECUTE`, `SELECT` or `DELETE`.
+    pub privilege: &'static str,
+    /// `schema`, `function` or `table`.
+    pub object_kind: &'static str,
+    /// The schema, or the function or table with its schema (`harel.harel_list_jobs`).
+    pub object: String,
+}
+
+impl MissingPrivilege {
+    /// The statement that grants it, for the schema's owner to run:
+    /// `GRANT EXECUTE ON FUNCTION harel.harel_list_jobs TO ops`.
+    pub fn grant(&self) -> String {
+        let kind = match self.object_kind {
+            "table" => "TABLE",
+            "function" => "FUNCTION",
+            _ => "SCHEMA",
+        };
+        format!(
+            "GRANT {} ON {kind} {} TO {}",
+            self.privilege,
+            self.object,
+            crate::privileges::quote(&self.role)
+        )
+    }
+}
+
+impl fmt::Display for MissingPrivilege {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "role {:?} lacks {} on {} {}",
+            self.role, self.privilege, self.object_kind, self.object
+        )
+    }
 }
 
 impl From<sqlx::Error> for MigrateError {

@@ -83,6 +83,7 @@ mod job;
 mod job_error;
 mod migrate;
 mod periodic;
+mod privileges;
 mod queue;
 mod queue_control;
 mod retry;
@@ -104,7 +105,7 @@ pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
 pub use enqueue::{Enqueue, EnqueueOptions, Enqueued, JobBatch, JobId};
 pub use error::{
     CompleteError, ConfigError, ConnectError, DatabaseError, InvalidMessage, InvalidPriority,
-    MigrateError, PublishError, QueueError, TransportError,
+    MigrateError, MissingPrivilege, PublishError, QueueError, TransportError,
 };
 pub use fleet::{
     MAX_THROUGHPUT_MINUTES, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED, ThroughputMinute,

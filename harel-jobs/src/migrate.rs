@@ -288,7 +288,8 @@ pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), Migrat
 ///
 /// # Errors
 /// [`MigrateError::NotMigrated`] if migrations or function updates are pending (or the
-/// schema does not exist), [`MigrateError::NewerSchema`] and [`MigrateError::Modified`] as
+/// schema does not exist), [`MigrateError::PermissionDenied`] if the role may not read it
+/// (no `USAGE` on the schema), [`MigrateError::NewerSchema`] and [`MigrateError::Modified`] as
 /// for [`migrate_schema`], [`MigrateError::Database`] if it cannot be read.
 pub async fn check_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateError> {
     let not_migrated = |applied: i32| MigrateError::NotMigrated {
@@ -297,7 +298,14 @@ pub async fn check_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateE
         expected: SCHEMA_VERSION,
     };
     let Some(applied) = read_applied(pool, schema).await? else {
-        return Err(not_migrated(0));
+        // no schema, or no right to read it: a role granted nothing must not be told to
+        // migrate
+        let bookkeeping = ["_migrations".to_owned(), "_functions".to_owned()];
+        let missing = crate::privileges::missing(pool, schema, &bookkeeping, &["SELECT"]).await?;
+        return Err(match missing.into_iter().next() {
+            Some(missing) => MigrateError::PermissionDenied(missing),
+            None => not_migrated(0),
+        });
     };
     let newest = applied.newest();
     if applied.plan()?.is_empty() {

@@ -96,7 +96,8 @@ pub(crate) enum Command {
 Examples:
   harel-jobs dashboard                                  # http://127.0.0.1:8080/
   harel-jobs dashboard --listen 127.0.0.1:9000 --read-only
-  HAREL_DASHBOARD_BASIC_AUTH=ops:long-passphrase harel-jobs dashboard --listen 0.0.0.0:8080
+  HAREL_DASHBOARD_BASIC_AUTH=ops:long-passphrase harel-jobs dashboard --listen 0.0.0.0:8080 \\
+      --allowed-host jobs.internal
 
 Without --token or --basic-auth anyone who reaches the address can use it: that is your
 choice to make (the default address is reachable from this machine only).")]
@@ -126,6 +127,18 @@ pub(crate) struct DashboardArgs {
         value_name = "USER:PASSWORD"
     )]
     pub(crate) basic_auth: Option<String>,
+    /// Answer requests for this host name too (repeatable; the environment variable takes
+    /// several, comma-separated): the name people browse to, e.g. behind a proxy or on
+    /// 0.0.0.0. Always answered: the --listen address, and with a loopback or unspecified
+    /// one localhost, 127.0.0.1 and [::1], all with its port. Any other Host gets 421 (a
+    /// web page using DNS rebinding to reach the dashboard).
+    #[arg(
+        long = "allowed-host",
+        env = "HAREL_DASHBOARD_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        value_name = "HOST[:PORT]"
+    )]
+    pub(crate) allowed_hosts: Vec<String>,
 }
 
 /// `jobs …`

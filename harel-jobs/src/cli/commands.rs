@@ -59,6 +59,11 @@ impl Printer {
 /// the command.
 pub(crate) async fn run(cli: Cli, out: &Printer) -> Result<(), CliError> {
     let schema = Schema::new(&cli.schema)?;
+    // empty credentials and malformed host names: refused before anything is reached
+    #[cfg(feature = "dashboard")]
+    if let Command::Dashboard(args) = &cli.command {
+        super::serve::check(args)?;
+    }
     let url = cli.database_url.as_deref().ok_or(CliError::NoDatabase)?;
     // one command: two connections; a dashboard serves several pages at once
     let connections = if is_dashboard(&cli.command) { 8 } else { 2 };
@@ -67,9 +72,43 @@ pub(crate) async fn run(cli: Cli, out: &Printer) -> Result<(), CliError> {
         .wait(cli.connect_timeout);
     let pool = connect_with(url, &config).await?;
     let queue = Queue::with_schema(pool, schema);
-    let result = dispatch(cli.command, &queue, out).await;
+    let result = match dispatch(cli.command, &queue, out).await {
+        Err(error) => Err(explain_refusal(&queue, error).await),
+        ok => ok,
+    };
     queue.pool().close().await;
     result
+}
+
+/// `error` with the privileges the role lacks, when PostgreSQL refused for lack of one and
+/// the catalog says which; `error` as it is otherwise.
+async fn explain_refusal(queue: &Queue, error: CliError) -> CliError {
+    let Some(refusal) = error.permission_denied() else {
+        return error;
+    };
+    let names = words(&refusal.to_string());
+    match crate::privileges::missing(queue.pool(), queue.schema(), &names, &["SELECT", "DELETE"])
+        .await
+    {
+        Ok(missing) if !missing.is_empty() => CliError::PermissionDenied {
+            missing,
+            source: Box::new(error),
+        },
+        // nothing found (or the catalog unreadable): the refusal and the general hint
+        _ => error,
+    }
+}
+
+/// The words of a message that may be an object's name.
+fn words(message: &str) -> Vec<String> {
+    let mut words: Vec<String> = message
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+        .filter(|word| !word.is_empty())
+        .map(str::to_owned)
+        .collect();
+    words.sort();
+    words.dedup();
+    words
 }
 
 #[cfg(feature = "dashboard")]
@@ -677,5 +716,25 @@ mod tests {
         assert_eq!(more(3, "--after", None), "");
         assert_eq!(more(3, "--after", Some("9".into())), "more: --after 9\n");
         assert!(more(0, "--after", Some("9".into())).contains("more may follow: --after 9"));
+    }
+
+    #[test]
+    fn a_refusal_names_its_object_among_its_words() {
+        assert_eq!(
+            words("permission denied for function harel_list_jobs (SQLSTATE 42501)"),
+            [
+                "42501",
+                "SQLSTATE",
+                "denied",
+                "for",
+                "function",
+                "harel_list_jobs",
+                "permission"
+            ]
+        );
+        assert!(
+            words("keine Berechtigung für Tabelle dead_letters")
+                .contains(&"dead_letters".to_owned())
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! What can go wrong in the command line, and the exit code each failure gives.
 
 use crate::enqueue::JobId;
-use crate::error::{ConfigError, ConnectError, DatabaseError, MigrateError, QueueError};
+use crate::error::{
+    ConfigError, ConnectError, DatabaseError, MigrateError, MissingPrivilege, QueueError,
+};
 
 /// Why a command failed. Messages are lowercase and never hold the database password.
 #[derive(Debug, thiserror::Error)]
@@ -40,12 +42,33 @@ pub(crate) enum CliError {
     /// An argument out of range that the grammar let through.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+    /// A malformed `--allowed-host` (or `HAREL_DASHBOARD_ALLOWED_HOSTS` entry).
+    #[cfg(feature = "dashboard")]
+    #[error("invalid argument: --allowed-host: {0}")]
+    InvalidHost(String),
+    /// PostgreSQL refused a statement, and the catalog says which privileges the role
+    /// lacks.
+    #[error("{source}: {}", missing_list(.missing))]
+    PermissionDenied {
+        /// What the role lacks (at least one).
+        missing: Vec<MissingPrivilege>,
+        /// The refusal.
+        source: Box<CliError>,
+    },
     /// A confirmation was declined, or could not be asked.
     #[error("{0}")]
     NotConfirmed(&'static str),
     /// Writing the output or reading the answer failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+fn missing_list(missing: &[MissingPrivilege]) -> String {
+    missing
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn list(ids: &[JobId]) -> String {
@@ -63,29 +86,44 @@ impl CliError {
             | Self::Schema(_)
             | Self::InvalidArgument(_)
             | Self::Queue(QueueError::InvalidArgument(_)) => 2,
+            #[cfg(feature = "dashboard")]
+            Self::InvalidHost(_) => 2,
             Self::Connect(ConnectError::InvalidUrl { .. }) => 2,
             _ => 1,
         }
     }
 
-    /// A line of advice to print after the error, if there is one.
-    pub(crate) fn hint(&self) -> Option<&'static str> {
-        let denied = match self {
-            Self::Queue(QueueError::Database(error)) | Self::Database(error) => {
-                error.is_permission_denied()
-            }
-            Self::Migrate(MigrateError::Database(error)) => error.is_permission_denied(),
-            _ => false,
-        };
-        if denied {
-            return Some(
-                "the role lacks a grant: see the README's \"Database roles\" (the operator's)",
-            );
-        }
+    /// The database's refusal for lack of a privilege, if that is what this is.
+    pub(crate) fn permission_denied(&self) -> Option<&DatabaseError> {
         match self {
+            Self::Queue(QueueError::Database(error))
+            | Self::Database(error)
+            | Self::Migrate(MigrateError::Database(error)) => {
+                error.is_permission_denied().then_some(error)
+            }
+            _ => None,
+        }
+    }
+
+    /// A line of advice to print after the error, if there is one.
+    pub(crate) fn hint(&self) -> Option<String> {
+        const ROLES: &str = "the README's \"Database roles\" lists each role's grants";
+        let grants = |missing: &[MissingPrivilege]| {
+            let grants: Vec<String> = missing.iter().map(MissingPrivilege::grant).collect();
+            format!("as the schema's owner: {}; {ROLES}", grants.join("; "))
+        };
+        match self {
+            Self::PermissionDenied { missing, .. } => Some(grants(missing)),
+            Self::Migrate(MigrateError::PermissionDenied(missing)) => {
+                Some(grants(std::slice::from_ref(missing)))
+            }
+            _ if self.permission_denied().is_some() => {
+                Some(format!("the role lacks a grant: {ROLES} (the operator's)"))
+            }
             Self::Migrate(MigrateError::NotMigrated { .. }) => Some(
                 "is --schema right? To create or upgrade it, run `harel-jobs migrate` as the \
-                 schema's owner",
+                 schema's owner"
+                    .to_owned(),
             ),
             _ => None,
         }

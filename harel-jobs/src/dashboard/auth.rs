@@ -1,5 +1,6 @@
 //! Optional authentication for a dashboard served alone (`harel-jobs dashboard`): a bearer
-//! token or HTTP basic auth, checked on every request.
+//! token or HTTP basic auth, checked on every request. Empty credentials are refused when
+//! an [`Auth`] is made: an empty token would let in anyone who sends `Bearer `.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,15 +12,19 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 
+use super::DashboardError;
 use super::actions::constant_time_eq;
 
-/// Who may see the dashboard. Its `Debug` never shows the secret.
+/// Who may see the dashboard, made by [`Auth::bearer`] or [`Auth::basic`] (which refuse
+/// empty credentials). Its `Debug` never shows the secret.
 #[derive(Clone)]
 #[non_exhaustive]
 pub enum Auth {
     /// `Authorization: Bearer <token>` (for scripts and proxies).
+    #[non_exhaustive]
     Bearer(String),
     /// HTTP basic auth (the browser asks for a user and password).
+    #[non_exhaustive]
     Basic {
         /// The user name.
         user: String,
@@ -39,7 +44,47 @@ impl fmt::Debug for Auth {
     }
 }
 
+/// Whether `text` is empty or only whitespace.
+fn blank(text: &str) -> bool {
+    text.trim().is_empty()
+}
+
 impl Auth {
+    /// `Authorization: Bearer <token>`, the token without the whitespace around it (a
+    /// header value cannot carry it).
+    ///
+    /// # Errors
+    /// [`DashboardError::EmptyToken`] if `token` is empty or only whitespace.
+    pub fn bearer(token: impl Into<String>) -> Result<Self, DashboardError> {
+        let token = token.into();
+        if blank(&token) {
+            return Err(DashboardError::EmptyToken);
+        }
+        Ok(Self::Bearer(token.trim().to_owned()))
+    }
+
+    /// HTTP basic auth with `user` and `password` (taken as they are).
+    ///
+    /// # Errors
+    /// [`DashboardError::EmptyUser`] or [`DashboardError::EmptyPassword`] if either is
+    /// empty or only whitespace, [`DashboardError::ColonInUser`] if `user` holds a `:`.
+    pub fn basic(
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Result<Self, DashboardError> {
+        let (user, password) = (user.into(), password.into());
+        if blank(&user) {
+            return Err(DashboardError::EmptyUser);
+        }
+        if user.contains(':') {
+            return Err(DashboardError::ColonInUser);
+        }
+        if blank(&password) {
+            return Err(DashboardError::EmptyPassword);
+        }
+        Ok(Self::Basic { user, password })
+    }
+
     /// Whether the request's `Authorization` header satisfies it.
     fn allows(&self, authorization: Option<&HeaderValue>) -> bool {
         let Some(value) = authorization.and_then(|v| v.to_str().ok()) else {
@@ -72,6 +117,8 @@ impl Auth {
 }
 
 /// `router` with every request checked against `auth`: 401 with a challenge otherwise.
+/// Prefer [`DashboardConfig::auth`](super::DashboardConfig::auth), which checks the
+/// `Host` first.
 pub fn require_auth(router: Router, auth: Auth) -> Router {
     let auth = Arc::new(auth);
     router.layer(axum::middleware::from_fn(
@@ -106,8 +153,35 @@ mod tests {
     }
 
     #[test]
+    fn empty_credentials_are_refused() {
+        for token in ["", " ", "\t\n"] {
+            assert_eq!(Auth::bearer(token).err(), Some(DashboardError::EmptyToken));
+        }
+        assert_eq!(Auth::basic("", "").err(), Some(DashboardError::EmptyUser));
+        assert_eq!(
+            Auth::basic(" ", "pw").err(),
+            Some(DashboardError::EmptyUser)
+        );
+        assert_eq!(
+            Auth::basic("ops", "").err(),
+            Some(DashboardError::EmptyPassword)
+        );
+        assert_eq!(
+            Auth::basic("ops", "  ").err(),
+            Some(DashboardError::EmptyPassword)
+        );
+        assert_eq!(
+            Auth::basic("o:ps", "pw").err(),
+            Some(DashboardError::ColonInUser)
+        );
+        let auth = Auth::bearer(" s3cret\n").unwrap();
+        assert!(auth.allows(Some(&header("Bearer s3cret"))));
+        assert!(!auth.allows(Some(&header("Bearer "))));
+    }
+
+    #[test]
     fn a_bearer_token_must_match_exactly() {
-        let auth = Auth::Bearer("s3cret".into());
+        let auth = Auth::bearer("s3cret").unwrap();
         assert!(auth.allows(Some(&header("Bearer s3cret"))));
         assert!(!auth.allows(Some(&header("Bearer s3cre"))));
         assert!(!auth.allows(Some(&header("Basic s3cret"))));
@@ -117,10 +191,7 @@ mod tests {
 
     #[test]
     fn basic_auth_checks_user_and_password() {
-        let auth = Auth::Basic {
-            user: "ops".into(),
-            password: "pw:with:colons".into(),
-        };
+        let auth = Auth::basic("ops", "pw:with:colons").unwrap();
         let encode = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         assert!(auth.allows(Some(&header(&format!(
             "Basic {}",

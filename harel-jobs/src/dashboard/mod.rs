@@ -3,10 +3,13 @@
 //! behind its own authentication, or served alone by `harel-jobs dashboard`.
 //!
 //! ```no_run
-//! # async fn example(queue: harel_jobs::Queue) -> std::io::Result<()> {
+//! # async fn example(queue: harel_jobs::Queue) -> Result<(), Box<dyn std::error::Error>> {
 //! use harel_jobs::dashboard::{self, DashboardConfig};
 //!
-//! let admin = dashboard::router_with(queue, DashboardConfig::new().mounted_at("/admin/jobs"));
+//! let config = DashboardConfig::new()
+//!     .mounted_at("/admin/jobs")
+//!     .allowed_hosts(["jobs.example.com", "127.0.0.1:8080"])?; // the names browsers use
+//! let admin = dashboard::router_with(queue, config);
 //! let app = axum::Router::new().nest("/admin/jobs", admin); // behind the app's own auth
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app).await?;
@@ -25,11 +28,24 @@
 //! built, shown only inside its own pages); a POST without it is refused (403). With
 //! [`DashboardConfig::read_only`] there are no actions at all. Assets (one stylesheet, a
 //! few lines of JavaScript) are embedded; the pages load nothing from elsewhere. The
-//! router itself has no authentication: `harel-jobs dashboard` offers a bearer token or
-//! basic auth ([`Auth`]); serving it without is the operator's choice.
+//! router itself has no authentication unless given one ([`DashboardConfig::auth`]:
+//! a bearer token or basic auth, as `harel-jobs dashboard` offers); serving it without is
+//! the operator's choice.
+//!
+//! DNS rebinding: with [`DashboardConfig::allowed_hosts`] every request (GET included)
+//! whose `Host` is not one of the dashboard's names is refused with 421 before any page
+//! is rendered, so a web page that has pointed a name of its own at the dashboard's address
+//! can neither read the CSRF token nor post a form. Every POST must also come from the
+//! dashboard's own pages: its `Origin` (or, without one, `Sec-Fetch-Site: same-origin` or
+//! a same-origin `Referer`) must match the request's `Host` or an allowed name, or it is
+//! refused with 403. Mounted in an application without `allowed_hosts`, the router cannot
+//! know its names and answers any `Host`: set them, unless the application's own
+//! authentication (a cookie or basic auth, which a browser never sends to another name)
+//! already keeps other names out. `harel-jobs dashboard` always sets them.
 
 mod actions;
 mod auth;
+mod hosts;
 mod html;
 mod pages;
 
@@ -41,9 +57,40 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 
 pub use auth::{Auth, require_auth};
+use hosts::{Guard, HostPort};
 
 use crate::error::{DatabaseError, QueueError};
 use crate::queue::Queue;
+
+/// What is wrong with a dashboard's configuration: found when it is built, never at a
+/// request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DashboardError {
+    /// A bearer token that is empty or only whitespace (it would let anyone in).
+    #[error("the bearer token is empty")]
+    EmptyToken,
+    /// A basic auth user name that is empty or only whitespace.
+    #[error("the basic auth user name is empty")]
+    EmptyUser,
+    /// A basic auth password that is empty or only whitespace.
+    #[error("the basic auth password is empty")]
+    EmptyPassword,
+    /// A basic auth user name with a `:` (HTTP basic auth cannot carry it).
+    #[error("a basic auth user name cannot hold ':'")]
+    ColonInUser,
+    /// An allowed host that is not a host name or address with an optional port.
+    #[error(
+        "{host:?} is not a host name: {reason} (give a name or an address, with a port or \
+         not: jobs.internal, jobs.internal:8080, 10.0.0.5, [::1]:8080)"
+    )]
+    InvalidHost {
+        /// The entry as given.
+        host: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
 
 /// How [`router_with`] builds the dashboard.
 #[derive(Clone, Debug, Default)]
@@ -53,6 +100,10 @@ pub struct DashboardConfig {
     pub read_only: bool,
     /// The path the application nests the router at (`/admin/jobs`; default: the root).
     pub mounted_at: String,
+    /// The names requests must be addressed to (empty: any; see [`Self::allowed_hosts`]).
+    allowed_hosts: Vec<HostPort>,
+    /// Who may see the dashboard (`None`: anyone who reaches it).
+    auth: Option<Auth>,
 }
 
 impl DashboardConfig {
@@ -71,6 +122,43 @@ impl DashboardConfig {
     /// `/` is dropped).
     pub fn mounted_at(mut self, path: impl Into<String>) -> Self {
         self.mounted_at = path.into().trim_end_matches('/').to_owned();
+        self
+    }
+
+    /// Answers only requests addressed to one of `hosts` (added to those given before):
+    /// every other request, GET included, gets 421 before any page is rendered. An entry
+    /// is a name or an address, with a port or not: `jobs.internal` (any port),
+    /// `jobs.internal:8080`, `127.0.0.1:8080`, `[::1]:8080`, `localhost:8080`. Give every
+    /// name the browsers use (the one in the address bar), including the address and port
+    /// the server listens on if people browse to it. Without any, every `Host` is answered:
+    /// a DNS rebinding page can then read the pages, so set them unless the application's
+    /// authentication keeps other names out (see the [module](self)).
+    ///
+    /// # Errors
+    /// [`DashboardError::InvalidHost`] for an entry that is not a host name or address
+    /// (a URL with a scheme or a path, a bad port).
+    pub fn allowed_hosts<I>(mut self, hosts: I) -> Result<Self, DashboardError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        for host in hosts {
+            let host = host.as_ref().trim();
+            let parsed = HostPort::parse(host).map_err(|reason| DashboardError::InvalidHost {
+                host: host.to_owned(),
+                reason,
+            })?;
+            self.allowed_hosts.push(parsed);
+        }
+        Ok(self)
+    }
+
+    /// Asks every request for `auth` (a bearer token or basic auth; build it with
+    /// [`Auth::bearer`] or [`Auth::basic`]): 401 otherwise. A request to a name not in
+    /// [`Self::allowed_hosts`] is refused before it is asked, so a rebinding page cannot
+    /// make the browser prompt for the password under its own name.
+    pub fn auth(mut self, auth: Auth) -> Self {
+        self.auth = Some(auth);
         self
     }
 }
@@ -97,7 +185,7 @@ pub fn router_with(queue: Queue, config: DashboardConfig) -> Router {
         read_only: config.read_only,
         base: config.mounted_at.into(),
     };
-    Router::new()
+    let pages = Router::new()
         .route("/", get(pages::overview))
         .route("/queues", get(pages::queues))
         .route("/queues/pause", post(actions::pause_queue))
@@ -116,12 +204,22 @@ pub fn router_with(queue: Queue, config: DashboardConfig) -> Router {
         .route("/assets/style.css", get(style))
         .route("/assets/app.js", get(script))
         .fallback(not_found)
+        .with_state(state);
+    let pages = match config.auth {
+        Some(auth) => require_auth(pages, auth),
+        None => pages,
+    };
+    // outermost but for the headers: a foreign name is refused before anything else
+    let guard = Arc::new(Guard {
+        allowed: config.allowed_hosts,
+    });
+    pages
+        .layer(axum::middleware::from_fn_with_state(guard, hosts::check))
         .layer(axum::middleware::map_response(security_headers))
-        .with_state(state)
 }
 
 /// Headers on every response: no framing (clickjacking), scripts and styles from the
-/// dashboard only, no referrer, no caching of pages that show jobs.
+/// dashboard only, no referrer to other sites, no caching of pages that show jobs.
 async fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
@@ -138,7 +236,9 @@ async fn security_headers(mut response: Response) -> Response {
     );
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        // not `no-referrer`: under it browsers send `Origin: null` with the dashboard's own
+        // form POSTs (Chromium does), and the origin check needs the real one
+        HeaderValue::from_static("same-origin"),
     );
     if !headers.contains_key(header::CACHE_CONTROL) {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
