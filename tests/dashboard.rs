@@ -977,3 +977,67 @@ async fn the_command_line_dashboard_answers_only_its_own_names() {
         assert_eq!(status, expected, "Host {host}: {response}");
     }
 }
+
+/// The worker role reports what it likes (10,050 pools, 30 of them serving 1,000 queues of
+/// 64 characters, counters at the top of BIGINT) and declares 1,000 schedules: the overview
+/// answers, its size bounded, saying how many pools it does not show, and the schedules
+/// page a page at a time with the total.
+#[tokio::test]
+async fn hostile_worker_reports_and_schedules_keep_every_page_bounded() {
+    let q = TestQueue::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 3).await;
+    let worker_role = TestRole::with_grants(&q, harel_jobs_suite::WORKER_GRANTS).await;
+    let worker = pool_with(&worker_role.url, 1).await;
+    for sql in [
+        "SELECT @schema@.harel_worker_report(gen_random_uuid(), repeat('h', 255), n,
+                names.queues, 1, 0, 9223372036854775806, 9223372036854775806,
+                9223372036854775806, false)
+           FROM generate_series(1, 30) AS n,
+                (SELECT array_agg(lpad(i::text, 64, 'q')) AS queues
+                   FROM generate_series(1, 1000) AS i) AS names",
+        "SELECT @schema@.harel_worker_report(gen_random_uuid(), 'host', n, ARRAY['a'], 1, 0,
+                1, 0, 0, false)
+           FROM generate_series(31, 10050) AS n",
+        "SELECT @schema@.harel_schedule_fire(lpad(n::text, 200, '!'), 'every 1s', NULL, now(),
+                NULL, 'k', '{}', 0::smallint)
+           FROM generate_series(1, 1000) AS n",
+    ] {
+        sqlx::raw_sql(q.sql(sql)).execute(&worker).await.unwrap();
+    }
+    let router = dashboard::router(Queue::with_schema(operator.clone(), q.schema.clone()));
+    let address = serve(router).await;
+    let get = |path: &str| {
+        http(
+            address,
+            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    let (status, overview) = get("/").await;
+    assert_eq!(status, 200, "{}", &overview[..overview.len().min(2000)]);
+    assert!(
+        overview.len() < 512 * 1024,
+        "the overview is {} bytes",
+        overview.len()
+    );
+    assert!(
+        overview.contains("id=\"workers-not-shown\""),
+        "no count of the rest"
+    );
+    assert!(
+        overview.contains("and 990 more"),
+        "queue names cut with a count"
+    );
+    assert!(
+        overview.contains("1000 schedule(s)"),
+        "the schedules' total"
+    );
+
+    let (status, schedules) = get("/schedules").await;
+    assert_eq!(status, 200);
+    assert!(schedules.contains("1000 schedule(s) in all"), "{schedules}");
+    assert!(schedules.contains("/schedules?after="), "no next page");
+    assert!(schedules.len() < 512 * 1024, "{} bytes", schedules.len());
+    operator.close().await;
+    worker.close().await;
+}
