@@ -800,6 +800,49 @@ async fn a_job_claimed_again_while_its_lost_claim_still_runs_keeps_each_executio
     assert_eq!(stats.leases_lost, 1, "{stats:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_connection_that_stops_answering_is_replaced() {
+    let queue = TestQueue::new().await;
+    let proxy = Proxy::start().await;
+    let runs = Runs::default();
+    runs.open_gate();
+    let handle = builder_on(proxy.pool().await, &queue, &runs)
+        // polls once an hour: only a NOTIFY (or the listener's reconnect) starts a job
+        .poll_interval(Duration::from_secs(3600))
+        .database_timeout(Duration::from_secs(1))
+        .heartbeat_interval(Duration::from_millis(200))
+        .build()
+        .unwrap()
+        .start();
+    let first = Held {
+        key: "before".into(),
+    };
+    harel_jobs::Enqueue::new(first, &queue.pool)
+        .schema(&queue.schema)
+        .await
+        .unwrap();
+    wait_until_idle(&queue, Duration::from_secs(20)).await;
+
+    // every connection the worker holds now stops answering, without a reset, as after a
+    // failover to another machine: the LISTEN connection only ever waits, so nothing tells
+    // it (before, no job was ever claimed again: the poll is an hour away)
+    proxy.freeze_open_connections();
+    let after = Held {
+        key: "after".into(),
+    };
+    harel_jobs::Enqueue::new(after, &queue.pool)
+        .schema(&queue.schema)
+        .await
+        .unwrap();
+    wait_until_idle(&queue, Duration::from_secs(30)).await;
+    let stats = tokio::time::timeout(Duration::from_secs(30), handle.shutdown())
+        .await
+        .expect("shutdown returns")
+        .unwrap();
+    assert_eq!(stats.succeeded, 2, "{stats:?}");
+    assert_eq!(runs.all().len(), 2);
+}
+
 #[tokio::test]
 async fn claims_and_heartbeats_commit_durably_where_the_database_default_is_off() {
     let database = TestDatabase::new().await;
