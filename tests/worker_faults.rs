@@ -688,6 +688,161 @@ async fn connections_that_stop_answering_are_dropped_after_the_database_timeout(
     assert_eq!(runs.all().len(), 6);
 }
 
+/// Runs until the test releases it (the n-th execution started ends once `release` reaches
+/// n) or its context is cancelled, whichever comes first.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Reclaimed;
+
+impl Job for Reclaimed {
+    const KIND: &'static str = "reclaimed";
+}
+
+/// What the executions of [`Reclaimed`] did.
+#[derive(Clone)]
+struct Executions {
+    /// The attempt of each execution, in start order.
+    started: Arc<Mutex<Vec<u32>>>,
+    /// The executions (1-based, in start order) that ended because they were cancelled.
+    cancelled: Arc<Mutex<Vec<usize>>>,
+    release: Arc<watch::Sender<usize>>,
+}
+
+impl Default for Executions {
+    fn default() -> Self {
+        Self {
+            started: Arc::default(),
+            cancelled: Arc::default(),
+            release: Arc::new(watch::channel(0).0),
+        }
+    }
+}
+
+impl Handler<Executions> for Reclaimed {
+    async fn handle(self, ctx: JobContext<Executions>) -> JobResult {
+        let state = ctx.state();
+        let n = {
+            let mut started = state.started.lock().unwrap();
+            started.push(ctx.attempt());
+            started.len()
+        };
+        let mut release = state.release.subscribe();
+        tokio::select! {
+            _ = release.wait_for(|released| *released >= n) => {}
+            () = ctx.cancelled() => state.cancelled.lock().unwrap().push(n),
+        }
+        Ok(())
+    }
+}
+
+/// Waits until `condition` holds, failing the test after `limit` with `what`.
+async fn wait_until(what: &str, limit: Duration, condition: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_claimed_again_while_its_lost_claim_still_runs_keeps_each_execution_apart() {
+    let queue = TestQueue::new().await;
+    let executions = Executions::default();
+    let handle = Worker::builder(queue.pool.clone(), executions.clone())
+        .schema(queue.schema.clone())
+        .register::<Reclaimed>()
+        .concurrency(4)
+        // the first heartbeat comes 4 s after the start, long after the claim below
+        .lease(Duration::from_secs(12))
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    harel_jobs::Enqueue::new(Reclaimed, &queue.pool)
+        .schema(&queue.schema)
+        .group("reclaimed")
+        .await
+        .unwrap();
+    let started = || executions.started.lock().unwrap().len();
+    wait_until("the job starts", Duration::from_secs(20), || started() == 1).await;
+
+    // the claim is lost while the job runs, as on a standby promoted before the claim
+    // reached it: the group is unleased, its job at the head, and this worker claims it again
+    sqlx::query(queue.sql(
+        "UPDATE @schema@.transport_groups SET locked_by = NULL, available_at = now()
+          WHERE group_id = 'reclaimed'",
+    ))
+    .execute(&queue.pool)
+    .await
+    .unwrap();
+    wait_until(
+        "the same worker claims the job again",
+        Duration::from_secs(20),
+        || started() == 2,
+    )
+    .await;
+
+    // the heartbeat finds the first claim lost and cancels the first execution only (before,
+    // the second claim's entry replaced the first's, which was never told)
+    wait_until(
+        "the first execution is cancelled",
+        Duration::from_secs(30),
+        || *executions.cancelled.lock().unwrap() == [1],
+    )
+    .await;
+    // the second one's result is written (before, the first one's end took the second's
+    // entry with it, and the second one's result was discarded)
+    executions.release.send_replace(2);
+    wait_until_idle(&queue, Duration::from_secs(20)).await;
+    let stats = handle.shutdown().await.unwrap();
+    assert_eq!(*executions.started.lock().unwrap(), [1, 2], "attempts");
+    assert_eq!(*executions.cancelled.lock().unwrap(), [1]);
+    assert_eq!(stats.succeeded, 1, "{stats:?}");
+    assert_eq!(stats.leases_lost, 1, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_connection_that_stops_answering_is_replaced() {
+    let queue = TestQueue::new().await;
+    let proxy = Proxy::start().await;
+    let runs = Runs::default();
+    runs.open_gate();
+    let handle = builder_on(proxy.pool().await, &queue, &runs)
+        // polls once an hour: only a NOTIFY (or the listener's reconnect) starts a job
+        .poll_interval(Duration::from_secs(3600))
+        .database_timeout(Duration::from_secs(1))
+        .heartbeat_interval(Duration::from_millis(200))
+        .build()
+        .unwrap()
+        .start();
+    let first = Held {
+        key: "before".into(),
+    };
+    harel_jobs::Enqueue::new(first, &queue.pool)
+        .schema(&queue.schema)
+        .await
+        .unwrap();
+    wait_until_idle(&queue, Duration::from_secs(20)).await;
+
+    // every connection the worker holds now stops answering, without a reset, as after a
+    // failover to another machine: the LISTEN connection only ever waits, so nothing tells
+    // it (before, no job was ever claimed again: the poll is an hour away)
+    proxy.freeze_open_connections();
+    let after = Held {
+        key: "after".into(),
+    };
+    harel_jobs::Enqueue::new(after, &queue.pool)
+        .schema(&queue.schema)
+        .await
+        .unwrap();
+    wait_until_idle(&queue, Duration::from_secs(30)).await;
+    let stats = tokio::time::timeout(Duration::from_secs(30), handle.shutdown())
+        .await
+        .expect("shutdown returns")
+        .unwrap();
+    assert_eq!(stats.succeeded, 2, "{stats:?}");
+    assert_eq!(runs.all().len(), 2);
+}
+
 #[tokio::test]
 async fn claims_and_heartbeats_commit_durably_where_the_database_default_is_off() {
     let database = TestDatabase::new().await;

@@ -21,6 +21,7 @@
 //! | `HAREL_FW_CONNECT_WAIT_MS` | how long `connect_with` waits for the database | 30000 |
 //! | `HAREL_FW_MIGRATE` | `0`: do not call `migrate` (least-privilege roles) | 1 |
 //! | `HAREL_FW_DEBUG_DUMP` | `1`: print the `Debug` of the worker, handle and errors | 0 |
+//! | `HAREL_FW_LEDGER_DSN` | where the ledger is written, if not in the queue's database (the failover scenario: a ledger on the failed primary would be lost with it) | `HAREL_FW_DSN` |
 //!
 //! SIGTERM (or SIGINT) runs the graceful `shutdown()`; the final counters are printed on
 //! stdout as one `FAULT_WORKER_STATS …` line. Logs go to stderr (`RUST_LOG`). If the pool
@@ -39,10 +40,11 @@ use uuid::Uuid;
 #[path = "../reliability/jobs.rs"]
 mod jobs;
 
-use jobs::{Aborts, Hangs, Panics, Work};
+use jobs::{Aborts, Cooperative, Hangs, Panics, Work};
 
 /// What every handler of this process shares.
 struct State {
+    /// The ledger's database.
     pool: PgPool,
     worker: String,
     pid: i32,
@@ -122,6 +124,18 @@ impl Handler<State> for Work {
         let exec = state.started(&ctx, self.key, self.text.as_deref()).await?;
         if self.sleep_ms > 0 {
             tokio::time::sleep(Duration::from_millis(self.sleep_ms)).await;
+        }
+        state.ended(exec).await
+    }
+}
+
+impl Handler<State> for Cooperative {
+    async fn handle(self, ctx: JobContext<State>) -> JobResult {
+        let state = ctx.state();
+        let exec = state.started(&ctx, self.key, None).await?;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(self.sleep_ms)) => {}
+            () = ctx.cancelled() => {}
         }
         state.ended(exec).await
     }
@@ -255,13 +269,26 @@ async fn run() -> i32 {
         }
         _ = int.recv() => return 0,
     };
+    let ledger = match std::env::var("HAREL_FW_LEDGER_DSN") {
+        Ok(ledger_dsn) => {
+            match harel_jobs::connect_with(&ledger_dsn, &ConnectConfig::default()).await {
+                Ok(ledger) => ledger,
+                Err(error) => {
+                    eprintln!("FAULT_WORKER_CONNECT_FAILED {name} (ledger): {error}");
+                    return 2;
+                }
+            }
+        }
+        Err(_) => pool.clone(),
+    };
     let state = State {
-        pool: pool.clone(),
+        pool: ledger,
         worker: name.clone(),
         pid: std::process::id() as i32,
     };
     let mut builder = Worker::builder(pool.clone(), state)
         .register::<Work>()
+        .register::<Cooperative>()
         .register::<Panics>()
         .register::<Hangs>()
         .register::<Aborts>()

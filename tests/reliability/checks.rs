@@ -88,8 +88,14 @@ pub async fn overlaps(pool: &PgPool) -> i64 {
     .await
 }
 
-/// Every count, in the queue schema `harel`.
+/// Every count, in the queue schema `harel`, with the ledger in the same database.
 pub async fn counts(pool: &PgPool) -> Counts {
+    counts_in(pool, pool).await
+}
+
+/// Every count, with the ledger (`rel`) in `ledger` and the queue (`harel`) in `queue`.
+pub async fn counts_in(ledger: &PgPool, queue: &PgPool) -> Counts {
+    let pool = ledger;
     Counts {
         executions: count(pool, "SELECT count(*) FROM rel.ledger").await,
         distinct_keys: count(pool, "SELECT count(DISTINCT key) FROM rel.ledger").await,
@@ -156,19 +162,19 @@ pub async fn counts(pool: &PgPool) -> Counts {
             "SELECT count(*) FROM rel.ledger l JOIN rel.forbidden f ON f.key = l.key",
         )
         .await,
-        queue_left: count(pool, "SELECT count(*) FROM harel.jobs").await,
+        queue_left: count(queue, "SELECT count(*) FROM harel.jobs").await,
         stuck_groups: count(
-            pool,
+            queue,
             "SELECT count(*) FROM harel.transport_groups
               WHERE locked_by IS NOT NULL AND available_at < now()",
         )
         .await,
         leased_groups: count(
-            pool,
+            queue,
             "SELECT count(*) FROM harel.transport_groups WHERE locked_by IS NOT NULL",
         )
         .await,
-        dead_letters: count(pool, "SELECT count(*) FROM harel.dead_letters").await,
+        dead_letters: count(queue, "SELECT count(*) FROM harel.dead_letters").await,
         longest_ms: count(
             pool,
             "SELECT (max(extract(epoch FROM ended_at - started_at)) * 1000)::bigint
@@ -181,16 +187,23 @@ pub async fn counts(pool: &PgPool) -> Counts {
 /// Waits until every expected key has an ended execution and the queue
 /// is empty, or `limit` passes; returns the counts either way (the caller asserts).
 pub async fn wait_until_done(pool: &PgPool, limit: Duration) -> Counts {
+    wait_until_done_in(pool, pool, limit).await
+}
+
+/// [`wait_until_done`] with the ledger in `ledger` and the queue in `queue`.
+pub async fn wait_until_done_in(ledger: &PgPool, queue: &PgPool, limit: Duration) -> Counts {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let left: Result<(i64, i64), _> = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM harel.jobs),
-                    (SELECT count(*) FROM rel.expected e WHERE NOT EXISTS
-                        (SELECT 1 FROM rel.ledger l WHERE l.key = e.key AND l.ended_at IS NOT NULL))",
+        let queued: Result<i64, _> = sqlx::query_scalar("SELECT count(*) FROM harel.jobs")
+            .fetch_one(queue)
+            .await;
+        let missing: Result<i64, _> = sqlx::query_scalar(
+            "SELECT count(*) FROM rel.expected e WHERE NOT EXISTS
+                (SELECT 1 FROM rel.ledger l WHERE l.key = e.key AND l.ended_at IS NOT NULL)",
         )
-        .fetch_one(pool)
+        .fetch_one(ledger)
         .await;
-        if let Ok((0, missing)) = left
+        if let (Ok(0), Ok(missing)) = (queued, missing)
             && (missing == 0 || tokio::time::Instant::now() >= deadline)
         {
             break;
@@ -200,7 +213,7 @@ pub async fn wait_until_done(pool: &PgPool, limit: Duration) -> Counts {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    counts(pool).await
+    counts_in(ledger, queue).await
 }
 
 /// One line of the RELIABILITY.md table.
@@ -237,8 +250,13 @@ impl fmt::Display for Figures {
 
 /// Prints the row and appends it to `$CARGO_TARGET_TMPDIR/reliability-report.md`.
 pub async fn report(pool: &PgPool, figures: &Figures, counts: &Counts) {
+    report_in(pool, pool, figures, counts).await
+}
+
+/// [`report`] with the ledger in `ledger` and the queue in `queue`.
+pub async fn report_in(ledger: &PgPool, queue: &PgPool, figures: &Figures, counts: &Counts) {
     if counts.lost > 0 || counts.queue_left > 0 {
-        diagnose(pool).await;
+        diagnose_in(ledger, queue).await;
     }
     let row = figures.to_string();
     eprintln!("RELIABILITY {row}");
@@ -254,9 +272,10 @@ pub async fn report(pool: &PgPool, figures: &Figures, counts: &Counts) {
     }
 }
 
-/// Prints what is left in the queue and which expected keys have not completed (for a
-/// failing run's report).
-pub async fn diagnose(pool: &PgPool) {
+/// Prints what is left in the queue (in `queue`) and which expected keys have not completed
+/// (in `ledger`), for a failing run's report.
+pub async fn diagnose_in(ledger: &PgPool, queue: &PgPool) {
+    let pool = queue;
     let messages: Vec<(String, i64, String, i32, Option<String>)> = sqlx::query_as(
         "SELECT group_id, seq, kind, attempts, last_error FROM harel.jobs
           ORDER BY seq LIMIT 20",
@@ -283,7 +302,7 @@ pub async fn diagnose(pool: &PgPool) {
             (SELECT 1 FROM rel.ledger l WHERE l.key = e.key AND l.ended_at IS NOT NULL)
           ORDER BY e.key LIMIT 20",
     )
-    .fetch_all(pool)
+    .fetch_all(ledger)
     .await
     .unwrap_or_default();
     eprintln!("DIAGNOSE messages left: {messages:#?}");

@@ -25,6 +25,19 @@ impl Job for Work {
     const KIND: &'static str = "work";
 }
 
+/// Records its execution, sleeps `sleep_ms` or until its context is cancelled (the heartbeat
+/// found its lease lost, or the job was cancelled), whichever comes first, records its end:
+/// a handler that stops when told to.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Cooperative {
+    pub key: i64,
+    pub sleep_ms: u64,
+}
+
+impl Job for Cooperative {
+    const KIND: &'static str = "cooperative";
+}
+
 /// Records its start, then panics.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Panics {

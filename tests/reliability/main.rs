@@ -14,12 +14,14 @@
 mod checks;
 mod fleet;
 mod jobs;
+mod proxy;
 
 mod connections;
 mod controls;
 mod crashes;
 mod db_kill;
 mod db_restart;
+mod failover;
 mod hostile;
 mod lease;
 mod poison;

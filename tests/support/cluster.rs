@@ -145,8 +145,9 @@ fn children_of(pid: i32) -> Vec<i32> {
 static CLUSTERS: AtomicU32 = AtomicU32::new(0);
 
 impl Cluster {
-    /// initdb and start a new cluster.
-    pub fn start(options: ClusterOptions) -> Cluster {
+    /// A new, empty directory for a cluster (owned by the `postgres` OS user when root), and
+    /// a free port; nothing started.
+    fn prepare() -> Cluster {
         let bin = pg_bin();
         let as_postgres = is_root();
         let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
@@ -168,6 +169,24 @@ impl Cluster {
             let (uid, gid) = postgres_ids();
             std::os::unix::fs::chown(&cluster.dir, Some(uid), Some(gid)).expect("chown");
         }
+        cluster
+    }
+
+    /// The settings that make a cluster this one (its port and socket directory), appended
+    /// to `postgresql.conf`: later lines win, so a standby's copy of its primary's file is
+    /// overridden too.
+    fn own_settings(&self) -> String {
+        format!(
+            "\n# harel-jobs test cluster: this one\nport = {port}\n\
+             unix_socket_directories = '{dir}'\n",
+            port = self.port,
+            dir = self.dir.display(),
+        )
+    }
+
+    /// initdb and start a new cluster.
+    pub fn start(options: ClusterOptions) -> Cluster {
+        let cluster = Cluster::prepare();
         cluster.run(
             "initdb",
             &[
@@ -183,14 +202,14 @@ impl Cluster {
             ],
         );
         let conf = format!(
-            "\n# harel-jobs test cluster\nport = {port}\nlisten_addresses = '127.0.0.1'\n\
-             unix_socket_directories = '{dir}'\nmax_connections = {max}\n\
+            "\n# harel-jobs test cluster\nlisten_addresses = '127.0.0.1'\n\
+             max_connections = {max}\n\
              superuser_reserved_connections = 3\nshared_buffers = 128MB\n\
              fsync = on\nsynchronous_commit = on\nlog_min_messages = warning\n\
-             log_line_prefix = '%m [%p] %u '\n",
-            port = cluster.port,
-            dir = cluster.dir.display(),
+             log_line_prefix = '%m [%p] %u '\n\
+             wal_level = replica\nmax_wal_senders = 4\nmax_replication_slots = 4\n{own}",
             max = options.max_connections,
+            own = cluster.own_settings(),
         );
         append(&cluster.data.join("postgresql.conf"), &conf);
         for setting in &options.settings {
@@ -207,6 +226,59 @@ impl Cluster {
         }
         cluster.start_server();
         cluster
+    }
+
+    /// A streaming standby of a running primary: `pg_basebackup -R` (with a replication
+    /// slot, `slot`) over the replication connection at `127.0.0.1:via_port` (the primary's
+    /// port, or a proxy in front of it), then started. The standby streams through that same
+    /// address (`primary_conninfo`, written by `-R`). Every cluster of the suite can be a
+    /// primary: `wal_level = replica` and WAL senders (see [`start`](Self::start)), and
+    /// initdb's `pg_hba.conf` trusts local replication connections.
+    pub fn standby(via_port: u16, slot: &str) -> Cluster {
+        let cluster = Cluster::prepare();
+        let port = via_port.to_string();
+        cluster.run(
+            "pg_basebackup",
+            &[
+                "-D",
+                cluster.data.to_str().unwrap(),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-X",
+                "stream",
+                "--checkpoint=fast",
+                "-R",
+                "-C",
+                "-S",
+                slot,
+            ],
+        );
+        // the copy holds the primary's settings: override its port and socket directory
+        append(
+            &cluster.data.join("postgresql.conf"),
+            &cluster.own_settings(),
+        );
+        cluster.start_server();
+        cluster
+    }
+
+    /// `pg_ctl promote`, waiting until the standby accepts writes.
+    pub fn promote(&self) {
+        self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                self.data.to_str().unwrap(),
+                "-w",
+                "-t",
+                "120",
+                "promote",
+            ],
+        );
     }
 
     fn command(&self, tool: &str) -> Command {

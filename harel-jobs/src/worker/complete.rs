@@ -96,7 +96,7 @@ async fn flush<S: Send + Sync + 'static>(
     for (((lease, _), (lane, labels, outcome, completed_in_tx)), written) in
         settlements.iter().zip(&outcomes).zip(written)
     {
-        shared.inflight.remove(lease.seq);
+        shared.inflight.remove(lease);
         match written {
             Written::AsDecided(LeaseOutcome::Cancelled)
             | Written::AsDeadLetter(LeaseOutcome::Cancelled) => {

@@ -26,7 +26,6 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     message: ClaimedMessage,
     completions: tokio::sync::mpsc::UnboundedSender<Finished>,
 ) {
-    let seq = message.lease.seq;
     let cancel = shared.hard_stop.child_token();
     let flags = Arc::new(ExecutionFlags::default());
     let labels = shared.labels(lane, &message.kind);
@@ -68,10 +67,10 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let completed_in_tx = flags
         .completed_in_tx
         .load(std::sync::atomic::Ordering::Acquire);
-    if !shared.inflight.settle(seq) {
+    if !shared.inflight.settle(&message.lease) {
         // the heartbeat found the lease lost: another worker may run this job now, so its
         // result must not be written (the heartbeat already counted the lost lease)
-        shared.inflight.remove(seq);
+        shared.inflight.remove(&message.lease);
         if completed_in_tx {
             tracing::debug!("the handler completed the job in its own transaction");
         } else {
@@ -87,10 +86,10 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         retain: limits.retain,
         completed_in_tx: flags,
     };
-    if completions.send(finished).is_err() {
+    if let Err(unsent) = completions.send(finished) {
         // only after the completer stopped, which shutdown does last: the lease lapses and
         // another worker runs the job again
-        shared.inflight.remove(seq);
+        shared.inflight.remove(&unsent.0.lease);
         tracing::error!("completer stopped before this job settled; it will run again");
     }
 }

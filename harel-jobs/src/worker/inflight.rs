@@ -31,14 +31,18 @@ struct Entry {
     phase: Phase,
 }
 
-/// Leases held by this worker, by message seq.
+/// Leases held by this worker, by lease: the claim's token with the message. Not by message
+/// alone: this worker can hold one message twice, when a claim of it was lost while its
+/// handler ran (a lease that lapsed, a failover to a standby that never saw the claim) and
+/// this worker claimed it again. Each execution must keep its own entry: the old one's end
+/// must neither end the new one's heartbeat nor take its result.
 #[derive(Default)]
 pub(crate) struct InFlight {
-    entries: Mutex<HashMap<i64, Entry>>,
+    entries: Mutex<HashMap<Lease, Entry>>,
 }
 
 impl InFlight {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Entry>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<Lease, Entry>> {
         // a panic while holding this lock cannot leave the map inconsistent (single inserts
         // and removes), so a poisoned lock is still usable
         self.entries
@@ -60,12 +64,12 @@ impl InFlight {
             flags,
             phase: Phase::Running,
         };
-        self.entries().insert(entry.lease.seq, entry);
+        self.entries().insert(entry.lease.clone(), entry);
     }
 
     /// The handler ended. Returns false if the lease was already found lost.
-    pub fn settle(&self, seq: i64) -> bool {
-        match self.entries().get_mut(&seq) {
+    pub fn settle(&self, lease: &Lease) -> bool {
+        match self.entries().get_mut(lease) {
             Some(entry) if entry.phase == Phase::Lost => false,
             Some(entry) => {
                 entry.phase = Phase::Settling;
@@ -75,8 +79,8 @@ impl InFlight {
         }
     }
 
-    pub fn remove(&self, seq: i64) {
-        self.entries().remove(&seq);
+    pub fn remove(&self, lease: &Lease) {
+        self.entries().remove(lease);
     }
 
     /// Every lease to extend.
@@ -95,7 +99,7 @@ impl InFlight {
         let mut entries = self.entries();
         let mut running = Vec::new();
         for lease in lost {
-            if let Some(entry) = entries.get_mut(&lease.seq)
+            if let Some(entry) = entries.get_mut(lease)
                 && entry.phase == Phase::Running
             {
                 entry.phase = Phase::Lost;
@@ -114,8 +118,7 @@ impl InFlight {
         let entries = self.entries();
         let mut told = Vec::new();
         for lease in leases {
-            if let Some(entry) = entries.get(&lease.seq)
-                && entry.lease == *lease
+            if let Some(entry) = entries.get(lease)
                 && !entry.flags.cancel_requested.swap(true, Ordering::AcqRel)
             {
                 entry.cancel.cancel();

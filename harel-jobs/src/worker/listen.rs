@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 
 use super::Shared;
@@ -14,6 +15,14 @@ use super::supervise::{TaskResult, WorkerTask};
 /// the fetcher after each reconnect, since notifications sent meanwhile are gone.
 /// Connecting (and the LISTEN statement) is bounded by the database timeout.
 ///
+/// A LISTEN connection only ever waits, so a connection that died silently (its server's
+/// machine died and the address moved to a standby, a partition, a NAT that forgot it)
+/// would say nothing, ever: no reset comes back to a client that sends nothing. So after a
+/// heartbeat interval without a notification the listener checks its connection with a
+/// round trip bounded by the database timeout (the LISTEN statement again: a no-op that
+/// leaves the session showing what it is for in `pg_stat_activity`), and reconnects if
+/// that fails.
+///
 /// It connects as [`listen_connect_options`](super::WorkerBuilder::listen_connect_options)
 /// says, or else as the pool does (never through a transaction pooler: the supervisor does
 /// not start it there without such options).
@@ -22,6 +31,9 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     stop: tokio_util::sync::CancellationToken,
 ) -> TaskResult {
     let channel = shared.config.schema.channel();
+    // the channel is made of the schema's name (lowercase letters, digits, `_`): quoted as
+    // an identifier all the same
+    let check = format!("LISTEN \"{}\"", channel.replace('"', "\"\""));
     let mut backoff = Duration::from_millis(100);
     let mut connected_before = false;
     let options = match &shared.config.listen_options {
@@ -54,10 +66,31 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 connected_before = true;
                 backoff = Duration::from_millis(100);
                 shared.wake_all();
+                let quiet = shared.config.heartbeat_interval();
                 loop {
+                    // `try_recv` is cancel-safe: a message half read stays buffered
                     let received = tokio::select! {
                         () = stop.cancelled() => return Ok(()),
-                        received = listener.try_recv() => received,
+                        received = tokio::time::timeout(quiet, listener.try_recv()) => received,
+                    };
+                    let Ok(received) = received else {
+                        let check = bounded(
+                            shared.config.database_timeout,
+                            sqlx::raw_sql(AssertSqlSafe(check.clone())).execute(&mut listener),
+                        );
+                        let checked = tokio::select! {
+                            () = stop.cancelled() => return Ok(()),
+                            checked = check => checked,
+                        };
+                        if let Err(error) = checked {
+                            tracing::warn!(
+                                channel = %channel,
+                                error = %crate::error::DatabaseError::new(error),
+                                "notification listener's connection does not answer: reconnecting"
+                            );
+                            break;
+                        }
+                        continue;
                     };
                     match received {
                         Ok(Some(notification)) => {
