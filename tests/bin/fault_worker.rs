@@ -21,6 +21,7 @@
 //! | `HAREL_FW_CONNECT_WAIT_MS` | how long `connect_with` waits for the database | 30000 |
 //! | `HAREL_FW_MIGRATE` | `0`: do not call `migrate` (least-privilege roles) | 1 |
 //! | `HAREL_FW_DEBUG_DUMP` | `1`: print the `Debug` of the worker, handle and errors | 0 |
+//! | `HAREL_FW_DURABLE_OUTCOMES` | `1`: outcomes commit with `synchronous_commit = on` (`WorkerBuilder::durable_outcomes`) | 0 |
 //! | `HAREL_FW_LEDGER_DSN` | where the ledger is written, if not in the queue's database (the failover scenario: a ledger on the failed primary would be lost with it) | `HAREL_FW_DSN` |
 //!
 //! SIGTERM (or SIGINT) runs the graceful `shutdown()`; the final counters are printed on
@@ -305,6 +306,9 @@ async fn run() -> i32 {
     }
     if let Some(timeout) = env_ms("HAREL_FW_TIMEOUT_MS") {
         builder = builder.timeout(timeout);
+    }
+    if env_or("HAREL_FW_DURABLE_OUTCOMES", 0u8) == 1 {
+        builder = builder.durable_outcomes(true);
     }
     let worker = match builder.build() {
         Ok(worker) => worker,

@@ -555,7 +555,9 @@ async fn measure(
 
 /// One run of the scenario (see the module's documentation), asserting what `mode`
 /// guarantees.
-async fn failover(mode: Replication) {
+/// `durable_outcomes`: the workers' outcomes wait for the WAL flush and the standby
+/// (`WorkerBuilder::durable_outcomes`).
+async fn failover(mode: Replication, durable_outcomes: bool) {
     let _serial = serial();
     // the ledger: a cluster of its own, never failed
     let ledger_cluster = Cluster::start(ClusterOptions::default());
@@ -620,6 +622,10 @@ async fn failover(mode: Replication) {
             ("HAREL_FW_CONCURRENCY", "8".into()),
             ms("HAREL_FW_LEASE_MS", LEASE),
             ms("HAREL_FW_HEARTBEAT_MS", HEARTBEAT),
+            (
+                "HAREL_FW_DURABLE_OUTCOMES",
+                if durable_outcomes { "1" } else { "0" }.into(),
+            ),
         ],
     );
     for slot in 0..3 {
@@ -872,16 +878,23 @@ async fn failover(mode: Replication) {
         .iter()
         .map(|p| (p.name.clone(), p.stat("leases_lost")))
         .collect();
-    eprintln!("FAILOVER {mode:?} settings {settings:?} measured {m:#?} leases lost {per_worker:?}");
+    eprintln!(
+        "FAILOVER {mode:?} durable outcomes {durable_outcomes} settings {settings:?} measured \
+         {m:#?} leases lost {per_worker:?}"
+    );
 
-    let (scenario, faults) = match mode {
-        Replication::Asynchronous => (
+    let (scenario, faults) = match (mode, durable_outcomes) {
+        (Replication::Asynchronous, _) => (
             "10a. failover, asynchronous replication",
             "replication link partitioned, primary SIGKILLed, standby promoted, address moved",
         ),
-        Replication::Synchronous => (
+        (Replication::Synchronous, false) => (
             "10b. failover, synchronous replication",
             "as 10a, with `synchronous_standby_names = '*'`",
+        ),
+        (Replication::Synchronous, true) => (
+            "10c. failover, synchronous replication, durable outcomes",
+            "as 10b, the workers with `durable_outcomes(true)`",
         ),
     };
     checks::report_in(
@@ -983,6 +996,12 @@ async fn failover(mode: Replication) {
                 "two workers ran one group at once with synchronous replication"
             );
             assert_eq!(counts.order_violations, 0, "a group ran out of order");
+            if durable_outcomes {
+                assert_eq!(
+                    m.reran_after_completion, 0,
+                    "a job that ran to the end ran again: its outcome was durable: {m:?}"
+                );
+            }
         }
         Replication::Asynchronous => {
             assert!(
@@ -1005,10 +1024,16 @@ async fn failover(mode: Replication) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s10a_failover_with_asynchronous_replication_loses_only_what_the_standby_never_had() {
-    failover(Replication::Asynchronous).await;
+    failover(Replication::Asynchronous, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s10b_failover_with_synchronous_replication_loses_nothing_and_never_overlaps() {
-    failover(Replication::Synchronous).await;
+    failover(Replication::Synchronous, false).await;
+}
+
+/// As 10b, with durable outcomes: a job that ran to the end is not run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s10c_failover_with_synchronous_replication_and_durable_outcomes_runs_nothing_again() {
+    failover(Replication::Synchronous, true).await;
 }

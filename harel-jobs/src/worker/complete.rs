@@ -56,9 +56,14 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 ) -> TaskResult {
     let max_batch = shared.config.ack_batch;
     let mut batch = Vec::with_capacity(max_batch);
-    // outcomes need no WAL-flush wait: see OwnConnection::without_commit_wait
-    let connection = OwnConnection::without_commit_wait(&shared.pool)
-        .through_pooler(shared.config.transaction_pooler);
+    // outcomes need no WAL-flush wait (see OwnConnection::without_commit_wait), unless the
+    // pool is told to wait for it (WorkerBuilder::durable_outcomes)
+    let connection = if shared.config.durable_outcomes {
+        OwnConnection::durable(&shared.pool)
+    } else {
+        OwnConnection::without_commit_wait(&shared.pool)
+    }
+    .through_pooler(shared.config.transaction_pooler);
     let mut writer = Writer::new(connection);
     while receiver.recv_many(&mut batch, max_batch).await > 0 {
         shared.faults.check(WorkerTask::Completer)?;

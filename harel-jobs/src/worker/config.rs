@@ -46,6 +46,9 @@ pub(crate) struct WorkerConfig {
     pub ack_batch: usize,
     /// How often the pool reports itself to operators (`Queue::workers`). Default 10 s.
     pub report_interval: Duration,
+    /// Whether outcomes commit with `synchronous_commit = on` (waiting for the WAL flush,
+    /// and for a synchronous standby). Default false.
+    pub durable_outcomes: bool,
     /// Whether to LISTEN for enqueue notifications. Default true.
     pub listen: bool,
     /// Whether to vacuum the queue tables when autovacuum is off (housekeeping runs
@@ -92,6 +95,7 @@ impl Default for WorkerConfig {
             min_priority: Priority::LOWEST,
             claim_batch: 256,
             ack_batch: 512,
+            durable_outcomes: false,
             listen: true,
             maintenance: true,
             schema: Schema::default(),
