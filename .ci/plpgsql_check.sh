@@ -17,7 +17,9 @@ psql_db() { psql -X -q -v ON_ERROR_STOP=1 "$base/$db" "$@"; }
 psql_admin -c "CREATE DATABASE $db"
 trap 'psql_admin -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null' EXIT
 
-files=(migrations/[0-9][0-9][0-9][0-9]_*.sql migrations/functions/*.sql)
+# the helpers (internal/) before the entry points that call them (api/), as migrate does
+files=(migrations/[0-9][0-9][0-9][0-9]_*.sql migrations/functions/internal/*.sql
+       migrations/functions/api/*.sql)
 {
     echo "BEGIN;"
     echo "CREATE SCHEMA harel;"

@@ -28,6 +28,9 @@ struct Migration {
 #[derive(Debug)]
 struct Function {
     name: &'static str,
+    /// Its folder under `sql/functions/`: `api` (called by roles) or `internal` (called
+    /// only by other functions).
+    folder: &'static str,
     sql: &'static str,
 }
 
@@ -103,123 +106,153 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Every function, in the order they are applied.
+/// Every function, in the order they are applied: the internal helpers first, then the
+/// entry points that call them (sql/README.md).
 const FUNCTIONS: &[Function] = &[
     Function {
         name: "harel_drop_empty_groups",
-        sql: include_str!("../sql/functions/harel_drop_empty_groups.sql"),
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_drop_empty_groups.sql"),
     },
     Function {
         name: "harel_notify",
-        sql: include_str!("../sql/functions/harel_notify.sql"),
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_notify.sql"),
     },
     Function {
         name: "harel_release_key",
-        sql: include_str!("../sql/functions/harel_release_key.sql"),
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_release_key.sql"),
     },
     Function {
         name: "harel_take_key",
-        sql: include_str!("../sql/functions/harel_take_key.sql"),
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_take_key.sql"),
     },
     Function {
         name: "harel_move_on",
-        sql: include_str!("../sql/functions/harel_move_on.sql"),
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_move_on.sql"),
     },
     Function {
         name: "harel_end_cancelled",
-        sql: include_str!("../sql/functions/harel_end_cancelled.sql"),
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_end_cancelled.sql"),
     },
     Function {
         name: "harel_ensure_queue",
-        sql: include_str!("../sql/functions/harel_ensure_queue.sql"),
-    },
-    Function {
-        name: "harel_publish",
-        sql: include_str!("../sql/functions/harel_publish.sql"),
-    },
-    Function {
-        name: "harel_claim",
-        sql: include_str!("../sql/functions/harel_claim.sql"),
-    },
-    Function {
-        name: "harel_settle",
-        sql: include_str!("../sql/functions/harel_settle.sql"),
-    },
-    Function {
-        name: "harel_extend",
-        sql: include_str!("../sql/functions/harel_extend.sql"),
-    },
-    Function {
-        name: "harel_maintain",
-        sql: include_str!("../sql/functions/harel_maintain.sql"),
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_ensure_queue.sql"),
     },
     Function {
         name: "harel_queued_state",
-        sql: include_str!("../sql/functions/harel_queued_state.sql"),
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_queued_state.sql"),
+    },
+    Function {
+        name: "harel_publish",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_publish.sql"),
+    },
+    Function {
+        name: "harel_claim",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_claim.sql"),
+    },
+    Function {
+        name: "harel_settle",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_settle.sql"),
+    },
+    Function {
+        name: "harel_extend",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_extend.sql"),
+    },
+    Function {
+        name: "harel_maintain",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_maintain.sql"),
     },
     Function {
         name: "harel_job",
-        sql: include_str!("../sql/functions/harel_job.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_job.sql"),
     },
     Function {
         name: "harel_list_jobs",
-        sql: include_str!("../sql/functions/harel_list_jobs.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_list_jobs.sql"),
     },
     Function {
         name: "harel_cancel",
-        sql: include_str!("../sql/functions/harel_cancel.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_cancel.sql"),
     },
     Function {
         name: "harel_cancel_group",
-        sql: include_str!("../sql/functions/harel_cancel_group.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_cancel_group.sql"),
     },
     Function {
         name: "harel_list_groups",
-        sql: include_str!("../sql/functions/harel_list_groups.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_list_groups.sql"),
     },
     Function {
         name: "harel_top_groups",
-        sql: include_str!("../sql/functions/harel_top_groups.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_top_groups.sql"),
     },
     Function {
         name: "harel_schedule_fire",
-        sql: include_str!("../sql/functions/harel_schedule_fire.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_schedule_fire.sql"),
     },
     Function {
         name: "harel_schedules",
-        sql: include_str!("../sql/functions/harel_schedules.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_schedules.sql"),
     },
     Function {
         name: "harel_set_queue",
-        sql: include_str!("../sql/functions/harel_set_queue.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_set_queue.sql"),
     },
     Function {
         name: "harel_queues",
-        sql: include_str!("../sql/functions/harel_queues.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_queues.sql"),
     },
     Function {
         name: "harel_depth",
-        sql: include_str!("../sql/functions/harel_depth.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_depth.sql"),
     },
     Function {
         name: "harel_worker_report",
-        sql: include_str!("../sql/functions/harel_worker_report.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_worker_report.sql"),
     },
     Function {
         name: "harel_workers",
-        sql: include_str!("../sql/functions/harel_workers.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_workers.sql"),
     },
     Function {
         name: "harel_throughput",
-        sql: include_str!("../sql/functions/harel_throughput.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_throughput.sql"),
     },
     Function {
         name: "harel_elect",
-        sql: include_str!("../sql/functions/harel_elect.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_elect.sql"),
     },
     Function {
         name: "harel_delete_schedule",
-        sql: include_str!("../sql/functions/harel_delete_schedule.sql"),
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_delete_schedule.sql"),
     },
 ];
 
@@ -673,9 +706,10 @@ fn rendered_files(schema: &Schema) -> Vec<(String, String)> {
             schema.render(m.sql),
         )
     });
-    let functions = FUNCTIONS
-        .iter()
-        .map(|f| (format!("functions/{}.sql", f.name), schema.render(f.sql)));
+    let functions = FUNCTIONS.iter().map(|f| {
+        let path = format!("functions/{}/{}.sql", f.folder, f.name);
+        (path, schema.render(f.sql))
+    });
     migrations.chain(functions).collect()
 }
 
@@ -767,22 +801,62 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), FUNCTIONS.len());
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/functions");
-        let mut files: Vec<String> = std::fs::read_dir(dir)
-            .expect("sql/functions")
-            .map(|entry| {
-                entry
-                    .expect("entry")
-                    .file_name()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
-        files.sort_unstable();
-        let expected: Vec<String> = names.iter().map(|n| format!("{n}.sql")).collect();
+        let list = |dir: &str| {
+            let mut entries: Vec<String> = std::fs::read_dir(dir)
+                .expect("sql/functions")
+                .map(|entry| {
+                    entry
+                        .expect("entry")
+                        .file_name()
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect();
+            entries.sort_unstable();
+            entries
+        };
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/functions");
         assert_eq!(
-            files, expected,
-            "every file in sql/functions/ must be listed"
+            list(root),
+            ["api", "internal"],
+            "sql/functions/ holds its two folders and nothing else"
+        );
+        for folder in ["api", "internal"] {
+            let mut expected: Vec<String> = FUNCTIONS
+                .iter()
+                .filter(|f| f.folder == folder)
+                .map(|f| format!("{}.sql", f.name))
+                .collect();
+            expected.sort_unstable();
+            assert_eq!(
+                list(&format!("{root}/{folder}")),
+                expected,
+                "every file in sql/functions/{folder}/ must be listed with that folder"
+            );
+        }
+    }
+
+    /// The folder rule of sql/README.md: an internal function is called by another function
+    /// (and granted to no role); the helpers are applied before the entry points.
+    #[test]
+    fn internal_functions_are_helpers_applied_first() {
+        for function in FUNCTIONS.iter().filter(|f| f.folder == "internal") {
+            let call = format!("@schema@.{}(", function.name);
+            assert!(
+                FUNCTIONS
+                    .iter()
+                    .any(|f| f.name != function.name && f.sql.contains(&call)),
+                "{}: no function calls it, so it is not internal",
+                function.name
+            );
+        }
+        let first_api = FUNCTIONS.iter().position(|f| f.folder == "api");
+        let last_internal = FUNCTIONS.iter().rposition(|f| f.folder == "internal");
+        assert!(last_internal < first_api, "internal functions come first");
+        assert!(
+            FUNCTIONS
+                .iter()
+                .all(|f| ["api", "internal"].contains(&f.folder))
         );
     }
 
