@@ -1,19 +1,46 @@
--- harel_cancel: cancels one job by id. One round trip; what an operator calls.
+-- harel_cancel: cancels one job by id. An operator's entry point (and an application's,
+-- given the grant).
 --
--- Returns one row, what became of the job:
+-- Takes:
+--   p_id       the job's id
+--   p_reason   kept with the cancelled job: at most 8,192 bytes, or NULL
+--   p_keep_ms  how long the cancelled job is kept in job_history, 0 to 100 years
+-- Returns what became of the job:
 --   'cancelled'  it was waiting, scheduled or retrying: it ended now, as cancelled, kept in
---                job_history for p_keep_ms with p_reason. It never runs (again): a claim
---                racing this call either leased it first (then it is running, below) or
---                waits for this call's transaction and finds it gone.
+--                job_history for p_keep_ms with p_reason, its unique key freed. It never
+--                runs (again): a claim racing this call either leased it first (then it is
+--                running, below) or waits for this call's transaction and finds it gone.
+--                The group moves on as after an ack.
 --   'requested'  it is running: the cancel is recorded on its group row. The worker's next
---                heartbeat learns it and signals the handler; whatever the handler then
---                returns, the settle of its lease ends the job as cancelled (and if the
---                worker dies first, the claim that finds the lapsed lease does). Asked again,
---                the first reason stands.
+--                heartbeat learns it and signals the handler; whatever the handler returns,
+--                the settle of its lease ends the job as cancelled (and if the worker dies
+--                first, the claim that finds the lapsed lease does). Asked again, the first
+--                reason stands.
 --   'completed', 'dead', 'already_cancelled'
---                it had already ended so (completed: only while it is retained);
---   'not_found'  no such job (or it completed without retention, or was pruned).
--- The group moves on as after an ack: behind every waiting group, or dropped when empty.
+--                it had already ended so (completed: only while it is retained)
+--   'not_found'  no such job (or it completed without retention, or was pruned)
+-- Fence: the job is looked up again under its group's row lock; one that moved meanwhile
+--   (settled, its group dropped) is looked for again, at most 5 times.
+-- Locks: FOR NO KEY UPDATE of the job's group row: it waits for a claim, settle or cancel
+--   holding it, and holds no other row meanwhile.
+-- Indexes: transport_messages_by_id; transport_groups' key (a group of its own) and
+--   transport_groups_by_inline_id (a named group's first message); transport_messages' key
+--   (group_id, seq); the keys of job_history and dead_letters.
+-- Errors: 22023 for a missing id, a reason over 8,192 bytes or a keep period out of range;
+--   40001 when the job kept moving (retry).
+--
+-- Steps:
+--   1. Check the arguments.
+--   2. Find the job's group: its message by id, its group of its own, a named group's
+--      inline message. Not queued: its end from job_history or dead_letters, or
+--      'not_found'.
+--   3. Lock the group row (waits); gone, or the job no longer in it: next round.
+--   4. The leased head with a live lease: record the request; 'requested'.
+--   5. Any other head (waiting, scheduled, parked, or its lease lapsed): record the cancel
+--      on the row and end it (harel_end_cancelled: the group moves on).
+--   6. A job behind the head: its message deleted, recorded in job_history as cancelled,
+--      its unique key freed.
+--   7. 'cancelled'.
 CREATE OR REPLACE FUNCTION "harel".harel_cancel(
     p_id      BIGINT,
     p_reason  TEXT,

@@ -1,55 +1,73 @@
--- harel_claim: lease up to p_limit different groups and return the head message of each.
+-- harel_claim: leases up to p_limit groups of one queue and returns the head message of
+-- each: highest priority first, then, within a level, the group claimable the longest
+-- (round-robin). A worker's entry point.
 --
--- One round trip. Highest priority first (4 down to p_min_priority); within a priority, the
--- group that has been claimable the longest first (round-robin). Each priority level is one
--- index range scan of transport_groups_claimable in index order that stops after p_limit
--- rows: no sort, and the cost does not grow with the number of waiting groups.
--- FOR NO KEY UPDATE SKIP LOCKED: concurrent claimers skip each other's rows and so lease
--- different groups without waiting; the lock does not conflict with a publisher's KEY SHARE.
+-- Takes:
+--   p_token         the lease token the groups get
+--   p_lease_ms      the lease, 1 ms to 24 h, from statement_timestamp() on the database's
+--                   clock: workers pass durations, never times (not now(): a claim late in
+--                   a long transaction would get a lease already over)
+--   p_limit         at most this many groups, 1 to 10,000
+--   p_min_priority  the lowest level claimed, 0 to 4
+--   p_hint          a position (microseconds since the epoch) from a publisher's NOTIFY: a
+--                   group that committed after its level's claim floor passed it, or NULL
+--   p_queue         the queue's name
+--   p_wait_ms       how long to wait for a limited queue's lock, 0 to 1 h (NULL: 10 s);
+--                   the worker passes half its database timeout
+-- Returns one row per leased group, in claim order:
+--   group_id, seq   the group and its head message (the job's id)
+--   kind, payload   the job
+--   attempt         this attempt's number, counted here, before the handler runs (a worker
+--                   that dies mid-job has used it)
+--   priority, enqueued_at, trace_context   the head's (trace_context NULL for most jobs)
+-- Fence: nothing for a paused queue or one nothing was published into, nor for a limited
+--   queue whose lock is not granted within p_wait_ms (the server gives up before the
+--   worker, so a claim the worker abandoned never leases afterwards). A limited queue gives
+--   at most its concurrency limit less its live leases, and at most the starts its rate
+--   allows now (GCRA: a burst of up to the limit after a quiet period). A head not due, or
+--   whose cancel was asked for, is not leased.
+-- Locks: FOR NO KEY UPDATE SKIP LOCKED on the candidate group rows: it never waits for
+--   them, concurrent claims lease different groups, and a publisher's KEY SHARE does not
+--   conflict. A limited queue's row in `queues`, FOR NO KEY UPDATE, waited for at most
+--   p_wait_ms (lock_timeout, restored at the function's end): that queue's claims run one
+--   at a time, each seeing the leases of the one before; other queues never take it.
+-- Indexes: transport_groups_claimable (queue_id, priority, available_at): per level one
+--   range scan in index order from the level's claim floor to now, stopping after p_limit
+--   rows (no sort; the cost does not grow with the waiting groups, nor with the dead
+--   entries an old snapshot keeps below the floor). transport_groups' key for the
+--   candidates (written by TID); transport_messages' key (group_id, seq) for a group's
+--   first message; transport_groups_limited for a limited queue's live leases (unlimited
+--   queues write no entry in it). Runs with enable_seqscan = off: on a small table the
+--   planner would compare every row with the whole candidate array.
+-- Errors: 22023 for arguments out of range.
 --
--- The lease ends at statement_timestamp() + p_lease_ms on the DATABASE clock: workers pass
--- durations, never times, so a worker whose clock is off cannot shorten or stretch anyone's
--- lease. Not now(): that is the start of the transaction, and a claim made late in a long
--- transaction would get a lease that is over before anyone can see it. (The same holds for
--- harel_settle and harel_extend.)
--- The attempt number is counted here, in the database, before the handler runs.
---
--- Each level's scan starts at its claim floor (migration 0003), not at the oldest entry of
--- the index: an old snapshot keeps every dead entry behind the floor, and the scan never
--- sees them. p_hint (a position in microseconds since the epoch, from a publisher's NOTIFY)
--- lowers the floors: a group its publisher committed after the floor passed it (only to
--- the position of a group that is there: see below). After its scan the claim raises each level's floor to FLOOR_MARGIN below the oldest
--- group it found there (or below now, if the level had none): everything under that is
--- dead, leased until later, or written by a transaction that commits more than
--- FLOOR_MARGIN after it wrote (a long application transaction around an enqueue: its
--- NOTIFY or harel_maintain's sweep brings it back).
---
--- Trace context (migration 0009): each row's `trace_context` is the head message's W3C
--- traceparent (and tracestate) as harel_publish stored it, NULL for most jobs.
---
--- Named queues (migration 0007): a claim takes groups of one queue (p_queue), through that
--- queue's part of the index and its own floors. A paused queue, or one nothing was ever
--- published into, gives nothing. A queue with a concurrency limit or a rate limit is
--- claimed under a lock of the queue's row in `queues` (migration 0011; claims of other
--- queues never wait for it): the claim takes at most the limit less the queue's live
--- leases (counted through transport_groups_limited, where this claim puts its leases), and
--- at most the starts the rate allows now (a generic cell rate algorithm: the sequence
--- queue_rate_q<N> holds the theoretical arrival time, advanced by what was claimed; a burst
--- of up to the limit is allowed after a quiet period).
---
--- The lock is a row lock, not an advisory lock: advisory locks are one namespace that every
--- login shares, and a login granted nothing could hold the key and stop the queue. Only
--- the queue's owner (so only these functions) can lock its rows. A claim waits for the
--- lock at most p_wait_ms (the worker passes half of its database timeout; 10 s when NULL)
--- and then returns nothing: the server gives up before the worker does, so a claim the
--- worker has abandoned never leases anything afterwards.
---
--- The rate's state is read against the limit as it is now: a theoretical arrival time
--- further ahead than one period of the current limit (under a constant limit it never is)
--- is brought back to one period ahead, as if the current limit had just used its last
--- start. So raising a limit, or removing it and setting it again, takes effect at the next
--- claim (the next start comes one interval of the new limit later) instead of waiting out
--- the old limit's period (a day, for a limit of 1 per day).
+-- Steps:
+--   1. Check the arguments; read the queue by name (none, or paused: return).
+--   2. A limited queue: lock its row (not granted within p_wait_ms: return); count its live
+--      leases; start the leases after the lock and the count (clock_timestamp()); read the
+--      rate's theoretical arrival time from queue_rate_q<N>, brought back to one period
+--      ahead if it is further (a state of an earlier limit: a changed limit applies from
+--      the next claim); nothing allowed: return.
+--   3. Read the level floors (claim_floor_<level> for 'default', claim_floor_q<N>_<level>
+--      otherwise). A hint below a floor lowers it for good, but only to a group of this
+--      queue and level that is at exactly that position (any login may NOTIFY).
+--   4. Lock candidates: per level from 4 down, SKIP LOCKED. This statement only locks: its
+--      snapshot may predate the commit that changed a candidate.
+--   5. After the first round's scan, raise each level's floor to 250 ms below the oldest
+--      group it found there (below now for a level with none, when the scan was not cut
+--      short), by at least 100 ms (each setval writes WAL). Below the floor is only what is
+--      dead, leased until later, or committed more than 250 ms after it was written (its
+--      NOTIFY hint or harel_maintain's sweep brings it back).
+--   6. A new statement, whose snapshot sees every commit before the locks: read each
+--      candidate's head (its inline message, else its first message) and update the row by
+--      TID: a due head is leased (token, lease end, head, attempt, start, limited_queue); a
+--      group whose head is not due sleeps until it is; empty groups and lapsed leases whose
+--      cancel was asked for are set aside.
+--   7. Return the leased heads; end the cancelled ones (harel_end_cancelled); drop or free
+--      the empty groups (harel_drop_empty_groups). Another round while short of p_limit
+--      and this one met an empty group, a head not due or a cancelled lease (at most 8).
+--   8. A rate-limited queue: its theoretical arrival time advanced by the starts made
+--      (setval: outside MVCC and the transaction).
 CREATE OR REPLACE FUNCTION "harel".harel_claim(
     p_token        UUID,
     p_lease_ms     BIGINT,

@@ -1,15 +1,29 @@
--- harel_extend: the heartbeat. Pushes the lease of each (group, message, token) still held
--- to the extension's time + p_lease_ms, one round trip for a batch. Returns one row per
--- input, in input order, per lease like harel_settle: whether it is still held (`extended`;
--- false: the lease was lost), and whether a cancel of the job was asked for (harel_cancel):
--- its worker then signals the handler, and the settle of the lease ends the job as cancelled.
+-- harel_extend: the heartbeat: extends a batch of leases in one round trip. A worker's
+-- entry point.
 --
--- It never waits for a row lock: a group row another transaction has locked (this worker's
--- completer settling that very job, mostly) is skipped, and its lease reported as held if
--- the row still says so, but not extended this time: the next beat, a third of a lease
--- later, extends it. Why: harel_settle's fast path deletes drained groups under
--- FOR UPDATE SKIP LOCKED before it waits for its other rows in group order, so a heartbeat
--- that waited here (holding the rows before it in group order) could close a cycle.
+-- Takes:
+--   p_groups, p_seqs, p_tokens  the leases: group, head message, token
+--   p_lease_ms  the new lease end, from statement_timestamp() on the database's clock,
+--               1 ms to 24 h
+-- Returns one row per input, in input order:
+--   seq               the lease's message
+--   extended          the lease is still held (false: it was lost)
+--   cancel_requested  a cancel of the job was asked for (harel_cancel): its worker signals
+--                     the handler, and the settle of the lease ends the job as cancelled
+-- Fence: a lease is extended only while its group is leased to that token at that message.
+-- Locks: FOR NO KEY UPDATE SKIP LOCKED on each held row, in group order; it never waits. A
+--   row another transaction has locked (mostly the worker's own completer settling that
+--   job) is not extended this time and is reported held if the row says so: the next beat,
+--   a third of a lease later, extends it. A heartbeat that waited here could close a cycle
+--   with harel_settle's fast path (sql/README.md, "Row locks").
+-- Indexes: transport_groups' key, one lookup per input; rows written by the TID it found.
+-- Errors: 22023 for arrays of different lengths or p_lease_ms out of range.
+--
+-- Steps:
+--   1. Check the arguments.
+--   2. Lock, in group order, each row still leased to its input, skipping locked rows.
+--   3. Move the locked rows' available_at to the new lease end.
+--   4. Report each input by one lookup by key: held or not, cancel asked for or not.
 CREATE OR REPLACE FUNCTION "harel".harel_extend(
     p_groups   TEXT[],
     p_seqs     BIGINT[],
@@ -59,10 +73,9 @@ BEGIN
     -- Every lease, extended or skipped, is reported held when its row says so (a skipped
     -- row as this statement's snapshot sees it). One lookup by key per input: a correlated
     -- subquery, which the planner cannot turn into a walk of the index joined to the input
-    -- (it did so with a lateral join), so the cost grows with the leases, not with their
-    -- square (the `<> ALL` filter of the input against the locked rows this replaces took
-    -- 23 ms for 576 leases, 146 ms for 2,000 and 848 ms for 5,000). `cancel` is NULL when
-    -- the lease is not held.
+    -- (as it may a lateral join), so the cost grows with the leases, not with their square
+    -- (a filter of the input against the locked rows, `<> ALL`, would). `cancel` is NULL
+    -- when the lease is not held.
     RETURN QUERY
     SELECT l.seq, l.cancel IS NOT NULL, COALESCE(l.cancel, false)
       FROM (SELECT x.seq, x.ord,

@@ -1,12 +1,21 @@
 -- harel_schedules: the schedules workers declared, by name, with their last and next tick.
--- What a worker reads at start-up (its own, by p_names) and an operator lists (p_names
--- NULL), one round trip.
+-- What a worker reads at start-up (its own, by name) and an operator lists (a page); an
+-- entry point of both.
 --
--- An operator's listing is a page (migration 0011): at most p_limit schedules (1 to 1,000)
--- after the name p_after (NULL: from the first), by name, and each row carries `total`, the
--- number of schedules in the schema (at most 1,000 unless an older release wrote more), so
--- nothing is dropped without saying so. A worker's read of its own names is not paged (a
--- pool declares at most 1,000).
+-- Takes:
+--   p_names  the schedules a worker declares (at most 1,000; not paged), or NULL for an
+--            operator's page
+--   p_after  the page starts after this name (NULL: from the first)
+--   p_limit  at most this many schedules in a page, 1 to 1,000
+-- Returns one row per schedule, by name:
+--   name, spec, last_tick, next_tick, updated_at
+--   total  for a page, the number of schedules in the schema (about 1,000 at most:
+--          harel_schedule_fire's cap), so nothing is left out without saying so; for
+--          p_names, the number of names asked for
+-- Fence: none: it reads. STABLE.
+-- Locks: none.
+-- Indexes: schedules' key (the count is an index-only count of at most about 1,000 rows).
+-- Errors: 22023 for p_limit out of range or more than 1,000 names.
 CREATE OR REPLACE FUNCTION "harel".harel_schedules(
     p_names TEXT[],
     p_after TEXT DEFAULT NULL,

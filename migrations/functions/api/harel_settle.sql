@@ -1,32 +1,65 @@
--- harel_settle: end leased messages, one round trip for a batch of any mix of outcomes.
+-- harel_settle: ends a batch of leases, any mix of outcomes, in one round trip. A worker's
+-- entry point (its completer).
 --
--- Each input names a lease (group, message seq, token) and what becomes of its message:
---   'ack'      done: the message is deleted;
---   'retain'   done, and kept in job_history for p_delay_ms (completed-job retention);
---   'dead'     failed for good: the message moves to dead_letters with p_errors' text and
---              p_attempts' count (NULL: the attempts the claims counted);
---   'release'  given back: the group waits p_delay_ms (0: claimable at once), the error (if
---              any) is recorded on the message, and p_counted = false gives the attempt back.
--- 'ack', 'retain' and 'dead' move the group on: freed with available_at = now (behind every
--- waiting group: round-robin) if it has more messages, its row deleted if it is drained.
--- Whatever the action, a lease whose cancel was asked for while it ran (harel_cancel) ends
--- its message as cancelled (harel_end_cancelled). A message's unique key is released when
--- it leaves the queue (harel_release_key).
+-- Takes arrays, one element per lease:
+--   p_groups, p_seqs, p_tokens  the lease: group, head message, token
+--   p_actions   'ack': done, the message goes; 'retain': done, kept in job_history for
+--               p_delay_ms; 'dead': failed for good, moved to dead_letters; 'release':
+--               given back, the group parked for p_delay_ms (0: claimable at once)
+--   p_delay_ms  for 'retain' and 'release': 0 to 100 years
+--   p_errors    the error: required for 'dead'; on a release, recorded on the message;
+--               at most 16,384 characters kept
+--   p_counted   for 'release': false gives the attempt back (a snooze)
+--   p_attempts  for 'dead' and 'retain': the attempts to record (NULL: the claims' count)
+-- and:
+--   p_receipt   the batch's receipt, or NULL: a batch sent again under it (its reply was
+--               lost) is answered from it
+--   p_forget    the previous batch's receipt, whose reply the caller has: deleted
+-- Returns one row per input, in input order: its seq and 'applied'; 'cancelled' (applied as
+--   a cancel: one was asked for while it ran, harel_cancel); 'replayed' (answered from the
+--   receipt); or 'lost' (the group is no longer leased to this token at this message:
+--   nothing changed).
+-- Fence: an input applies only if its group is leased to that token at that message.
+--   Applying it ends the lease (the token cleared, or the row gone), so the same input
+--   applied again is 'lost'; a batch may hold a stale lease and the current lease of one
+--   message. Under a receipt, a second send touches nothing, even while the first is still
+--   running (it waits for it). 'ack', 'retain' and 'dead' move the group on: freed behind
+--   every waiting group (round-robin) if it has more messages, deleted if it is drained.
+-- Locks: the receipt's row. Fast path: FOR UPDATE SKIP LOCKED on the groups whose input
+--   acks their only job (inline), in no particular order, never waiting. The rest: FOR NO
+--   KEY UPDATE of each leased group, in group order, waiting. Claims, heartbeats and
+--   harel_drop_empty_groups never wait, a publisher's KEY SHARE conflicts with nothing the
+--   second phase takes, a cancel locks one row: only another settle holding a stale lease
+--   on a fast-path group can close a cycle (rare); PostgreSQL aborts one side and the
+--   completer resends it under its receipt. See sql/README.md, "Row locks".
+-- Indexes: transport_groups' key, by `group_id = ANY (array)` (index scans: it runs with
+--   enable_seqscan = off) or one lookup per group, rows written by the TID that lookup
+--   found; transport_messages' key (group_id, seq), a LATERAL (… OFFSET 0) lookup per
+--   message; the keys of settle_receipts, dead_letters and job_history.
+-- Errors: 22023 for arrays of different lengths, an unknown action, 'dead' without an
+--   error, or a period out of range; 40P01 in the rare cycle above.
 --
--- Fenced per input: it applies only if the group is still leased to that token at that
--- message. Applying it always ends the lease (the token is cleared, or the row gone), so the
--- same input applied again changes nothing. The outcome is per lease (message AND token): a
--- batch may hold a stale lease and the current lease of one message.
---
--- p_receipt makes a batch safe to send twice: what it applied is kept under that id, and a
--- batch sent again under it (its reply was lost) is answered from the receipt, as
--- 'replayed', without touching anything, even while the first send is still running (it
--- waits for it). p_forget names the previous batch's receipt, whose reply the caller has:
--- it is deleted.
---
--- Returns one row per input, in input order: its seq and 'applied', 'cancelled' (applied as
--- a cancel), 'replayed' or 'lost' (the group is no longer leased to this token at this
--- message: nothing changed).
+-- Steps:
+--   1. Check the arrays and actions.
+--   2. Delete p_forget's receipt. Insert p_receipt's (waits for a send still running under
+--      it); there already: answer every input from it ('replayed' or 'lost'); done.
+--   3. Fast path: lock the groups whose input acks their inline job (no cancel asked for,
+--      no unique key) SKIP LOCKED, then delete those still without messages (a new
+--      statement: it sees the messages committed before the locks). The rest go on.
+--   4. The fence: each remaining input's group FOR NO KEY UPDATE, in group order, where it
+--      is leased to the token at the seq; a cancel asked for makes the action 'cancel'.
+--   5. Releases: the group parked for p_delay_ms, its lease ended, the attempt given back
+--      if not counted; the error recorded (on the group row for an inline message; on the
+--      message, with its attempts, otherwise).
+--   6. Dead: copied into dead_letters with the queue's name and the trace context.
+--      Retained: copied into job_history as completed.
+--   7. The finished messages of transport_messages deleted in one statement; the finished
+--      jobs' unique keys released (held on for their period when completed).
+--   8. The finished groups moved on, in a new statement that sees the messages committed
+--      since the fence: freed (inline message cleared), claimable when their next message
+--      is due; the drained ones to harel_drop_empty_groups.
+--   9. The cancelled heads ended (harel_end_cancelled).
+--  10. What applied recorded under p_receipt; the outcomes returned.
 CREATE OR REPLACE FUNCTION "harel".harel_settle(
     p_groups   TEXT[],
     p_seqs     BIGINT[],

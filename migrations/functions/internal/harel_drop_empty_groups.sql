@@ -1,12 +1,29 @@
--- harel_drop_empty_groups: called by harel_claim and harel_settle (never by a role) for
--- groups they hold and found without a visible message. Deletes the rows that really are
--- empty, and frees the others (a publisher's message committed meanwhile, or a publisher
--- still holds KEY SHARE: its message will become visible when it commits).
+-- harel_drop_empty_groups: deletes the rows of the given groups that hold no message, and
+-- frees the others. Internal: called by harel_claim, harel_settle and harel_move_on for
+-- groups they hold (or have just ended the lease of) and found without a visible message.
 --
--- The delete needs FOR UPDATE, which conflicts with a publisher's KEY SHARE; SKIP LOCKED
--- so we never wait on an application transaction. After taking the lock, the emptiness is
--- checked again in a new statement, whose fresh snapshot sees every message committed before
--- the lock was granted; later publishers block on our lock and then insert a new row.
+-- Takes:
+--   p_groups      the groups (duplicates allowed)
+--   p_recheck_ms  how long a group that a publisher is still adding to waits before it is
+--                 claimable again
+-- Returns: nothing.
+-- Fence: a group is deleted only under its FOR UPDATE lock and only if a statement started
+--   after that lock sees no message in it; every other group is freed, never deleted.
+-- Locks: FOR UPDATE SKIP LOCKED on each group row, in group order; never waits. A
+--   publisher's KEY SHARE (its message not committed yet) makes it skip the row; later
+--   publishers wait for this lock, then insert a new row.
+-- Indexes: transport_groups' key (one lookup per group; rows written by the TID it found);
+--   transport_messages' key (group_id, seq) for the emptiness check.
+-- Errors: none of its own.
+--
+-- Steps:
+--   1. Lock each distinct group FOR UPDATE SKIP LOCKED, in group order.
+--   2. A new statement, whose snapshot sees every message committed before the locks were
+--      granted: delete the locked rows that hold no message.
+--   3. Free every group not deleted (lease, head, cancel request and inline message
+--      cleared): claimable now if it was locked (it has a committed message), else after
+--      p_recheck_ms (a publisher holds KEY SHARE: look again shortly rather than spin on
+--      an empty group).
 CREATE OR REPLACE FUNCTION "harel".harel_drop_empty_groups(
     p_groups     TEXT[],
     -- how long a group whose publisher is still open waits before it is looked at again

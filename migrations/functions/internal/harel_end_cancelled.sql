@@ -1,12 +1,28 @@
 -- harel_end_cancelled: ends the head of each group as cancelled and moves the group on.
--- Internal: called by harel_cancel (a head that is not running), harel_settle (the lease of a
--- head whose cancel was asked for while it ran) and harel_claim (such a lease that lapsed),
--- all holding the groups' rows locked, never by a role.
+-- Internal: called by harel_cancel (a head that is not running), harel_cancel_group,
+-- harel_settle (the lease of a head whose cancel was asked for while it ran) and
+-- harel_claim (such a lease that lapsed), all holding the groups' rows locked.
 --
--- The head (the group's inline message, else its first message) goes to job_history as
--- cancelled with the group's cancel_reason, kept cancel_keep_ms; its unique key is freed; the
--- group is freed behind every waiting group if it has more messages, else dropped.
--- Scalar statements per group: cancels are rare, and each one looks its rows up by key.
+-- Takes:
+--   p_groups  the groups; each row carries the cancel's reason and keep period
+--            (cancel_reason, cancel_keep_ms)
+-- Returns: nothing.
+-- Fence: none of its own: the callers hold the rows and decided. A head already in
+--   job_history is not recorded again.
+-- Locks: none beyond the callers'.
+-- Indexes: transport_groups' key; transport_messages' key (group_id, seq); job_history's
+--   key.
+-- Errors: none of its own.
+--
+-- Steps, per group in group order (scalar statements: cancels are rare, and each looks its
+-- rows up by key):
+--   1. The head: the group's inline message while the row has one, else its first message,
+--      deleted from transport_messages.
+--   2. Record it in job_history as cancelled: the attempts and start of its attempt if it
+--      was the claimed head, the group's cancel_reason, kept cancel_keep_ms, its queue's
+--      name.
+--   3. Free its unique key (harel_release_key, not completed).
+--   4. harel_move_on: the group is freed behind every waiting group, or dropped.
 CREATE OR REPLACE FUNCTION "harel".harel_end_cancelled(p_groups TEXT[]) RETURNS VOID
 LANGUAGE plpgsql
 SECURITY DEFINER

@@ -1,8 +1,24 @@
--- harel_move_on: a group's head has ended outside a settle (cancelled): free the group
--- behind every waiting group, claimable when its next message is due, or drop it if it has
--- none. Internal: called by harel_end_cancelled and harel_cancel_group, which hold the
--- group's row locked; returns whether the group still has messages. (harel_settle does the
--- same for a batch, set-based.)
+-- harel_move_on: moves a group on after its head ended outside a settle (a cancel): frees
+-- it behind every waiting group, claimable when its next message is due, or drops it if it
+-- has none. Internal: called by harel_end_cancelled and harel_cancel_group, which hold the
+-- group's row locked. (harel_settle does the same for a batch, set-based.)
+--
+-- Takes:
+--   p_group  the group, its head already gone (deleted, or about to be cleared from the
+--            row)
+-- Returns: whether the group still has messages.
+-- Fence: none of its own: the caller holds the row.
+-- Locks: none beyond the caller's (and harel_drop_empty_groups' for an empty group).
+-- Indexes: transport_messages' key (group_id, seq) for the next message; transport_groups'
+--   key.
+-- Errors: none of its own.
+--
+-- Steps:
+--   1. Read the group's first message in transport_messages.
+--   2. None: harel_drop_empty_groups (deletes the row, or frees it while a publisher adds
+--      to it); return false.
+--   3. Otherwise free the row (lease, head, cancel request and inline message cleared),
+--      available now or when that message is due; return true.
 CREATE OR REPLACE FUNCTION "harel".harel_move_on(p_group TEXT) RETURNS BOOLEAN
 LANGUAGE plpgsql
 SECURITY DEFINER

@@ -1,13 +1,24 @@
--- harel_notify: wakes idle workers when the calling transaction commits (never before: a
--- NOTIFY is delivered on commit, and dropped on rollback). Called by harel_publish for
--- messages that are due now; internal.
+-- harel_notify: wakes idle workers when the calling transaction commits (a NOTIFY is
+-- delivered on commit, and dropped on rollback). Internal: called by harel_publish for
+-- messages due now, and by harel_set_queue when a queue is resumed or its limits change.
 --
--- p_new_from is the position of the oldest group the call created (NULL if it only added to
--- existing groups). The first such position of a transaction is the payload: a worker passes
--- it to its next claim as a hint, in case the claim floor passed that group before this
--- transaction committed (see harel_claim). So a transaction sends at most two
--- notifications, however many jobs it enqueues: a plain wake-up (empty payload) and the
--- oldest new group's position. What was sent is kept in a transaction-local setting.
+-- Takes:
+--   p_new_from  the available_at of the oldest group the call created that is due (NULL:
+--               none)
+-- Returns: nothing.
+-- Fence: at most two notifications per transaction on 'harel_harel_jobs', however many jobs it
+--   enqueues: a plain wake-up (empty payload) and the first p_new_from, as microseconds
+--   since the epoch, which a worker passes to its next claim as p_hint (harel_claim). What
+--   was sent is kept in the transaction-local setting harel_jobs.notified_<channel>.
+-- Locks: none during the call; at commit, PostgreSQL's notify queue lock (transactions
+--   that notify commit one at a time).
+-- Indexes: none.
+-- Errors: none of its own.
+--
+-- Steps:
+--   1. Read what this transaction sent: nothing, the wake-up ('woken'), or a position.
+--   2. A p_new_from and no position sent yet: send the position and record it.
+--   3. Otherwise, if nothing was sent: send the wake-up and record 'woken'.
 CREATE OR REPLACE FUNCTION "harel".harel_notify(p_new_from TIMESTAMPTZ) RETURNS VOID
 LANGUAGE plpgsql
 SECURITY DEFINER

@@ -1,12 +1,22 @@
--- harel_queued_state: the state of a queued job (one in transport_messages or inline in its
--- group row), for harel_job and harel_list_jobs: the one place that says it. Internal.
---   running    its group is leased at it and the lease has not lapsed
---   retrying   an attempt was made (it failed, or its worker died): `at` is when the next
---              one may start (the park's end, or the lapsed lease's: at once)
---   scheduled  not before its not-before time, or (the group's head, given back without
---              using an attempt: a snooze) not before its group's park ends
---   waiting    due, waiting for a worker or for the jobs before it in its group
--- p_is_head: the group's head_seq is this job; p_attempts: the attempts counted for it.
+-- harel_queued_state: the state of a queued job (a message of transport_messages or its
+-- group's inline message), the one place that says it. Internal: called by harel_job and
+-- harel_list_jobs. IMMUTABLE: it reads nothing.
+--
+-- Takes:
+--   p_is_head     the group's head_seq is this job (a claim counted attempts for it)
+--   p_locked      the group row carries a lease token (a lease, live or lapsed)
+--   p_available   the group's available_at
+--   p_attempts    the attempts counted for the job
+--   p_not_before  the job's not-before time (NULL: due at once)
+--   p_now         the caller's now
+-- Returns:
+--   'running'    its group is leased at it and the lease has not lapsed
+--   'retrying'   an attempt was made (it failed, or its worker died): the next may start
+--                when the group's park ends, or at once after a lapsed lease
+--   'scheduled'  not before its not-before time, or (the head, given back without using an
+--                attempt: a snooze) not before its group's park ends
+--   'waiting'    due: it waits for a worker, or for the jobs before it in its group
+-- Fence, locks, indexes: none. Errors: none.
 CREATE OR REPLACE FUNCTION "harel".harel_queued_state(
     p_is_head     BOOLEAN,
     p_locked      BOOLEAN,

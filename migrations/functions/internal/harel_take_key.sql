@@ -1,17 +1,32 @@
--- harel_take_key: a unique job (migration 0005) asks for its key. Internal: called by
--- harel_publish, never by a role.
+-- harel_take_key: gives a unique job its key, or names the job that holds it. Internal:
+-- called by harel_publish, in key order.
 --
--- Returns p_job if the job now holds the key, or the id of the job that holds it (the new
--- job is a duplicate and must not be queued). A key is held while its job is queued
--- (waiting, scheduled, running or retrying) and, if it was taken with a hold period, until
--- that long after the job completed.
+-- Takes:
+--   p_key      the unique key (harel_publish checked it: 1 to 1,024 bytes)
+--   p_job      the new job's id (its seq)
+--   p_hold_ms  how long the key stays held after the job completed (NULL: it is free once
+--              the job leaves the queue)
+-- Returns: p_job if the job now holds the key; otherwise the id of the job that holds it
+--   (the new job is a duplicate and must not be queued).
+-- Fence: a key is held while its job is queued (waiting, scheduled, running or retrying)
+--   and, with a hold period, until that long after the job completed. A key whose hold is
+--   over, or whose job left the queue without releasing it, is taken over.
+-- Locks: the insert of a key that another open transaction is inserting waits for that
+--   transaction (and takes the key if it rolls back). A duplicate is answered without a
+--   lock, so a settle releasing the key never waits for the caller's transaction. Taking a
+--   key over is an UPDATE conditional on the holder read.
+-- Indexes: unique_keys' key; to see whether the holder is queued, transport_messages_by_id,
+--   transport_groups' key (its group of its own) and transport_groups_by_inline_id (its
+--   predicate repeated word for word).
+-- Errors: 40001 when the key changed hands in each of 100 rounds (retry the transaction).
+--   The key is not in the message: it may be made of a payload.
 --
--- Race-free: the insert of a key another open transaction is inserting waits for that
--- transaction (and takes the key if it rolls back). A duplicate is answered without a lock
--- (a settle releasing the key must never wait for the caller's transaction); taking over a
--- key whose hold is over, or whose job is gone without a release (a worker of a release
--- before 0005 settled it), is a conditional update on the holder read, tried again if
--- another transaction changed the key meanwhile.
+-- Steps, at most 100 rounds:
+--   1. INSERT … ON CONFLICT DO NOTHING: inserted, the job holds the key.
+--   2. Read the holder: held until a time not reached yet, or its job still queued: return
+--      the holder.
+--   3. Otherwise take the key over, on condition that the holder read still holds it;
+--      changed hands meanwhile, or released between the statements: next round.
 CREATE OR REPLACE FUNCTION "harel".harel_take_key(
     p_key     TEXT,
     p_job     BIGINT,

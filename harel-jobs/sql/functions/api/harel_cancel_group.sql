@@ -1,14 +1,34 @@
--- harel_cancel_group: cancels the jobs of one group ("this user was deleted"). One round
--- trip; what an operator calls. Bounded: at most p_limit jobs a call, oldest first; the
--- caller calls again while `remaining` says so.
+-- harel_cancel_group: cancels the jobs of one group ("this user was deleted"), at most
+-- p_limit a call, oldest first. An operator's entry point; the caller calls again while
+-- `remaining` says so.
 --
--- Every job of the group that is not running ends now as cancelled (kept in job_history for
--- p_keep_ms with p_reason; unique keys freed). A running job gets a cancel request, as
--- harel_cancel gives it (`requested`): it ends as cancelled when its handler returns. The
--- group row stays while that job runs, and goes when nothing is left.
+-- Takes:
+--   p_group    the group id, 1 to 1,024 bytes
+--   p_reason   kept with each cancelled job: at most 8,192 bytes, or NULL
+--   p_keep_ms  how long cancelled jobs are kept in job_history, 0 to 100 years
+--   p_limit    at most this many jobs cancelled now, 1 to 10,000
+-- Returns one row:
+--   cancelled  the jobs that ended now, as cancelled (kept in job_history for p_keep_ms
+--              with p_reason, their unique keys freed)
+--   requested  the running job got a cancel request, as harel_cancel gives it: it ends
+--              as cancelled when its handler returns
+--   remaining  jobs are left to cancel (p_limit was reached)
+-- Fence: never ends the running job itself. The group row stays while that job runs and
+--   goes when nothing is left.
+-- Locks: FOR NO KEY UPDATE of the group row: it waits for a claim, settle or cancel holding
+--   it, and holds no other row meanwhile.
+-- Indexes: transport_groups' key; transport_messages' key (group_id, seq); the keys of
+--   job_history and unique_keys.
+-- Errors: 22023 for arguments out of range.
 --
--- Returns the number of jobs cancelled now, whether a running job's cancel was requested,
--- and whether jobs remain to cancel (p_limit was reached).
+-- Steps:
+--   1. Check the arguments.
+--   2. Lock the group row (none: 0, false, false).
+--   3. A running head: record the request. Otherwise an inline head is ended as a single
+--      cancel ends it (harel_end_cancelled).
+--   4. The group's messages, oldest first, never the running head, up to the limit:
+--      deleted, recorded in job_history as cancelled, their unique keys freed.
+--   5. Not running: the group moves on (harel_move_on: freed, or dropped when empty).
 CREATE OR REPLACE FUNCTION @schema@.harel_cancel_group(
     p_group   TEXT,
     p_reason  TEXT,

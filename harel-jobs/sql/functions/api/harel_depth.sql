@@ -1,15 +1,23 @@
 -- harel_depth: the queue's depth by named queue, priority level and state, in groups (each
--- group is counted by its first job: the one that runs next). What the dashboard's
--- overview shows. One round trip, one snapshot; a row per queue and level that has any.
+-- counted by its first job: the one that runs next). An operator's entry point (the
+-- dashboard's overview, the CLI). One snapshot.
 --
--- Like harel_queues, every figure is a capped range scan of the claim index, so a queue of
--- a million groups costs no more than a small one: `ready` (groups whose next job may start
--- now, a lapsed lease included) reads at most 10,000 entries per queue and level; `running`
--- (live leases), `retrying` (a failed attempt's backoff) and `scheduled` (a delayed or
--- snoozed job) share one scan of at most 1,000 entries per queue and level, soonest first,
--- each with a heap read for its lease and attempts. `counts_exact` is false when a scan
--- stopped at its cap: the row's counts are then lower bounds. `oldest_ready_at`: since when
--- the level's longest waiting ready group has been claimable.
+-- Takes: nothing.
+-- Returns one row per queue and level that has any group, by queue id then level from 4
+--   down:
+--   queue, priority
+--   ready            groups whose next job may start now (a lapsed lease included)
+--   running          live leases
+--   retrying         groups parked for a failed attempt's backoff
+--   scheduled        groups whose head is delayed or snoozed
+--   counts_exact     false when a scan stopped at its cap: the counts are then lower bounds
+--   oldest_ready_at  since when the level's longest-waiting ready group has been claimable
+-- Fence: bounded, as harel_queues: `ready` reads at most 10,000 claim index entries per
+--   queue and level; `running`, `retrying` and `scheduled` share one scan of at most 1,000,
+--   soonest first, each entry with a heap read for its lease and attempts. STABLE.
+-- Locks: none.
+-- Indexes: transport_groups_claimable, range scans in index order; queues' key.
+-- Errors: none of its own.
 CREATE OR REPLACE FUNCTION @schema@.harel_depth()
 RETURNS TABLE (
     queue           TEXT,

@@ -1,14 +1,20 @@
--- harel_elect: takes, renews or gives up a job that one worker pool does at a time
--- (migration 0011). What a worker calls; today one such job: 'depth', sampling the queue
--- depth gauges (feature `metrics`).
+-- harel_elect: takes, renews or gives up a task that one worker pool does at a time, held
+-- as a lease on its row of `elections`. A worker's entry point; today one such task:
+-- 'depth', sampling the queue depth gauges (feature `metrics`).
 --
--- The job is held as a lease on its row of `elections`: p_holder takes it when nobody holds
--- it or the holder's lease has run out, and renews it while it holds it, for p_hold_ms
--- (database clock); p_hold_ms = 0 gives it up if p_holder holds it. Returns whether
--- p_holder holds it now. A holder that dies stops renewing, and another pool takes over
--- when its lease runs out. No lock outlives the call (advisory locks, which this replaces,
--- are one namespace that any login of the server can take keys in), and no transaction is
--- held open between calls (an open transaction would hold back vacuum).
+-- Takes:
+--   p_name     the task: 'depth'
+--   p_holder   the pool asking
+--   p_hold_ms  the lease, 1 ms to 1 h from the database's clock; 0 gives the task up
+-- Returns: whether p_holder holds the task now.
+-- Fence: p_holder takes it when nobody holds it or the holder's lease has run out, and
+--   renews it while it holds it; giving up applies only to the holder. A holder that dies
+--   stops renewing, and another pool takes over when its lease runs out.
+-- Locks: the task's row, by one UPDATE (a concurrent call for the same task waits for it);
+--   no lock outlives the caller's transaction, and none is held between calls (an open
+--   transaction would hold back vacuum).
+-- Indexes: elections' key.
+-- Errors: 22023 for another name, no holder, or p_hold_ms out of range.
 CREATE OR REPLACE FUNCTION @schema@.harel_elect(p_name TEXT, p_holder UUID, p_hold_ms BIGINT)
 RETURNS BOOLEAN
 LANGUAGE plpgsql

@@ -1,16 +1,36 @@
--- harel_job: one job's state and facts, by id. One round trip, reading by key only; what an
--- operator (or a producer's application, given the grant) calls. STABLE: every statement
--- reads the same snapshot, so a job moving between tables is seen in exactly one place.
+-- harel_job: one job's state and facts, by id. An operator's entry point (and an
+-- application's, given the grant).
 --
--- At most one row; none: no such job (it completed without retention, or was pruned).
---   state      'waiting' (due, not started), 'scheduled' (not before `at`), 'running'
---              (attempt `attempts` since `started_at`, leased until `at`), 'retrying' (the
---              next attempt after `at`; a lapsed lease is retried at once), 'completed',
---              'dead', 'cancelled' (at `finished_at`)
---   attempts   attempts started so far (the running one included)
---   at         see state; NULL for the finished states
+-- Takes:
+--   p_id  the job's id (its message's seq)
+-- Returns at most one row; none: no such job (it completed without retention, or its
+--   history was pruned):
+--   state             'waiting' (due, not started), 'scheduled' (not before `at`),
+--                     'running' (attempt `attempts` since `started_at`, leased until `at`),
+--                     'retrying' (the next attempt after `at`; at once after a lapsed
+--                     lease), 'completed', 'dead', 'cancelled' (at `finished_at`); the
+--                     queued states as harel_queued_state says
+--   group_id, kind, payload, priority, enqueued_at, last_error, cancel_reason
+--   attempts          attempts started so far, the running one included
+--   at                see state; NULL for the finished states
+--   started_at        when the current (or last) attempt began
+--   finished_at       for the finished states
 --   cancel_requested  a running job whose cancel was asked for
---   queue      its queue's name (migration 0007)
+--   queue             its queue's name
+-- Fence: none: it reads. STABLE: every statement reads one snapshot, so a job moving
+--   between tables is seen in exactly one place.
+-- Locks: none.
+-- Indexes: transport_messages_by_id; transport_groups' key for a group of its own ('own:'
+--   and the id in 19 digits); transport_groups_by_inline_id for a named group's first
+--   message (its predicate repeated word for word); the keys of job_history and
+--   dead_letters.
+-- Errors: none of its own.
+--
+-- Steps:
+--   1. Where a queued job can be: transport_messages, its group of its own, a named group's
+--      inline message; with its group's row, by key.
+--   2. Its state (harel_queued_state) and facts, with its queue's name.
+--   3. Otherwise job_history, otherwise dead_letters.
 CREATE OR REPLACE FUNCTION @schema@.harel_job(p_id BIGINT)
 RETURNS TABLE (
     state            TEXT,
@@ -46,7 +66,7 @@ BEGIN
           FROM @schema@.transport_messages m
          WHERE m.seq = p_id
         UNION ALL
-        -- a group of its own, by its key (migration 0005)
+        -- a group of its own, by its key
         SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
                g.inline_enqueued_at, g.inline_not_before, 0, g.inline_last_error
           FROM @schema@.transport_groups g

@@ -1,18 +1,34 @@
--- harel_list_groups: a page of the groups that hold jobs, in group id order, with keyset
--- pagination (no OFFSET), or one group (p_group). For operators: which groups are leased,
--- parked or waiting, and how many jobs each holds.
+-- harel_list_groups: the groups that hold jobs, a page in group id order with keyset
+-- pagination (no OFFSET), or one group. An operator's entry point: which groups are
+-- leased, parked or waiting, and how many jobs each holds.
 --
--- p_group: one group's row (or none), p_after and p_limit then ignored. Otherwise the groups
--- whose id sorts after p_after (NULL: from the first), at most p_limit (1..1000), read by
--- the groups' key. Each group's jobs are counted by its key up to 1,000 (jobs = 1000 and
--- jobs_capped: at least that many), so one call reads at most p_limit group rows and
--- p_limit x 1,000 index entries, whatever the queue holds.
+-- Takes:
+--   p_group  one group's id: its row or none (p_after and p_limit are then ignored); NULL
+--            for a page
+--   p_after  the groups whose id sorts after it (NULL: from the first)
+--   p_limit  1 to 1,000
+-- Returns one row per group, in id order:
+--   group_id, priority, available_at
+--   status            'leased' (a worker holds a live lease), 'parked' (not claimable
+--                     before available_at: a retry's backoff, a snooze, a delayed first
+--                     job) or 'waiting' (claimable now)
+--   head_id, head_attempts  its first job (the one a lease is about), with the attempts
+--                     counted for it
+--   jobs, jobs_capped  its jobs, counted up to 1,000 (jobs_capped: at least that many)
+--   cancel_requested  its running job's cancel was asked for
+--   queue             the named queue its jobs belong to
+-- Fence: bounded: a call reads at most p_limit group rows and p_limit × 1,000 index
+--   entries, whatever the queue holds. STABLE: the page is one snapshot.
+-- Locks: none.
+-- Indexes: transport_groups' key (one branch per use, each with its own index condition);
+--   transport_messages' key (group_id, seq) for each group's first job and count; queues'
+--   key.
+-- Errors: 22023 for a page's limit out of range.
 --
--- status: 'leased' (a worker holds its lease, which has not lapsed), 'parked' (not
--- claimable before available_at: a retry's backoff, a snooze, a delayed first job) or
--- 'waiting' (claimable now). head_id: its first job (the one a lease is about), with the
--- attempts counted for it; queue: the named queue its jobs belong to. STABLE: the page is
--- one snapshot.
+-- Steps:
+--   1. Check the limit.
+--   2. The group by its key, or the page by the key from p_after.
+--   3. Per group: its status, first job, capped count and queue's name.
 CREATE OR REPLACE FUNCTION @schema@.harel_list_groups(
     p_group TEXT,
     p_after TEXT,

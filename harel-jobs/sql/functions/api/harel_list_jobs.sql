@@ -1,17 +1,37 @@
--- harel_list_jobs: a page of jobs in id order, filtered by state, kind and group, with
--- keyset pagination (no OFFSET). One round trip, bounded work: each place a job can be
--- (transport_messages, an inline message of transport_groups, job_history, dead_letters) is
--- read by index from p_after on, at most 2,000 rows each, whatever the filters (a group's
--- queued jobs by the group's key; finished ones, which have no index by group, filtered
--- out of the 2,000 read by id).
+-- harel_list_jobs: a page of jobs in id order, filtered, with keyset pagination (no
+-- OFFSET). An operator's entry point (the CLI, the dashboard).
 --
--- p_state: NULL (any), 'queued' (waiting, scheduled, running or retrying), or one state of
--- harel_job. p_kind, p_group, p_queue: NULL for any (a queue filter, like the kind's, is
--- applied to the rows read: it does not make a call read more). Returns harel_job's columns with the id first:
--- at most p_limit (1..1000) jobs, then ONE cursor row (state NULL) whose id is where the
--- next page starts (pass it as p_after), NULL when nothing is left. A page may be short,
--- even empty, while the cursor is not NULL: the filters kept few of the rows one call reads.
--- STABLE: the page is one snapshot.
+-- Takes:
+--   p_state  NULL (any), 'queued' (waiting, scheduled, running or retrying), or one state
+--            of harel_job
+--   p_kind, p_group, p_queue  filters, NULL for any
+--   p_after  the cursor: jobs with a greater id (NULL: from the first)
+--   p_limit  1 to 1,000
+-- Returns harel_job's columns with the id first: at most p_limit jobs in id order, then ONE
+--   cursor row (state NULL) whose id is where the next page starts (pass it as p_after),
+--   NULL when nothing is left. A page may be short, even empty, with a cursor: the filters
+--   kept few of the rows one call reads.
+-- Fence: bounded work whatever the filters: each place a job can be (transport_messages,
+--   the inline messages of transport_groups, job_history, dead_letters) is read by index
+--   from p_after on, at most 2,000 rows each, and the page ends where the first source
+--   that may have more ends, so no job is skipped. The kind and queue filters apply to the
+--   rows read: they never make a call read more. STABLE: the page is one snapshot.
+-- Locks: none.
+-- Indexes: transport_messages_by_id, or its key (group_id, seq) for p_group;
+--   transport_groups_by_inline_id (its predicate repeated) for named groups' first
+--   messages; transport_groups' key for groups of their own ('own:' and 19 digits sort as
+--   the seqs do) and for p_group's row; the keys of job_history and dead_letters (finished
+--   jobs have no index by group: they are filtered out of the 2,000 read by id).
+-- Errors: 22023 for a limit out of range or an unknown state.
+--
+-- Steps:
+--   1. Check the arguments.
+--   2. Read up to 2,000 rows after p_after from each source: messages, named groups' inline
+--      messages, groups of their own, job_history, dead_letters; with p_group, its branch
+--      by the group's key instead.
+--   3. The bound: the lowest last id of a source that gave (or read) 2,000 rows.
+--   4. Each queued job's state and facts (its group's row by key), then the finished ones.
+--   5. Filter, order by id, cut at p_limit; then the cursor row.
 CREATE OR REPLACE FUNCTION @schema@.harel_list_jobs(
     p_state TEXT,
     p_kind  TEXT,

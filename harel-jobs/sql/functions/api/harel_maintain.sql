@@ -1,24 +1,37 @@
--- harel_maintain: housekeeping that a worker runs (its maintenance task calls it about once a
--- second, less often when it is slow). Any number of workers may call it: one does the
--- work at a time (it locks the 'housekeeping' row of `elections`, a lock only the queue's
--- owner can take: migration 0011), the others return at once.
+-- harel_maintain: housekeeping. A worker's entry point: its maintenance task calls it about
+-- once a second, less often while calls are slow. Any number of workers may call it; one
+-- works at a time.
 --
--- The sweep: a group below its level's claim floor (migration 0003) that is claimable is a
--- straggler: its transaction committed well after it wrote (a long application transaction
--- around an enqueue whose NOTIFY did not reach a worker, or a worker function that took
--- longer than the floor's margin to commit). For each level, the oldest such group lowers
--- the floor to it, so that the next claim finds it. This scan reads every dead entry below
--- the floor: cheap while vacuum keeps up, slower under an old snapshot, which is why the
--- worker spaces its calls out by how long they take. Each call sweeps the default queue
--- and at most c_window named queues, going on from where the last call stopped
--- (`maintain_sweep`), so a call costs the same with 4 queues or 1,000: with 1,000 named
--- queues and a call a second, each is swept every 16 seconds.
+-- Takes: nothing.
+-- Returns one row:
+--   floors_lowered   claim floors lowered to a straggler
+--   receipts_pruned  settle receipts deleted
+--   history_pruned   job_history rows deleted
+-- Fence: the 'housekeeping' row of `elections`: a call that cannot lock it returns zeros
+--   at once.
+-- Locks: that row, FOR UPDATE SKIP LOCKED (never waits; held until the caller's transaction
+--   ends); the rows it deletes.
+-- Indexes: transport_groups_claimable below each floor; settle_receipts' key;
+--   job_history_keep_until; unique_keys_held_until; throughput's key (minute, worker);
+--   workers_seen_at.
+-- Errors: none of its own.
 --
--- It also prunes settle receipts older than an hour (each worker deletes its previous
--- receipt with every batch, so only the last receipt of a worker that stopped stays behind),
--- finished jobs in job_history past their keep_until, unique keys whose hold is over, and
--- worker reports older than a day or beyond the 10,000 pools seen last: each at most
--- 10,000 rows a call (pools 1,000), oldest first, by index.
+-- Steps:
+--   1. Lock the 'housekeeping' row, or return zeros.
+--   2. The sweep, over the default queue and the next 64 named queues after the last one
+--      swept (the sequence maintain_sweep, outside MVCC; from the first again past the
+--      last), so a call costs the same with 4 queues or 1,000 (with 1,000 named queues and
+--      a call a second, each is swept every 16 s). Per level, a claimable group below the
+--      floor is a straggler: its transaction committed well after it wrote (a long
+--      transaction around an enqueue whose NOTIFY reached no worker). The floor goes down
+--      to 1 ms below the oldest, so that the next claim finds it. This reads the dead
+--      entries below the floor: cheap while vacuum keeps up, slower under an old snapshot,
+--      which is why the worker spaces its calls by how long they take.
+--   3. Prune, oldest first, by index: settle receipts older than an hour (each worker
+--      deletes its previous one with every batch: only a stopped worker's last stays),
+--      job_history rows past keep_until, unique keys whose hold is over, throughput rows
+--      older than a day (each at most 10,000 a call); worker pools not seen for a day, and
+--      those beyond the 10,000 seen last (each at most 1,000 a call).
 CREATE OR REPLACE FUNCTION @schema@.harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -49,8 +62,8 @@ BEGIN
     END IF;
 
     -- The default queue, then the next c_window named queues after the last one swept
-    -- (from the first again once past the last). Queue 0's sequences are claim_floor_<level>
-    -- (migration 0007).
+    -- (from the first again once past the last). Queue 0's sequences are
+    -- claim_floor_<level>.
     v_after := pg_sequence_last_value('@schema@.maintain_sweep'::regclass);
     SELECT max(w.id)::bigint INTO v_last
       FROM (SELECT qs.id FROM @schema@.queues qs
@@ -112,7 +125,7 @@ BEGIN
                                ORDER BY o.held_until
                                LIMIT 10000));
 
-    -- worker reports older than a day (migration 0008)
+    -- worker reports older than a day
     DELETE FROM @schema@.throughput t
      WHERE (t.minute, t.worker) IN (SELECT o.minute, o.worker FROM @schema@.throughput o
                                      WHERE o.minute < statement_timestamp() - interval '1 day'
@@ -123,8 +136,8 @@ BEGIN
                               WHERE o.seen_at < statement_timestamp() - interval '1 day'
                               ORDER BY o.seen_at
                               LIMIT 1000));
-    -- and beyond the 10,000 pools seen last (migration 0011: a worker role can report as
-    -- many pools as it likes), the least recently seen, 1,000 a call
+    -- and beyond the 10,000 pools seen last (a worker role can report as many pools as it
+    -- likes), the least recently seen, 1,000 a call
     DELETE FROM @schema@.workers w
      WHERE w.id = ANY (ARRAY(SELECT o.id FROM @schema@.workers o
                               ORDER BY o.seen_at DESC

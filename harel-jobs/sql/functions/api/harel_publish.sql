@@ -1,49 +1,60 @@
--- harel_publish: append messages and make sure each of their groups has a row.
+-- harel_publish: enqueues messages (jobs) and makes sure each of their groups has a row.
+-- The producer's entry point, and all a producer may call: it checks every message itself,
+-- so a role that can execute it cannot write anything the Rust side would refuse
+-- (transport/message.rs states the same limits).
 --
--- A message that creates its group is stored in the new group row ("inline", migration
--- 0004): one row per job for jobs with a group of their own. Messages for a group that
--- exists go to transport_messages. Every message's seq comes from transport_messages'
--- sequence, drawn in array order, so a group's messages keep their order.
+-- Takes arrays, one element per message, so that a batch is one round trip:
+--   p_groups          the group id, 1 to 1,024 bytes. NULL: a group of its own, named
+--                     'own:' and the message's seq in 19 digits (transport::own_group in
+--                     Rust). Such names are reserved: a caller's id of that form is taken
+--                     as NULL, so no producer can take another job's group or name.
+--   p_kinds           the job's kind, 1 to 255 bytes
+--   p_payloads        its payload, JSON text of at most 4 MiB
+--   p_priorities      0 to 4
+--   p_not_before      the time it may start (finite), or NULL
+--   p_delay_ms        otherwise a delay from now, 0 to 100 years, or NULL: due at once
+--   p_unique_keys     NULL, or per message a unique key of 1 to 1,024 bytes, or NULL
+--   p_unique_hold_ms  per key, how long it stays held after its job completed (0 to 100
+--                     years; NULL: free once the job leaves the queue)
+--   p_queues          NULL, or per message its queue's name (NULL: 'default')
+--   p_trace_contexts  NULL, or per message a W3C traceparent, optionally a line feed and
+--                     its tracestate, at most 1,024 bytes; anything else is stored as NULL
+--                     (tracing never refuses a job)
+-- Returns one row per message, in input order: its seq (the job's id, drawn in input
+--   order, so a group's messages keep their order), or, for a duplicate of a unique job,
+--   the id of the job holding the key, negated: nothing is written for it.
+-- Fence: a message whose unique key is held is a duplicate (harel_take_key); within a
+--   batch, the first message with a key takes it and the later ones are its duplicates.
+--   A group belongs to the queue of the message that created it.
+-- Locks: KEY SHARE on each existing group row it adds to, in group order, until commit, so
+--   that a settle draining the group cannot delete the row under a message it cannot see
+--   yet (it frees the row instead: harel_drop_empty_groups); claims, settles and
+--   heartbeats take non-key locks, which do not conflict. It waits for a transaction that
+--   deletes such a row or holds it FOR UPDATE, then inserts the row again. Unique keys
+--   are taken in key order and new queues created in name order: concurrent batches never
+--   wait for each other in a cycle.
+-- Indexes: transport_groups' key; transport_messages' identity sequence for every seq.
+-- Errors: 22023 for arrays of different lengths or a message outside the limits; HJ001
+--   for a message into an existing group of another queue, or a batch that puts one new
+--   group in two queues; harel_ensure_queue's and harel_take_key's.
 --
--- What a producer calls (and all it may call): it validates every message itself, so a
--- role that can execute it cannot write anything the Rust side would refuse.
---
--- Arrays, one element per message, so a batch is one round trip; the messages get their
--- `seq` in array order. A message's not-before time is `p_not_before`, or now() plus
--- `p_delay_ms`, or NULL (due at once).
---
--- A NULL group id: a group of its own, named 'own:' and the message's seq in 19 digits
--- (migration 0005; `transport::own_group` in Rust), which finds the job by its id through
--- the group's key. Such names are reserved: a caller's group id of that form means the same
--- as NULL (migration 0011). Only this function names a group so, after a seq it has just
--- drawn, so no producer can make another's enqueue fail on a taken name or slip a job into
--- another's group (the Rust side refuses those ids earlier, with a typed error).
---
--- Unique jobs (migration 0005): a message with a key in `p_unique_keys` is queued only if
--- it can take that key (see harel_take_key), held while it is queued and, with a period in
--- `p_unique_hold_ms`, that long after it completed. Otherwise it is a duplicate: nothing is
--- written for it and its row of the result is the NEGATED id of the job holding the key.
--- Keys are taken in key order (concurrent batches do not deadlock on each other), and the
--- first message of a batch with a key takes it: later ones are its duplicates.
---
--- Named queues (migration 0007): `p_queues` names each message's queue (NULL: every message,
--- or its element, is in 'default'); a queue is created by the first message into it. A
--- group belongs to the queue of the message that created it: a message for an existing
--- group of another queue is refused (SQLSTATE HJ001), as is a batch that puts one new
--- group in two.
---
--- Trace contexts (migration 0009): `p_trace_contexts` gives each message the W3C
--- traceparent (and, after a line feed, the tracestate) of the span that enqueued it, for
--- harel_claim to return (NULL: every message, or its element, has none). One that is over
--- 1,024 bytes or not of that shape is stored as NULL: tracing is never a reason to refuse a
--- job (the Rust side refuses it earlier, with a typed error, when a caller set it by hand).
---
--- Why the group row is locked FOR KEY SHARE when it already exists: a settle that drains a
--- group deletes its row, and cannot see a message this (maybe long) transaction has not
--- committed. Holding KEY SHARE blocks that delete (the settle then frees the row instead,
--- see harel_drop_empty_groups) without blocking claims, settles or extensions, which are
--- non-key updates. If the row was deleted between our INSERT … ON CONFLICT and the lock, we
--- loop and insert it again.
+-- Steps:
+--   1. Check the arrays and every message; reserved group names become NULL, malformed
+--      trace contexts NULL.
+--   2. One message (the common enqueue): the steps below with scalar statements: its
+--      queue, its seq and group name, its unique key; then the group row with the message
+--      inline, or, the group existing, KEY SHARE on it, its queue checked, and the message
+--      into transport_messages.
+--   3. A batch: every seq in input order, and each group of its own named after its seq.
+--   4. Each named queue looked up or created once, in name order.
+--   5. Unique keys taken in key order; duplicates dropped from the arrays.
+--   6. Only messages without a group (the bulk load): their group rows by one plain
+--      INSERT, each message inline. Otherwise, each group's first message of the batch
+--      creates its row with the message inline, in group order (ON CONFLICT DO NOTHING);
+--      the existing rows are KEY SHARE-locked and their queue checked, and a row deleted
+--      between the two statements is inserted in the next round; then every other message
+--      goes to transport_messages.
+--   7. Messages due now: harel_notify, with the position of the oldest new due group.
 CREATE OR REPLACE FUNCTION @schema@.harel_publish(
     p_groups      TEXT[],
     p_kinds       TEXT[],
@@ -148,12 +159,10 @@ BEGIN
         RAISE EXCEPTION 'harel_publish: %', v_invalid USING ERRCODE = '22023';
     END IF;
     -- A caller's group named like a group of its own is a group of its own: a new one,
-    -- named after the message's seq like a NULL's. (Accepting such a name, even only for a
-    -- seq given out already, let a producer take the name of a job that another producer's
-    -- open batch had drawn and not inserted yet, and fail that whole batch on the duplicate,
-    -- or receive a single enqueue's job into its own group. The previous releases'
-    -- DeadLetters::retry named a retried job without a group so: it now gets a group of its
-    -- own, which is what it meant.) (Nested, as the unique keys above.)
+    -- named after the message's seq like a NULL's. Accepting such a name would let a
+    -- producer take the name of a job another producer's open batch has drawn and not
+    -- inserted yet (failing that batch on the duplicate), or join another's job.
+    -- (Nested, as the unique keys above.)
     IF v_named_own THEN
         IF v_count = 1 THEN
             IF p_groups[1] ~ c_own_group THEN
@@ -319,10 +328,9 @@ BEGIN
 
     -- A batch of messages without a group (the bulk load): one row each, by a plain
     -- INSERT. No other row can hold these names: they are made of seqs drawn just now, and
-    -- only this function names groups so (see above; migration 0010 moved the sequence past
-    -- any name a caller had used before). So no ON CONFLICT,
-    -- whose speculative insertion (a probe of the key and a second write per row) made a
-    -- 20,000-job insert 1.5 times as costly, and no sort: the names are in seq order.
+    -- only this function names groups so (see above). So no ON CONFLICT, whose speculative
+    -- insertion (a probe of the key and a second write per row) makes a 20,000-job insert
+    -- 1.5 times as costly, and no sort: the names are in seq order.
     IF v_all_own THEN
         INSERT INTO @schema@.transport_groups
                (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,

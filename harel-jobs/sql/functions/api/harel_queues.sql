@@ -1,17 +1,24 @@
--- harel_queues: every queue (migration 0007) with its settings and how many of its groups
--- are ready to start and running now. What an operator (and the CLI, the dashboard) lists.
--- One round trip, one snapshot.
+-- harel_queues: every queue with its settings and how many of its groups are ready and
+-- running. An operator's entry point (the CLI, the dashboard), and what the worker that
+-- samples the depth gauges reads. One snapshot.
 --
--- The counts are range scans of the claim index, capped, so that a queue of a million
--- groups costs no more than a small one (2-3 ms with 100,000 groups waiting): `ready` is
--- the groups whose next job may start now (at most 10,000 index entries read per queue and
--- level), `running` the live leases among the first 1,000 groups per queue and level that
--- are leased, parked or scheduled, soonest first (leases end within their duration, so they
--- come before jobs scheduled later; each of these entries costs a heap read for its lease
--- token, hence the smaller cap); `counts_exact` is false when a scan stopped at its cap,
--- and the counts are then lower bounds. `oldest_ready_at`: since when the queue's longest
--- waiting ready group has been claimable (NULL: none is), the first entry of each level.
--- (Migration 0008 added it.)
+-- Takes: nothing.
+-- Returns one row per queue, by id:
+--   name, paused_at, concurrency_limit, rate_limit, rate_period_ms
+--   ready            groups whose next job may start now
+--   running          live leases among the first 1,000 groups per level that are leased,
+--                    parked or scheduled, soonest first (leases end within their duration,
+--                    so they come before jobs scheduled later)
+--   counts_exact     false when a scan stopped at its cap: the counts are then lower bounds
+--   oldest_ready_at  since when the queue's longest-waiting ready group has been claimable
+--                    (NULL: none is)
+-- Fence: bounded: every figure is a capped range scan of the claim index, so a queue of a
+--   million groups costs no more than a small one: `ready` reads at most 10,000 entries
+--   per queue and level, `running` at most 1,000 (each with a heap read for its lease
+--   token, hence the smaller cap). STABLE.
+-- Locks: none.
+-- Indexes: transport_groups_claimable, range scans in index order; queues' key.
+-- Errors: none of its own.
 CREATE OR REPLACE FUNCTION @schema@.harel_queues()
 RETURNS TABLE (
     name              TEXT,

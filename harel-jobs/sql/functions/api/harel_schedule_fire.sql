@@ -1,26 +1,40 @@
--- harel_schedule_fire: enqueues the job of one tick of a schedule, unless another worker
--- already did. One round trip; what a worker's scheduler calls.
+-- harel_schedule_fire: enqueues the job of one tick of a periodic schedule, unless another
+-- worker already did; or declares the schedule. A worker's entry point (its scheduler).
 --
--- The schedule's row moves to p_tick only if its last tick is older (a row lock, so two
--- workers firing the same tick are serialised and the second finds it done), and the job is
--- published (harel_publish) in the same transaction: one job per tick, never none once
--- the row moved. Returns the job's id, or NULL if this tick (or a later one) was already
--- enqueued, and 0 (writing nothing) for a tick the DATABASE's clock has not reached yet (a
--- second of tolerance): ticks fire by each worker's clock, but a worker whose clock runs
--- ahead cannot move the schedule past ticks the others have yet to fire. A declaration
--- (p_tick NULL: a worker starts with nothing missed to enqueue) only records the schedule,
--- its spec and its next tick.
+-- Takes:
+--   p_name        the schedule's name, 1 to 255 bytes
+--   p_spec        how it is declared (cron expression and time zone, or interval), at most
+--                 1,024 bytes
+--   p_tick        the tick to fire; NULL: a declaration only (a worker starting with
+--                 nothing missed to enqueue), which records the schedule, its spec and its
+--                 next tick
+--   p_next_tick   the tick after it, as the worker computed it
+--   p_group, p_kind, p_payload, p_priority, p_queue, p_unique_key, p_unique_hold_ms
+--                 the job, as harel_publish takes them (p_queue NULL: 'default')
+-- Returns: the job's id; for a unique job that is a duplicate of a queued one, the holder's
+--   id negated (the tick still counts as fired); NULL if this tick (or a later one) was
+--   already enqueued, and for a declaration; 0, writing nothing, for a tick more than a
+--   second ahead of the database's clock.
+-- Fence: the schedule's last_tick only moves forward, and the job is published in the same
+--   transaction: one job per tick, never none once the row moved. Ticks fire by each
+--   worker's clock, but a worker whose clock runs ahead cannot move the schedule past ticks
+--   the others have yet to fire. At most 1,000 schedules: a new name past that is refused
+--   (concurrent declarations of new names may pass the cap by a few). A role with EXECUTE
+--   on it can enqueue any job (as harel_publish checks it) once per new tick of a schedule
+--   name: grant it only to roles you would let enqueue.
+-- Locks: the schedule's row (its upsert): two workers firing the same tick are serialised,
+--   and the second finds it done; then harel_publish's.
+-- Indexes: schedules' key.
+-- Errors: 22023 for a name or spec out of range; 54000 for a new name past 1,000 schedules
+--   (an operator removes old ones with harel_delete_schedule); harel_publish's.
 --
--- The job goes to p_queue (NULL: the default queue) and, with p_unique_key, is unique like
--- any other (migration 0005): a tick whose job is a duplicate of a queued one still counts
--- as fired, and the result is the holder's id negated.
---
--- What a role with EXECUTE on it can do: enqueue any job (kind, payload, group, queue, as
--- harel_publish checks them) once per new tick of a schedule name, a tick being any time
--- after the schedule's last one and not ahead of the database's clock; so grant it only to
--- roles you would let enqueue. It cannot fire a tick twice, and a schema holds at most
--- 1,000 schedules: a new name past that is refused (SQLSTATE 54000; an operator removes
--- old ones with harel_delete_schedule).
+-- Steps:
+--   1. Check the name and spec; a tick ahead of the database's clock: return 0.
+--   2. A new name: refused past the cap.
+--   3. A declaration: upsert the spec and next tick; return NULL.
+--   4. Move the row's last tick to p_tick if it is older (insert the row if new); not
+--      moved: return NULL.
+--   5. Publish the job (harel_publish); return its id.
 CREATE OR REPLACE FUNCTION @schema@.harel_schedule_fire(
     p_name      TEXT,
     p_spec      TEXT,

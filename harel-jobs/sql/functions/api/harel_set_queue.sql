@@ -1,11 +1,32 @@
--- harel_set_queue: pause, resume or limit a named queue (migration 0007), creating it if
--- nothing was published into it yet. What an operator calls.
+-- harel_set_queue: pauses, resumes or limits a named queue, creating it if nothing was
+-- published into it yet. An operator's entry point.
 --
--- p_paused: true pauses (claims of the queue return nothing until it is resumed; running
--- jobs finish, publishing still works), false resumes (and wakes listening workers when
--- the transaction commits), NULL leaves it as it is. p_set_limits: whether to set the
--- limits to p_concurrency_limit and p_rate_limit per p_rate_period_ms (NULL: none);
--- false leaves them as they are. Returns the queue as it now is.
+-- Takes:
+--   p_name               the queue's name (harel_ensure_queue's rule)
+--   p_paused             true pauses (its claims return nothing until it is resumed;
+--                        running jobs finish, publishing still works), false resumes, NULL
+--                        leaves it as it is
+--   p_set_limits         whether to set the limits below; false leaves them as they are
+--   p_concurrency_limit  at most this many of its jobs leased at once over every worker,
+--                        1 to 1,000,000 (NULL: none)
+--   p_rate_limit         at most this many starts per p_rate_period_ms, 1 to 1,000,000
+--                        per 1 ms to 1 day (both NULL: none)
+-- Returns the queue as it now is: name, paused_at, concurrency_limit, rate_limit,
+--   rate_period_ms.
+-- Fence: none beyond the checks. A pause keeps its first paused_at.
+-- Locks: the queue's row (an UPDATE: it waits for a limited claim holding it, briefly);
+--   harel_ensure_queue's when it creates the queue.
+-- Indexes: queues' key.
+-- Errors: 22023 for limits out of range or a rate without its period (or the reverse);
+--   harel_ensure_queue's.
+--
+-- Steps:
+--   1. Check the limits.
+--   2. The queue's id (harel_ensure_queue).
+--   3. Update its pause and limits.
+--   4. Resumed or limits set: wake listening workers when the transaction commits
+--      (harel_notify).
+--   5. Return its row.
 CREATE OR REPLACE FUNCTION @schema@.harel_set_queue(
     p_name              TEXT,
     p_paused            BOOLEAN,

@@ -1,8 +1,16 @@
--- harel_throughput: jobs succeeded, attempts failed and jobs dead-lettered per minute over
--- the last p_minutes minutes (1 to 1,440), every worker pool together, oldest first; the
--- current minute is the last row, still filling (migration 0008). One row per minute, zeros
--- included, so a chart needs no filling in. Sums saturate at the largest BIGINT (a report's
--- counters are whatever the worker role sends: migration 0011).
+-- harel_throughput: jobs succeeded, attempts failed and jobs dead-lettered per minute,
+-- every worker pool together. An operator's entry point (the CLI, the dashboard).
+--
+-- Takes:
+--   p_minutes  the last this many minutes, 1 to 1,440
+-- Returns one row per minute, oldest first, zeros included (a chart needs no filling in);
+--   the current minute is the last row, still filling:
+--   minute, succeeded, failed, dead
+-- Fence: sums saturate at the largest BIGINT (a report's counters are whatever the worker
+--   role sends). STABLE.
+-- Locks: none.
+-- Indexes: throughput's key (minute, worker).
+-- Errors: 22023 for p_minutes out of range.
 CREATE OR REPLACE FUNCTION @schema@.harel_throughput(p_minutes INT)
 RETURNS TABLE (
     minute    TIMESTAMPTZ,

@@ -1,19 +1,31 @@
--- harel_top_groups: the groups an operator looks for first, ranked, each as
--- harel_list_groups reports it (the one place that says a group's status and counts), with
--- `jobs_estimate`. Not a page: the top p_limit (1..100), one snapshot.
+-- harel_top_groups: the groups an operator looks for first, ranked: the top p_limit, one
+-- snapshot, not a page. An operator's entry point.
 --
--- p_rank 'waiting': the ready groups that have waited longest (since their available_at),
--- oldest first, whichever queue or priority level they are in. Read in the claim index's
--- order: at most p_limit entries per queue and level.
+-- Takes:
+--   p_rank   'waiting': the ready groups that have waited longest (since their
+--            available_at), whichever queue or level; 'size': the largest groups
+--   p_limit  1 to 100
+-- Returns harel_list_groups' columns for each group (the one place that says a group's
+--   status and counts), ranked, and:
+--   jobs_estimate  ('size') the statistics' figure: the group's frequency in the sample
+--                  times the table's estimated rows, plus its first job (in its group row)
+--   stats_at       ('size') when the statistics were gathered
+-- Fence: bounded. 'waiting' reads at most p_limit claim index entries per queue and level.
+--   'size' does not count every job: its candidates are the most common values of
+--   transport_messages.group_id in PostgreSQL's statistics (ANALYZE's sample), 2 × p_limit
+--   of them, each then looked up and counted as harel_list_groups does. Groups drained
+--   since the sample are left out; when no group stands out in it, there are none.
+--   STABLE.
+-- Locks: none.
+-- Indexes: transport_groups_claimable ('waiting'); pg_stats and pg_stat_all_tables
+--   ('size'); harel_list_groups' for each group.
+-- Errors: 22023 for a limit out of range or an unknown rank.
 --
--- p_rank 'size': the largest groups. An exact ranking would count every job of the queue,
--- so the candidates come from PostgreSQL's statistics of transport_messages.group_id (the
--- most common values that ANALYZE, or autovacuum's analyze, found in its sample), in the
--- order of their estimated size; each is then looked up (and counted up to 1,000) like
--- harel_list_groups does. `jobs_estimate` is the statistics' figure (frequency times the
--- table's estimated rows, plus the group's first job, which is stored in its group row);
--- `stats_at` is when they were gathered. Groups that drained since are left out; when no
--- group stands out in the sample (the groups are all about as large), there is none.
+-- Steps:
+--   1. Check the arguments.
+--   2. Rank the candidates: per queue and level the oldest ready entries ('waiting'), or
+--      the statistics' most common groups ('size').
+--   3. Each candidate through harel_list_groups; order, and cut at p_limit.
 CREATE OR REPLACE FUNCTION @schema@.harel_top_groups(
     p_rank  TEXT,
     p_limit INT

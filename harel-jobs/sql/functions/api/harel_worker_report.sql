@@ -1,16 +1,30 @@
--- harel_worker_report: a running worker pool reports itself (migration 0008). What a worker
--- calls, about every 10 seconds, and once more when it stops (p_stopping).
+-- harel_worker_report: a running worker pool reports itself. A worker's entry point: about
+-- every 10 seconds, and once more when it stops.
 --
--- The counters are the pool's totals since it started (jobs succeeded; attempts failed,
--- retried or not; jobs dead-lettered): their increase since the pool's last report is added
--- to its row of the current minute (database clock) in `throughput`. A pool whose row was
--- pruned starts over from its totals, counted in the minute it reports them.
+-- Takes:
+--   p_worker       the pool's id
+--   p_host, p_pid  where it runs (a host of 1 to 255 bytes)
+--   p_queues       the queues it serves: at most 1,000 distinct queue names
+--                  (harel_ensure_queue's rule)
+--   p_concurrency, p_running  its concurrency and running jobs, 0 to 10,000,000
+--   p_succeeded, p_failed, p_dead  its totals since it started (jobs succeeded; attempts
+--                  failed, retried or not; jobs dead-lettered), 0 or more
+--   p_stopping     a graceful stop: stopped_at is set
+-- Returns: nothing.
+-- Fence: everything it writes is bounded, as operators' pages read it: the checks above;
+--   sums saturate at the largest BIGINT instead of failing. The number of pools is bounded
+--   by harel_maintain (the 10,000 seen last), every listing by its limit.
+-- Locks: the pool's row of `workers` FOR UPDATE and its row of `throughput` (only another
+--   report of the same pool waits for them).
+-- Indexes: the keys of workers and throughput (minute, worker).
+-- Errors: 22023 for a report outside those bounds.
 --
--- Everything a report writes is bounded (migration 0011), as operators' pages read it: a
--- host of 1 to 255 bytes, at most 1,000 distinct queue names that are queue names (1 to 64
--- characters, harel_ensure_queue's rule), counts of 0 or more; sums saturate at the
--- largest BIGINT instead of failing. The number of pools is bounded by harel_maintain (it
--- keeps the 10,000 seen last), and every listing by its limit.
+-- Steps:
+--   1. Check the report.
+--   2. Read the pool's last totals (locking its row) and upsert its row.
+--   3. Add the totals' increase since its last report to its row of the current minute
+--      (database clock) in `throughput`. A pool whose row was pruned starts over from its
+--      totals, counted in the minute it reports them.
 CREATE OR REPLACE FUNCTION @schema@.harel_worker_report(
     p_worker      UUID,
     p_host        TEXT,

@@ -1,13 +1,22 @@
--- harel_workers: the worker pools seen within p_within_ms (migration 0008), oldest first:
--- where each runs, what it serves, and its counters. What an operator (the CLI, the
--- dashboard) lists. A pool is seen at each report (about every 10 seconds); `stopped_at` is
--- set by a graceful shutdown.
+-- harel_workers: the worker pools seen lately, oldest first: where each runs, what it
+-- serves, and its counters. An operator's entry point (the CLI, the dashboard).
 --
--- Bounded (migration 0011): at most p_limit pools (1 to 1,000), each with at most
--- p_queues_shown of its queue names (0 to 1,000; `queue_count` says how many it serves),
--- and each row carries `total`, the number of pools seen within the period, counted up to
--- 10,001 (harel_maintain keeps the 10,000 seen last), so a page says how many it did not
--- show.
+-- Takes:
+--   p_within_ms     pools seen within this long, 1 ms to 1 day (a pool is seen at each
+--                   report, about every 10 seconds)
+--   p_limit         at most this many pools, 1 to 1,000
+--   p_queues_shown  at most this many of each pool's queue names, 0 to 1,000
+-- Returns one row per pool, by start time:
+--   id, host, pid, concurrency, running, succeeded, failed, dead, started_at, seen_at
+--   queues       its first p_queues_shown queue names; queue_count: how many it serves
+--   stopped_at   set by a graceful stop
+--   total        the pools seen within the period, counted up to 10,001, so a page says
+--                how many it did not show
+-- Fence: bounded by its limits and by harel_maintain (it keeps the 10,000 pools seen
+--   last). STABLE.
+-- Locks: none.
+-- Indexes: workers_seen_at.
+-- Errors: 22023 for arguments out of range.
 CREATE OR REPLACE FUNCTION @schema@.harel_workers(
     p_within_ms      BIGINT,
     p_limit          INT DEFAULT 1000,

@@ -1,16 +1,28 @@
--- harel_ensure_queue: the id of a named queue, created if it does not exist (migration 0007).
--- Internal: called by harel_publish (the first job into a queue creates it) and
--- harel_set_queue, never by a role.
+-- harel_ensure_queue: the id of a named queue, created if it does not exist. Internal:
+-- called by harel_publish (the first job into a queue creates it) and harel_set_queue.
 --
--- A name is 1 to 64 characters of letters, digits, '_', '-', '.' and ':'; there are at most
--- 1,000 queues (each has claim floors and a rate sequence of its own, so a producer cannot
--- make the schema grow without bound). Creating a queue writes its row and sequences in the
--- caller's transaction: a concurrent creation of the same name waits for it, and a rollback
--- takes the queue back, its id included. A new queue takes the lowest id (1 to 1,000) that
--- no queue has (migration 0011: ids drawn from a sequence were used up by rollbacks, so
--- the cap counted creations, not queues). Two transactions creating different queues at
--- once may pick the same id: the second waits for the first and takes the next free one
--- if the first commits. Existing queues are only read (no lock, no write).
+-- Takes:
+--   p_name  the queue's name: 1 to 64 letters, digits, '_', '-', '.' or ':'
+-- Returns: the queue's id (0 is 'default'; named queues 1 to 1,000).
+-- Fence: an existing queue is only read (no lock, no write). At most 1,000 named queues,
+--   counting the queues that exist: each has claim floors and a rate sequence of its own,
+--   so a producer cannot make the schema grow without bound.
+-- Locks: a creation writes the queue's row and sequences in the caller's transaction: a
+--   concurrent creation of the same name, or of another name that picked the same id,
+--   waits for it; a rollback takes the queue back, its id included.
+-- Indexes: queues' key (id) and its unique name.
+-- Errors: 22023 for a name not of that form; 54000 when 1,000 named queues exist; 40001 if
+--   concurrent creations kept taking the ids it tried (retry the transaction).
+--
+-- Steps:
+--   1. Found by name: return its id.
+--   2. Check the name.
+--   3. The lowest id above the last one tried that no queue has (none: 54000).
+--   4. Insert the queue with it, ON CONFLICT DO NOTHING (waits for an uncommitted creation
+--      of that name or id). Inserted: create its sequences claim_floor_q<id>_0 to _4 and
+--      queue_rate_q<id>, and return the id.
+--   5. Not inserted: the name committed meanwhile (return its id), or another name took the
+--      id (back to 3).
 CREATE OR REPLACE FUNCTION @schema@.harel_ensure_queue(p_name TEXT) RETURNS SMALLINT
 LANGUAGE plpgsql
 SECURITY DEFINER

@@ -1,9 +1,21 @@
--- harel_release_key: a job that held a unique key (migration 0005) left the queue. Internal:
--- called by the functions that end jobs, never by a role.
+-- harel_release_key: ends a job's hold on its unique key as the job leaves the queue.
+-- Internal: called by harel_settle, harel_cancel and harel_end_cancelled.
 --
--- Completed (p_completed) with a hold period: the key stays held until the period is over
--- ("at most once per period"). Otherwise (no period, dead, cancelled): the key is free.
--- Keyed on the job too: a key another job has taken over since is left alone.
+-- Takes:
+--   p_key        the unique key
+--   p_job        the job (its id) that held it
+--   p_completed  the job completed (acked or retained); false: it died or was cancelled
+-- Returns: nothing.
+-- Fence: keyed on the key AND the job: a key another job has taken over since is left
+--   alone.
+-- Locks: the unique_keys row it updates or deletes (waits for a transaction writing it).
+-- Indexes: unique_keys' key.
+-- Errors: none of its own.
+--
+-- Steps:
+--   1. Completed, and the key was taken with a hold period: it stays held until that long
+--      after now ("at most once per period"); done.
+--   2. Otherwise the key is deleted: free.
 CREATE OR REPLACE FUNCTION @schema@.harel_release_key(
     p_key       TEXT,
     p_job       BIGINT,
