@@ -471,3 +471,109 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
         ))
     ));
 }
+
+/// Migration 0012: the view `jobs`, which the operators' grant reads, shows each job's queue
+/// and trace context wherever the job is stored: the first job of a named group (inline in
+/// the group's row), a later job of that group (a row of `transport_messages`, which has no
+/// queue of its own: its group's applies), a job in a group of its own, and one in the
+/// default queue without a context. The view's earlier columns keep their order, and a role
+/// granted only `SELECT` on the view reads the queue's name without a right on `queues`.
+#[tokio::test]
+async fn the_jobs_view_shows_each_jobs_queue_and_trace_context() {
+    let q = TestQueue::new().await;
+    let trace = |n: u8| format!("00-{n:032x}-{n:016x}-01");
+    let with_state = format!("{}\nvendor=seven", trace(2));
+    let ids: Vec<i64> = sqlx::query_scalar(q.sql(
+        "SELECT * FROM @schema@.harel_publish(
+             ARRAY['customer-7', 'customer-7', NULL, 'plain'],
+             ARRAY['mail', 'mail', 'report', 'plain'],
+             ARRAY['{}', '{}', '{}', '{}'], ARRAY[2, 2, 2, 2]::smallint[],
+             ARRAY[NULL, NULL, NULL, NULL]::timestamptz[],
+             ARRAY[NULL, NULL, NULL, NULL]::bigint[], NULL, NULL,
+             ARRAY['mail', 'mail', 'reports', NULL], $1)",
+    ))
+    .bind(vec![
+        Some(trace(1)),
+        Some(with_state.clone()),
+        Some(trace(3)),
+        None,
+    ])
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(ids.len(), 4);
+    // where each job is stored: only the group's second job is a row of transport_messages
+    let in_messages: Vec<i64> =
+        sqlx::query_scalar(q.sql("SELECT seq FROM @schema@.transport_messages ORDER BY seq"))
+            .fetch_all(&q.pool)
+            .await
+            .unwrap();
+    assert_eq!(in_messages, [ids[1]]);
+
+    let expected = vec![
+        (
+            ids[0],
+            "customer-7".to_owned(),
+            Some("mail".to_owned()),
+            Some(trace(1)),
+        ),
+        (
+            ids[1],
+            "customer-7".to_owned(),
+            Some("mail".to_owned()),
+            Some(with_state),
+        ),
+        (
+            ids[2],
+            harel_jobs::transport::own_group(ids[2]),
+            Some("reports".to_owned()),
+            Some(trace(3)),
+        ),
+        (ids[3], "plain".to_owned(), Some("default".to_owned()), None),
+    ];
+    let read = |pool: sqlx::PgPool| {
+        let sql =
+            q.sql("SELECT seq, group_id, queue, trace_context FROM @schema@.jobs ORDER BY seq");
+        async move {
+            let rows: Vec<(i64, String, Option<String>, Option<String>)> =
+                sqlx::query_as(sql).fetch_all(&pool).await.unwrap();
+            rows
+        }
+    };
+    assert_eq!(read(q.pool.clone()).await, expected);
+
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT column_name::text FROM information_schema.columns
+          WHERE table_schema = $1 AND table_name = 'jobs' ORDER BY ordinal_position",
+    )
+    .bind(q.schema.name())
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        columns,
+        [
+            "seq",
+            "group_id",
+            "kind",
+            "payload",
+            "priority",
+            "enqueued_at",
+            "not_before",
+            "attempts",
+            "last_error",
+            "queue",
+            "trace_context"
+        ]
+    );
+
+    let role =
+        TestRole::with_grants(&q, &["USAGE ON SCHEMA @schema@", "SELECT ON @schema@.jobs"]).await;
+    let pool = pool_with(&role.url, 1).await;
+    assert_eq!(
+        read(pool.clone()).await,
+        expected,
+        "read with the view's grant alone"
+    );
+    pool.close().await;
+}

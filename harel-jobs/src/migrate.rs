@@ -105,6 +105,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0011_owned_locks_and_bounds.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 12,
+        name: "jobs_view",
+        sql: include_str!("../sql/migrations/0012_jobs_view.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied: the internal helpers first, then the
@@ -258,7 +264,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 11;
+pub const SCHEMA_VERSION: i32 = 12;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");
@@ -738,6 +744,7 @@ mod tests {
                     "CREATE TABLE",
                     "CREATE SEQUENCE",
                     "CREATE VIEW",
+                    "CREATE OR REPLACE VIEW",
                     "CREATE OR REPLACE FUNCTION",
                     "ALTER TABLE",
                     "DROP FUNCTION",
