@@ -7,11 +7,11 @@
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, PgExecutor, Row as _};
 
-use crate::enqueue::JobId;
 use crate::error::DatabaseError;
 use crate::job::Job;
 use crate::schema::Schema;
-use crate::transport::Priority;
+use crate::vocabulary::JobId;
+use crate::vocabulary::Priority;
 
 /// One dead job.
 #[derive(Clone, Debug)]

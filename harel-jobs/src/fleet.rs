@@ -9,16 +9,7 @@ use sqlx::AssertSqlSafe;
 
 use crate::error::{DatabaseError, QueueError};
 use crate::queue::Queue;
-
-/// The most minutes [`Queue::throughput`] looks back: a day.
-pub const MAX_THROUGHPUT_MINUTES: u32 = 1_440;
-
-/// The most pools one [`Queue::workers`] listing returns.
-pub const MAX_WORKERS_LISTED: u32 = 1_000;
-
-/// The most queue names a listing gives of each pool ([`WorkerInfo::queues`];
-/// [`WorkerInfo::queue_count`] says how many it serves).
-pub const MAX_WORKER_QUEUES_LISTED: u32 = 100;
+use crate::vocabulary::{MAX_THROUGHPUT_MINUTES, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED};
 
 /// A worker pool, as its last report described it ([`Queue::workers`]).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,17 +5,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::AssertSqlSafe;
 
-use crate::enqueue::JobId;
 use crate::error::{DatabaseError, QueueError};
 use crate::queue::Queue;
-use crate::transport::Priority;
-
-/// The most groups one page of [`Queue::groups`] holds.
-pub const MAX_GROUP_PAGE: u32 = 1_000;
-
-/// How far [`Queue::groups`] and [`Queue::group`] count each group's jobs: a group with
-/// more is reported with [`GroupInfo::jobs`] = 1,000 and [`GroupInfo::jobs_capped`] set.
-pub const GROUP_JOBS_COUNT_CAP: u32 = 1_000;
+use crate::vocabulary::{JobId, MAX_GROUP_PAGE, MAX_TOP_GROUPS, Priority, validate_group};
 
 /// Where a group stands with the workers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -67,9 +59,9 @@ pub struct GroupInfo {
     pub head: Option<JobId>,
     /// Attempts counted for its first job so far.
     pub head_attempts: u32,
-    /// Jobs it holds, counted up to [`GROUP_JOBS_COUNT_CAP`].
+    /// Jobs it holds, counted up to [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP).
     pub jobs: u32,
-    /// Whether it holds at least [`GROUP_JOBS_COUNT_CAP`] jobs (then `jobs` is that cap).
+    /// Whether it holds at least [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP) jobs (then `jobs` is that cap).
     pub jobs_capped: bool,
     /// Whether a cancel of its running job was asked for.
     pub cancel_requested: bool,
@@ -78,7 +70,7 @@ pub struct GroupInfo {
     pub queue: String,
     /// How many jobs PostgreSQL's statistics say it holds, when [`Queue::top_groups`] ranked
     /// it by [`GroupRank::Largest`] (`None` otherwise): its size past
-    /// [`GROUP_JOBS_COUNT_CAP`], as of [`TopGroups::statistics_at`].
+    /// [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP), as of [`TopGroups::statistics_at`].
     pub jobs_estimate: Option<u64>,
 }
 
@@ -95,7 +87,7 @@ pub enum GroupRank {
     /// `ANALYZE` found in a sample of the jobs; autovacuum runs it as the queue churns), so
     /// a group that grew since may be missing, and when no group stands out from the
     /// others there is none to list. Each listed group's jobs are then counted (up to
-    /// [`GROUP_JOBS_COUNT_CAP`]).
+    /// [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP)).
     Largest,
 }
 
@@ -108,9 +100,6 @@ impl GroupRank {
         }
     }
 }
-
-/// The most groups [`Queue::top_groups`] returns.
-pub const MAX_TOP_GROUPS: u32 = 100;
 
 /// What [`Queue::top_groups`] found.
 #[derive(Clone, Debug)]
@@ -226,7 +215,7 @@ impl Queue {
     /// A page of the groups that hold jobs, in id order, from `query`'s cursor on. Keyset
     /// pagination: pass [`GroupPage::next`] to [`GroupQuery::after`] for the next page. One
     /// round trip of bounded work: it reads the page's group rows by key and counts each
-    /// group's jobs up to [`GROUP_JOBS_COUNT_CAP`].
+    /// group's jobs up to [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP).
     ///
     /// ```no_run
     /// # use harel_jobs::{GroupQuery, Queue};
@@ -282,7 +271,7 @@ impl Queue {
     /// [`QueueError::InvalidArgument`] for an id that is empty, over 1,024 bytes or holds a
     /// NUL character; [`QueueError::Database`].
     pub async fn group(&self, id: &str) -> Result<Option<GroupInfo>, QueueError> {
-        crate::transport::validate_group(id).map_err(|_| {
+        validate_group(id).map_err(|_| {
             QueueError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
         })?;
         let row: Option<GroupRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(SELECT)))

@@ -7,6 +7,7 @@ use sqlx::{AssertSqlSafe, PgExecutor, Row};
 
 use crate::error::DatabaseError;
 use crate::schema::Schema;
+use crate::vocabulary::STATS_WINDOW_PAGES;
 
 /// One figure of [`QueueStats`]: counted, estimated, or a lower bound.
 ///
@@ -228,7 +229,7 @@ fn statement() -> String {
 impl QueueStats {
     /// How many pages [`fetch`](Self::fetch) reads at each end of each table: 64 (512 KiB
     /// with 8 KiB pages). A table of at most twice that is counted exactly.
-    pub const WINDOW_PAGES: u32 = 64;
+    pub const WINDOW_PAGES: u32 = STATS_WINDOW_PAGES;
 
     /// Reads the figures of the queue in `schema`, in one round trip, reading at most
     /// `2 × WINDOW_PAGES` pages of each table (see the type's documentation for what is

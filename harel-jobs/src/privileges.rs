@@ -7,6 +7,7 @@ use sqlx::PgPool;
 
 use crate::error::{DatabaseError, MissingPrivilege};
 use crate::schema::Schema;
+use crate::vocabulary::quote_identifier;
 
 /// The privileges the role running on `pool` lacks that explain a refusal: `USAGE` on
 /// `schema` (alone when it is missing: nothing in the schema can be reached without it),
@@ -61,7 +62,7 @@ pub(crate) async fn missing(
                 .into_iter()
                 .find(|known| *known == kind)?;
             let object = match object {
-                Some(name) => format!("{}.{}", schema.name(), quote(&name)),
+                Some(name) => format!("{}.{}", schema.name(), quote_identifier(&name)),
                 None => schema.name().to_owned(),
             };
             Some(MissingPrivilege {
@@ -76,32 +77,4 @@ pub(crate) async fn missing(
         return Ok(vec![usage.clone()]);
     }
     Ok(missing)
-}
-
-/// `name` as an SQL identifier: bare when it can be, else in double quotes.
-pub(crate) fn quote(name: &str) -> String {
-    let bare = name
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'$');
-    if bare {
-        name.to_owned()
-    } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identifiers_are_quoted_when_they_must_be() {
-        assert_eq!(quote("harel_role_1"), "harel_role_1");
-        assert_eq!(quote("Ops Team"), "\"Ops Team\"");
-        assert_eq!(quote("a\"b"), "\"a\"\"b\"");
-    }
 }

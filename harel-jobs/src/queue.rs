@@ -9,25 +9,17 @@ use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, PgExecutor, PgPool};
 
 use crate::dead_letters::DeadLetters;
-use crate::enqueue::{Enqueue, JobBatch, JobId};
+use crate::enqueue::{Enqueue, JobBatch};
 use crate::error::{DatabaseError, MigrateError, QueueError};
 use crate::inspect::QueueStats;
 use crate::job::Job;
 use crate::schema::Schema;
-use crate::transport::{PreparedStatements, Priority, delay_millis};
+use crate::transport::PreparedStatements;
+use crate::vocabulary::{
+    DEFAULT_CANCELLED_RETENTION, DEFAULT_QUEUE, GROUP_CANCEL_STEP, JobId, MAX_PAGE,
+    MAX_REASON_BYTES, MAX_SCHEDULES, Priority, delay_millis, validate_group,
+};
 use crate::worker::WorkerBuilder;
-
-/// How long a cancelled job is kept in the history unless the cancel says otherwise.
-pub const DEFAULT_CANCELLED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// The longest cancel reason, in bytes.
-pub const MAX_REASON_BYTES: usize = 8 * 1024;
-
-/// How many jobs one round trip of [`Queue::cancel_group`] cancels at most.
-const GROUP_CANCEL_STEP: i32 = 1_000;
-
-/// The most jobs one page of [`Queue::jobs`] holds.
-pub const MAX_PAGE: u32 = 1_000;
 
 /// A queue: a pool and the schema the queue lives in. Cheap to clone; the one way to name a
 /// queue for enqueueing, looking jobs up, cancelling, dead letters, depth and workers.
@@ -370,7 +362,7 @@ impl Queue {
         reason: Option<&str>,
         keep_ms: i64,
     ) -> Result<CancelOutcome, QueueError> {
-        crate::transport::validate_group(group).map_err(|_| {
+        validate_group(group).map_err(|_| {
             QueueError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
         })?;
         let mut tx = self.pool.begin().await.map_err(DatabaseError::new)?;
@@ -413,10 +405,6 @@ type ScheduleRow = (
     DateTime<Utc>,
     i64,
 );
-
-/// The most schedules a schema holds (a new name past it is refused), and the most one
-/// [`Queue::schedules`] page lists.
-pub const MAX_SCHEDULES: u32 = 1_000;
 
 /// Which schedules [`Queue::schedules`] lists: a page by name.
 #[derive(Clone, Debug)]
@@ -735,7 +723,7 @@ impl JobInfo {
             state,
             kind,
             group,
-            queue: queue.unwrap_or_else(|| crate::transport::DEFAULT_QUEUE.to_owned()),
+            queue: queue.unwrap_or_else(|| DEFAULT_QUEUE.to_owned()),
             payload,
             priority: Priority::from_db(priority),
             attempts: u32::try_from(attempts).unwrap_or(0),

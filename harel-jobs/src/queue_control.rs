@@ -10,7 +10,7 @@ use sqlx::AssertSqlSafe;
 use crate::error::{DatabaseError, QueueError};
 use crate::inspect::Count;
 use crate::queue::Queue;
-use crate::transport::{Priority, QUEUE_NAME_RULE, validate_queue_name};
+use crate::vocabulary::{Priority, QUEUE_NAME_RULE, validate_queue_name};
 
 /// At most `starts` jobs of a queue start per `per`, across every worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

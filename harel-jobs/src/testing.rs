@@ -102,12 +102,12 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Acquire, AssertSqlSafe, Connection, PgConnection, PgPool, Postgres};
 
-use crate::enqueue::JobId;
 use crate::error::{ConfigError, DatabaseError, MigrateError, QueueError, TransportError};
 use crate::job::Job;
 use crate::queue::{JobInfo, JobQuery, Queue, StateFilter};
 use crate::schema::Schema;
 use crate::transport::LeaseOutcome;
+use crate::vocabulary::JobId;
 use crate::worker::inline::{self, Inline};
 use crate::worker::{Worker, WorkerBuilder};
 
@@ -364,7 +364,7 @@ impl TestQueue {
         let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
         let mut query = JobQuery::new()
             .state(StateFilter::Queued)
-            .limit(crate::queue::MAX_PAGE);
+            .limit(crate::vocabulary::MAX_PAGE);
         if let Some(kind) = kind {
             query = query.kind(kind);
         }

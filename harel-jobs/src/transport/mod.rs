@@ -43,12 +43,14 @@ use sqlx::{AssertSqlSafe, PgExecutor, Postgres};
 use uuid::Uuid;
 
 pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
-pub use message::{
-    DEFAULT_QUEUE, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_GROUP_BYTES, MAX_KIND_BYTES,
-    MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME_LEN, MAX_TRACE_CONTEXT_BYTES, MAX_UNIQUE_KEY_BYTES,
-    OutgoingMessage, Priority, Schedule, own_group,
+pub use message::{OutgoingMessage, Schedule};
+
+use crate::vocabulary::delay_millis;
+pub use crate::vocabulary::{
+    DEFAULT_QUEUE, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_ERROR_BYTES,
+    MAX_GROUP_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME_LEN,
+    MAX_TRACE_CONTEXT_BYTES, MAX_UNIQUE_KEY_BYTES, Priority, own_group,
 };
-pub(crate) use message::{QUEUE_NAME_RULE, delay_millis, validate_group, validate_queue_name};
 
 /// What a publish did with one message ([`Transport::publish_many_outcomes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,7 +70,7 @@ impl Published {
         }
     }
 }
-pub use settlement::{MAX_ERROR_BYTES, Receipt, Settlement, storable_error};
+pub use settlement::{Receipt, Settlement, storable_error};
 
 use crate::error::{PublishError, TransportError};
 use crate::schema::Schema;

@@ -213,7 +213,7 @@ async fn fire<S: Send + Sync + 'static>(
     let next = schedule.next_after(tick.unwrap_or_else(Utc::now));
     let unique_hold_ms = match message.as_ref().and_then(|m| m.unique.as_ref()) {
         Some((_, Some(hold))) => Some(
-            crate::transport::delay_millis(*hold)
+            crate::vocabulary::delay_millis(*hold)
                 .map_err(|error| FireError::Job(PublishError::Invalid(error)))?,
         ),
         _ => None,
