@@ -88,6 +88,7 @@ mod queue;
 mod queue_control;
 mod retry;
 mod schema;
+mod store;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
