@@ -2,12 +2,11 @@
 //! jobs, [`Queue::group`] looks one up, [`Queue::top_groups`] ranks them (longest waiting,
 //! largest).
 
-use chrono::{DateTime, Utc};
-use sqlx::AssertSqlSafe;
-
 use crate::error::{DatabaseError, QueueError};
 use crate::queue::Queue;
+use crate::store::GroupRow;
 use crate::vocabulary::{JobId, MAX_GROUP_PAGE, MAX_TOP_GROUPS, Priority, validate_group};
+use chrono::{DateTime, Utc};
 
 /// Where a group stands with the workers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -159,20 +158,6 @@ pub struct GroupPage {
     pub next: Option<String>,
 }
 
-/// A row of `harel_list_groups`.
-type GroupRow = (
-    String,
-    String,
-    i16,
-    DateTime<Utc>,
-    Option<i64>,
-    i32,
-    i32,
-    bool,
-    bool,
-    String,
-);
-
 fn from_row(row: GroupRow) -> Result<GroupInfo, QueueError> {
     let (id, status, priority, available_at, head, head_attempts, jobs, capped, cancel, queue) =
         row;
@@ -190,26 +175,6 @@ fn from_row(row: GroupRow) -> Result<GroupInfo, QueueError> {
         jobs_estimate: None,
     })
 }
-
-/// A row of `harel_top_groups`: a group row, then its estimate and the statistics' time.
-type TopGroupRow = (
-    String,
-    String,
-    i16,
-    DateTime<Utc>,
-    Option<i64>,
-    i32,
-    i32,
-    bool,
-    bool,
-    String,
-    Option<i64>,
-    Option<DateTime<Utc>>,
-);
-
-const SELECT: &str = "SELECT group_id, status, priority, available_at, head_id, head_attempts,
-                             jobs, jobs_capped, cancel_requested, queue
-                        FROM @schema@.harel_list_groups($1, $2, $3)";
 
 impl Queue {
     /// A page of the groups that hold jobs, in id order, from `query`'s cursor on. Keyset
@@ -243,12 +208,13 @@ impl Queue {
                 "a page holds 1 to 1,000 groups",
             ));
         }
-        let rows: Vec<GroupRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(SELECT)))
-            .bind(None::<&str>)
-            .bind(query.after.as_deref())
-            .bind(i32::try_from(query.limit).unwrap_or(100))
-            .persistent(self.prepared().persistent())
-            .fetch_all(self.pool())
+        let rows = self
+            .store()
+            .groups_list(
+                self.pool(),
+                query.after.as_deref(),
+                i32::try_from(query.limit).unwrap_or(100),
+            )
             .await
             .map_err(DatabaseError::new)?;
         let full = rows.len() == query.limit as usize;
@@ -274,12 +240,9 @@ impl Queue {
         validate_group(id).map_err(|_| {
             QueueError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
         })?;
-        let row: Option<GroupRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(SELECT)))
-            .bind(id)
-            .bind(None::<&str>)
-            .bind(1_i32)
-            .persistent(self.prepared().persistent())
-            .fetch_optional(self.pool())
+        let row = self
+            .store()
+            .group_get(self.pool(), id)
             .await
             .map_err(DatabaseError::new)?;
         row.map(from_row).transpose()
@@ -306,17 +269,11 @@ impl Queue {
         if limit == 0 || limit > MAX_TOP_GROUPS {
             return Err(QueueError::InvalidArgument("rank 1 to 100 groups"));
         }
-        let rows: Vec<TopGroupRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
-            "SELECT group_id, status, priority, available_at, head_id, head_attempts,
-                    jobs, jobs_capped, cancel_requested, queue, jobs_estimate, stats_at
-               FROM @schema@.harel_top_groups($1, $2)",
-        )))
-        .bind(rank.as_sql())
-        .bind(limit as i32)
-        .persistent(self.prepared().persistent())
-        .fetch_all(self.pool())
-        .await
-        .map_err(DatabaseError::new)?;
+        let rows = self
+            .store()
+            .groups_top(self.pool(), rank.as_sql(), limit as i32)
+            .await
+            .map_err(DatabaseError::new)?;
         let statistics_at = rows.iter().find_map(|row| row.11);
         let groups = rows
             .into_iter()

@@ -177,19 +177,16 @@ pub(crate) fn depth(schema: &crate::Schema, stats: &crate::QueueStats) {
     gauge(GROUPS, "claimable", stats.claimable_groups);
 }
 
-/// The ready and running jobs of each named queue in `schema`, as sampled.
+/// The ready and running jobs of the named queue `queue` in `schema`, as sampled.
 #[cfg(feature = "metrics")]
-pub(crate) fn queue_depth(schema: &crate::Schema, queues: &[crate::QueueInfo]) {
-    let schema = schema.name().to_owned();
-    for queue in queues {
-        for (state, value) in [("ready", queue.ready), ("running", queue.running)] {
-            ::metrics::gauge!(
-                QUEUE_DEPTH,
-                "schema" => schema.clone(),
-                "queue" => queue.name.clone(),
-                "state" => state
-            )
-            .set(value.value() as f64);
-        }
+pub(crate) fn queue_depth(schema: &crate::Schema, queue: &str, ready: i64, running: i64) {
+    for (state, value) in [("ready", ready), ("running", running)] {
+        ::metrics::gauge!(
+            QUEUE_DEPTH,
+            "schema" => schema.name().to_owned(),
+            "queue" => queue.to_owned(),
+            "state" => state
+        )
+        .set(value as f64);
     }
 }

@@ -23,6 +23,8 @@ use super::Shared;
 use super::connection::{Checkout, bounded};
 use super::maintain::Read;
 use crate::error::DatabaseError;
+use crate::inspect::QueueStats;
+use crate::store::Store;
 
 /// How often the elected worker samples the depth, and the others ask for the election.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(10);
@@ -107,10 +109,12 @@ async fn sample<S>(shared: &Shared<S>) -> Result<(), DatabaseError> {
     let pooler = shared.config.transaction_pooler;
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let mut unit = Read::begin(pooled.connection(), pooler).await?;
-    let stats = crate::QueueStats::fetch(unit.connection(), schema).await?;
+    let store = Store::new(schema.clone(), shared.config.prepared_statements());
+    let stats = QueueStats::read(&store, unit.connection()).await?;
     crate::telemetry::depth(schema, &stats);
-    let queues = crate::queue_control::queues_on(unit.connection(), schema, !pooler).await?;
-    crate::telemetry::queue_depth(schema, &queues);
+    for (queue, _, _, _, _, ready, running, _, _) in store.queues_list(unit.connection()).await? {
+        crate::telemetry::queue_depth(schema, &queue, ready.unwrap_or(0), running.unwrap_or(0));
+    }
     unit.finish().await?;
     pooled.done();
     Ok(())
