@@ -17,14 +17,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::AssertSqlSafe;
-
 use super::Shared;
 use super::connection::{Checkout, bounded};
 use super::maintain::Read;
 use crate::error::DatabaseError;
 use crate::inspect::QueueStats;
-use crate::store::Store;
 
 /// How often the elected worker samples the depth, and the others ask for the election.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(10);
@@ -86,17 +83,11 @@ async fn elect<S>(shared: &Shared<S>, hold: Duration) -> Result<bool, DatabaseEr
     let pooler = shared.config.transaction_pooler;
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let mut unit = Read::begin(pooled.connection(), pooler).await?;
-    let elected: bool = sqlx::query_scalar(AssertSqlSafe(
-        shared
-            .config
-            .schema
-            .render("SELECT @schema@.harel_elect('depth', $1, $2)"),
-    ))
-    .bind(shared.worker_id)
-    .bind(i64::try_from(hold.as_millis()).unwrap_or(i64::MAX))
-    .persistent(!pooler)
-    .fetch_one(unit.connection())
-    .await?;
+    let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX);
+    let elected = shared
+        .store
+        .election_take(unit.connection(), "depth", shared.worker_id, hold_ms)
+        .await?;
     unit.finish().await?;
     pooled.done();
     Ok(elected)
@@ -109,10 +100,11 @@ async fn sample<S>(shared: &Shared<S>) -> Result<(), DatabaseError> {
     let pooler = shared.config.transaction_pooler;
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let mut unit = Read::begin(pooled.connection(), pooler).await?;
-    let store = Store::new(schema.clone(), shared.config.prepared_statements());
-    let stats = QueueStats::read(&store, unit.connection()).await?;
+    let stats = QueueStats::read(&shared.store, unit.connection()).await?;
     crate::telemetry::depth(schema, &stats);
-    for (queue, _, _, _, _, ready, running, _, _) in store.queues_list(unit.connection()).await? {
+    for (queue, _, _, _, _, ready, running, _, _) in
+        shared.store.queues_list(unit.connection()).await?
+    {
         crate::telemetry::queue_depth(schema, &queue, ready.unwrap_or(0), running.unwrap_or(0));
     }
     unit.finish().await?;

@@ -60,6 +60,7 @@ use crate::error::ConfigError;
 use crate::job::Handler;
 use crate::retry::Backoff;
 use crate::schema::Schema;
+use crate::store::Store;
 use crate::transport::Transport;
 use crate::vocabulary::Priority;
 use config::WorkerConfig;
@@ -72,6 +73,10 @@ use stats::Stats;
 /// What every task of one pool shares.
 pub(crate) struct Shared<S> {
     pool: PgPool,
+    /// The schema's statements, prepared as the configuration says (unnamed behind a
+    /// transaction pooler): every database call of the pool goes through it.
+    store: Store,
+    /// The transport over that store.
     transport: Transport,
     state: Arc<S>,
     registry: Registry<S>,
@@ -505,10 +510,14 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             name: "runtime",
             reason: "build the worker inside a Tokio runtime",
         })?;
+        let store = Store::new(
+            self.config.schema.clone(),
+            self.config.prepared_statements(),
+        );
         let shared = Shared {
             pool: self.pool,
-            transport: Transport::new(self.config.schema.clone())
-                .prepared_statements(self.config.prepared_statements()),
+            transport: Transport::on(store.clone()),
+            store,
             state: self.state,
             registry: self.registry,
             lanes: self
