@@ -2,7 +2,6 @@
 //! the `VACUUM` of the queue tables where autovacuum is off.
 
 use sqlx::{AssertSqlSafe, PgConnection, PgExecutor};
-use uuid::Uuid;
 
 use super::{Statement, Store};
 
@@ -52,12 +51,13 @@ impl Store {
 
     /// `harel_elect`: takes or renews the election `name` for `worker` for `hold_ms`
     /// (zero: gives it up), if nobody holds it or its holder's lease ran out. Returns
-    /// whether `worker` holds it.
+    /// whether `worker` holds it. (The depth sampler's, feature `metrics`.)
+    #[cfg(feature = "metrics")]
     pub(crate) async fn election_take<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
         name: &str,
-        worker: Uuid,
+        worker: uuid::Uuid,
         hold_ms: i64,
     ) -> Result<bool, sqlx::Error> {
         sqlx::query_scalar(self.sql(Statement::ElectionTake))

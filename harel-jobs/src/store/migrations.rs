@@ -138,7 +138,8 @@ impl Store {
         Ok(())
     }
 
-    /// Drops the schema with everything in it.
+    /// Drops the schema with everything in it. (The test helpers', feature `testing`.)
+    #[cfg(feature = "testing")]
     pub(crate) async fn schema_drop<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,

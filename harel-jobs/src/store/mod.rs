@@ -79,15 +79,15 @@ use sqlx::AssertSqlSafe;
 use crate::schema::Schema;
 
 pub(crate) use dead_letters::DeadLetterRow;
-pub(crate) use groups::{GroupRow, TopGroupRow};
-pub(crate) use jobs::{Claim, ClaimRow, JobRow, JobsFilter, ListRow, Publish};
+pub(crate) use groups::GroupRow;
+pub(crate) use jobs::{Claim, JobRow, JobsFilter, ListRow, Publish};
 pub(crate) use leases::{LeaseColumns, Settle};
-pub(crate) use maintenance::{VACUUMED_TABLES, VacuumCheck};
+pub(crate) use maintenance::VACUUMED_TABLES;
 pub(crate) use migrations::AppliedRow;
 pub(crate) use queues::{DepthRow, QueueRow, QueueSettings};
-pub(crate) use schedules::{Fire, ScheduleRow};
+pub(crate) use schedules::Fire;
 pub(crate) use stats::{StatsRow, TableRow};
-pub(crate) use workers::{Report, ThroughputRow, WorkerRow};
+pub(crate) use workers::Report;
 
 /// How the statements harel-jobs sends are prepared on the server.
 ///
@@ -120,7 +120,7 @@ pub enum PreparedStatements {
 
 impl PreparedStatements {
     /// Whether sqlx may keep the statement (`Query::persistent`).
-    pub(crate) fn persistent(self) -> bool {
+    fn persistent(self) -> bool {
         matches!(self, Self::Cached)
     }
 }

@@ -5,6 +5,7 @@
 //! They run by the simple query protocol (nothing prepared), except where a function says
 //! otherwise and why.
 
+#[cfg(feature = "testing")]
 use std::time::Duration;
 
 use sqlx::postgres::PgListener;
@@ -106,7 +107,9 @@ pub(crate) async fn transaction_begin(
     }
 }
 
-/// Sets how long the session's statements wait for a lock before they fail.
+/// Sets how long the session's statements wait for a lock before they fail. (The test
+/// helpers', feature `testing`.)
+#[cfg(feature = "testing")]
 pub(crate) async fn lock_timeout_set(
     connection: &mut PgConnection,
     timeout: Duration,
