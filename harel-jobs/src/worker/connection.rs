@@ -132,7 +132,21 @@ pub(crate) enum Unit<'c> {
     Transaction(sqlx::Transaction<'c, Postgres>),
 }
 
-impl Unit<'_> {
+impl<'c> Unit<'c> {
+    /// One call's connection on `connection` (a pool connection, say): the session
+    /// itself, or behind a transaction pooler (when `pooled`) a transaction, which alone
+    /// keeps an unnamed statement's parse and execution on one server connection.
+    pub async fn begin(
+        connection: &'c mut PgConnection,
+        pooled: bool,
+    ) -> Result<Self, sqlx::Error> {
+        Ok(if pooled {
+            Self::Transaction(session::transaction_begin(connection, None).await?)
+        } else {
+            Self::Session(connection)
+        })
+    }
+
     /// The connection to run the call on.
     pub fn connection(&mut self) -> &mut PgConnection {
         match self {

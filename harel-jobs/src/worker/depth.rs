@@ -18,8 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Shared;
-use super::connection::{Checkout, bounded};
-use super::maintain::Read;
+use super::connection::{Checkout, Unit, bounded};
 use crate::error::DatabaseError;
 use crate::inspect::QueueStats;
 
@@ -82,7 +81,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 async fn elect<S>(shared: &Shared<S>, hold: Duration) -> Result<bool, DatabaseError> {
     let pooler = shared.config.transaction_pooler;
     let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
     let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX);
     let elected = shared
         .store
@@ -99,13 +98,20 @@ async fn sample<S>(shared: &Shared<S>) -> Result<(), DatabaseError> {
     let schema = &shared.config.schema;
     let pooler = shared.config.transaction_pooler;
     let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
     let stats = QueueStats::read(&shared.store, unit.connection()).await?;
-    crate::telemetry::depth(schema, &stats);
+    crate::telemetry::depth(
+        schema.name(),
+        stats.jobs.value(),
+        stats.dead_letters.value(),
+        stats.groups.value(),
+        stats.claimable_groups.value(),
+    );
     for (queue, _, _, _, _, ready, running, _, _) in
         shared.store.queues_list(unit.connection()).await?
     {
-        crate::telemetry::queue_depth(schema, &queue, ready.unwrap_or(0), running.unwrap_or(0));
+        let (ready, running) = (ready.unwrap_or(0), running.unwrap_or(0));
+        crate::telemetry::queue_depth(schema.name(), &queue, ready, running);
     }
     unit.finish().await?;
     pooled.done();

@@ -6,7 +6,7 @@ use sqlx::Connection as _;
 
 use super::Shared;
 use super::connection::{Checkout, OwnConnection, bounded};
-use super::supervise::{TaskResult, WorkerTask};
+use super::task::{TaskResult, WorkerTask};
 use crate::error::TransportError;
 use crate::store::session::{self, SynchronousCommit};
 use crate::transport::{Lease, LeaseStatus};

@@ -7,7 +7,7 @@ use sqlx::postgres::PgPoolOptions;
 
 use super::Shared;
 use super::connection::bounded;
-use super::supervise::{TaskResult, WorkerTask};
+use super::task::{TaskResult, WorkerTask};
 use crate::store::session;
 
 /// Keeps a LISTEN connection on the queue's channel until `stop` fires, waking the fetcher

@@ -28,11 +28,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{PgConnection, Postgres};
 use tokio::time::Instant;
 
-use super::connection::{Checkout, OwnConnection, bounded};
-use super::supervise::{TaskResult, WorkerTask};
+use super::connection::{Checkout, OwnConnection, Unit, bounded};
+use super::task::{TaskResult, WorkerTask};
 use super::{Shared, report};
 use crate::error::DatabaseError;
 use crate::store::VACUUMED_TABLES;
@@ -226,45 +225,11 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 async fn housekeeping<S>(shared: &Shared<S>) -> Result<(i32, i64), DatabaseError> {
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let pooler = shared.config.transaction_pooler;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
     let done = shared.store.maintenance_run(unit.connection()).await?;
     unit.finish().await?;
     pooled.done();
     Ok(done)
-}
-
-/// A pool connection for one call: itself, or behind a transaction pooler a transaction
-/// (which alone keeps an unnamed statement's parse and execution on one server connection).
-pub(super) enum Read<'c> {
-    Session(&'c mut PgConnection),
-    Transaction(sqlx::Transaction<'c, Postgres>),
-}
-
-impl<'c> Read<'c> {
-    pub(super) async fn begin(
-        connection: &'c mut PgConnection,
-        pooler: bool,
-    ) -> Result<Self, sqlx::Error> {
-        Ok(if pooler {
-            Self::Transaction(sqlx::Connection::begin(connection).await?)
-        } else {
-            Self::Session(connection)
-        })
-    }
-
-    pub(super) fn connection(&mut self) -> &mut PgConnection {
-        match self {
-            Self::Session(connection) => connection,
-            Self::Transaction(transaction) => transaction,
-        }
-    }
-
-    pub(super) async fn finish(self) -> Result<(), sqlx::Error> {
-        match self {
-            Self::Session(_) => Ok(()),
-            Self::Transaction(transaction) => transaction.commit().await,
-        }
-    }
 }
 
 /// What a check found.
@@ -332,7 +297,7 @@ impl VacuumPace {
 async fn check<S>(shared: &Shared<S>) -> Result<Due, DatabaseError> {
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let pooler = shared.config.transaction_pooler;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
     let (autovacuum, due, dead, xmin) = shared
         .store
         .tables_vacuum_check(
@@ -359,7 +324,7 @@ async fn check<S>(shared: &Shared<S>) -> Result<Due, DatabaseError> {
 async fn dead_rows<S>(shared: &Shared<S>, tables: &[String]) -> Result<(i64, i64), DatabaseError> {
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let pooler = shared.config.transaction_pooler;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
     let found = shared
         .store
         .tables_dead_rows(unit.connection(), tables)

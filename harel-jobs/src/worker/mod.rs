@@ -42,6 +42,7 @@ mod report;
 mod schedule;
 mod stats;
 mod supervise;
+mod task;
 
 use std::fmt;
 use std::sync::Arc;
@@ -54,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 #[doc(hidden)]
 pub use fault::InjectedFault;
 pub use stats::WorkerStats;
-pub use supervise::WorkerTask;
+pub use task::WorkerTask;
 
 use crate::error::ConfigError;
 use crate::job::Handler;
@@ -230,9 +231,9 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     ///     .build()?;
     /// # Ok(()) }
     /// ```
-    pub fn periodic<J: crate::Job>(
+    pub fn periodic<J: crate::job::Job>(
         mut self,
-        schedule: crate::Periodic,
+        schedule: crate::periodic::Periodic,
         make: impl Fn(chrono::DateTime<chrono::Utc>) -> J + Send + Sync + 'static,
     ) -> Self {
         if self
@@ -243,7 +244,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             self.duplicate_schedule
                 .get_or_insert_with(|| schedule.name().to_owned());
         }
-        let options = crate::EnqueueOptions::new();
+        let options = crate::enqueue::EnqueueOptions::new();
         self.schedules.push(schedule::PeriodicJob {
             schedule,
             make: Box::new(move |tick| options.message(&make(tick))),

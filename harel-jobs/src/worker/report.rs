@@ -6,8 +6,7 @@
 use std::time::Duration;
 
 use super::Shared;
-use super::connection::{Checkout, bounded};
-use super::maintain::Read;
+use super::connection::{Checkout, Unit, bounded};
 use crate::error::DatabaseError;
 use crate::store::Report;
 
@@ -62,7 +61,7 @@ pub(super) async fn report<S>(
     };
     let call = async {
         let mut pooled = Checkout::acquire(&shared.pool).await?;
-        let mut unit = Read::begin(pooled.connection(), pooler).await?;
+        let mut unit = Unit::begin(pooled.connection(), pooler).await?;
         shared
             .store
             .worker_report(unit.connection(), &report)

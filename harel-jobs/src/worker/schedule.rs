@@ -10,9 +10,8 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use super::connection::{Checkout, bounded};
-use super::maintain::Read;
-use super::supervise::{TaskResult, WorkerTask};
+use super::connection::{Checkout, Unit, bounded};
+use super::task::{TaskResult, WorkerTask};
 use crate::error::{DatabaseError, PublishError};
 use crate::periodic::Periodic;
 use crate::store::Fire;
@@ -237,7 +236,7 @@ async fn fire<S: Send + Sync + 'static>(
     let pooler = shared.config.transaction_pooler;
     let call = async {
         let mut pooled = Checkout::acquire(&shared.pool).await?;
-        let mut unit = Read::begin(pooled.connection(), pooler).await?;
+        let mut unit = Unit::begin(pooled.connection(), pooler).await?;
         let id = shared
             .store
             .schedule_fire_if_due(unit.connection(), &fire)
@@ -258,7 +257,7 @@ async fn last_ticks<S: Send + Sync + 'static>(
     let names: Vec<&str> = shared.schedules.iter().map(|j| j.schedule.name()).collect();
     let pooler = shared.config.transaction_pooler;
     let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
     let rows = shared
         .store
         .schedules_last_ticks(unit.connection(), &names)
