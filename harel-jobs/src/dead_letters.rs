@@ -4,14 +4,17 @@
 //! ([`JobError::permanent`](crate::JobError::permanent)), or when its payload no longer
 //! decodes; its group moves on. Dead letters stay until deleted or retried.
 
-use chrono::{DateTime, Utc};
-use sqlx::{AssertSqlSafe, PgExecutor, Row as _};
+use std::fmt;
 
-use crate::enqueue::JobId;
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+
 use crate::error::DatabaseError;
 use crate::job::Job;
 use crate::schema::Schema;
-use crate::transport::Priority;
+use crate::store::{DeadLetterRow, PreparedStatements, Store};
+use crate::vocabulary::JobId;
+use crate::vocabulary::Priority;
 
 /// One dead job.
 #[derive(Clone, Debug)]
@@ -89,35 +92,33 @@ impl Default for DeadLetterQuery {
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone)]
 pub struct DeadLetters {
-    schema: Schema,
+    store: Store,
 }
 
-type Row = (
-    i64,
-    String,
-    String,
-    String,
-    i16,
-    i32,
-    String,
-    DateTime<Utc>,
-    DateTime<Utc>,
-    String,
-);
+impl Default for DeadLetters {
+    fn default() -> Self {
+        Self::new(Schema::default())
+    }
+}
 
-const COLUMNS: &str = "id, group_id, kind, payload::text, priority, attempts, last_error, \
-                       enqueued_at, failed_at, queue";
+impl fmt::Debug for DeadLetters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeadLetters")
+            .field("schema", self.store.schema())
+            .finish()
+    }
+}
 
 impl DeadLetters {
     /// The dead letters of the queue in `schema`.
     pub fn new(schema: Schema) -> Self {
-        Self { schema }
-    }
-
-    fn sql(&self, template: &str) -> AssertSqlSafe<String> {
-        AssertSqlSafe(self.schema.render(&template.replace("@columns@", COLUMNS)))
+        // never cached: it takes any executor and has no setting, and must work behind a
+        // transaction pooler given a transaction (see above)
+        Self {
+            store: Store::new(schema, PreparedStatements::Unnamed),
+        }
     }
 
     /// Lists dead letters, newest first.
@@ -129,17 +130,15 @@ impl DeadLetters {
         executor: E,
         query: &DeadLetterQuery,
     ) -> Result<Vec<DeadLetter>, DatabaseError> {
-        let rows: Vec<Row> = sqlx::query_as(self.sql(
-            "SELECT @columns@ FROM @schema@.dead_letters
-              WHERE ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2)
-              ORDER BY id DESC LIMIT $3",
-        ))
-        .bind(query.kind.as_deref())
-        .bind(query.before.map(JobId::get))
-        .bind(i64::from(query.limit))
-        .persistent(false)
-        .fetch_all(executor)
-        .await?;
+        let rows = self
+            .store
+            .dead_letters_list(
+                executor,
+                query.kind.as_deref(),
+                query.before.map(JobId::get),
+                i64::from(query.limit),
+            )
+            .await?;
         Ok(rows.into_iter().map(from_row).collect())
     }
 
@@ -152,12 +151,7 @@ impl DeadLetters {
         executor: E,
         id: JobId,
     ) -> Result<Option<DeadLetter>, DatabaseError> {
-        let row: Option<Row> =
-            sqlx::query_as(self.sql("SELECT @columns@ FROM @schema@.dead_letters WHERE id = $1"))
-                .bind(id.get())
-                .persistent(false)
-                .fetch_optional(executor)
-                .await?;
+        let row = self.store.dead_letter_get(executor, id.get()).await?;
         Ok(row.map(from_row))
     }
 
@@ -166,12 +160,7 @@ impl DeadLetters {
     /// # Errors
     /// The database's error.
     pub async fn count<'e, E: PgExecutor<'e>>(&self, executor: E) -> Result<i64, DatabaseError> {
-        Ok(
-            sqlx::raw_sql(self.sql("SELECT count(*) FROM @schema@.dead_letters"))
-                .fetch_one(executor)
-                .await?
-                .try_get(0)?,
-        )
+        Ok(self.store.dead_letters_count(executor).await?)
     }
 
     /// Puts a dead letter back in the queue, atomically: same group (at its end; a job
@@ -209,36 +198,8 @@ impl DeadLetters {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        // one harel_publish over arrays in id order (its ids come back in that order); a
-        // letter of a job without a group (its group named as `own_group` names them, which
-        // a caller may not use) goes back without one, into a group of its own
-        let rows: Vec<(i64, i64)> = sqlx::query_as(self.sql(
-            "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1)
-                        RETURNING id, group_id, kind, payload, priority, queue,
-                                  trace_context),
-                  a AS (SELECT array_agg(id ORDER BY id) AS ids,
-                               array_agg(CASE WHEN group_id !~ '^own:[0-9]{19}$'
-                                              THEN group_id END ORDER BY id) AS groups,
-                               array_agg(kind ORDER BY id) AS kinds,
-                               array_agg(payload::text ORDER BY id) AS payloads,
-                               array_agg(priority ORDER BY id) AS priorities,
-                               array_agg(queue ORDER BY id) AS queues,
-                               array_agg(trace_context ORDER BY id) AS traces,
-                               count(*)::int AS n
-                          FROM d)
-             SELECT a.ids[p.n], p.s
-               FROM a, LATERAL @schema@.harel_publish(
-                   a.groups, a.kinds, a.payloads, a.priorities,
-                   array_fill(NULL::timestamptz, ARRAY[a.n]),
-                   array_fill(NULL::bigint, ARRAY[a.n]), NULL, NULL, a.queues, a.traces)
-                   WITH ORDINALITY AS p (s, n)
-              WHERE a.n > 0
-              ORDER BY p.n",
-        ))
-        .bind(ids.iter().map(|id| id.get()).collect::<Vec<_>>())
-        .persistent(false)
-        .fetch_all(executor)
-        .await?;
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+        let rows = self.store.dead_letters_retry(executor, &ids).await?;
         Ok(rows
             .into_iter()
             .map(|(old, new)| (JobId::new(old), JobId::new(new)))
@@ -270,14 +231,8 @@ impl DeadLetters {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let deleted: Vec<i64> = sqlx::query_scalar(self.sql(
-            "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1) RETURNING id)
-             SELECT id FROM d ORDER BY id",
-        ))
-        .bind(ids.iter().map(|id| id.get()).collect::<Vec<_>>())
-        .persistent(false)
-        .fetch_all(executor)
-        .await?;
+        let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+        let deleted = self.store.dead_letters_delete(executor, &ids).await?;
         Ok(deleted.into_iter().map(JobId::new).collect())
     }
 
@@ -290,17 +245,15 @@ impl DeadLetters {
         executor: E,
         before: DateTime<Utc>,
     ) -> Result<u64, DatabaseError> {
-        let deleted =
-            sqlx::query(self.sql("DELETE FROM @schema@.dead_letters WHERE failed_at < $1"))
-                .bind(before)
-                .persistent(false)
-                .execute(executor)
-                .await?;
-        Ok(deleted.rows_affected())
+        Ok(self
+            .store
+            .dead_letters_purge_before(executor, before)
+            .await?)
     }
 }
 
-fn from_row(row: Row) -> DeadLetter {
+/// A dead letter as its row gives it.
+fn from_row(row: DeadLetterRow) -> DeadLetter {
     let (id, group, kind, payload, priority, attempts, last_error, enqueued_at, failed_at, queue) =
         row;
     DeadLetter {

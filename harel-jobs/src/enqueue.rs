@@ -10,64 +10,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use crate::error::{InvalidMessage, PublishError};
+use crate::error::PublishError;
 use crate::job::{Job, Unique};
 use crate::schema::Schema;
-use crate::transport::{
-    OutgoingMessage, PreparedStatements, Priority, Published, Schedule, Transport,
-};
-
-/// The id of an enqueued job: its message's sequence number, unique and increasing in
-/// enqueue order. Dead letters keep it.
-///
-/// Returned by every enqueue; [`new`](Self::new) and [`FromStr`](std::str::FromStr) build
-/// one from a number a tool was given (a dead letter's id on a command line, say).
-///
-/// ```
-/// use harel_jobs::JobId;
-/// let id: JobId = "42".parse().unwrap();
-/// assert_eq!(id, JobId::new(42));
-/// assert_eq!(id.get(), 42);
-/// assert_eq!(i64::from(id), 42);
-/// assert_eq!(id.to_string(), "42");
-/// assert!("forty-two".parse::<JobId>().is_err());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct JobId(i64);
-
-impl JobId {
-    /// The id with this number. An id no job has is not an error here: operations on it
-    /// find nothing.
-    pub const fn new(id: i64) -> Self {
-        Self(id)
-    }
-
-    /// The number.
-    pub const fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl From<JobId> for i64 {
-    fn from(id: JobId) -> i64 {
-        id.0
-    }
-}
-
-impl std::fmt::Display for JobId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::str::FromStr for JobId {
-    type Err = std::num::ParseIntError;
-
-    /// Parses the decimal number [`Display`](std::fmt::Display) writes.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        s.parse().map(Self)
-    }
-}
+use crate::transport::{OutgoingMessage, PreparedStatements, Published, Schedule, Transport};
+use crate::vocabulary::{InvalidMessage, JobId, Priority};
 
 /// The options of one job in a [`JobBatch`] ([`JobBatch::push_with`]): the ones an
 /// [`Enqueue`] takes, under the same names. Every option is optional; one value can be
@@ -483,9 +430,9 @@ impl From<Published> for Enqueued {
     fn from(published: Published) -> Self {
         match published {
             Published::Duplicate(seq) => Self::Duplicate {
-                existing: JobId(seq),
+                existing: JobId::new(seq),
             },
-            Published::New(seq) => Self::New(JobId(seq)),
+            Published::New(seq) => Self::New(JobId::new(seq)),
         }
     }
 }

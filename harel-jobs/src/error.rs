@@ -6,6 +6,9 @@
 
 use std::fmt;
 
+pub use crate::vocabulary::{InvalidMessage, InvalidPriority};
+use crate::vocabulary::{JobId, MAX_SCHEMA_NAME_BYTES, quote_identifier};
+
 /// A failure reported by PostgreSQL or by the connection to it.
 ///
 /// Wraps the driver's error (available through [`std::error::Error::source`]) and answers
@@ -99,121 +102,6 @@ impl From<sqlx::Error> for DatabaseError {
     }
 }
 
-/// A priority outside 0 (lowest) to 4 (highest): the one error of
-/// [`Priority::new`](crate::Priority::new), and the reason of
-/// [`InvalidMessage::InvalidPriority`] when an enqueue was given one.
-///
-/// ```
-/// use harel_jobs::Priority;
-/// let error = Priority::new(7).unwrap_err();
-/// assert_eq!(error.value(), 7);
-/// assert_eq!(error.to_string(), "priority 7 is out of range: priorities are 0 (lowest) to 4 (highest)");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("priority {0} is out of range: priorities are 0 (lowest) to 4 (highest)")]
-pub struct InvalidPriority(pub(crate) u8);
-
-impl InvalidPriority {
-    /// The value that was refused.
-    pub const fn value(self) -> u8 {
-        self.0
-    }
-}
-
-/// A message that [`publish`](crate::transport::Transport::publish) refused before
-/// writing anything.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvalidMessage {
-    /// The group id is the empty string.
-    #[error("group id is empty")]
-    EmptyGroup,
-    /// The group id is longer than [`MAX_GROUP_BYTES`](crate::transport::MAX_GROUP_BYTES).
-    #[error("group id is {len} bytes long, more than the limit of {max}")]
-    GroupTooLong {
-        /// Its length in bytes.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// The group id contains a NUL character, which PostgreSQL text cannot store.
-    #[error("group id contains a NUL character")]
-    NulInGroup,
-    /// The group id has the form of a group of its own (`own:` and 19 digits, see
-    /// [`own_group`](crate::transport::own_group)): those names belong to jobs enqueued
-    /// without a group.
-    #[error("group ids of the form `own:` and 19 digits are reserved for jobs without a group")]
-    ReservedGroup,
-    /// The job kind is empty, too long, or contains a NUL character.
-    #[error("job kind must be 1 to {max} bytes without NUL characters")]
-    InvalidKind {
-        /// The limit in bytes.
-        max: usize,
-    },
-    /// The serialised payload is larger than
-    /// [`MAX_PAYLOAD_BYTES`](crate::transport::MAX_PAYLOAD_BYTES).
-    #[error("payload is {len} bytes of JSON, more than the limit of {max}")]
-    PayloadTooLarge {
-        /// Its size in bytes.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// The payload is not one JSON value.
-    #[error("payload is not a JSON value: {0}")]
-    PayloadNotJson(#[source] serde_json::Error),
-    /// The priority given to an enqueue (`Enqueue::priority`) is outside 0..=4.
-    #[error(transparent)]
-    InvalidPriority(#[from] InvalidPriority),
-    /// The delay does not fit in PostgreSQL's interval arithmetic (over about 290,000 years).
-    #[error("delay is too long")]
-    DelayTooLong,
-    /// The queue name is empty, too long, or has a character other than ASCII letters,
-    /// digits, `_`, `-`, `.` and `:`.
-    #[error("{}", crate::transport::QUEUE_NAME_RULE)]
-    InvalidQueueName {
-        /// The limit in characters.
-        max: usize,
-    },
-    /// The trace context is not a W3C `traceparent` (optionally followed by a line feed and
-    /// a `tracestate`), or is longer than
-    /// [`MAX_TRACE_CONTEXT_BYTES`](crate::transport::MAX_TRACE_CONTEXT_BYTES).
-    #[error(
-        "a trace context is a W3C traceparent, optionally a line feed and a tracestate, at most {max} bytes"
-    )]
-    InvalidTraceContext {
-        /// The limit in bytes.
-        max: usize,
-    },
-    /// The unique key is empty, too long, or contains a NUL character.
-    #[error("unique key must be 1 to {max} bytes without NUL characters")]
-    InvalidUniqueKey {
-        /// The limit in bytes.
-        max: usize,
-    },
-    /// The batch holds more than
-    /// [`MAX_BATCH_MESSAGES`](crate::transport::MAX_BATCH_MESSAGES) messages. Nothing was
-    /// sent; split it.
-    #[error("batch holds {count} messages, more than the limit of {max}: split it")]
-    TooManyMessages {
-        /// How many it holds.
-        count: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// The batch's payloads, group ids and kinds add up to more than
-    /// [`MAX_BATCH_BYTES`](crate::transport::MAX_BATCH_BYTES). Nothing was sent; split it.
-    #[error(
-        "batch is {len} bytes of payloads, group ids and kinds, more than the limit of {max}: split it"
-    )]
-    BatchTooLarge {
-        /// Its size in bytes.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-}
-
 /// Why publishing (enqueueing) failed. Nothing was written in either case.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -233,7 +121,7 @@ pub enum PublishError {
     #[error("duplicate of job {existing}: its unique key is held")]
     Duplicate {
         /// The job that holds the key.
-        existing: crate::JobId,
+        existing: JobId,
     },
     /// The job's group exists in another queue (a group belongs to the queue of the job
     /// that created it), or a batch put one new group in two queues. Nothing was written;
@@ -244,7 +132,7 @@ pub enum PublishError {
 
 impl PublishError {
     /// The job holding the key, if this is a [`Duplicate`](Self::Duplicate).
-    pub fn duplicate_of(&self) -> Option<crate::JobId> {
+    pub fn duplicate_of(&self) -> Option<JobId> {
         match self {
             Self::Duplicate { existing } => Some(*existing),
             _ => None,
@@ -437,7 +325,7 @@ impl MissingPrivilege {
             "GRANT {} ON {kind} {} TO {}",
             self.privilege,
             self.object,
-            crate::privileges::quote(&self.role)
+            quote_identifier(&self.role)
         )
     }
 }
@@ -508,7 +396,7 @@ pub enum ConfigError {
     /// [`Schema::MAX_NAME_BYTES`](crate::Schema::MAX_NAME_BYTES) bytes.
     #[error(
         "invalid schema name {0:?}: use 1 to {max} lowercase ASCII letters, digits or '_', not starting with a digit",
-        max = crate::Schema::MAX_NAME_BYTES
+        max = MAX_SCHEMA_NAME_BYTES
     )]
     InvalidSchemaName(String),
     /// A schema name PostgreSQL keeps for itself: `information_schema`, or one starting with

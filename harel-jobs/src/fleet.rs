@@ -4,21 +4,10 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use sqlx::AssertSqlSafe;
-
 use crate::error::{DatabaseError, QueueError};
 use crate::queue::Queue;
-
-/// The most minutes [`Queue::throughput`] looks back: a day.
-pub const MAX_THROUGHPUT_MINUTES: u32 = 1_440;
-
-/// The most pools one [`Queue::workers`] listing returns.
-pub const MAX_WORKERS_LISTED: u32 = 1_000;
-
-/// The most queue names a listing gives of each pool ([`WorkerInfo::queues`];
-/// [`WorkerInfo::queue_count`] says how many it serves).
-pub const MAX_WORKER_QUEUES_LISTED: u32 = 100;
+use crate::vocabulary::{MAX_THROUGHPUT_MINUTES, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED};
+use chrono::{DateTime, Utc};
 
 /// A worker pool, as its last report described it ([`Queue::workers`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,25 +75,6 @@ pub struct ThroughputMinute {
     pub dead: u64,
 }
 
-/// A row of `harel_workers`: id, host, pid, queues, queue count, concurrency, running,
-/// succeeded, failed, dead, started, seen, stopped, total.
-type WorkerRow = (
-    uuid::Uuid,
-    String,
-    i32,
-    Vec<String>,
-    i32,
-    i32,
-    i32,
-    i64,
-    i64,
-    i64,
-    DateTime<Utc>,
-    DateTime<Utc>,
-    Option<DateTime<Utc>>,
-    i64,
-);
-
 fn count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
@@ -130,18 +100,16 @@ impl Queue {
                 "workers are listed 1 to 1,000 at a time",
             ));
         }
-        let rows: Vec<WorkerRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
-            "SELECT id, host, pid, queues, queue_count, concurrency, running, succeeded, failed,
-                    dead, started_at, seen_at, stopped_at, total
-               FROM @schema@.harel_workers($1, $2, $3)",
-        )))
-        .bind(within_ms)
-        .bind(limit as i32)
-        .bind(MAX_WORKER_QUEUES_LISTED as i32)
-        .persistent(self.prepared().persistent())
-        .fetch_all(self.pool())
-        .await
-        .map_err(DatabaseError::new)?;
+        let rows = self
+            .store()
+            .workers_list(
+                self.pool(),
+                within_ms,
+                limit as i32,
+                MAX_WORKER_QUEUES_LISTED as i32,
+            )
+            .await
+            .map_err(DatabaseError::new)?;
         let total = rows.first().map_or(0, |row| count(row.13));
         Ok(WorkerList {
             workers: rows
@@ -180,13 +148,9 @@ impl Queue {
                 "throughput is read over 1 to 1,440 minutes",
             ));
         }
-        let rows: Vec<(DateTime<Utc>, i64, i64, i64)> =
-            sqlx::query_as(AssertSqlSafe(self.schema().render(
-                "SELECT minute, succeeded, failed, dead FROM @schema@.harel_throughput($1)",
-            )))
-            .bind(minutes as i32)
-            .persistent(self.prepared().persistent())
-            .fetch_all(self.pool())
+        let rows = self
+            .store()
+            .throughput_list(self.pool(), minutes as i32)
             .await
             .map_err(DatabaseError::new)?;
         Ok(rows

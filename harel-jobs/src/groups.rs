@@ -2,20 +2,11 @@
 //! jobs, [`Queue::group`] looks one up, [`Queue::top_groups`] ranks them (longest waiting,
 //! largest).
 
-use chrono::{DateTime, Utc};
-use sqlx::AssertSqlSafe;
-
-use crate::enqueue::JobId;
 use crate::error::{DatabaseError, QueueError};
 use crate::queue::Queue;
-use crate::transport::Priority;
-
-/// The most groups one page of [`Queue::groups`] holds.
-pub const MAX_GROUP_PAGE: u32 = 1_000;
-
-/// How far [`Queue::groups`] and [`Queue::group`] count each group's jobs: a group with
-/// more is reported with [`GroupInfo::jobs`] = 1,000 and [`GroupInfo::jobs_capped`] set.
-pub const GROUP_JOBS_COUNT_CAP: u32 = 1_000;
+use crate::store::GroupRow;
+use crate::vocabulary::{JobId, MAX_GROUP_PAGE, MAX_TOP_GROUPS, Priority, validate_group};
+use chrono::{DateTime, Utc};
 
 /// Where a group stands with the workers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -67,9 +58,9 @@ pub struct GroupInfo {
     pub head: Option<JobId>,
     /// Attempts counted for its first job so far.
     pub head_attempts: u32,
-    /// Jobs it holds, counted up to [`GROUP_JOBS_COUNT_CAP`].
+    /// Jobs it holds, counted up to [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP).
     pub jobs: u32,
-    /// Whether it holds at least [`GROUP_JOBS_COUNT_CAP`] jobs (then `jobs` is that cap).
+    /// Whether it holds at least [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP) jobs (then `jobs` is that cap).
     pub jobs_capped: bool,
     /// Whether a cancel of its running job was asked for.
     pub cancel_requested: bool,
@@ -78,7 +69,7 @@ pub struct GroupInfo {
     pub queue: String,
     /// How many jobs PostgreSQL's statistics say it holds, when [`Queue::top_groups`] ranked
     /// it by [`GroupRank::Largest`] (`None` otherwise): its size past
-    /// [`GROUP_JOBS_COUNT_CAP`], as of [`TopGroups::statistics_at`].
+    /// [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP), as of [`TopGroups::statistics_at`].
     pub jobs_estimate: Option<u64>,
 }
 
@@ -95,7 +86,7 @@ pub enum GroupRank {
     /// `ANALYZE` found in a sample of the jobs; autovacuum runs it as the queue churns), so
     /// a group that grew since may be missing, and when no group stands out from the
     /// others there is none to list. Each listed group's jobs are then counted (up to
-    /// [`GROUP_JOBS_COUNT_CAP`]).
+    /// [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP)).
     Largest,
 }
 
@@ -108,9 +99,6 @@ impl GroupRank {
         }
     }
 }
-
-/// The most groups [`Queue::top_groups`] returns.
-pub const MAX_TOP_GROUPS: u32 = 100;
 
 /// What [`Queue::top_groups`] found.
 #[derive(Clone, Debug)]
@@ -170,20 +158,6 @@ pub struct GroupPage {
     pub next: Option<String>,
 }
 
-/// A row of `harel_list_groups`.
-type GroupRow = (
-    String,
-    String,
-    i16,
-    DateTime<Utc>,
-    Option<i64>,
-    i32,
-    i32,
-    bool,
-    bool,
-    String,
-);
-
 fn from_row(row: GroupRow) -> Result<GroupInfo, QueueError> {
     let (id, status, priority, available_at, head, head_attempts, jobs, capped, cancel, queue) =
         row;
@@ -202,31 +176,11 @@ fn from_row(row: GroupRow) -> Result<GroupInfo, QueueError> {
     })
 }
 
-/// A row of `harel_top_groups`: a group row, then its estimate and the statistics' time.
-type TopGroupRow = (
-    String,
-    String,
-    i16,
-    DateTime<Utc>,
-    Option<i64>,
-    i32,
-    i32,
-    bool,
-    bool,
-    String,
-    Option<i64>,
-    Option<DateTime<Utc>>,
-);
-
-const SELECT: &str = "SELECT group_id, status, priority, available_at, head_id, head_attempts,
-                             jobs, jobs_capped, cancel_requested, queue
-                        FROM @schema@.harel_list_groups($1, $2, $3)";
-
 impl Queue {
     /// A page of the groups that hold jobs, in id order, from `query`'s cursor on. Keyset
     /// pagination: pass [`GroupPage::next`] to [`GroupQuery::after`] for the next page. One
     /// round trip of bounded work: it reads the page's group rows by key and counts each
-    /// group's jobs up to [`GROUP_JOBS_COUNT_CAP`].
+    /// group's jobs up to [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP).
     ///
     /// ```no_run
     /// # use harel_jobs::{GroupQuery, Queue};
@@ -254,12 +208,13 @@ impl Queue {
                 "a page holds 1 to 1,000 groups",
             ));
         }
-        let rows: Vec<GroupRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(SELECT)))
-            .bind(None::<&str>)
-            .bind(query.after.as_deref())
-            .bind(i32::try_from(query.limit).unwrap_or(100))
-            .persistent(self.prepared().persistent())
-            .fetch_all(self.pool())
+        let rows = self
+            .store()
+            .groups_list(
+                self.pool(),
+                query.after.as_deref(),
+                i32::try_from(query.limit).unwrap_or(100),
+            )
             .await
             .map_err(DatabaseError::new)?;
         let full = rows.len() == query.limit as usize;
@@ -282,15 +237,12 @@ impl Queue {
     /// [`QueueError::InvalidArgument`] for an id that is empty, over 1,024 bytes or holds a
     /// NUL character; [`QueueError::Database`].
     pub async fn group(&self, id: &str) -> Result<Option<GroupInfo>, QueueError> {
-        crate::transport::validate_group(id).map_err(|_| {
+        validate_group(id).map_err(|_| {
             QueueError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
         })?;
-        let row: Option<GroupRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(SELECT)))
-            .bind(id)
-            .bind(None::<&str>)
-            .bind(1_i32)
-            .persistent(self.prepared().persistent())
-            .fetch_optional(self.pool())
+        let row = self
+            .store()
+            .group_get(self.pool(), id)
             .await
             .map_err(DatabaseError::new)?;
         row.map(from_row).transpose()
@@ -317,17 +269,11 @@ impl Queue {
         if limit == 0 || limit > MAX_TOP_GROUPS {
             return Err(QueueError::InvalidArgument("rank 1 to 100 groups"));
         }
-        let rows: Vec<TopGroupRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
-            "SELECT group_id, status, priority, available_at, head_id, head_attempts,
-                    jobs, jobs_capped, cancel_requested, queue, jobs_estimate, stats_at
-               FROM @schema@.harel_top_groups($1, $2)",
-        )))
-        .bind(rank.as_sql())
-        .bind(limit as i32)
-        .persistent(self.prepared().persistent())
-        .fetch_all(self.pool())
-        .await
-        .map_err(DatabaseError::new)?;
+        let rows = self
+            .store()
+            .groups_top(self.pool(), rank.as_sql(), limit as i32)
+            .await
+            .map_err(DatabaseError::new)?;
         let statistics_at = rows.iter().find_map(|row| row.11);
         let groups = rows
             .into_iter()

@@ -2,11 +2,12 @@
 
 use std::fmt;
 
-use sqlx::postgres::PgRow;
-use sqlx::{AssertSqlSafe, PgExecutor, Row};
+use sqlx::PgExecutor;
 
 use crate::error::DatabaseError;
 use crate::schema::Schema;
+use crate::store::{PreparedStatements, StatsRow, Store, TableRow};
+use crate::vocabulary::STATS_WINDOW_PAGES;
 
 /// One figure of [`QueueStats`]: counted, estimated, or a lower bound.
 ///
@@ -115,16 +116,17 @@ struct Table {
     live: i64,
 }
 
-impl Table {
-    /// The `<name>_pages`, `<name>_seen` and `<name>_live` columns of the statement's row.
-    fn read(row: &PgRow, name: &str) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            pages: row.try_get(format!("{name}_pages").as_str())?,
-            seen: row.try_get(format!("{name}_seen").as_str())?,
-            live: row.try_get(format!("{name}_live").as_str())?,
-        })
+impl From<TableRow> for Table {
+    fn from(row: TableRow) -> Self {
+        Self {
+            pages: row.pages,
+            seen: row.seen,
+            live: row.live,
+        }
     }
+}
 
+impl Table {
     /// Whether the pages read were the whole table.
     fn read_whole(&self) -> bool {
         self.pages <= 2 * i64::from(QueueStats::WINDOW_PAGES)
@@ -168,67 +170,10 @@ fn jobs(messages: &Table, groups: &Table, inline: i64) -> Count {
     Count::Estimated(messages.rows().value() + inline)
 }
 
-/// A FROM item counting `aggregates` over the rows of `table` in its first and last
-/// [`QueueStats::WINDOW_PAGES`] pages (two TID range scans, so pages in between are never
-/// read; the tail's start comes from the `pages` CTE). `columns` are the columns the
-/// aggregates need.
-fn window(table: &str, columns: &str, aggregates: &str) -> String {
-    let w = QueueStats::WINDOW_PAGES;
-    format!(
-        "(SELECT {aggregates} FROM (
-             SELECT {columns} FROM @schema@.{table} WHERE ctid < (SELECT '({w},0)'::tid)
-             UNION ALL
-             SELECT {columns} FROM @schema@.{table}
-              WHERE ctid >= (SELECT format('(%s,0)', greatest({w}, {table}_pages - {w}))::tid
-                               FROM pages)
-         ) AS window_rows)"
-    )
-}
-
-/// The statement of [`QueueStats::fetch`], with `@schema@` to render.
-fn statement() -> String {
-    let whole = 2 * QueueStats::WINDOW_PAGES;
-    let messages = window("transport_messages", "1", "count(*) AS seen");
-    let groups = window(
-        "transport_groups",
-        "available_at, inline_seq",
-        "count(*) AS seen, count(*) FILTER (WHERE available_at <= now()) AS claimable, \
-         count(*) FILTER (WHERE inline_seq IS NOT NULL) AS inline",
-    );
-    let dead_letters = window("dead_letters", "1", "count(*) AS seen");
-    format!(
-        "WITH pages AS MATERIALIZED (
-             SELECT pg_relation_size('@schema@.transport_messages'::regclass) / b
-                        AS transport_messages_pages,
-                    pg_relation_size('@schema@.transport_groups'::regclass) / b
-                        AS transport_groups_pages,
-                    pg_relation_size('@schema@.dead_letters'::regclass) / b
-                        AS dead_letters_pages
-               FROM (SELECT current_setting('block_size')::bigint AS b) AS block
-         )
-         SELECT p.transport_messages_pages AS messages_pages, m.seen AS messages_seen,
-                pg_stat_get_live_tuples('@schema@.transport_messages'::regclass)
-                    AS messages_live,
-                p.transport_groups_pages AS groups_pages, g.seen AS groups_seen,
-                pg_stat_get_live_tuples('@schema@.transport_groups'::regclass) AS groups_live,
-                g.claimable AS groups_claimable, g.inline AS groups_inline,
-                p.dead_letters_pages, d.seen AS dead_letters_seen,
-                pg_stat_get_live_tuples('@schema@.dead_letters'::regclass) AS dead_letters_live,
-                CASE WHEN m.seen > 0 OR g.inline > 0 THEN false
-                     WHEN p.transport_messages_pages <= {whole}
-                          AND p.transport_groups_pages <= {whole} THEN true
-                     ELSE NOT EXISTS (SELECT FROM @schema@.transport_messages)
-                          AND NOT EXISTS (SELECT FROM @schema@.transport_groups
-                                           WHERE inline_seq IS NOT NULL)
-                END AS idle
-           FROM pages AS p, {messages} AS m, {groups} AS g, {dead_letters} AS d"
-    )
-}
-
 impl QueueStats {
     /// How many pages [`fetch`](Self::fetch) reads at each end of each table: 64 (512 KiB
     /// with 8 KiB pages). A table of at most twice that is counted exactly.
-    pub const WINDOW_PAGES: u32 = 64;
+    pub const WINDOW_PAGES: u32 = STATS_WINDOW_PAGES;
 
     /// Reads the figures of the queue in `schema`, in one round trip, reading at most
     /// `2 × WINDOW_PAGES` pages of each table (see the type's documentation for what is
@@ -245,24 +190,36 @@ impl QueueStats {
         executor: E,
         schema: &Schema,
     ) -> Result<Self, DatabaseError> {
-        // no parameters: the simple protocol, one round trip with nothing prepared, so it
-        // works through a transaction pooler too, in a transaction or not
-        let row = sqlx::raw_sql(AssertSqlSafe(schema.render(&statement())))
-            .fetch_one(executor)
-            .await?;
-        let messages = Table::read(&row, "messages")?;
-        let groups = Table::read(&row, "groups")?;
-        let dead_letters = Table::read(&row, "dead_letters")?;
-        let claimable: i64 = row.try_get("groups_claimable")?;
-        let inline: i64 = row.try_get("groups_inline")?;
-        let idle: bool = row.try_get("idle")?;
-        Ok(Self {
-            jobs: jobs(&messages, &groups, inline),
+        // the statement has no parameters and goes by the simple protocol whatever the
+        // store's policy (see Store::stats_read)
+        Self::read(
+            &Store::new(schema.clone(), PreparedStatements::default()),
+            executor,
+        )
+        .await
+    }
+
+    /// [`fetch`](Self::fetch) through `store`, which renders the statement once for all its
+    /// calls.
+    pub(crate) async fn read<'e, E: PgExecutor<'e>>(
+        store: &Store,
+        executor: E,
+    ) -> Result<Self, DatabaseError> {
+        Ok(Self::from_row(store.stats_read(executor).await?))
+    }
+
+    /// The figures as the statement's row gives them.
+    fn from_row(row: StatsRow) -> Self {
+        let messages = Table::from(row.messages);
+        let groups = Table::from(row.groups);
+        let dead_letters = Table::from(row.dead_letters);
+        Self {
+            jobs: jobs(&messages, &groups, row.groups_inline),
             groups: groups.rows(),
-            claimable_groups: groups.subset(claimable),
+            claimable_groups: groups.subset(row.groups_claimable),
             dead_letters: dead_letters.rows(),
-            idle,
-        })
+            idle: row.idle,
+        }
     }
 
     /// Whether no job is waiting, running or parked: always exact, as of the statement's
@@ -315,18 +272,5 @@ mod tests {
         // statistics that trail the truth never go below what was counted
         let stale = Table { live: 3, ..large };
         assert_eq!(stale.rows(), Count::Estimated(7));
-    }
-
-    #[test]
-    fn the_statement_reads_each_table_through_tid_ranges_only() {
-        let sql = statement();
-        for table in ["transport_messages", "transport_groups", "dead_letters"] {
-            let from = format!("FROM @schema@.{table}");
-            // two windows each, plus is_idle's EXISTS on the tables that hold jobs
-            let expected = if table == "dead_letters" { 2 } else { 3 };
-            assert_eq!(sql.matches(&from).count(), expected, "{table}: {sql}");
-        }
-        assert_eq!(sql.matches("WHERE ctid <").count(), 3);
-        assert_eq!(sql.matches("WHERE ctid >=").count(), 3);
     }
 }

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use crate::context::JobContext;
 use crate::job_error::JobResult;
 use crate::retry::Backoff;
-use crate::transport::Priority;
+use crate::vocabulary::Priority;
 
 /// A job: a serialisable value with a stable kind name, enqueued as one message.
 ///
@@ -41,7 +41,7 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// names another. Worker pools serve the queues they name
     /// ([`WorkerBuilder::queue`](crate::WorkerBuilder::queue)), each with its own
     /// concurrency.
-    const QUEUE: &'static str = crate::transport::DEFAULT_QUEUE;
+    const QUEUE: &'static str = crate::vocabulary::DEFAULT_QUEUE;
 
     /// Options declared on the type. The worker pool's defaults fill what is `None`.
     fn options() -> JobOptions {

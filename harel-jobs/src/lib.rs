@@ -88,11 +88,13 @@ mod queue;
 mod queue_control;
 mod retry;
 mod schema;
+mod store;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod trace_context;
 pub mod transport;
+mod vocabulary;
 mod worker;
 
 #[doc(hidden)]
@@ -102,29 +104,22 @@ pub mod __private;
 pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
 pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
-pub use enqueue::{Enqueue, EnqueueOptions, Enqueued, JobBatch, JobId};
+pub use enqueue::{Enqueue, EnqueueOptions, Enqueued, JobBatch};
 pub use error::{
     CompleteError, ConfigError, ConnectError, DatabaseError, InvalidMessage, InvalidPriority,
     MigrateError, MissingPrivilege, PublishError, QueueError, TransportError,
 };
-pub use fleet::{
-    MAX_THROUGHPUT_MINUTES, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED, ThroughputMinute,
-    WorkerInfo, WorkerList,
-};
-pub use groups::{
-    GROUP_JOBS_COUNT_CAP, GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, MAX_GROUP_PAGE,
-    MAX_TOP_GROUPS, TopGroups,
-};
+pub use fleet::{ThroughputMinute, WorkerInfo, WorkerList};
+pub use groups::{GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, TopGroups};
 pub use harel_jobs_macros::job;
 pub use inspect::{Count, QueueStats};
 pub use job::{Handler, Job, JobOptions, Unique};
 pub use job_error::{Action, IntoJobResult, JobError, JobResult};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
-pub use periodic::{MAX_CATCH_UP, MAX_SCHEDULE_NAME_BYTES, MissedTicks, Periodic};
+pub use periodic::{MissedTicks, Periodic};
 pub use queue::{
-    Cancel, CancelOutcome, DEFAULT_CANCELLED_RETENTION, JobInfo, JobPage, JobQuery, JobState,
-    MAX_PAGE, MAX_REASON_BYTES, MAX_SCHEDULES, Queue, ScheduleInfo, SchedulePage, ScheduleQuery,
-    StateFilter,
+    Cancel, CancelOutcome, JobInfo, JobPage, JobQuery, JobState, Queue, ScheduleInfo, SchedulePage,
+    ScheduleQuery, StateFilter,
 };
 pub use queue_control::{LevelDepth, QueueInfo, QueueLimits, RateLimit};
 pub use retry::Backoff;
@@ -146,6 +141,11 @@ pub use schema::Schema;
 /// ```
 pub use sqlx;
 pub use transport::{DEFAULT_QUEUE, PreparedStatements, Priority};
+pub use vocabulary::{
+    DEFAULT_CANCELLED_RETENTION, GROUP_JOBS_COUNT_CAP, JobId, MAX_CATCH_UP, MAX_GROUP_PAGE,
+    MAX_PAGE, MAX_REASON_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_THROUGHPUT_MINUTES,
+    MAX_TOP_GROUPS, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
+};
 #[cfg(feature = "__fault_injection")]
 #[doc(hidden)]
 pub use worker::InjectedFault;

@@ -8,10 +8,11 @@
 
 use std::collections::HashMap;
 
-use sqlx::{AssertSqlSafe, PgConnection, PgPool};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 
 use crate::error::{DatabaseError, MigrateError};
 use crate::schema::Schema;
+use crate::store::{AppliedRow, PreparedStatements, Store};
 
 /// One versioned migration.
 #[derive(Debug)]
@@ -307,20 +308,27 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
 /// [`MigrateError::Modified`] if an applied migration differs from this release's,
 /// [`MigrateError::Database`] if the database cannot be reached or refuses the lock.
 pub async fn migrate_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateError> {
-    if let Some(applied) = read_applied(pool, schema).await?
+    let store = bookkeeping_store(schema);
+    if let Some(applied) = read_applied(pool, &store).await?
         && applied.plan()?.is_empty()
     {
         return Ok(());
     }
-    let mut tx = lock_bookkeeping(pool, schema).await?;
-    let plan = applied_query(schema)
-        .fetch_all(&mut *tx)
+    let mut tx = lock_bookkeeping(pool, &store).await?;
+    let plan = applied_rows(&store, &mut *tx)
         .await
         .map(Applied::from_rows)?
         .plan()?;
-    plan.apply(&mut tx, schema).await?;
+    plan.apply(&mut tx, &store).await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// The store migrations run through: unnamed statements, each in a transaction, so that
+/// migrating works through a transaction pooler as well as directly (a migration has no
+/// setting to say which it is behind).
+fn bookkeeping_store(schema: &Schema) -> Store {
+    Store::new(schema.clone(), PreparedStatements::Unnamed)
 }
 
 /// Checks that `schema` is migrated to what this release expects, reading only the
@@ -337,7 +345,7 @@ pub async fn check_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateE
         applied,
         expected: SCHEMA_VERSION,
     };
-    let Some(applied) = read_applied(pool, schema).await? else {
+    let Some(applied) = read_applied(pool, &bookkeeping_store(schema)).await? else {
         // no schema, or no right to read it: a role granted nothing must not be told to
         // migrate
         let bookkeeping = ["_migrations".to_owned(), "_functions".to_owned()];
@@ -356,7 +364,7 @@ pub async fn check_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateE
 }
 
 /// Opens the migration's transaction holding the migration lock, the schema and the
-/// bookkeeping tables created if missing.
+/// bookkeeping tables created if missing ([`Store::migrations_lock`]).
 ///
 /// The lock is `_migrations` itself in `EXCLUSIVE` mode: it conflicts with every other
 /// migration's and with no reader (workers read the table at start-up), and only its owner
@@ -366,16 +374,13 @@ pub async fn check_schema(pool: &PgPool, schema: &Schema) -> Result<(), MigrateE
 /// the other, then fails): the loser tries again, and then finds them.
 async fn lock_bookkeeping(
     pool: &PgPool,
-    schema: &Schema,
+    store: &Store,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, MigrateError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let mut tx = pool.begin().await?;
-        match sqlx::raw_sql(AssertSqlSafe(schema.render(BOOKKEEPING)))
-            .execute(&mut *tx)
-            .await
-        {
+        match store.migrations_lock(&mut tx).await {
             Ok(_) => return Ok(tx),
             Err(error) if attempt < 3 && is_unique_violation(&error) => {
                 drop(tx); // rolled back
@@ -392,33 +397,6 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
         .and_then(|e| e.code())
         .is_some_and(|code| code == "23505")
 }
-
-/// Creates the schema and the bookkeeping tables if missing, and takes the migration lock
-/// (see [`lock_bookkeeping`]). `ADD COLUMN` (for the first releases' `_migrations`) only when
-/// the column is missing: it would take an `ACCESS EXCLUSIVE` lock, waiting for readers.
-const BOOKKEEPING: &str = "
-    CREATE SCHEMA IF NOT EXISTS @schema@;
-    CREATE TABLE IF NOT EXISTS @schema@._migrations (
-        version    INT         PRIMARY KEY,
-        name       TEXT        NOT NULL,
-        applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-        checksum   TEXT);
-    LOCK TABLE @schema@._migrations IN EXCLUSIVE MODE;
-    DO $$
-    BEGIN
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
-                        WHERE attrelid = '@schema@._migrations'::pg_catalog.regclass
-                          AND attname = 'checksum' AND NOT attisdropped) THEN
-            ALTER TABLE @schema@._migrations ADD COLUMN checksum TEXT;
-        END IF;
-    END $$;
-    CREATE TABLE IF NOT EXISTS @schema@._functions (
-        name       TEXT        PRIMARY KEY,
-        checksum   TEXT        NOT NULL,
-        release    TEXT        NOT NULL,
-        applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
-    -- versions and checksums only: every role may read them (workers check them at start-up)
-    GRANT SELECT ON @schema@._migrations, @schema@._functions TO PUBLIC;";
 
 /// What the bookkeeping records, with this release's checksums (computed by the server).
 #[derive(Debug, Default)]
@@ -443,11 +421,15 @@ impl Plan {
         self.migrations.is_empty() && self.functions.is_empty()
     }
 
-    async fn apply(&self, tx: &mut PgConnection, schema: &Schema) -> Result<(), MigrateError> {
+    async fn apply(&self, tx: &mut PgConnection, store: &Store) -> Result<(), MigrateError> {
+        let schema = store.schema();
+        // who may execute which function, read before the versioned migrations run: one
+        // that changes a function's signature drops it, and with it the grants roles had on
+        // it (given back at the end, sql/README.md, rule 3)
         let grants = if self.migrations.is_empty() {
             Vec::new()
         } else {
-            execute_grants(tx, schema).await?
+            store.function_grants_read(&mut *tx).await?
         };
         for migration in &self.migrations {
             let failed = |source: sqlx::Error| MigrateError::Migration {
@@ -455,21 +437,10 @@ impl Plan {
                 name: migration.name,
                 source: DatabaseError::new(source),
             };
-            sqlx::raw_sql(AssertSqlSafe(schema.render(migration.sql)))
-                .execute(&mut *tx)
+            store
+                .migration_apply(tx, migration.version, migration.name, migration.sql)
                 .await
                 .map_err(failed)?;
-            sqlx::query(AssertSqlSafe(schema.render(
-                "INSERT INTO @schema@._migrations (version, name, checksum) \
-                 VALUES ($1, $2, md5($3))",
-            )))
-            .bind(migration.version)
-            .bind(migration.name)
-            .bind(migration.sql)
-            .persistent(false)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
             tracing::info!(
                 schema = schema.name(),
                 version = migration.version,
@@ -482,91 +453,19 @@ impl Plan {
                 name: function.name,
                 source: DatabaseError::new(source),
             };
-            sqlx::raw_sql(AssertSqlSafe(schema.render(function.sql)))
-                .execute(&mut *tx)
+            store
+                .function_apply(tx, function.name, function.sql, RELEASE)
                 .await
                 .map_err(failed)?;
-            sqlx::query(AssertSqlSafe(schema.render(
-                "INSERT INTO @schema@._functions AS f (name, checksum, release)
-                 VALUES ($1, md5($2), $3)
-                 ON CONFLICT (name) DO UPDATE
-                    SET checksum = excluded.checksum, release = excluded.release,
-                        applied_at = now()",
-            )))
-            .bind(function.name)
-            .bind(function.sql)
-            .bind(RELEASE)
-            .persistent(false)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
             tracing::debug!(
                 schema = schema.name(),
                 function = function.name,
                 "harel-jobs function applied"
             );
         }
-        restore_grants(tx, schema, &grants).await
+        Ok(store.function_grants_restore(tx, &grants).await?)
     }
 }
-
-/// Who may execute which of the schema's functions (by name), other than their owner.
-/// Read before the versioned migrations run: one that changes a function's signature drops
-/// it, and with it the grants roles had on it.
-async fn execute_grants(
-    tx: &mut PgConnection,
-    schema: &Schema,
-) -> Result<Vec<(String, String)>, MigrateError> {
-    let grants = sqlx::query_as(
-        "SELECT p.proname::text, a.grantee::regrole::text
-           FROM pg_proc p
-          CROSS JOIN LATERAL aclexplode(p.proacl) AS a
-          WHERE p.pronamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = $1)
-            AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner",
-    )
-    .bind(schema.name())
-    .persistent(false)
-    .fetch_all(&mut *tx)
-    .await?;
-    Ok(grants)
-}
-
-/// Gives each role of `grants` back its `EXECUTE` on the function of that name, after a
-/// migration replaced the function with one of a new signature (sql/README.md, rule 3). A
-/// grant that is still there is given again, which changes nothing.
-async fn restore_grants(
-    tx: &mut PgConnection,
-    schema: &Schema,
-    grants: &[(String, String)],
-) -> Result<(), MigrateError> {
-    let (functions, roles): (Vec<&str>, Vec<&str>) = grants
-        .iter()
-        .map(|(function, role)| (function.as_str(), role.as_str()))
-        .unzip();
-    // identifiers quoted by the server (format's %I); only names read from the catalog
-    let statements: Vec<String> = sqlx::query_scalar(
-        "SELECT format('GRANT EXECUTE ON FUNCTION %s TO %s', p.oid::regprocedure, g.role)
-           FROM unnest($2::text[], $3::text[]) AS g(function, role)
-           JOIN pg_proc p ON p.proname = g.function
-          WHERE p.pronamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = $1)",
-    )
-    .bind(schema.name())
-    .bind(functions)
-    .bind(roles)
-    .persistent(false)
-    .fetch_all(&mut *tx)
-    .await?;
-    for statement in statements {
-        sqlx::raw_sql(AssertSqlSafe(statement))
-            .execute(&mut *tx)
-            .await?;
-    }
-    Ok(())
-}
-
-/// One row of [`applied_query`]: what it is (`m`igration, `f`unction, `o`ur checksum),
-/// its key, a checksum and (functions) the release that applied it.
-type AppliedRow = (String, String, Option<String>, Option<String>);
 
 impl Applied {
     fn from_rows(rows: Vec<AppliedRow>) -> Self {
@@ -659,23 +558,15 @@ fn newer_release(a: &str, b: &str) -> bool {
 }
 
 /// Reads the bookkeeping, and the checksums of this release's texts.
-fn applied_query(
-    schema: &Schema,
-) -> sqlx::query::QueryAs<'static, sqlx::Postgres, AppliedRow, sqlx::postgres::PgArguments> {
+async fn applied_rows<'e, E: PgExecutor<'e>>(
+    store: &Store,
+    executor: E,
+) -> Result<Vec<AppliedRow>, sqlx::Error> {
     let mut keys: Vec<String> = MIGRATIONS.iter().map(|m| m.version.to_string()).collect();
     keys.extend(FUNCTIONS.iter().map(|f| f.name.to_owned()));
     let mut texts: Vec<&'static str> = MIGRATIONS.iter().map(|m| m.sql).collect();
     texts.extend(FUNCTIONS.iter().map(|f| f.sql));
-    sqlx::query_as(AssertSqlSafe(schema.render(
-        "SELECT 'm', version::text, checksum, NULL::text FROM @schema@._migrations
-         UNION ALL
-         SELECT 'f', name, checksum, release FROM @schema@._functions
-         UNION ALL
-         SELECT 'o', k.key, md5(k.sql), NULL FROM unnest($1::text[], $2::text[]) AS k (key, sql)",
-    )))
-    .bind(keys)
-    .bind(texts)
-    .persistent(false)
+    store.migrations_applied(executor, &keys, &texts).await
 }
 
 /// What is applied to `schema`, without taking any lock; `None` if the schema or its
@@ -684,9 +575,9 @@ fn applied_query(
 /// In a transaction of its own, as every statement here is unnamed: behind a transaction
 /// pooler, only a transaction keeps an unnamed statement's parse and its execution on one
 /// server connection.
-async fn read_applied(pool: &PgPool, schema: &Schema) -> Result<Option<Applied>, MigrateError> {
+async fn read_applied(pool: &PgPool, store: &Store) -> Result<Option<Applied>, MigrateError> {
     let mut tx = pool.begin().await?;
-    let read = applied_query(schema).fetch_all(&mut *tx).await;
+    let read = applied_rows(store, &mut *tx).await;
     // read-only: ending it either way is the same; a failed read already aborted it
     let _ = tx.rollback().await;
     match read {

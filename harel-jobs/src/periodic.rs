@@ -15,12 +15,7 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 
 use crate::error::ConfigError;
-
-/// The longest schedule name, in bytes.
-pub const MAX_SCHEDULE_NAME_BYTES: usize = 255;
-
-/// How many ticks [`MissedTicks::All`] enqueues at most.
-pub const MAX_CATCH_UP: u32 = 1_000;
+use crate::vocabulary::{MAX_CATCH_UP, MAX_SCHEDULE_NAME_BYTES};
 
 /// A named schedule for a periodic job, given to
 /// [`WorkerBuilder::periodic`](crate::WorkerBuilder::periodic).

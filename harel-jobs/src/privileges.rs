@@ -7,6 +7,8 @@ use sqlx::PgPool;
 
 use crate::error::{DatabaseError, MissingPrivilege};
 use crate::schema::Schema;
+use crate::store::{PreparedStatements, Store};
+use crate::vocabulary::quote_identifier;
 
 /// The privileges the role running on `pool` lacks that explain a refusal: `USAGE` on
 /// `schema` (alone when it is missing: nothing in the schema can be reached without it),
@@ -23,32 +25,13 @@ pub(crate) async fn missing(
     names: &[String],
     table_privileges: &[&str],
 ) -> Result<Vec<MissingPrivilege>, DatabaseError> {
-    // unnamed statements in a transaction of their own, for transaction poolers
+    // an unnamed statement in a transaction of its own, for transaction poolers: its
+    // callers (a worker's schema check, the command line's diagnosis) cannot know whether
+    // one is in the way
     let mut tx = pool.begin().await?;
-    let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
-        "WITH ns AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1)
-         SELECT current_user::text, 'USAGE', 'schema', NULL::text
-           FROM ns WHERE NOT pg_catalog.has_schema_privilege(ns.oid, 'USAGE')
-         UNION ALL
-         SELECT DISTINCT current_user::text, 'EXECUTE', 'function', p.proname::text
-           FROM ns JOIN pg_catalog.pg_proc p ON p.pronamespace = ns.oid
-          WHERE p.proname::text = ANY ($2::text[])
-            AND NOT pg_catalog.has_function_privilege(p.oid, 'EXECUTE')
-         UNION ALL
-         SELECT current_user::text, lacking.privilege, 'table', c.relname::text
-           FROM ns JOIN pg_catalog.pg_class c ON c.relnamespace = ns.oid
-          CROSS JOIN LATERAL (
-                SELECT w.privilege FROM unnest($3::text[]) WITH ORDINALITY AS w (privilege, n)
-                 WHERE NOT pg_catalog.has_table_privilege(c.oid, w.privilege)
-                 ORDER BY w.n LIMIT 1) AS lacking
-          WHERE c.relname::text = ANY ($2::text[]) AND c.relkind IN ('r', 'p', 'v', 'm')",
-    )
-    .bind(schema.name())
-    .bind(names)
-    .bind(table_privileges)
-    .persistent(false)
-    .fetch_all(&mut *tx)
-    .await?;
+    let rows = Store::new(schema.clone(), PreparedStatements::Unnamed)
+        .privileges_lacking(&mut *tx, names, table_privileges)
+        .await?;
     // read-only: ending it either way is the same
     let _ = tx.rollback().await;
     let missing: Vec<MissingPrivilege> = rows
@@ -61,7 +44,7 @@ pub(crate) async fn missing(
                 .into_iter()
                 .find(|known| *known == kind)?;
             let object = match object {
-                Some(name) => format!("{}.{}", schema.name(), quote(&name)),
+                Some(name) => format!("{}.{}", schema.name(), quote_identifier(&name)),
                 None => schema.name().to_owned(),
             };
             Some(MissingPrivilege {
@@ -76,32 +59,4 @@ pub(crate) async fn missing(
         return Ok(vec![usage.clone()]);
     }
     Ok(missing)
-}
-
-/// `name` as an SQL identifier: bare when it can be, else in double quotes.
-pub(crate) fn quote(name: &str) -> String {
-    let bare = name
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'$');
-    if bare {
-        name.to_owned()
-    } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identifiers_are_quoted_when_they_must_be() {
-        assert_eq!(quote("harel_role_1"), "harel_role_1");
-        assert_eq!(quote("Ops Team"), "\"Ops Team\"");
-        assert_eq!(quote("a\"b"), "\"a\"\"b\"");
-    }
 }

@@ -6,28 +6,21 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{AssertSqlSafe, PgExecutor, PgPool};
+use sqlx::{PgExecutor, PgPool};
 
 use crate::dead_letters::DeadLetters;
-use crate::enqueue::{Enqueue, JobBatch, JobId};
+use crate::enqueue::{Enqueue, JobBatch};
 use crate::error::{DatabaseError, MigrateError, QueueError};
 use crate::inspect::QueueStats;
 use crate::job::Job;
 use crate::schema::Schema;
-use crate::transport::{PreparedStatements, Priority, delay_millis};
+use crate::store::{JobRow, JobsFilter, ListRow, Store};
+use crate::transport::PreparedStatements;
+use crate::vocabulary::{
+    DEFAULT_CANCELLED_RETENTION, DEFAULT_QUEUE, GROUP_CANCEL_STEP, JobId, MAX_PAGE,
+    MAX_REASON_BYTES, MAX_SCHEDULES, Priority, delay_millis, validate_group,
+};
 use crate::worker::WorkerBuilder;
-
-/// How long a cancelled job is kept in the history unless the cancel says otherwise.
-pub const DEFAULT_CANCELLED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// The longest cancel reason, in bytes.
-pub const MAX_REASON_BYTES: usize = 8 * 1024;
-
-/// How many jobs one round trip of [`Queue::cancel_group`] cancels at most.
-const GROUP_CANCEL_STEP: i32 = 1_000;
-
-/// The most jobs one page of [`Queue::jobs`] holds.
-pub const MAX_PAGE: u32 = 1_000;
 
 /// A queue: a pool and the schema the queue lives in. Cheap to clone; the one way to name a
 /// queue for enqueueing, looking jobs up, cancelling, dead letters, depth and workers.
@@ -58,11 +51,20 @@ pub const MAX_PAGE: u32 = 1_000;
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Queue {
     pool: PgPool,
-    schema: Schema,
-    statements: PreparedStatements,
+    store: Store,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("pool", &self.pool)
+            .field("schema", self.schema())
+            .field("statements", &self.prepared())
+            .finish()
+    }
 }
 
 impl Queue {
@@ -75,21 +77,25 @@ impl Queue {
     pub fn with_schema(pool: PgPool, schema: Schema) -> Self {
         Self {
             pool,
-            schema,
-            statements: PreparedStatements::default(),
+            store: Store::new(schema, PreparedStatements::default()),
         }
     }
 
     /// Sends its statements as `statements` says (default [`PreparedStatements::Cached`];
     /// [`PreparedStatements::Unnamed`] behind PgBouncer before 1.21).
     pub fn prepared_statements(mut self, statements: PreparedStatements) -> Self {
-        self.statements = statements;
+        self.store = self.store.with_prepared(statements);
         self
     }
 
     /// How its statements are sent.
     pub(crate) fn prepared(&self) -> PreparedStatements {
-        self.statements
+        self.store.prepared()
+    }
+
+    /// Its data layer: the schema's statements, sent as [`prepared`](Self::prepared) says.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 
     /// The pool.
@@ -99,7 +105,7 @@ impl Queue {
 
     /// The schema.
     pub fn schema(&self) -> &Schema {
-        &self.schema
+        self.store.schema()
     }
 
     /// Creates or upgrades the queue's schema ([`migrate_schema`](crate::migrate_schema)).
@@ -107,7 +113,7 @@ impl Queue {
     /// # Errors
     /// As [`migrate_schema`](crate::migrate_schema).
     pub async fn migrate(&self) -> Result<(), MigrateError> {
-        crate::migrate::migrate_schema(&self.pool, &self.schema).await
+        crate::migrate::migrate_schema(&self.pool, self.schema()).await
     }
 
     /// Enqueues `job` through `executor`: inside a transaction (`&mut *tx`), the job exists
@@ -115,13 +121,13 @@ impl Queue {
     /// returned [`Enqueue`] before `.await`.
     pub fn enqueue<'c, J: Job, E: PgExecutor<'c>>(&self, executor: E, job: J) -> Enqueue<'c, J, E> {
         Enqueue::new(job, executor)
-            .schema(&self.schema)
-            .prepared_statements(self.statements)
+            .schema(self.schema())
+            .prepared_statements(self.prepared())
     }
 
     /// An empty [`JobBatch`] for this queue.
     pub fn batch(&self) -> JobBatch {
-        JobBatch::for_schema(&self.schema).prepared_statements(self.statements)
+        JobBatch::for_schema(self.schema()).prepared_statements(self.prepared())
     }
 
     /// A job's state and facts, or `None` if no job has this id (or it completed without
@@ -130,16 +136,11 @@ impl Queue {
     /// # Errors
     /// [`QueueError::Database`].
     pub async fn job(&self, id: JobId) -> Result<Option<JobInfo>, QueueError> {
-        let row: Option<JobRow> = sqlx::query_as(AssertSqlSafe(self.schema.render(
-            "SELECT state, group_id, kind, payload, priority, attempts, enqueued_at, at,
-                    started_at, finished_at, last_error, cancel_reason, cancel_requested, queue
-               FROM @schema@.harel_job($1)",
-        )))
-        .bind(id.get())
-        .persistent(self.statements.persistent())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(DatabaseError::new)?;
+        let row = self
+            .store
+            .job_get(&self.pool, id.get())
+            .await
+            .map_err(DatabaseError::new)?;
         row.map(|row| JobInfo::from_row(id, row)).transpose()
     }
 
@@ -183,21 +184,19 @@ impl Queue {
         if query.limit == 0 || query.limit > MAX_PAGE {
             return Err(QueueError::InvalidArgument("a page holds 1 to 1,000 jobs"));
         }
-        let rows: Vec<ListRow> = sqlx::query_as(AssertSqlSafe(self.schema.render(
-            "SELECT id, state, group_id, kind, payload, priority, attempts, enqueued_at, at,
-                    started_at, finished_at, last_error, cancel_reason, cancel_requested, queue
-               FROM @schema@.harel_list_jobs($1, $2, $3, $4, $5, $6)",
-        )))
-        .bind(query.state.map(StateFilter::as_str))
-        .bind(query.kind.as_deref())
-        .bind(query.group.as_deref())
-        .bind(query.after.map(JobId::get))
-        .bind(i32::try_from(query.limit).unwrap_or(100))
-        .bind(query.queue.as_deref())
-        .persistent(self.statements.persistent())
-        .fetch_all(executor)
-        .await
-        .map_err(DatabaseError::new)?;
+        let filter = JobsFilter {
+            state: query.state.map(StateFilter::as_str),
+            kind: query.kind.as_deref(),
+            group: query.group.as_deref(),
+            after: query.after.map(JobId::get),
+            limit: i32::try_from(query.limit).unwrap_or(100),
+            queue: query.queue.as_deref(),
+        };
+        let rows = self
+            .store
+            .jobs_list(executor, &filter)
+            .await
+            .map_err(DatabaseError::new)?;
         let mut jobs = Vec::with_capacity(rows.len());
         let mut next = None;
         for row in rows {
@@ -271,16 +270,11 @@ impl Queue {
                 "schedules are listed 1 to 1,000 a page",
             ));
         }
-        let rows: Vec<ScheduleRow> = sqlx::query_as(AssertSqlSafe(self.schema.render(
-            "SELECT name, spec, last_tick, next_tick, updated_at, total
-               FROM @schema@.harel_schedules(NULL, $1, $2)",
-        )))
-        .bind(query.after.as_deref())
-        .bind(query.limit as i32)
-        .persistent(self.statements.persistent())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(DatabaseError::new)?;
+        let rows = self
+            .store
+            .schedules_list(&self.pool, query.after.as_deref(), query.limit as i32)
+            .await
+            .map_err(DatabaseError::new)?;
         let total = rows
             .first()
             .map_or(0, |row| u64::try_from(row.5).unwrap_or(0));
@@ -314,20 +308,15 @@ impl Queue {
     /// # Errors
     /// [`QueueError::Database`].
     pub async fn delete_schedule(&self, name: &str) -> Result<bool, QueueError> {
-        sqlx::query_scalar(AssertSqlSafe(
-            self.schema
-                .render("SELECT @schema@.harel_delete_schedule($1)"),
-        ))
-        .bind(name)
-        .persistent(self.statements.persistent())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|error| DatabaseError::new(error).into())
+        self.store
+            .schedule_delete(&self.pool, name)
+            .await
+            .map_err(|error| DatabaseError::new(error).into())
     }
 
     /// The queue's dead letters.
     pub fn dead_letters(&self) -> DeadLetters {
-        DeadLetters::new(self.schema.clone())
+        DeadLetters::new(self.schema().clone())
     }
 
     /// The queue's depth and state counts ([`QueueStats`]).
@@ -335,13 +324,13 @@ impl Queue {
     /// # Errors
     /// [`DatabaseError`] if it cannot be read.
     pub async fn stats(&self) -> Result<QueueStats, DatabaseError> {
-        QueueStats::fetch(&self.pool, &self.schema).await
+        QueueStats::read(&self.store, &self.pool).await
     }
 
     /// A worker pool for this queue, sharing `state` with its handlers: register job
     /// types, then `build()` and `start()`.
     pub fn worker<S: Send + Sync + 'static>(&self, state: S) -> WorkerBuilder<S> {
-        crate::worker::Worker::builder(self.pool.clone(), state).schema(self.schema.clone())
+        crate::worker::Worker::builder(self.pool.clone(), state).schema(self.schema().clone())
     }
 
     async fn cancel_one(
@@ -350,17 +339,11 @@ impl Queue {
         reason: Option<&str>,
         keep_ms: i64,
     ) -> Result<CancelOutcome, QueueError> {
-        let outcome: String = sqlx::query_scalar(AssertSqlSafe(
-            self.schema
-                .render("SELECT @schema@.harel_cancel($1, $2, $3)"),
-        ))
-        .bind(id.get())
-        .bind(reason)
-        .bind(keep_ms)
-        .persistent(self.statements.persistent())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(DatabaseError::new)?;
+        let outcome = self
+            .store
+            .job_cancel(&self.pool, id.get(), reason, keep_ms)
+            .await
+            .map_err(DatabaseError::new)?;
         CancelOutcome::parse(&outcome).ok_or(QueueError::UnexpectedReply)
     }
 
@@ -370,24 +353,16 @@ impl Queue {
         reason: Option<&str>,
         keep_ms: i64,
     ) -> Result<CancelOutcome, QueueError> {
-        crate::transport::validate_group(group).map_err(|_| {
+        validate_group(group).map_err(|_| {
             QueueError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
         })?;
         let mut tx = self.pool.begin().await.map_err(DatabaseError::new)?;
         let mut cancelled: u64 = 0;
         let mut requested = false;
         loop {
-            let (now, running, remaining): (i32, bool, bool) =
-                sqlx::query_as(AssertSqlSafe(self.schema.render(
-                    "SELECT cancelled, requested, remaining
-                       FROM @schema@.harel_cancel_group($1, $2, $3, $4)",
-                )))
-                .bind(group)
-                .bind(reason)
-                .bind(keep_ms)
-                .bind(GROUP_CANCEL_STEP)
-                .persistent(self.statements.persistent())
-                .fetch_one(&mut *tx)
+            let (now, running, remaining) = self
+                .store
+                .group_cancel_step(&mut *tx, group, reason, keep_ms, GROUP_CANCEL_STEP)
                 .await
                 .map_err(DatabaseError::new)?;
             cancelled += u64::try_from(now).unwrap_or(0);
@@ -403,20 +378,6 @@ impl Queue {
         })
     }
 }
-
-/// A row of `harel_schedules`: name, spec, last tick, next tick, updated, total.
-type ScheduleRow = (
-    String,
-    String,
-    Option<DateTime<Utc>>,
-    Option<DateTime<Utc>>,
-    DateTime<Utc>,
-    i64,
-);
-
-/// The most schedules a schema holds (a new name past it is refused), and the most one
-/// [`Queue::schedules`] page lists.
-pub const MAX_SCHEDULES: u32 = 1_000;
 
 /// Which schedules [`Queue::schedules`] lists: a page by name.
 #[derive(Clone, Debug)]
@@ -735,7 +696,7 @@ impl JobInfo {
             state,
             kind,
             group,
-            queue: queue.unwrap_or_else(|| crate::transport::DEFAULT_QUEUE.to_owned()),
+            queue: queue.unwrap_or_else(|| DEFAULT_QUEUE.to_owned()),
             payload,
             priority: Priority::from_db(priority),
             attempts: u32::try_from(attempts).unwrap_or(0),
@@ -744,44 +705,6 @@ impl JobInfo {
         })
     }
 }
-
-/// A row of `harel_job`.
-type JobRow = (
-    String,
-    String,
-    String,
-    String,
-    Option<i16>,
-    Option<i32>,
-    Option<DateTime<Utc>>,
-    Option<DateTime<Utc>>,
-    Option<DateTime<Utc>>,
-    Option<DateTime<Utc>>,
-    Option<String>,
-    Option<String>,
-    Option<bool>,
-    Option<String>,
-);
-
-/// A row of `harel_list_jobs`: its id, then `harel_job`'s columns (all NULL in the cursor
-/// row).
-type ListRow = (
-    Option<i64>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<i16>,
-    Option<i32>,
-    Option<DateTime<Utc>>,
-    Option<DateTime<Utc>>,
-    Option<DateTime<Utc>>,
-    Option<DateTime<Utc>>,
-    Option<String>,
-    Option<String>,
-    Option<bool>,
-    Option<String>,
-);
 
 /// A listed job's row as `harel_job` gives it, if its columns are there.
 fn job_row(row: ListRow) -> Option<JobRow> {

@@ -4,13 +4,12 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use sqlx::AssertSqlSafe;
-
 use crate::error::{DatabaseError, QueueError};
 use crate::inspect::Count;
 use crate::queue::Queue;
-use crate::transport::{Priority, QUEUE_NAME_RULE, validate_queue_name};
+use crate::store::{DepthRow, QueueRow, QueueSettings};
+use crate::vocabulary::{Priority, QUEUE_NAME_RULE, validate_queue_name};
+use chrono::{DateTime, Utc};
 
 /// At most `starts` jobs of a queue start per `per`, across every worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,18 +94,6 @@ impl QueueInfo {
     }
 }
 
-type QueueRow = (
-    String,
-    Option<DateTime<Utc>>,
-    Option<i32>,
-    Option<i32>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-    Option<bool>,
-    Option<DateTime<Utc>>,
-);
-
 /// How deep one named queue is at one priority level, by state, as [`Queue::depth`] reads
 /// it. Counted in groups, each by its first job (the one that runs next; the jobs behind it
 /// in its group wait for it): for jobs without a group, one group is one job.
@@ -129,8 +116,6 @@ pub struct LevelDepth {
     /// Since when the longest waiting ready group has been claimable (`None`: none is).
     pub oldest_ready_at: Option<DateTime<Utc>>,
 }
-
-type DepthRow = (String, i16, i64, i64, i64, i64, bool, Option<DateTime<Utc>>);
 
 fn level_depth(row: DepthRow) -> LevelDepth {
     let (queue, priority, ready, running, retrying, scheduled, exact, oldest_ready_at) = row;
@@ -162,15 +147,11 @@ impl Queue {
     /// # Errors
     /// [`QueueError::Database`].
     pub async fn depth(&self) -> Result<Vec<LevelDepth>, QueueError> {
-        let rows: Vec<DepthRow> = sqlx::query_as(AssertSqlSafe(self.schema().render(
-            "SELECT queue, priority, ready, running, retrying, scheduled, counts_exact,
-                    oldest_ready_at
-               FROM @schema@.harel_depth()",
-        )))
-        .persistent(self.prepared().persistent())
-        .fetch_all(self.pool())
-        .await
-        .map_err(DatabaseError::new)?;
+        let rows = self
+            .store()
+            .queues_depth(self.pool())
+            .await
+            .map_err(DatabaseError::new)?;
         Ok(rows.into_iter().map(level_depth).collect())
     }
 
@@ -181,7 +162,12 @@ impl Queue {
     /// # Errors
     /// [`QueueError::Database`].
     pub async fn queues(&self) -> Result<Vec<QueueInfo>, QueueError> {
-        Ok(queues_on(self.pool(), self.schema(), self.prepared().persistent()).await?)
+        let rows = self
+            .store()
+            .queues_list(self.pool())
+            .await
+            .map_err(DatabaseError::new)?;
+        Ok(rows.into_iter().map(queue_info).collect())
     }
 
     /// Pauses the named queue: no worker starts its jobs until it is resumed (each worker's
@@ -252,41 +238,21 @@ impl Queue {
             }
             None => None,
         };
-        let row: QueueRow = sqlx::query_as(AssertSqlSafe(self.schema().render(
-            "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms,
-                    NULL::bigint, NULL::bigint, NULL::boolean, NULL::timestamptz
-               FROM @schema@.harel_set_queue($1, $2, $3, $4, $5, $6)",
-        )))
-        .bind(queue)
-        .bind(paused)
-        .bind(limits.is_some())
-        .bind(concurrency)
-        .bind(rate.map(|(starts, _)| starts))
-        .bind(rate.map(|(_, per)| per))
-        .persistent(self.prepared().persistent())
-        .fetch_one(self.pool())
-        .await
-        .map_err(DatabaseError::new)?;
+        let settings = QueueSettings {
+            queue,
+            paused,
+            set_limits: limits.is_some(),
+            concurrency,
+            rate: rate.map(|(starts, _)| starts),
+            rate_period_ms: rate.map(|(_, per)| per),
+        };
+        let row = self
+            .store()
+            .queue_set(self.pool(), &settings)
+            .await
+            .map_err(DatabaseError::new)?;
         Ok(queue_info(row))
     }
-}
-
-/// [`Queue::queues`] on `executor` (the depth sampler's own connection, too).
-pub(crate) async fn queues_on<'e, E: sqlx::PgExecutor<'e>>(
-    executor: E,
-    schema: &crate::Schema,
-    persistent: bool,
-) -> Result<Vec<QueueInfo>, DatabaseError> {
-    let rows: Vec<QueueRow> = sqlx::query_as(AssertSqlSafe(schema.render(
-        "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms, ready,
-                running, counts_exact, oldest_ready_at
-           FROM @schema@.harel_queues()",
-    )))
-    .persistent(persistent)
-    .fetch_all(executor)
-    .await
-    .map_err(DatabaseError::new)?;
-    Ok(rows.into_iter().map(queue_info).collect())
 }
 
 fn queue_info(row: QueueRow) -> QueueInfo {

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::ConfigError;
+use crate::vocabulary::MAX_SCHEMA_NAME_BYTES;
 
 /// The name of the PostgreSQL schema holding the queue's tables and functions.
 ///
@@ -32,7 +33,7 @@ impl Schema {
 
     /// The longest schema name accepted, in bytes: 48. PostgreSQL allows 63, and the
     /// NOTIFY channel's name is the schema's with a suffix.
-    pub const MAX_NAME_BYTES: usize = 48;
+    pub const MAX_NAME_BYTES: usize = MAX_SCHEMA_NAME_BYTES;
 
     /// Validates a schema name.
     ///

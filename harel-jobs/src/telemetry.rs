@@ -11,8 +11,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::worker::outcome::Outcome;
-
 /// Counter: jobs enqueued (not duplicates of unique jobs), by `kind` and `queue`. Counted
 /// when the enqueue returns: a job enqueued in a transaction that rolls back is counted too.
 pub const ENQUEUED: &str = "harel_jobs_enqueued_total";
@@ -117,18 +115,22 @@ pub(crate) fn claimed(labels: &Labels) {
     counter!(CLAIMED, labels);
 }
 
-/// An outcome was written as decided.
-pub(crate) fn settled(labels: &Labels, outcome: &Outcome) {
-    match outcome {
-        Outcome::Succeeded => counter!(SUCCEEDED, labels),
-        Outcome::Retry { .. } => counter!(RETRIED, labels),
-        Outcome::Snooze(_) => counter!(SNOOZED, labels),
-        Outcome::Dead { .. } => counter!(DEAD_LETTERED, labels),
-        Outcome::Released { .. } => {}
-    }
+/// A job completed (its outcome written as decided).
+pub(crate) fn succeeded(labels: &Labels) {
+    counter!(SUCCEEDED, labels);
 }
 
-/// A job became a dead letter other than as decided (its outcome was refused).
+/// A failed attempt is to be retried (its outcome written as decided).
+pub(crate) fn retried(labels: &Labels) {
+    counter!(RETRIED, labels);
+}
+
+/// An attempt was snoozed by its handler (its outcome written as decided).
+pub(crate) fn snoozed(labels: &Labels) {
+    counter!(SNOOZED, labels);
+}
+
+/// A job became a dead letter: as decided, or because its outcome was refused.
 pub(crate) fn dead_lettered(labels: &Labels) {
     counter!(DEAD_LETTERED, labels);
 }
@@ -163,33 +165,29 @@ pub(crate) fn settle_round_trip(took: Duration) {
     histogram!(SETTLE_DURATION, took);
 }
 
-/// The depth of the queue in `schema`, as sampled.
+/// The depth of the queue in `schema`, as sampled: its jobs `queued` and `dead`, its
+/// `groups` and the `claimable` ones.
 #[cfg(feature = "metrics")]
-pub(crate) fn depth(schema: &crate::Schema, stats: &crate::QueueStats) {
-    let schema = schema.name().to_owned();
-    let gauge = |name: &'static str, state: &'static str, value: crate::Count| {
-        ::metrics::gauge!(name, "schema" => schema.clone(), "state" => state)
-            .set(value.value() as f64);
+pub(crate) fn depth(schema: &str, queued: i64, dead: i64, groups: i64, claimable: i64) {
+    let gauge = |name: &'static str, state: &'static str, value: i64| {
+        ::metrics::gauge!(name, "schema" => schema.to_owned(), "state" => state).set(value as f64);
     };
-    gauge(DEPTH, "queued", stats.jobs);
-    gauge(DEPTH, "dead", stats.dead_letters);
-    gauge(GROUPS, "all", stats.groups);
-    gauge(GROUPS, "claimable", stats.claimable_groups);
+    gauge(DEPTH, "queued", queued);
+    gauge(DEPTH, "dead", dead);
+    gauge(GROUPS, "all", groups);
+    gauge(GROUPS, "claimable", claimable);
 }
 
-/// The ready and running jobs of each named queue in `schema`, as sampled.
+/// The ready and running jobs of the named queue `queue` in `schema`, as sampled.
 #[cfg(feature = "metrics")]
-pub(crate) fn queue_depth(schema: &crate::Schema, queues: &[crate::QueueInfo]) {
-    let schema = schema.name().to_owned();
-    for queue in queues {
-        for (state, value) in [("ready", queue.ready), ("running", queue.running)] {
-            ::metrics::gauge!(
-                QUEUE_DEPTH,
-                "schema" => schema.clone(),
-                "queue" => queue.name.clone(),
-                "state" => state
-            )
-            .set(value.value() as f64);
-        }
+pub(crate) fn queue_depth(schema: &str, queue: &str, ready: i64, running: i64) {
+    for (state, value) in [("ready", ready), ("running", running)] {
+        ::metrics::gauge!(
+            QUEUE_DEPTH,
+            "schema" => schema.to_owned(),
+            "queue" => queue.to_owned(),
+            "state" => state
+        )
+        .set(value as f64);
     }
 }

@@ -100,14 +100,15 @@ use std::fmt;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Acquire, AssertSqlSafe, Connection, PgConnection, PgPool, Postgres};
+use sqlx::{Acquire, Connection, PgConnection, PgPool, Postgres};
 
-use crate::enqueue::JobId;
 use crate::error::{ConfigError, DatabaseError, MigrateError, QueueError, TransportError};
 use crate::job::Job;
 use crate::queue::{JobInfo, JobQuery, Queue, StateFilter};
 use crate::schema::Schema;
+use crate::store::{Store, session};
 use crate::transport::LeaseOutcome;
+use crate::vocabulary::JobId;
 use crate::worker::inline::{self, Inline};
 use crate::worker::{Worker, WorkerBuilder};
 
@@ -364,7 +365,7 @@ impl TestQueue {
         let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
         let mut query = JobQuery::new()
             .state(StateFilter::Queued)
-            .limit(crate::queue::MAX_PAGE);
+            .limit(crate::vocabulary::MAX_PAGE);
         if let Some(kind) = kind {
             query = query.kind(kind);
         }
@@ -388,9 +389,9 @@ impl TestQueue {
     /// # Errors
     /// [`TestError::Database`]; the schema is then dropped on drop, best effort.
     pub async fn cleanup(mut self) -> Result<(), TestError> {
-        let statement = drop_statement(self.queue.schema());
-        sqlx::query(AssertSqlSafe(statement))
-            .execute(self.queue.pool())
+        self.queue
+            .store()
+            .schema_drop(self.queue.pool())
             .await
             .map_err(DatabaseError::new)?;
         self.cleaned = true;
@@ -399,10 +400,6 @@ impl TestQueue {
         }
         Ok(())
     }
-}
-
-fn drop_statement(schema: &Schema) -> String {
-    format!("DROP SCHEMA IF EXISTS {} CASCADE", schema.quoted())
 }
 
 impl Drop for TestQueue {
@@ -414,7 +411,7 @@ impl Drop for TestQueue {
             return;
         }
         let options = self.queue.pool().connect_options().as_ref().clone();
-        let statement = drop_statement(self.queue.schema());
+        let store = self.queue.store().clone();
         let (done, wait) = std::sync::mpsc::channel::<()>();
         let spawned = std::thread::Builder::new()
             .name("harel-test-cleanup".to_owned())
@@ -425,7 +422,7 @@ impl Drop for TestQueue {
                 else {
                     return;
                 };
-                runtime.block_on(drop_schema(options, statement));
+                runtime.block_on(drop_schema(options, store));
                 let _ = done.send(());
             });
         if spawned.is_ok() {
@@ -435,17 +432,13 @@ impl Drop for TestQueue {
 }
 
 /// Drops the schema, retrying while locks held by the test's transactions make it wait.
-async fn drop_schema(options: PgConnectOptions, statement: String) {
+async fn drop_schema(options: PgConnectOptions, store: Store) {
     let deadline = tokio::time::Instant::now() + DROP_RETRY_FOR;
     loop {
         let attempt = async {
             let mut connection = PgConnection::connect_with(&options).await?;
-            sqlx::query("SET lock_timeout = '1s'")
-                .execute(&mut connection)
-                .await?;
-            sqlx::query(AssertSqlSafe(statement.as_str()))
-                .execute(&mut connection)
-                .await?;
+            session::lock_timeout_set(&mut connection, Duration::from_secs(1)).await?;
+            store.schema_drop(&mut connection).await?;
             connection.close().await
         };
         match attempt.await {

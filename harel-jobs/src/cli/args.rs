@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
-use crate::enqueue::JobId;
 use crate::groups::GroupRank;
 use crate::queue::StateFilter;
+use crate::vocabulary::JobId;
 
 /// The examples under `harel-jobs --help`.
 const EXAMPLES: &str = "\

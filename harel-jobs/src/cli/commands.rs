@@ -19,11 +19,11 @@ use super::output::{
 };
 use crate::connect::{ConnectConfig, connect_with};
 use crate::dead_letters::{DeadLetter, DeadLetterQuery};
-use crate::enqueue::JobId;
 use crate::groups::{GroupQuery, GroupRank};
 use crate::migrate::{SCHEMA_VERSION, check_schema};
 use crate::queue::{CancelOutcome, JobQuery, Queue, ScheduleQuery, StateFilter};
 use crate::schema::Schema;
+use crate::vocabulary::JobId;
 
 /// Where results go: JSON (one object) or text for people, on stdout.
 pub(crate) struct Printer {

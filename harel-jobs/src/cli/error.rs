@@ -1,9 +1,9 @@
 //! What can go wrong in the command line, and the exit code each failure gives.
 
-use crate::enqueue::JobId;
 use crate::error::{
     ConfigError, ConnectError, DatabaseError, MigrateError, MissingPrivilege, QueueError,
 };
+use crate::vocabulary::JobId;
 
 /// Why a command failed. Messages are lowercase and never hold the database password.
 #[derive(Debug, thiserror::Error)]

@@ -9,8 +9,8 @@ use rand::Rng as _;
 
 use super::html::query_value;
 use super::{Ctx, PageError};
-use crate::enqueue::JobId;
 use crate::queue::CancelOutcome;
+use crate::vocabulary::JobId;
 
 /// A new CSRF token: 32 random bytes, in hex.
 pub(crate) fn new_csrf_token() -> String {

@@ -11,11 +11,11 @@ use super::html::{
 };
 use super::{Ctx, PageError};
 use crate::dead_letters::{DeadLetter, DeadLetterQuery};
-use crate::enqueue::JobId;
 use crate::groups::{GroupInfo, GroupQuery, GroupRank};
 use crate::inspect::Count;
 use crate::queue::{JobInfo, JobQuery, JobState, ScheduleQuery, StateFilter};
 use crate::queue_control::LevelDepth;
+use crate::vocabulary::JobId;
 
 /// Rows a list page shows.
 const PAGE_SIZE: u32 = 50;

@@ -5,7 +5,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::message::Priority;
+use crate::vocabulary::Priority;
 
 /// The fencing token of one claim. Every write a lease holder makes (ack, nack, extend) is
 /// applied only while the group is still leased to this token.

@@ -3,128 +3,13 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::error::{InvalidMessage, InvalidPriority};
-
-/// The longest group id accepted, in bytes (it is indexed; PostgreSQL's B-tree entries are
-/// limited to about 2.7 kB).
-pub const MAX_GROUP_BYTES: usize = 1024;
-/// The longest job kind accepted, in bytes.
-pub const MAX_KIND_BYTES: usize = 255;
-/// The longest unique key accepted, in bytes (it is indexed).
-pub const MAX_UNIQUE_KEY_BYTES: usize = 1024;
-/// The largest payload accepted, in bytes of JSON text (4 MiB). Queues carry references to
-/// large data, not the data.
-pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
-
-/// The most messages one batch may hold: 100,000. Applies to
-/// [`Transport::publish_many`](super::Transport::publish_many), `JobBatch::enqueue` and the
-/// `enqueue_many` of `#[job]` types; split larger batches (each batch is one statement,
-/// assembled in memory on both sides).
-pub const MAX_BATCH_MESSAGES: usize = 100_000;
-/// The most bytes one batch may carry, counting every message's payload, group id and kind:
-/// 64 MiB (16 payloads of the largest size). The batch is bound as arrays of one statement,
-/// which the driver and the server each hold in memory, several times over, until it is
-/// written: a 1 GiB batch takes gigabytes of memory and ends in a reset connection. Split
-/// larger batches.
-pub const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
-
-/// The queue a job goes to unless it names another: every job before named queues
-/// existed, and the queue a worker pool serves unless it names its queues.
-pub const DEFAULT_QUEUE: &str = "default";
-/// The longest trace context accepted, in bytes: a W3C `traceparent` (55 characters), and
-/// a line feed and `tracestate` if the trace has one
-/// ([`OutgoingMessage::trace_context`]).
-pub const MAX_TRACE_CONTEXT_BYTES: usize = 1024;
-/// The longest queue name accepted, in characters.
-pub const MAX_QUEUE_NAME_LEN: usize = 64;
-/// The queue-name rule, as errors state it.
-pub(crate) const QUEUE_NAME_RULE: &str =
-    "queue names are 1 to 64 ASCII letters, digits, '_', '-', '.' or ':'";
-
-/// Checks a queue name: 1 to [`MAX_QUEUE_NAME_LEN`] ASCII letters, digits, `_`, `-`, `.`
-/// or `:` (the same rule as `harel_ensure_queue`).
-pub(crate) fn validate_queue_name(name: &str) -> Result<(), InvalidMessage> {
-    let valid = !name.is_empty()
-        && name.len() <= MAX_QUEUE_NAME_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
-    if valid {
-        Ok(())
-    } else {
-        Err(InvalidMessage::InvalidQueueName {
-            max: MAX_QUEUE_NAME_LEN,
-        })
-    }
-}
-
-/// A group's priority: 0 (lowest) to 4 (highest).
-///
-/// Claims serve the highest priority first and round-robin among the groups of one
-/// priority; a worker may also set a floor below which it takes nothing. A group's priority
-/// is the one of the message that created it; messages published into an existing group
-/// do not change it.
-///
-/// ```
-/// use harel_jobs::Priority;
-/// assert_eq!(Priority::default(), Priority::NORMAL);
-/// assert_eq!(Priority::new(4).unwrap(), Priority::HIGHEST);
-/// assert!(Priority::new(5).is_err());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "u8", into = "u8")]
-pub struct Priority(u8);
-
-impl Priority {
-    /// 0, the lowest.
-    pub const LOWEST: Priority = Priority(0);
-    /// 2, the default.
-    pub const NORMAL: Priority = Priority(2);
-    /// 4, the highest.
-    pub const HIGHEST: Priority = Priority(4);
-
-    /// A priority from 0 to 4.
-    ///
-    /// # Errors
-    /// [`InvalidPriority`] above 4.
-    pub const fn new(value: u8) -> Result<Self, InvalidPriority> {
-        if value <= 4 {
-            Ok(Self(value))
-        } else {
-            Err(InvalidPriority(value))
-        }
-    }
-
-    /// Its value, 0 to 4.
-    pub const fn get(self) -> u8 {
-        self.0
-    }
-
-    pub(crate) fn from_db(value: i16) -> Self {
-        Self(value.clamp(0, 4) as u8)
-    }
-}
-
-impl Default for Priority {
-    fn default() -> Self {
-        Self::NORMAL
-    }
-}
-
-impl TryFrom<u8> for Priority {
-    type Error = InvalidPriority;
-    fn try_from(value: u8) -> Result<Self, InvalidPriority> {
-        Self::new(value)
-    }
-}
-
-impl From<Priority> for u8 {
-    fn from(p: Priority) -> u8 {
-        p.0
-    }
-}
+use crate::vocabulary::{
+    DEFAULT_QUEUE, InvalidMessage, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_TRACE_CONTEXT_BYTES,
+    Priority, delay_millis, is_own_group, is_trace_context, validate_group, validate_kind,
+    validate_payload_size, validate_queue_name, validate_unique_key,
+};
 
 /// When a message may start.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -232,7 +117,7 @@ impl OutgoingMessage {
         self
     }
 
-    /// Makes the message unique under `key` (1 to [`MAX_UNIQUE_KEY_BYTES`] bytes): it is
+    /// Makes the message unique under `key` (1 to [`MAX_UNIQUE_KEY_BYTES`](super::MAX_UNIQUE_KEY_BYTES) bytes): it is
     /// published only if no message holding `key` is queued (nor, with `hold`, completed
     /// less than `hold` ago); otherwise [`Transport::publish_many_outcomes`](super::Transport::publish_many_outcomes)
     /// reports it as [`Published::Duplicate`](super::Published::Duplicate) and nothing is
@@ -242,7 +127,7 @@ impl OutgoingMessage {
         self
     }
 
-    /// Puts the message in the named queue (1 to [`MAX_QUEUE_NAME_LEN`] letters, digits,
+    /// Puts the message in the named queue (1 to [`MAX_QUEUE_NAME_LEN`](super::MAX_QUEUE_NAME_LEN) letters, digits,
     /// `_`, `-`, `.` or `:`), created by the first message into it. A group belongs to the
     /// queue of the message that created it: publishing into an existing group of another
     /// queue fails ([`PublishError::GroupInAnotherQueue`](crate::PublishError::GroupInAnotherQueue)).
@@ -270,7 +155,7 @@ impl OutgoingMessage {
     }
 
     /// Puts the message in a group of its own, named when it is published after its seq
-    /// (`own:` and the seq in 19 digits: [`own_group`]), instead of the group it was made
+    /// (`own:` and the seq in 19 digits: [`own_group`](super::own_group)), instead of the group it was made
     /// with. Cheaper than a group id of the caller's: the queue finds the job by its id
     /// through the group's key, with no second index.
     pub fn in_own_group(mut self) -> Self {
@@ -304,17 +189,8 @@ impl OutgoingMessage {
                 return Err(InvalidMessage::ReservedGroup);
             }
         }
-        if self.kind.is_empty() || self.kind.len() > MAX_KIND_BYTES || self.kind.contains('\0') {
-            return Err(InvalidMessage::InvalidKind {
-                max: MAX_KIND_BYTES,
-            });
-        }
-        if self.payload.len() > MAX_PAYLOAD_BYTES {
-            return Err(InvalidMessage::PayloadTooLarge {
-                len: self.payload.len(),
-                max: MAX_PAYLOAD_BYTES,
-            });
-        }
+        validate_kind(&self.kind)?;
+        validate_payload_size(self.payload.len())?;
         if !self.payload_is_json {
             serde_json::from_str::<serde::de::IgnoredAny>(&self.payload)
                 .map_err(InvalidMessage::PayloadNotJson)?;
@@ -326,18 +202,14 @@ impl OutgoingMessage {
             validate_queue_name(queue)?;
         }
         if let Some(context) = &self.trace_context
-            && !crate::trace_context::is_valid(context)
+            && !is_trace_context(context)
         {
             return Err(InvalidMessage::InvalidTraceContext {
                 max: MAX_TRACE_CONTEXT_BYTES,
             });
         }
         if let Some((key, hold)) = &self.unique {
-            if key.is_empty() || key.len() > MAX_UNIQUE_KEY_BYTES || key.contains('\0') {
-                return Err(InvalidMessage::InvalidUniqueKey {
-                    max: MAX_UNIQUE_KEY_BYTES,
-                });
-            }
+            validate_unique_key(key)?;
             if let Some(hold) = hold {
                 delay_millis(*hold)?;
             }
@@ -369,67 +241,13 @@ pub(crate) fn validate_batch(messages: &[OutgoingMessage]) -> Result<(), Invalid
     Ok(())
 }
 
-/// The id of the group of its own that the message with `seq` gets when it is published
-/// without a group ([`OutgoingMessage::in_own_group`]): `own:` and the seq in 19 digits, so
-/// that these ids sort as their seqs do (`harel_publish` computes the same).
-///
-/// ```
-/// assert_eq!(harel_jobs::transport::own_group(42), "own:0000000000000000042");
-/// ```
-pub fn own_group(seq: i64) -> String {
-    format!("own:{seq:019}")
-}
-
-/// Whether `group` has the form [`own_group`] gives: a caller cannot enqueue into such a
-/// group (`harel_publish` takes one from a raw call as no group at all), so the database
-/// can insert the groups of a batch of jobs without a group knowing that none exists yet.
-fn is_own_group(group: &str) -> bool {
-    group
-        .strip_prefix("own:")
-        .is_some_and(|digits| digits.len() == 19 && digits.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// Checks a group id: 1 to [`MAX_GROUP_BYTES`] bytes, no NUL.
-pub(crate) fn validate_group(group: &str) -> Result<(), InvalidMessage> {
-    if group.is_empty() {
-        return Err(InvalidMessage::EmptyGroup);
-    }
-    if group.len() > MAX_GROUP_BYTES {
-        return Err(InvalidMessage::GroupTooLong {
-            len: group.len(),
-            max: MAX_GROUP_BYTES,
-        });
-    }
-    if group.contains('\0') {
-        return Err(InvalidMessage::NulInGroup);
-    }
-    Ok(())
-}
-
-/// The longest delay the queue accepts: 100 years of 365.25 days (PostgreSQL's intervals
-/// hold about 290,000; the functions refuse more than this).
-pub const MAX_DELAY: Duration = Duration::from_millis(3_155_760_000_000);
-
-/// A delay in whole milliseconds, rounded up so a delay is never shortened.
-pub(crate) fn delay_millis(delay: Duration) -> Result<i64, InvalidMessage> {
-    let millis = delay.as_nanos().div_ceil(1_000_000);
-    if millis > MAX_DELAY.as_millis() {
-        return Err(InvalidMessage::DelayTooLong);
-    }
-    Ok(millis as i64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocabulary::{MAX_GROUP_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, own_group};
 
     fn message(group: &str, payload: &str) -> OutgoingMessage {
         OutgoingMessage::new(group, "kind", payload)
-    }
-
-    #[test]
-    fn the_queue_name_rule_states_the_limit() {
-        assert!(QUEUE_NAME_RULE.contains(&format!(" {MAX_QUEUE_NAME_LEN} ")));
     }
 
     #[test]
@@ -511,13 +329,6 @@ mod tests {
     }
 
     #[test]
-    fn delays_round_up_and_are_bounded() {
-        assert_eq!(delay_millis(Duration::from_micros(1)).unwrap(), 1);
-        assert_eq!(delay_millis(Duration::from_secs(2)).unwrap(), 2000);
-        assert!(delay_millis(Duration::from_secs(u64::MAX)).is_err());
-    }
-
-    #[test]
     fn batch_limits() {
         let small = vec![message("g", "{}"); MAX_BATCH_MESSAGES];
         assert!(validate_batch(&small).is_ok());
@@ -541,14 +352,5 @@ mod tests {
                 if len == MAX_BATCH_BYTES + 1
         ));
         assert!(validate_batch(&[]).is_ok());
-    }
-
-    #[test]
-    fn priority_range() {
-        assert_eq!(Priority::new(0).unwrap(), Priority::LOWEST);
-        assert_eq!(Priority::new(5), Err(InvalidPriority(5)));
-        assert_eq!(Priority::try_from(255), Err(InvalidPriority(255)));
-        assert!(serde_json::from_str::<Priority>("7").is_err());
-        assert_eq!(serde_json::to_string(&Priority::HIGHEST).unwrap(), "4");
     }
 }

@@ -33,22 +33,19 @@ mod message;
 mod settlement;
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use sqlx::postgres::PgArguments;
-use sqlx::query::QueryAs;
-use sqlx::{AssertSqlSafe, PgExecutor, Postgres};
-use uuid::Uuid;
+use sqlx::PgExecutor;
 
 pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
-pub use message::{
-    DEFAULT_QUEUE, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_GROUP_BYTES, MAX_KIND_BYTES,
-    MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME_LEN, MAX_TRACE_CONTEXT_BYTES, MAX_UNIQUE_KEY_BYTES,
-    OutgoingMessage, Priority, Schedule, own_group,
+pub use message::{OutgoingMessage, Schedule};
+
+use crate::vocabulary::delay_millis;
+pub use crate::vocabulary::{
+    DEFAULT_QUEUE, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_ERROR_BYTES,
+    MAX_GROUP_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME_LEN,
+    MAX_TRACE_CONTEXT_BYTES, MAX_UNIQUE_KEY_BYTES, Priority, own_group,
 };
-pub(crate) use message::{QUEUE_NAME_RULE, delay_millis, validate_group, validate_queue_name};
 
 /// What a publish did with one message ([`Transport::publish_many_outcomes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,10 +65,12 @@ impl Published {
         }
     }
 }
-pub use settlement::{MAX_ERROR_BYTES, Receipt, Settlement, storable_error};
+pub use settlement::{Receipt, Settlement, storable_error};
 
 use crate::error::{PublishError, TransportError};
 use crate::schema::Schema;
+pub use crate::store::PreparedStatements;
+use crate::store::{Claim, LeaseColumns, Publish, Settle, Store};
 
 /// What a claim asks for.
 #[derive(Clone, Debug)]
@@ -139,80 +138,11 @@ impl ClaimRequest {
     }
 }
 
-/// How the statements harel-jobs sends are prepared on the server.
-///
-/// sqlx prepares a statement under a name the first time a connection runs it, keeps it in
-/// the connection's cache, and afterwards only binds and executes it: one round trip per
-/// call. A transaction pooler such as PgBouncer in `pool_mode = transaction` hands each
-/// transaction (and each statement outside one) to whichever server connection is free, so
-/// a statement prepared on one server connection is missing on the next ("prepared
-/// statement \"sqlx_s_1\" does not exist", or "already exists" for another client) unless the
-/// pooler tracks prepared statements itself (PgBouncer 1.21 and later, with
-/// `max_prepared_statements` above zero).
-///
-/// Behind a pooler that does not (Debian 12's PgBouncer 1.18, for one), use
-/// [`Unnamed`](Self::Unnamed) and run each call inside a transaction: sqlx parses an unnamed
-/// statement in one exchange and binds it in the next, and only a transaction keeps both on
-/// one server connection. See the README's "Behind PgBouncer".
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum PreparedStatements {
-    /// Named and cached per connection (sqlx's default): one round trip per call. For a
-    /// direct connection, a session pooler, or a transaction pooler that tracks prepared
-    /// statements.
-    #[default]
-    Cached,
-    /// Unnamed, parsed again at each call: one more round trip per call, nothing kept on
-    /// the server connection. For transaction poolers that do not track prepared
-    /// statements; each call must then run inside a transaction.
-    Unnamed,
-}
-
-impl PreparedStatements {
-    /// Whether sqlx may keep the statement (`Query::persistent`).
-    pub(crate) fn persistent(self) -> bool {
-        matches!(self, Self::Cached)
-    }
-}
-
-/// The SQL of each operation, rendered once for a schema.
-#[derive(Debug)]
-struct Statements {
-    publish: Arc<str>,
-    claim: Arc<str>,
-    settle: Arc<str>,
-    extend: Arc<str>,
-}
-
-impl Statements {
-    fn new(schema: &Schema) -> Self {
-        let render = |sql: &str| Arc::<str>::from(schema.render(sql));
-        Self {
-            publish: render(
-                "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) AS s",
-            ),
-            claim: render(
-                "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at, trace_context \
-                 FROM @schema@.harel_claim($1, $2, $3, $4, $5, $6, $7)",
-            ),
-            settle: render(
-                "SELECT seq, outcome \
-                 FROM @schema@.harel_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            ),
-            extend: render(
-                "SELECT seq, extended, cancel_requested FROM @schema@.harel_extend($1, $2, $3, $4)",
-            ),
-        }
-    }
-}
-
 /// The transport of one schema. Cheap to clone; holds no connection: every operation takes
 /// an executor (a pool, a connection, or an open transaction).
 #[derive(Clone, Debug)]
 pub struct Transport {
-    schema: Schema,
-    sql: Arc<Statements>,
-    persistent: bool,
+    store: Store,
 }
 
 impl Default for Transport {
@@ -221,39 +151,28 @@ impl Default for Transport {
     }
 }
 
-type ClaimRow = (
-    String,
-    i64,
-    String,
-    String,
-    i32,
-    i16,
-    DateTime<Utc>,
-    Option<String>,
-);
-
 impl Transport {
     /// The transport of the queue in `schema` (see [`migrate_schema`](crate::migrate_schema)).
     pub fn new(schema: Schema) -> Self {
-        let sql = Arc::new(Statements::new(&schema));
-        Self {
-            schema,
-            sql,
-            persistent: true,
-        }
+        Self::on(Store::new(schema, PreparedStatements::default()))
+    }
+
+    /// The transport over `store` (sharing its rendered statements and its policy).
+    pub(crate) fn on(store: Store) -> Self {
+        Self { store }
     }
 
     /// Sends its statements as `statements` says (default
     /// [`PreparedStatements::Cached`]); [`PreparedStatements::Unnamed`] behind a transaction
     /// pooler that does not track prepared statements.
     pub fn prepared_statements(mut self, statements: PreparedStatements) -> Self {
-        self.persistent = statements.persistent();
+        self.store = self.store.with_prepared(statements);
         self
     }
 
     /// The schema it works in.
     pub fn schema(&self) -> &Schema {
-        &self.schema
+        self.store.schema()
     }
 
     /// Appends a message to its group, creating the group if it has no messages.
@@ -311,71 +230,52 @@ impl Transport {
         }
         message::validate_batch(messages)?;
         let n = messages.len();
-        let mut groups = Vec::with_capacity(n);
-        let mut kinds = Vec::with_capacity(n);
-        let mut payloads = Vec::with_capacity(n);
-        let mut priorities = Vec::with_capacity(n);
-        let mut not_before: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(n);
-        let mut delays: Vec<Option<i64>> = Vec::with_capacity(n);
-        // NULL arrays unless some message is unique: the common publish binds nothing more
+        // NULL columns unless some message is unique, names a queue or carries a trace
+        // context (no feature: none does): the common publish binds nothing more
         let any_unique = messages.iter().any(|m| m.unique.is_some());
-        let mut unique_keys: Vec<Option<&str>> = Vec::new();
-        let mut unique_holds: Vec<Option<i64>> = Vec::new();
-        // and NULL unless some message names a queue
         let any_queue = messages.iter().any(|m| m.queue.is_some());
-        let mut queues: Vec<Option<&str>> = Vec::new();
-        // and NULL unless some message carries a trace context (no feature: none does)
         let any_trace = messages.iter().any(|m| m.trace_context.is_some());
-        let mut traces: Vec<Option<&str>> = Vec::new();
+        let mut batch = Publish {
+            groups: Vec::with_capacity(n),
+            kinds: Vec::with_capacity(n),
+            payloads: Vec::with_capacity(n),
+            priorities: Vec::with_capacity(n),
+            not_before: Vec::with_capacity(n),
+            delays: Vec::with_capacity(n),
+            unique_keys: any_unique.then(|| Vec::with_capacity(n)),
+            unique_holds: any_unique.then(|| Vec::with_capacity(n)),
+            queues: any_queue.then(|| Vec::with_capacity(n)),
+            trace_contexts: any_trace.then(|| Vec::with_capacity(n)),
+        };
         for message in messages {
             message.validate()?;
-            if any_unique {
+            if let (Some(keys), Some(holds)) = (&mut batch.unique_keys, &mut batch.unique_holds) {
                 let (key, hold) = match &message.unique {
                     Some((key, hold)) => (Some(key.as_str()), *hold),
                     None => (None, None),
                 };
-                unique_keys.push(key);
-                unique_holds.push(hold.map(delay_millis).transpose()?);
+                keys.push(key);
+                holds.push(hold.map(delay_millis).transpose()?);
             }
-            if any_queue {
+            if let Some(queues) = &mut batch.queues {
                 queues.push(message.queue.as_deref());
             }
-            if any_trace {
+            if let Some(traces) = &mut batch.trace_contexts {
                 traces.push(message.trace_context.as_deref());
             }
-            groups.push(message.group.as_deref());
-            kinds.push(message.kind.as_str());
-            payloads.push(message.payload.as_str());
-            priorities.push(i16::from(message.priority.get()));
-            match message.schedule {
-                Schedule::Now => {
-                    not_before.push(None);
-                    delays.push(None);
-                }
-                Schedule::After(delay) => {
-                    not_before.push(None);
-                    delays.push(Some(delay_millis(delay)?));
-                }
-                Schedule::At(at) => {
-                    not_before.push(Some(at));
-                    delays.push(None);
-                }
-            }
+            batch.groups.push(message.group.as_deref());
+            batch.kinds.push(message.kind.as_str());
+            batch.payloads.push(message.payload.as_str());
+            batch.priorities.push(i16::from(message.priority.get()));
+            let (not_before, delay) = match message.schedule {
+                Schedule::Now => (None, None),
+                Schedule::After(delay) => (None, Some(delay_millis(delay)?)),
+                Schedule::At(at) => (Some(at), None),
+            };
+            batch.not_before.push(not_before);
+            batch.delays.push(delay);
         }
-        let seqs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(self.sql.publish.clone()))
-            .bind(groups)
-            .bind(kinds)
-            .bind(payloads)
-            .bind(priorities)
-            .bind(not_before)
-            .bind(delays)
-            .bind(any_unique.then_some(unique_keys))
-            .bind(any_unique.then_some(unique_holds))
-            .bind(any_queue.then_some(queues))
-            .bind(any_trace.then_some(traces))
-            .persistent(self.persistent)
-            .fetch_all(executor)
-            .await?;
+        let seqs = self.store.jobs_publish(executor, batch).await?;
         if seqs.len() != n {
             return Err(PublishError::Database(crate::error::DatabaseError::new(
                 sqlx::Error::RowNotFound,
@@ -443,21 +343,20 @@ impl Transport {
             ));
         }
         let lease_ms = lease_millis(request.lease)?;
-        let rows: Vec<ClaimRow> = sqlx::query_as(AssertSqlSafe(self.sql.claim.clone()))
-            .bind(request.token.as_uuid())
-            .bind(lease_ms)
-            .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
-            .bind(i32::from(request.min_priority.get()))
-            .bind(hint)
-            .bind(request.queue.as_deref().unwrap_or(DEFAULT_QUEUE))
-            .bind(request.max_wait.map(|wait| {
+        let claim = Claim {
+            token: request.token.as_uuid(),
+            lease_ms,
+            limit: i32::try_from(request.limit).unwrap_or(i32::MAX),
+            min_priority: i32::from(request.min_priority.get()),
+            hint,
+            queue: request.queue.as_deref().unwrap_or(DEFAULT_QUEUE),
+            max_wait_ms: request.max_wait.map(|wait| {
                 i32::try_from(wait.as_millis())
                     .unwrap_or(i32::MAX)
                     .min(3_600_000)
-            }))
-            .persistent(self.persistent)
-            .fetch_all(executor)
-            .await?;
+            }),
+        };
+        let rows = self.store.jobs_claim(executor, &claim).await?;
         Ok(rows
             .into_iter()
             .map(
@@ -568,20 +467,24 @@ impl Transport {
         }
         let n = settlements.len();
         let mut seen = HashSet::with_capacity(n);
-        let leases = LeaseColumns::new(settlements.iter().map(|(lease, _)| lease));
-        let mut actions = Vec::with_capacity(n);
-        let mut delays: Vec<Option<i64>> = Vec::with_capacity(n);
-        let mut errors: Vec<Option<String>> = Vec::with_capacity(n);
-        let mut counted: Vec<Option<bool>> = Vec::with_capacity(n);
-        let mut attempts: Vec<Option<i32>> = Vec::with_capacity(n);
+        let leases = lease_columns(settlements.iter().map(|(lease, _)| lease));
+        let mut settle = Settle {
+            actions: Vec::with_capacity(n),
+            delays: Vec::with_capacity(n),
+            errors: Vec::with_capacity(n),
+            count_attempts: Vec::with_capacity(n),
+            attempts: Vec::with_capacity(n),
+            receipt: receipt.map(|r| r.id),
+            forget: receipt.and_then(|r| r.forget),
+        };
         for (lease, settlement) in settlements {
             if !seen.insert(lease) {
                 return Err(TransportError::InvalidArgument(
                     "a batch may settle each lease once",
                 ));
             }
-            actions.push(settlement.action());
-            errors.push(settlement.error());
+            settle.actions.push(settlement.action());
+            settle.errors.push(settlement.error());
             let (delay, count, made) = match settlement {
                 Settlement::Ack => (None, None, None),
                 Settlement::Retain { keep } => {
@@ -606,23 +509,15 @@ impl Transport {
                     (Some(millis), Some(*count_attempt), None)
                 }
             };
-            delays.push(delay);
-            counted.push(count);
-            attempts.push(made);
+            settle.delays.push(delay);
+            settle.count_attempts.push(count);
+            settle.attempts.push(made);
         }
-        let rows: Vec<(i64, String)> = leases
-            .bind(sqlx::query_as(AssertSqlSafe(self.sql.settle.clone())))
-            .bind(actions)
-            .bind(delays)
-            .bind(errors)
-            .bind(counted)
-            .bind(attempts)
-            .bind(receipt.map(|r| r.id))
-            .bind(receipt.and_then(|r| r.forget))
-            .persistent(self.persistent)
-            .fetch_all(executor)
+        let rows = self
+            .store
+            .leases_settle_if_held(executor, &leases, settle)
             .await?;
-        in_input_order(&leases.seqs, rows, |outcome| match outcome.as_str() {
+        in_input_order(leases.seqs(), rows, |outcome| match outcome.as_str() {
             "applied" => Some(LeaseOutcome::Applied),
             "replayed" => Some(LeaseOutcome::AlreadyApplied),
             "lost" => Some(LeaseOutcome::LeaseLost),
@@ -686,18 +581,16 @@ impl Transport {
             return Ok(Vec::new());
         }
         let lease_ms = lease_millis(duration)?;
-        let columns = LeaseColumns::new(leases.iter());
-        let rows: Vec<(i64, bool, bool)> = columns
-            .bind(sqlx::query_as(AssertSqlSafe(self.sql.extend.clone())))
-            .bind(lease_ms)
-            .persistent(self.persistent)
-            .fetch_all(executor)
+        let columns = lease_columns(leases.iter());
+        let rows = self
+            .store
+            .leases_extend_if_held(executor, &columns, lease_ms)
             .await?;
         let rows = rows
             .into_iter()
             .map(|(seq, extended, cancel)| (seq, (extended, cancel)))
             .collect();
-        in_input_order(&columns.seqs, rows, |(extended, cancel)| {
+        in_input_order(columns.seqs(), rows, |(extended, cancel)| {
             Some(match (extended, cancel) {
                 (false, _) => LeaseStatus::Lost,
                 (true, false) => LeaseStatus::Held,
@@ -719,41 +612,13 @@ fn lease_millis(lease: Duration) -> Result<i64, TransportError> {
     Ok(millis as i64)
 }
 
-/// The lease columns of a fenced write: groups, seqs and tokens, one element per lease.
-struct LeaseColumns<'a> {
-    groups: Vec<&'a str>,
-    seqs: Vec<i64>,
-    tokens: Vec<Uuid>,
-}
-
-impl<'a> LeaseColumns<'a> {
-    fn new(leases: impl ExactSizeIterator<Item = &'a Lease>) -> Self {
-        let mut columns = Self {
-            groups: Vec::with_capacity(leases.len()),
-            seqs: Vec::with_capacity(leases.len()),
-            tokens: Vec::with_capacity(leases.len()),
-        };
-        for lease in leases {
-            columns.groups.push(&lease.group);
-            columns.seqs.push(lease.seq);
-            columns.tokens.push(lease.token.as_uuid());
-        }
-        columns
+/// The lease columns of a fenced write, one element per lease, in order.
+fn lease_columns<'a>(leases: impl ExactSizeIterator<Item = &'a Lease>) -> LeaseColumns<'a> {
+    let mut columns = LeaseColumns::with_capacity(leases.len());
+    for lease in leases {
+        columns.push(&lease.group, lease.seq, lease.token.as_uuid());
     }
-
-    /// Binds the three columns, as the functions' first three parameters.
-    fn bind<'q, O>(
-        &self,
-        query: QueryAs<'q, Postgres, O, PgArguments>,
-    ) -> QueryAs<'q, Postgres, O, PgArguments>
-    where
-        'a: 'q,
-    {
-        query
-            .bind(self.groups.clone())
-            .bind(self.seqs.clone())
-            .bind(self.tokens.clone())
-    }
+    columns
 }
 
 /// A fenced write's `(seq, result)` rows as one value per input: the functions return one

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-/// The longest error text recorded with a message or a dead letter, in bytes. Longer texts
-/// are cut at a character boundary and end with `…`.
-pub const MAX_ERROR_BYTES: usize = 8 * 1024;
+use crate::vocabulary::MAX_ERROR_BYTES;
 
 /// What becomes of a leased message, for [`Transport::settle_many`](super::Transport::settle_many).
 #[derive(Clone, Debug, PartialEq, Eq)]

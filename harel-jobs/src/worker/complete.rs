@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::Shared;
 use super::connection::{OwnConnection, bounded};
 use super::outcome::Outcome;
-use super::supervise::{TaskResult, WorkerTask};
+use super::task::{TaskResult, WorkerTask};
 use crate::error::TransportError;
 use crate::transport::{Lease, LeaseOutcome, Receipt, Settlement};
 

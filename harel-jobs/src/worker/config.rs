@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::error::ConfigError;
 use crate::retry::Backoff;
 use crate::schema::Schema;
-use crate::transport::Priority;
+use crate::vocabulary::Priority;
 
 /// Every setting of a worker pool. Filled with the defaults below by
 /// [`Worker::builder`](super::Worker::builder), validated by `build`.
@@ -119,7 +119,10 @@ impl WorkerConfig {
     /// with `concurrency`.
     pub fn lanes(&self) -> Vec<(String, usize)> {
         if self.queues.is_empty() {
-            vec![(crate::transport::DEFAULT_QUEUE.to_owned(), self.concurrency)]
+            vec![(
+                crate::vocabulary::DEFAULT_QUEUE.to_owned(),
+                self.concurrency,
+            )]
         } else {
             self.queues.clone()
         }
@@ -169,7 +172,7 @@ impl WorkerConfig {
             );
         }
         for (i, (queue, concurrency)) in self.queues.iter().enumerate() {
-            if crate::transport::validate_queue_name(queue).is_err() {
+            if crate::vocabulary::validate_queue_name(queue).is_err() {
                 return invalid(
                     "queue",
                     "names are 1 to 64 ASCII letters, digits, '_', '-', '.' or ':'",
@@ -212,7 +215,10 @@ impl WorkerConfig {
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return invalid("timeout", "must be above zero");
         }
-        if self.retain.is_some_and(|r| r > crate::transport::MAX_DELAY) {
+        if self
+            .retain
+            .is_some_and(|r| r > crate::vocabulary::MAX_DELAY)
+        {
             return invalid("retain_completed", "must be at most 100 years");
         }
         if self.database_timeout < Duration::from_millis(100)

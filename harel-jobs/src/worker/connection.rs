@@ -29,6 +29,8 @@ use std::time::Duration;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool, Postgres};
+
+use crate::store::session::{self, SynchronousCommit};
 use tokio::time::Instant;
 
 /// The error of a database call abandoned after `limit` without an answer. A connection
@@ -111,19 +113,11 @@ pub(crate) enum Commit {
 }
 
 impl Commit {
-    /// The statement that sets it for the session (simple protocol: nothing prepared).
-    fn statement(self) -> &'static str {
+    /// The `synchronous_commit` it is.
+    fn setting(self) -> SynchronousCommit {
         match self {
-            Self::Durable => "SET synchronous_commit = on",
-            Self::NoFlushWait => "SET synchronous_commit = off",
-        }
-    }
-
-    /// The statement that begins a transaction with it (simple protocol, one round trip).
-    fn begin(self) -> &'static str {
-        match self {
-            Self::Durable => "BEGIN; SET LOCAL synchronous_commit = on",
-            Self::NoFlushWait => "BEGIN; SET LOCAL synchronous_commit = off",
+            Self::Durable => SynchronousCommit::On,
+            Self::NoFlushWait => SynchronousCommit::Off,
         }
     }
 }
@@ -138,7 +132,21 @@ pub(crate) enum Unit<'c> {
     Transaction(sqlx::Transaction<'c, Postgres>),
 }
 
-impl Unit<'_> {
+impl<'c> Unit<'c> {
+    /// One call's connection on `connection` (a pool connection, say): the session
+    /// itself, or behind a transaction pooler (when `pooled`) a transaction, which alone
+    /// keeps an unnamed statement's parse and execution on one server connection.
+    pub async fn begin(
+        connection: &'c mut PgConnection,
+        pooled: bool,
+    ) -> Result<Self, sqlx::Error> {
+        Ok(if pooled {
+            Self::Transaction(session::transaction_begin(connection, None).await?)
+        } else {
+            Self::Session(connection)
+        })
+    }
+
     /// The connection to run the call on.
     pub fn connection(&mut self) -> &mut PgConnection {
         match self {
@@ -237,10 +245,8 @@ impl OwnConnection {
         if !pooled {
             return Ok(Unit::Session(connection));
         }
-        let transaction = match commit {
-            Some(commit) => sqlx::Connection::begin_with(connection, commit.begin()).await?,
-            None => sqlx::Connection::begin(connection).await?,
-        };
+        let transaction =
+            session::transaction_begin(connection, commit.map(Commit::setting)).await?;
         Ok(Unit::Transaction(transaction))
     }
 
@@ -271,9 +277,7 @@ impl OwnConnection {
         let error = match self.options.connect().await {
             Ok(mut connection) => {
                 if let Some(commit) = self.commit.filter(|_| !self.pooled) {
-                    sqlx::raw_sql(commit.statement())
-                        .execute(&mut connection)
-                        .await?;
+                    session::synchronous_commit_set(&mut connection, commit.setting()).await?;
                 }
                 return Ok(Held::Own(connection));
             }
@@ -291,13 +295,8 @@ impl OwnConnection {
             // behind a pooler each unit sets it locally instead
             Some(Commit::Durable) if !self.pooled => {
                 let connection = borrowed.connection();
-                let before: String =
-                    sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
-                        .fetch_one(&mut *connection)
-                        .await?;
-                sqlx::raw_sql(Commit::Durable.statement())
-                    .execute(&mut *connection)
-                    .await?;
+                let before = session::synchronous_commit_read(&mut *connection).await?;
+                session::synchronous_commit_set(connection, Commit::Durable.setting()).await?;
                 Some(before)
             }
             Some(_) | None => None,
@@ -339,10 +338,7 @@ impl OwnConnection {
 /// closes it if that cannot be restored.
 async fn give_back(mut connection: Checkout, restore: Option<String>) {
     if let Some(before) = restore {
-        let restored = sqlx::query("SELECT set_config('synchronous_commit', $1, false)")
-            .bind(before)
-            .execute(connection.connection())
-            .await;
+        let restored = session::synchronous_commit_restore(connection.connection(), before).await;
         if restored.is_err() {
             return; // dropped before done: closed
         }

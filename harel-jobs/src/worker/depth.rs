@@ -17,12 +17,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::AssertSqlSafe;
-
 use super::Shared;
-use super::connection::{Checkout, bounded};
-use super::maintain::Read;
+use super::connection::{Checkout, Unit, bounded};
 use crate::error::DatabaseError;
+use crate::inspect::QueueStats;
 
 /// How often the elected worker samples the depth, and the others ask for the election.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(10);
@@ -83,18 +81,12 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 async fn elect<S>(shared: &Shared<S>, hold: Duration) -> Result<bool, DatabaseError> {
     let pooler = shared.config.transaction_pooler;
     let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
-    let elected: bool = sqlx::query_scalar(AssertSqlSafe(
-        shared
-            .config
-            .schema
-            .render("SELECT @schema@.harel_elect('depth', $1, $2)"),
-    ))
-    .bind(shared.worker_id)
-    .bind(i64::try_from(hold.as_millis()).unwrap_or(i64::MAX))
-    .persistent(!pooler)
-    .fetch_one(unit.connection())
-    .await?;
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
+    let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX);
+    let elected = shared
+        .store
+        .election_take(unit.connection(), "depth", shared.worker_id, hold_ms)
+        .await?;
     unit.finish().await?;
     pooled.done();
     Ok(elected)
@@ -106,11 +98,21 @@ async fn sample<S>(shared: &Shared<S>) -> Result<(), DatabaseError> {
     let schema = &shared.config.schema;
     let pooler = shared.config.transaction_pooler;
     let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
-    let stats = crate::QueueStats::fetch(unit.connection(), schema).await?;
-    crate::telemetry::depth(schema, &stats);
-    let queues = crate::queue_control::queues_on(unit.connection(), schema, !pooler).await?;
-    crate::telemetry::queue_depth(schema, &queues);
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
+    let stats = QueueStats::read(&shared.store, unit.connection()).await?;
+    crate::telemetry::depth(
+        schema.name(),
+        stats.jobs.value(),
+        stats.dead_letters.value(),
+        stats.groups.value(),
+        stats.claimable_groups.value(),
+    );
+    for (queue, _, _, _, _, ready, running, _, _) in
+        shared.store.queues_list(unit.connection()).await?
+    {
+        let (ready, running) = (ready.unwrap_or(0), running.unwrap_or(0));
+        crate::telemetry::queue_depth(schema.name(), &queue, ready, running);
+    }
     unit.finish().await?;
     pooled.done();
     Ok(())

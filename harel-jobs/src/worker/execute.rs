@@ -15,7 +15,8 @@ use super::complete::Finished;
 use super::outcome::{Attempted, Limits, Outcome, decide};
 use crate::context::{Completion, Execution, ExecutionFlags, JobContext};
 use crate::job_error::{Action, JobResult};
-use crate::transport::{ClaimedMessage, MAX_DELAY};
+use crate::transport::ClaimedMessage;
+use crate::vocabulary::MAX_DELAY;
 
 /// Waits for a handler slot, runs one claimed job to its settlement, then hands the
 /// settlement to the completer. A job still waiting for a slot when shutdown begins is given

@@ -4,7 +4,7 @@
 //! Without it, [`Faults`] is empty and [`Faults::check`] is `Ok(())`, which the compiler
 //! removes: there is no cost when it is off.
 
-use super::supervise::{TaskResult, WorkerTask};
+use super::task::{TaskResult, WorkerTask};
 
 /// What an injected fault does to its task.
 #[cfg(feature = "__fault_injection")]

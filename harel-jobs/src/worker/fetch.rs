@@ -9,7 +9,7 @@ use tokio_util::task::TaskTracker;
 
 use super::complete::Finished;
 use super::connection::{OwnConnection, bounded};
-use super::supervise::{TaskResult, WorkerTask};
+use super::task::{TaskResult, WorkerTask};
 use super::{Shared, execute};
 use crate::error::TransportError;
 use crate::transport::{ClaimRequest, ClaimedMessage, Lease, LeaseToken, Settlement};

@@ -6,8 +6,9 @@ use sqlx::Connection as _;
 
 use super::Shared;
 use super::connection::{Checkout, OwnConnection, bounded};
-use super::supervise::{TaskResult, WorkerTask};
+use super::task::{TaskResult, WorkerTask};
 use crate::error::TransportError;
+use crate::store::session::{self, SynchronousCommit};
 use crate::transport::{Lease, LeaseStatus};
 
 /// Extends held leases every heartbeat interval until `stop` fires. A lease found lost
@@ -109,9 +110,7 @@ async fn extend<S>(
     }
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let mut transaction = pooled.connection().begin().await?;
-    sqlx::raw_sql("SET LOCAL synchronous_commit = on")
-        .execute(&mut *transaction)
-        .await?;
+    session::synchronous_commit_set_local(&mut transaction, SynchronousCommit::On).await?;
     let statuses = shared
         .transport
         .heartbeat(&mut *transaction, leases, lease)

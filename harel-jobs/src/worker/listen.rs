@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::AssertSqlSafe;
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 
 use super::Shared;
 use super::connection::bounded;
-use super::supervise::{TaskResult, WorkerTask};
+use super::task::{TaskResult, WorkerTask};
+use crate::store::session;
 
 /// Keeps a LISTEN connection on the queue's channel until `stop` fires, waking the fetcher
 /// on every notification. Reconnects with backoff when the connection is lost, and wakes
@@ -31,9 +31,6 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     stop: tokio_util::sync::CancellationToken,
 ) -> TaskResult {
     let channel = shared.config.schema.channel();
-    // the channel is made of the schema's name (lowercase letters, digits, `_`): quoted as
-    // an identifier all the same
-    let check = format!("LISTEN \"{}\"", channel.replace('"', "\"\""));
     let mut backoff = Duration::from_millis(100);
     let mut connected_before = false;
     let options = match &shared.config.listen_options {
@@ -47,12 +44,10 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         let own_pool = PgPoolOptions::new()
             .max_connections(1)
             .connect_lazy_with(options.clone());
-        let listener = bounded(shared.config.database_timeout, async {
-            let mut listener = PgListener::connect_with(&own_pool).await?;
-            listener.ignore_pool_close_event(true);
-            listener.listen(&channel).await?;
-            Ok::<_, sqlx::Error>(listener)
-        });
+        let listener = bounded(
+            shared.config.database_timeout,
+            session::listen(&own_pool, &channel),
+        );
         let result = tokio::select! {
             () = stop.cancelled() => return Ok(()),
             result = listener => result,
@@ -76,7 +71,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                     let Ok(received) = received else {
                         let check = bounded(
                             shared.config.database_timeout,
-                            sqlx::raw_sql(AssertSqlSafe(check.clone())).execute(&mut listener),
+                            session::listen_check(&mut listener, &channel),
                         );
                         let checked = tokio::select! {
                             () = stop.cancelled() => return Ok(()),

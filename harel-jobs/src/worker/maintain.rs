@@ -28,17 +28,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{AssertSqlSafe, PgConnection, Postgres};
 use tokio::time::Instant;
 
-use super::connection::{Checkout, OwnConnection, bounded};
-use super::supervise::{TaskResult, WorkerTask};
+use super::connection::{Checkout, OwnConnection, Unit, bounded};
+use super::task::{TaskResult, WorkerTask};
 use super::{Shared, report};
 use crate::error::DatabaseError;
+use crate::store::VACUUMED_TABLES;
 
-/// The tables every job churns: the queue's, and the outcome batches' receipts (one row
-/// inserted, updated and deleted per batch).
-const QUEUE_TABLES: &[&str] = &["transport_groups", "transport_messages", "settle_receipts"];
 /// How often the dead-row counts are read.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
 /// A table is vacuumed when its dead rows reach this many…
@@ -123,7 +120,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             let started = Instant::now();
             let swept = tokio::select! {
                 () = stop.cancelled() => return Ok(()),
-                swept = bounded(limit, housekeeping(&shared, &schema)) => swept,
+                swept = bounded(limit, housekeeping(&shared)) => swept,
             };
             let took = started.elapsed();
             next_housekeeping = match swept {
@@ -163,7 +160,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         next_vacuum_check = Some(Instant::now() + CHECK_EVERY);
         let checked = tokio::select! {
             () = stop.cancelled() => return Ok(()),
-            checked = bounded(limit, check(&shared, &schema)) => checked,
+            checked = bounded(limit, check(&shared)) => checked,
         };
         match checked {
             Ok(Due::Nothing) => {}
@@ -175,12 +172,12 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 let started = Instant::now();
                 let vacuumed = tokio::select! {
                     () = stop.cancelled() => return Ok(()),
-                    vacuumed = vacuum(&shared, &schema, &tables) => vacuumed,
+                    vacuumed = vacuum(&shared, &tables) => vacuumed,
                 };
                 match vacuumed {
                     Ok(true) => {
                         let took = started.elapsed();
-                        let after = bounded(limit, dead_rows(&shared, &schema, &tables)).await;
+                        let after = bounded(limit, dead_rows(&shared, &tables)).await;
                         match after {
                             Ok((dead_after, xmin_after)) => {
                                 pace.ran(Instant::now(), took, dead, dead_after, xmin_after);
@@ -225,56 +222,14 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 }
 
 /// One call of `harel_maintain`: the claim floors lowered, the receipts pruned.
-async fn housekeeping<S>(
-    shared: &Shared<S>,
-    schema: &crate::Schema,
-) -> Result<(i32, i64), DatabaseError> {
+async fn housekeeping<S>(shared: &Shared<S>) -> Result<(i32, i64), DatabaseError> {
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let pooler = shared.config.transaction_pooler;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
-    let done = sqlx::query_as(AssertSqlSafe(
-        schema.render("SELECT floors_lowered, receipts_pruned FROM @schema@.harel_maintain()"),
-    ))
-    .persistent(!pooler)
-    .fetch_one(unit.connection())
-    .await?;
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
+    let done = shared.store.maintenance_run(unit.connection()).await?;
     unit.finish().await?;
     pooled.done();
     Ok(done)
-}
-
-/// A pool connection for one call: itself, or behind a transaction pooler a transaction
-/// (which alone keeps an unnamed statement's parse and execution on one server connection).
-pub(super) enum Read<'c> {
-    Session(&'c mut PgConnection),
-    Transaction(sqlx::Transaction<'c, Postgres>),
-}
-
-impl<'c> Read<'c> {
-    pub(super) async fn begin(
-        connection: &'c mut PgConnection,
-        pooler: bool,
-    ) -> Result<Self, sqlx::Error> {
-        Ok(if pooler {
-            Self::Transaction(sqlx::Connection::begin(connection).await?)
-        } else {
-            Self::Session(connection)
-        })
-    }
-
-    pub(super) fn connection(&mut self) -> &mut PgConnection {
-        match self {
-            Self::Session(connection) => connection,
-            Self::Transaction(transaction) => transaction,
-        }
-    }
-
-    pub(super) async fn finish(self) -> Result<(), sqlx::Error> {
-        match self {
-            Self::Session(_) => Ok(()),
-            Self::Transaction(transaction) => transaction.commit().await,
-        }
-    }
 }
 
 /// What a check found.
@@ -339,27 +294,18 @@ impl VacuumPace {
 }
 
 /// Reads whether autovacuum is on, and which queue tables have enough dead rows.
-async fn check<S>(shared: &Shared<S>, schema: &crate::Schema) -> Result<Due, DatabaseError> {
+async fn check<S>(shared: &Shared<S>) -> Result<Due, DatabaseError> {
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let pooler = shared.config.transaction_pooler;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
-    let (autovacuum, due, dead, xmin): (String, Option<Vec<String>>, Option<i64>, i64) =
-        sqlx::query_as(
-            "SELECT current_setting('autovacuum'), array_agg(relname::text),
-                    sum(n_dead_tup)::bigint,
-                    pg_snapshot_xmin(pg_current_snapshot())::text::bigint
-               FROM pg_stat_user_tables
-              WHERE schemaname = $1
-                AND relname = ANY ($4)
-                AND n_dead_tup >= $2
-                AND n_dead_tup >= $3 * n_live_tup",
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
+    let (autovacuum, due, dead, xmin) = shared
+        .store
+        .tables_vacuum_check(
+            unit.connection(),
+            VACUUMED_TABLES,
+            MIN_DEAD_ROWS,
+            DEAD_FRACTION,
         )
-        .bind(schema.name())
-        .bind(MIN_DEAD_ROWS)
-        .bind(DEAD_FRACTION)
-        .bind(QUEUE_TABLES)
-        .persistent(!pooler)
-        .fetch_one(unit.connection())
         .await?;
     unit.finish().await?;
     pooled.done();
@@ -375,25 +321,14 @@ async fn check<S>(shared: &Shared<S>, schema: &crate::Schema) -> Result<Due, Dat
 }
 
 /// The dead rows left in `tables`, and the oldest running transaction this session sees.
-async fn dead_rows<S>(
-    shared: &Shared<S>,
-    schema: &crate::Schema,
-    tables: &[String],
-) -> Result<(i64, i64), DatabaseError> {
+async fn dead_rows<S>(shared: &Shared<S>, tables: &[String]) -> Result<(i64, i64), DatabaseError> {
     let mut pooled = Checkout::acquire(&shared.pool).await?;
     let pooler = shared.config.transaction_pooler;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
-    let found = sqlx::query_as(
-        "SELECT COALESCE(sum(n_dead_tup), 0)::bigint,
-                pg_snapshot_xmin(pg_current_snapshot())::text::bigint
-           FROM pg_stat_user_tables
-          WHERE schemaname = $1 AND relname = ANY ($2)",
-    )
-    .bind(schema.name())
-    .bind(tables)
-    .persistent(!pooler)
-    .fetch_one(unit.connection())
-    .await?;
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
+    let found = shared
+        .store
+        .tables_dead_rows(unit.connection(), tables)
+        .await?;
     unit.finish().await?;
     pooled.done();
     Ok(found)
@@ -403,26 +338,15 @@ async fn dead_rows<S>(
 /// election among workers, which no login outside the queue's roles can take part in).
 /// Returns whether it ran. Uses a connection of its own, closed afterwards: `VACUUM` cannot
 /// run inside a transaction.
-async fn vacuum<S>(
-    shared: &Shared<S>,
-    schema: &crate::Schema,
-    tables: &[String],
-) -> Result<bool, DatabaseError> {
+async fn vacuum<S>(shared: &Shared<S>, tables: &[String]) -> Result<bool, DatabaseError> {
     let limit = shared.config.database_timeout;
     let mut own = OwnConnection::never_borrowed(&shared.pool);
     let connection = bounded(limit, own.get()).await?;
-    // only our fixed table names, in our validated schema
-    let names: Vec<String> = tables
-        .iter()
-        .filter(|t| QUEUE_TABLES.contains(&t.as_str()))
-        .map(|table| format!("{}.\"{table}\"", schema.quoted()))
-        .collect();
-    let statement = format!("VACUUM (SKIP_LOCKED) {}", names.join(", "));
     // a VACUUM of bloated tables takes seconds: abandoning it at the database timeout made
     // the next check start another one at once (it still ran to its end on the server)
     let result = bounded(
         limit.max(VACUUM_TIMEOUT),
-        sqlx::raw_sql(AssertSqlSafe(statement)).execute(&mut *connection),
+        shared.store.tables_vacuum(connection, tables),
     )
     .await;
     if result.is_err() {

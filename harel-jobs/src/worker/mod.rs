@@ -42,6 +42,7 @@ mod report;
 mod schedule;
 mod stats;
 mod supervise;
+mod task;
 
 use std::fmt;
 use std::sync::Arc;
@@ -54,13 +55,15 @@ use tokio_util::sync::CancellationToken;
 #[doc(hidden)]
 pub use fault::InjectedFault;
 pub use stats::WorkerStats;
-pub use supervise::WorkerTask;
+pub use task::WorkerTask;
 
 use crate::error::ConfigError;
 use crate::job::Handler;
 use crate::retry::Backoff;
 use crate::schema::Schema;
-use crate::transport::{Priority, Transport};
+use crate::store::Store;
+use crate::transport::Transport;
+use crate::vocabulary::Priority;
 use config::WorkerConfig;
 use fault::Faults;
 use inflight::InFlight;
@@ -71,6 +74,10 @@ use stats::Stats;
 /// What every task of one pool shares.
 pub(crate) struct Shared<S> {
     pool: PgPool,
+    /// The schema's statements, prepared as the configuration says (unnamed behind a
+    /// transaction pooler): every database call of the pool goes through it.
+    store: Store,
+    /// The transport over that store.
     transport: Transport,
     state: Arc<S>,
     registry: Registry<S>,
@@ -224,9 +231,9 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     ///     .build()?;
     /// # Ok(()) }
     /// ```
-    pub fn periodic<J: crate::Job>(
+    pub fn periodic<J: crate::job::Job>(
         mut self,
-        schedule: crate::Periodic,
+        schedule: crate::periodic::Periodic,
         make: impl Fn(chrono::DateTime<chrono::Utc>) -> J + Send + Sync + 'static,
     ) -> Self {
         if self
@@ -237,7 +244,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             self.duplicate_schedule
                 .get_or_insert_with(|| schedule.name().to_owned());
         }
-        let options = crate::EnqueueOptions::new();
+        let options = crate::enqueue::EnqueueOptions::new();
         self.schedules.push(schedule::PeriodicJob {
             schedule,
             make: Box::new(move |tick| options.message(&make(tick))),
@@ -504,10 +511,14 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             name: "runtime",
             reason: "build the worker inside a Tokio runtime",
         })?;
+        let store = Store::new(
+            self.config.schema.clone(),
+            self.config.prepared_statements(),
+        );
         let shared = Shared {
             pool: self.pool,
-            transport: Transport::new(self.config.schema.clone())
-                .prepared_statements(self.config.prepared_statements()),
+            transport: Transport::on(store.clone()),
+            store,
             state: self.state,
             registry: self.registry,
             lanes: self

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use crate::retry::Backoff;
-use crate::transport::{MAX_DELAY, Settlement};
+use crate::transport::Settlement;
+use crate::vocabulary::MAX_DELAY;
 
 /// What an attempt came to, before the policy looks at it.
 #[derive(Debug, PartialEq)]

@@ -5,12 +5,10 @@
 
 use std::time::Duration;
 
-use sqlx::AssertSqlSafe;
-
 use super::Shared;
-use super::connection::{Checkout, bounded};
-use super::maintain::Read;
+use super::connection::{Checkout, Unit, bounded};
 use crate::error::DatabaseError;
+use crate::store::Report;
 
 /// The longest the last report, at shutdown, may hold the shutdown up.
 pub(super) const LAST_REPORT_WITHIN: Duration = Duration::from_secs(1);
@@ -49,25 +47,25 @@ pub(super) async fn report<S>(
     let running = shared.inflight.len();
     let pooler = shared.config.transaction_pooler;
     let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let report = Report {
+        id: shared.worker_id,
+        host: host(),
+        pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
+        queues: &queues,
+        concurrency: i32::try_from(concurrency).unwrap_or(i32::MAX),
+        running: i32::try_from(running).unwrap_or(i32::MAX),
+        succeeded: as_i64(stats.succeeded),
+        failed: as_i64(stats.retried + stats.dead_lettered),
+        dead: as_i64(stats.dead_lettered),
+        stopping,
+    };
     let call = async {
         let mut pooled = Checkout::acquire(&shared.pool).await?;
-        let mut unit = Read::begin(pooled.connection(), pooler).await?;
-        sqlx::query(AssertSqlSafe(shared.config.schema.render(
-            "SELECT @schema@.harel_worker_report($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )))
-        .bind(shared.worker_id)
-        .bind(host())
-        .bind(i32::try_from(std::process::id()).unwrap_or(i32::MAX))
-        .bind(&queues)
-        .bind(i32::try_from(concurrency).unwrap_or(i32::MAX))
-        .bind(i32::try_from(running).unwrap_or(i32::MAX))
-        .bind(as_i64(stats.succeeded))
-        .bind(as_i64(stats.retried + stats.dead_lettered))
-        .bind(as_i64(stats.dead_lettered))
-        .bind(stopping)
-        .persistent(!pooler)
-        .execute(unit.connection())
-        .await?;
+        let mut unit = Unit::begin(pooled.connection(), pooler).await?;
+        shared
+            .store
+            .worker_report(unit.connection(), &report)
+            .await?;
         unit.finish().await?;
         pooled.done();
         Ok::<_, sqlx::Error>(())

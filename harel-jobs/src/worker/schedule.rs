@@ -7,15 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::AssertSqlSafe;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use super::connection::{Checkout, bounded};
-use super::maintain::Read;
-use super::supervise::{TaskResult, WorkerTask};
+use super::connection::{Checkout, Unit, bounded};
+use super::task::{TaskResult, WorkerTask};
 use crate::error::{DatabaseError, PublishError};
 use crate::periodic::Periodic;
+use crate::store::Fire;
 use crate::transport::OutgoingMessage;
 
 /// One schedule of the pool, and how it makes the job of a tick.
@@ -213,36 +212,35 @@ async fn fire<S: Send + Sync + 'static>(
     let next = schedule.next_after(tick.unwrap_or_else(Utc::now));
     let unique_hold_ms = match message.as_ref().and_then(|m| m.unique.as_ref()) {
         Some((_, Some(hold))) => Some(
-            crate::transport::delay_millis(*hold)
+            crate::vocabulary::delay_millis(*hold)
                 .map_err(|error| FireError::Job(PublishError::Invalid(error)))?,
         ),
         _ => None,
     };
+    let spec = schedule.spec();
+    let fire = Fire {
+        name: schedule.name(),
+        spec: &spec,
+        tick,
+        next_tick: next,
+        group: message.as_ref().and_then(|m| m.group.as_deref()),
+        kind: message.as_ref().map(|m| m.kind.as_str()),
+        payload: message.as_ref().map(|m| m.payload.as_str()),
+        priority: message.as_ref().map(|m| i16::from(m.priority.get())),
+        queue: message.as_ref().and_then(|m| m.queue.as_deref()),
+        unique_key: message
+            .as_ref()
+            .and_then(|m| m.unique.as_ref().map(|(key, _)| key.as_str())),
+        unique_hold_ms,
+    };
     let pooler = shared.config.transaction_pooler;
     let call = async {
         let mut pooled = Checkout::acquire(&shared.pool).await?;
-        let mut unit = Read::begin(pooled.connection(), pooler).await?;
-        let id: Option<i64> = sqlx::query_scalar(AssertSqlSafe(shared.config.schema.render(
-            "SELECT @schema@.harel_schedule_fire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        )))
-        .bind(schedule.name())
-        .bind(schedule.spec())
-        .bind(tick)
-        .bind(next)
-        .bind(message.as_ref().and_then(|m| m.group.as_deref()))
-        .bind(message.as_ref().map(|m| m.kind.as_str()))
-        .bind(message.as_ref().map(|m| m.payload.as_str()))
-        .bind(message.as_ref().map(|m| i16::from(m.priority.get())))
-        .bind(message.as_ref().and_then(|m| m.queue.as_deref()))
-        .bind(
-            message
-                .as_ref()
-                .and_then(|m| m.unique.as_ref().map(|(key, _)| key.as_str())),
-        )
-        .bind(unique_hold_ms)
-        .persistent(!pooler)
-        .fetch_one(unit.connection())
-        .await?;
+        let mut unit = Unit::begin(pooled.connection(), pooler).await?;
+        let id = shared
+            .store
+            .schedule_fire_if_due(unit.connection(), &fire)
+            .await?;
         unit.finish().await?;
         pooled.done();
         Ok::<_, sqlx::Error>(id)
@@ -259,17 +257,11 @@ async fn last_ticks<S: Send + Sync + 'static>(
     let names: Vec<&str> = shared.schedules.iter().map(|j| j.schedule.name()).collect();
     let pooler = shared.config.transaction_pooler;
     let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let mut unit = Read::begin(pooled.connection(), pooler).await?;
-    let rows: Vec<(String, Option<DateTime<Utc>>)> = sqlx::query_as(AssertSqlSafe(
-        shared
-            .config
-            .schema
-            .render("SELECT name, last_tick FROM @schema@.harel_schedules($1)"),
-    ))
-    .bind(names)
-    .persistent(!pooler)
-    .fetch_all(unit.connection())
-    .await?;
+    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
+    let rows = shared
+        .store
+        .schedules_last_ticks(unit.connection(), &names)
+        .await?;
     unit.finish().await?;
     pooled.done();
     Ok(rows.into_iter().collect())

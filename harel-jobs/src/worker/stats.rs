@@ -61,12 +61,23 @@ impl Stats {
     }
     /// An outcome was written: counted by what it was.
     pub fn settled(&self, labels: &Labels, outcome: &Outcome) {
-        crate::telemetry::settled(labels, outcome);
         let counter = match outcome {
-            Outcome::Succeeded => &self.succeeded,
-            Outcome::Retry { .. } => &self.retried,
-            Outcome::Snooze(_) => &self.snoozed,
-            Outcome::Dead { .. } => &self.dead_lettered,
+            Outcome::Succeeded => {
+                crate::telemetry::succeeded(labels);
+                &self.succeeded
+            }
+            Outcome::Retry { .. } => {
+                crate::telemetry::retried(labels);
+                &self.retried
+            }
+            Outcome::Snooze(_) => {
+                crate::telemetry::snoozed(labels);
+                &self.snoozed
+            }
+            Outcome::Dead { .. } => {
+                crate::telemetry::dead_lettered(labels);
+                &self.dead_lettered
+            }
             Outcome::Released { .. } => &self.released,
         };
         bump(counter, 1);

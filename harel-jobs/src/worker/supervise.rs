@@ -17,7 +17,6 @@
 //! The heartbeat keeps extending the leases until the completer is done, then every
 //! background task is stopped, its pending database call abandoned.
 
-use std::fmt;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -35,50 +34,8 @@ use crate::error::MigrateError;
 
 use super::connection::bounded;
 use super::execute::panic_message;
+use super::task::{TaskResult, WorkerTask};
 use super::{Shared, WorkerError, complete, fetch, heartbeat, listen, maintain, schedule};
-
-/// One of a worker pool's background tasks, as named in [`WorkerError::TaskFailed`] and in
-/// the logs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum WorkerTask {
-    /// Claims jobs and starts them.
-    Fetcher,
-    /// Writes job outcomes.
-    Completer,
-    /// Extends the leases of running jobs.
-    Heartbeat,
-    /// LISTENs for enqueue notifications.
-    Listener,
-    /// Vacuums the queue tables when autovacuum is off.
-    Maintenance,
-    /// Enqueues the jobs of periodic schedules.
-    Scheduler,
-}
-
-impl WorkerTask {
-    /// Its name in messages and logs: `fetcher`, `completer`, `heartbeat`, `listener`,
-    /// `maintenance`, `scheduler`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Fetcher => "fetcher",
-            Self::Completer => "completer",
-            Self::Heartbeat => "heartbeat",
-            Self::Listener => "listener",
-            Self::Maintenance => "maintenance",
-            Self::Scheduler => "scheduler",
-        }
-    }
-}
-
-impl fmt::Display for WorkerTask {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How a background task ended: `Err` says why it could not go on.
-pub(crate) type TaskResult = Result<(), String>;
 
 /// A spawned background task, until it is joined.
 struct Watched {

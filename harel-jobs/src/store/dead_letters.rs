@@ -1,0 +1,166 @@
+//! Dead letters: list, look up, count, retry, delete, purge.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgExecutor, Row as _};
+
+use super::{Statement, Store};
+
+/// The columns of a [`DeadLetterRow`], for `concat!`.
+macro_rules! columns {
+    () => {
+        "id, group_id, kind, payload::text, priority, attempts, last_error, enqueued_at, \
+         failed_at, queue"
+    };
+}
+
+pub(super) const LIST: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM @schema@.dead_letters
+      WHERE ($1::text IS NULL OR kind = $1) AND ($2::bigint IS NULL OR id < $2)
+      ORDER BY id DESC LIMIT $3"
+);
+
+pub(super) const GET: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM @schema@.dead_letters WHERE id = $1"
+);
+
+pub(super) const COUNT: &str = "SELECT count(*) FROM @schema@.dead_letters";
+
+// one harel_publish over arrays in id order (its ids come back in that order); a letter of
+// a job without a group (its group named as `own_group` names them, which a caller may not
+// use) goes back without one, into a group of its own
+pub(super) const RETRY: &str = "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1)
+                RETURNING id, group_id, kind, payload, priority, queue,
+                          trace_context),
+          a AS (SELECT array_agg(id ORDER BY id) AS ids,
+                       array_agg(CASE WHEN group_id !~ '^own:[0-9]{19}$'
+                                      THEN group_id END ORDER BY id) AS groups,
+                       array_agg(kind ORDER BY id) AS kinds,
+                       array_agg(payload::text ORDER BY id) AS payloads,
+                       array_agg(priority ORDER BY id) AS priorities,
+                       array_agg(queue ORDER BY id) AS queues,
+                       array_agg(trace_context ORDER BY id) AS traces,
+                       count(*)::int AS n
+                  FROM d)
+     SELECT a.ids[p.n], p.s
+       FROM a, LATERAL @schema@.harel_publish(
+           a.groups, a.kinds, a.payloads, a.priorities,
+           array_fill(NULL::timestamptz, ARRAY[a.n]),
+           array_fill(NULL::bigint, ARRAY[a.n]), NULL, NULL, a.queues, a.traces)
+           WITH ORDINALITY AS p (s, n)
+      WHERE a.n > 0
+      ORDER BY p.n";
+
+pub(super) const DELETE: &str =
+    "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1) RETURNING id)
+     SELECT id FROM d ORDER BY id";
+
+pub(super) const PURGE_BEFORE: &str = "DELETE FROM @schema@.dead_letters WHERE failed_at < $1";
+
+/// A dead letter's row: id, group, kind, payload, priority, attempts, last error, enqueued
+/// at, failed at, queue.
+pub(crate) type DeadLetterRow = (
+    i64,
+    String,
+    String,
+    String,
+    i16,
+    i32,
+    String,
+    DateTime<Utc>,
+    DateTime<Utc>,
+    String,
+);
+
+impl Store {
+    /// Up to `limit` dead letters, newest first, of `kind` if given, below `before` if
+    /// given.
+    pub(crate) async fn dead_letters_list<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        kind: Option<&str>,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<DeadLetterRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::DeadLettersList))
+            .bind(kind)
+            .bind(before)
+            .bind(limit)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// One dead letter by id.
+    pub(crate) async fn dead_letter_get<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: i64,
+    ) -> Result<Option<DeadLetterRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::DeadLetterGet))
+            .bind(id)
+            .persistent(self.persistent())
+            .fetch_optional(executor)
+            .await
+    }
+
+    /// How many dead letters there are.
+    ///
+    /// Always by the simple query protocol, whatever the policy: it has no parameters, so
+    /// it is one round trip with nothing prepared, which works through a transaction
+    /// pooler too, in a transaction or not.
+    pub(crate) async fn dead_letters_count<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+    ) -> Result<i64, sqlx::Error> {
+        sqlx::raw_sql(self.sql(Statement::DeadLettersCount))
+            .fetch_one(executor)
+            .await?
+            .try_get(0)
+    }
+
+    /// Deletes the dead letters `ids` and publishes each again (same group, at its end;
+    /// kind, payload, priority, queue and trace context), in one statement, in id order.
+    /// Returns `(old id, new id)` for each letter found, in id order.
+    pub(crate) async fn dead_letters_retry<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, i64)>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::DeadLettersRetry))
+            .bind(ids)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// Deletes the dead letters `ids`. Returns the ids that existed, in id order.
+    pub(crate) async fn dead_letters_delete<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        ids: &[i64],
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        sqlx::query_scalar(self.sql(Statement::DeadLettersDelete))
+            .bind(ids)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// Deletes the dead letters that failed before `before`. Returns how many.
+    pub(crate) async fn dead_letters_purge_before<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        before: DateTime<Utc>,
+    ) -> Result<u64, sqlx::Error> {
+        let deleted = sqlx::query(self.sql(Statement::DeadLettersPurgeBefore))
+            .bind(before)
+            .persistent(self.persistent())
+            .execute(executor)
+            .await?;
+        Ok(deleted.rows_affected())
+    }
+}

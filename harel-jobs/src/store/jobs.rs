@@ -1,0 +1,239 @@
+//! Jobs: publish, claim, look up, list, cancel.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use super::{Statement, Store};
+
+pub(super) const PUBLISH: &str =
+    "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) AS s";
+
+pub(super) const CLAIM: &str = "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at, trace_context \
+     FROM @schema@.harel_claim($1, $2, $3, $4, $5, $6, $7)";
+
+pub(super) const GET: &str =
+    "SELECT state, group_id, kind, payload, priority, attempts, enqueued_at, at,
+            started_at, finished_at, last_error, cancel_reason, cancel_requested, queue
+       FROM @schema@.harel_job($1)";
+
+pub(super) const LIST: &str =
+    "SELECT id, state, group_id, kind, payload, priority, attempts, enqueued_at, at,
+            started_at, finished_at, last_error, cancel_reason, cancel_requested, queue
+       FROM @schema@.harel_list_jobs($1, $2, $3, $4, $5, $6)";
+
+pub(super) const CANCEL: &str = "SELECT @schema@.harel_cancel($1, $2, $3)";
+
+/// The columns of a batch for `harel_publish`, one element per message, in publish order.
+/// The optional columns are NULL (`None`) unless some message of the batch has a value,
+/// so that the common publish binds nothing more.
+#[derive(Debug, Default)]
+pub(crate) struct Publish<'a> {
+    /// Group ids (`None`: a group of its own, named after the message's seq).
+    pub groups: Vec<Option<&'a str>>,
+    /// Job kinds.
+    pub kinds: Vec<&'a str>,
+    /// JSON payloads.
+    pub payloads: Vec<&'a str>,
+    /// Priorities, 0 to 4.
+    pub priorities: Vec<i16>,
+    /// Not before this time (caller's clock), if set.
+    pub not_before: Vec<Option<DateTime<Utc>>>,
+    /// Not before this many milliseconds from now (database clock), if set.
+    pub delays: Vec<Option<i64>>,
+    /// Unique keys.
+    pub unique_keys: Option<Vec<Option<&'a str>>>,
+    /// How long each unique key is held after completion, in milliseconds.
+    pub unique_holds: Option<Vec<Option<i64>>>,
+    /// Named queues (`None`: the default queue).
+    pub queues: Option<Vec<Option<&'a str>>>,
+    /// Trace contexts.
+    pub trace_contexts: Option<Vec<Option<&'a str>>>,
+}
+
+/// What `harel_claim` is asked for.
+#[derive(Debug)]
+pub(crate) struct Claim<'a> {
+    /// The fencing token the leases carry.
+    pub token: Uuid,
+    /// How long the leases last, in milliseconds (database clock).
+    pub lease_ms: i64,
+    /// How many groups to lease at most.
+    pub limit: i32,
+    /// The priority floor.
+    pub min_priority: i32,
+    /// Where a publisher's `NOTIFY` said a group was created (microseconds since the
+    /// epoch), for the claim to look from there too.
+    pub hint: Option<i64>,
+    /// The queue.
+    pub queue: &'a str,
+    /// How long to wait for the claims of a limited queue before it, in milliseconds
+    /// (`None`: the function's default).
+    pub max_wait_ms: Option<i32>,
+}
+
+/// A row of `harel_claim`: group, seq, kind, payload, attempt, priority, enqueued at,
+/// trace context.
+pub(crate) type ClaimRow = (
+    String,
+    i64,
+    String,
+    String,
+    i32,
+    i16,
+    DateTime<Utc>,
+    Option<String>,
+);
+
+/// A row of `harel_job`: state, group, kind, payload, priority, attempts, enqueued at, at,
+/// started at, finished at, last error, cancel reason, cancel requested, queue.
+pub(crate) type JobRow = (
+    String,
+    String,
+    String,
+    String,
+    Option<i16>,
+    Option<i32>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<String>,
+    Option<String>,
+    Option<bool>,
+    Option<String>,
+);
+
+/// A row of `harel_list_jobs`: its id, then `harel_job`'s columns (all NULL in the cursor
+/// row).
+pub(crate) type ListRow = (
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<i16>,
+    Option<i32>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<String>,
+    Option<String>,
+    Option<bool>,
+    Option<String>,
+);
+
+/// Which jobs `harel_list_jobs` lists, and from where.
+#[derive(Debug)]
+pub(crate) struct JobsFilter<'a> {
+    /// `queued`, `waiting`, … (`None`: any state).
+    pub state: Option<&'static str>,
+    /// Only this kind.
+    pub kind: Option<&'a str>,
+    /// Only this group.
+    pub group: Option<&'a str>,
+    /// Only ids above this one.
+    pub after: Option<i64>,
+    /// At most this many jobs.
+    pub limit: i32,
+    /// Only this queue.
+    pub queue: Option<&'a str>,
+}
+
+impl Store {
+    /// `harel_publish`: appends a batch of messages to their groups, in one round trip.
+    /// Returns one seq per message, in order; a unique message whose key was held gets the
+    /// holder's seq negated.
+    pub(crate) async fn jobs_publish<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        batch: Publish<'_>,
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        sqlx::query_scalar(self.sql(Statement::JobsPublish))
+            .bind(batch.groups)
+            .bind(batch.kinds)
+            .bind(batch.payloads)
+            .bind(batch.priorities)
+            .bind(batch.not_before)
+            .bind(batch.delays)
+            .bind(batch.unique_keys)
+            .bind(batch.unique_holds)
+            .bind(batch.queues)
+            .bind(batch.trace_contexts)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_claim`: leases up to `claim.limit` groups and returns the head message of
+    /// each.
+    pub(crate) async fn jobs_claim<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        claim: &Claim<'_>,
+    ) -> Result<Vec<ClaimRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::JobsClaim))
+            .bind(claim.token)
+            .bind(claim.lease_ms)
+            .bind(claim.limit)
+            .bind(claim.min_priority)
+            .bind(claim.hint)
+            .bind(claim.queue)
+            .bind(claim.max_wait_ms)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_job`: one job's state and facts, if a job has this id.
+    pub(crate) async fn job_get<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: i64,
+    ) -> Result<Option<JobRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::JobGet))
+            .bind(id)
+            .persistent(self.persistent())
+            .fetch_optional(executor)
+            .await
+    }
+
+    /// `harel_list_jobs`: a page of jobs in id order as `filter` says, and a cursor row
+    /// (its id the next page's start, its other columns NULL) when there may be more.
+    pub(crate) async fn jobs_list<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        filter: &JobsFilter<'_>,
+    ) -> Result<Vec<ListRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::JobsList))
+            .bind(filter.state)
+            .bind(filter.kind)
+            .bind(filter.group)
+            .bind(filter.after)
+            .bind(filter.limit)
+            .bind(filter.queue)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_cancel`: cancels one job (kept `keep_ms` in the history). Returns what it
+    /// did: `cancelled`, `requested`, `completed`, `dead`, `already_cancelled` or
+    /// `not_found`.
+    pub(crate) async fn job_cancel<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: i64,
+        reason: Option<&str>,
+        keep_ms: i64,
+    ) -> Result<String, sqlx::Error> {
+        sqlx::query_scalar(self.sql(Statement::JobCancel))
+            .bind(id)
+            .bind(reason)
+            .bind(keep_ms)
+            .persistent(self.persistent())
+            .fetch_one(executor)
+            .await
+    }
+}

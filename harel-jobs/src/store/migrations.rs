@@ -1,0 +1,153 @@
+//! The schema's life: creating and upgrading it (the bookkeeping, each migration and
+//! function file with its row), and dropping it (the test helpers).
+//!
+//! What to apply is decided in `migrate.rs`, from what [`Store::migrations_applied`] reads;
+//! the statements that do it are here. The migration's store is built with
+//! [`PreparedStatements::Unnamed`](super::PreparedStatements::Unnamed), and each of its
+//! statements runs in a transaction: it works through a transaction pooler as well as
+//! directly.
+
+use sqlx::{AssertSqlSafe, PgConnection, PgExecutor};
+
+use super::{Statement, Store};
+
+/// Creates the schema and the bookkeeping tables if missing, and takes the migration lock
+/// (see `migrate.rs`'s `lock_bookkeeping`). `ADD COLUMN` (for the first releases'
+/// `_migrations`) only when the column is missing: it would take an `ACCESS EXCLUSIVE`
+/// lock, waiting for readers.
+pub(super) const LOCK: &str = "
+    CREATE SCHEMA IF NOT EXISTS @schema@;
+    CREATE TABLE IF NOT EXISTS @schema@._migrations (
+        version    INT         PRIMARY KEY,
+        name       TEXT        NOT NULL,
+        applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        checksum   TEXT);
+    LOCK TABLE @schema@._migrations IN EXCLUSIVE MODE;
+    DO $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                        WHERE attrelid = '@schema@._migrations'::pg_catalog.regclass
+                          AND attname = 'checksum' AND NOT attisdropped) THEN
+            ALTER TABLE @schema@._migrations ADD COLUMN checksum TEXT;
+        END IF;
+    END $$;
+    CREATE TABLE IF NOT EXISTS @schema@._functions (
+        name       TEXT        PRIMARY KEY,
+        checksum   TEXT        NOT NULL,
+        release    TEXT        NOT NULL,
+        applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
+    -- versions and checksums only: every role may read them (workers check them at start-up)
+    GRANT SELECT ON @schema@._migrations, @schema@._functions TO PUBLIC;";
+
+pub(super) const APPLIED: &str =
+    "SELECT 'm', version::text, checksum, NULL::text FROM @schema@._migrations
+     UNION ALL
+     SELECT 'f', name, checksum, release FROM @schema@._functions
+     UNION ALL
+     SELECT 'o', k.key, md5(k.sql), NULL FROM unnest($1::text[], $2::text[]) AS k (key, sql)";
+
+pub(super) const MIGRATION_RECORD: &str = "INSERT INTO @schema@._migrations (version, name, checksum) \
+     VALUES ($1, $2, md5($3))";
+
+pub(super) const FUNCTION_RECORD: &str =
+    "INSERT INTO @schema@._functions AS f (name, checksum, release)
+     VALUES ($1, md5($2), $3)
+     ON CONFLICT (name) DO UPDATE
+        SET checksum = excluded.checksum, release = excluded.release,
+            applied_at = now()";
+
+pub(super) const SCHEMA_DROP: &str = "DROP SCHEMA IF EXISTS @schema@ CASCADE";
+
+/// One row of [`Store::migrations_applied`]: what it is (`m`igration, `f`unction, `o`ur
+/// checksum), its key, a checksum and (functions) the release that applied it.
+pub(crate) type AppliedRow = (String, String, Option<String>, Option<String>);
+
+impl Store {
+    /// Creates the schema and its bookkeeping tables if missing, and locks `_migrations`
+    /// in `EXCLUSIVE` mode until the end of the caller's transaction (`tx`).
+    ///
+    /// By the simple query protocol: several statements, no parameters.
+    pub(crate) async fn migrations_lock(&self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(self.sql(Statement::MigrationsLock))
+            .execute(tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Reads the bookkeeping (applied migrations and functions) and the checksums the
+    /// server computes of `texts` (this release's, under `keys`).
+    pub(crate) async fn migrations_applied<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        keys: &[String],
+        texts: &[&str],
+    ) -> Result<Vec<AppliedRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::MigrationsApplied))
+            .bind(keys)
+            .bind(texts)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// Runs a migration file (`sql`, with `@schema@` to render) and records it as
+    /// `version` `name`, with its checksum, in the caller's transaction.
+    ///
+    /// The file by the simple query protocol: many statements, no parameters.
+    pub(crate) async fn migration_apply(
+        &self,
+        tx: &mut PgConnection,
+        version: i32,
+        name: &str,
+        sql: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(AssertSqlSafe(self.schema().render(sql)))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(self.sql(Statement::MigrationRecord))
+            .bind(version)
+            .bind(name)
+            .bind(sql)
+            .persistent(self.persistent())
+            .execute(&mut *tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Runs a function file (`sql`, with `@schema@` to render) and records it as `name`,
+    /// with its checksum and the `release` that applied it, in the caller's transaction.
+    ///
+    /// The file by the simple query protocol: many statements, no parameters.
+    pub(crate) async fn function_apply(
+        &self,
+        tx: &mut PgConnection,
+        name: &str,
+        sql: &str,
+        release: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(AssertSqlSafe(self.schema().render(sql)))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(self.sql(Statement::FunctionRecord))
+            .bind(name)
+            .bind(sql)
+            .bind(release)
+            .persistent(self.persistent())
+            .execute(&mut *tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Drops the schema with everything in it. (The test helpers', feature `testing`.)
+    #[cfg(feature = "testing")]
+    pub(crate) async fn schema_drop<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(self.sql(Statement::SchemaDrop))
+            .persistent(self.persistent())
+            .execute(executor)
+            .await?;
+        Ok(())
+    }
+}

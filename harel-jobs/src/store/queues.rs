@@ -1,0 +1,101 @@
+//! Named queues: list them, read their depth, set them (pause, resume, limits).
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+
+use super::{Statement, Store};
+
+pub(super) const LIST: &str =
+    "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms, ready,
+            running, counts_exact, oldest_ready_at
+       FROM @schema@.harel_queues()";
+
+pub(super) const DEPTH: &str =
+    "SELECT queue, priority, ready, running, retrying, scheduled, counts_exact,
+            oldest_ready_at
+       FROM @schema@.harel_depth()";
+
+// the same columns as `LIST`, the counts NULL: the queue as it now is, not how busy
+pub(super) const SET: &str =
+    "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms,
+            NULL::bigint, NULL::bigint, NULL::boolean, NULL::timestamptz
+       FROM @schema@.harel_set_queue($1, $2, $3, $4, $5, $6)";
+
+/// A row of `harel_queues` (and of `harel_set_queue`, its counts NULL): name, paused at,
+/// concurrency limit, rate limit, rate period (ms), ready, running, counts exact, oldest
+/// ready at.
+pub(crate) type QueueRow = (
+    String,
+    Option<DateTime<Utc>>,
+    Option<i32>,
+    Option<i32>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<bool>,
+    Option<DateTime<Utc>>,
+);
+
+/// A row of `harel_depth`: queue, priority, ready, running, retrying, scheduled, counts
+/// exact, oldest ready at.
+pub(crate) type DepthRow = (String, i16, i64, i64, i64, i64, bool, Option<DateTime<Utc>>);
+
+/// What `harel_set_queue` sets on a queue.
+#[derive(Debug)]
+pub(crate) struct QueueSettings<'a> {
+    /// The queue (created if missing).
+    pub queue: &'a str,
+    /// Pause (`true`) or resume (`false`); `None` leaves it.
+    pub paused: Option<bool>,
+    /// Whether the limits below replace the queue's (`false` leaves them).
+    pub set_limits: bool,
+    /// At most this many running.
+    pub concurrency: Option<i32>,
+    /// At most this many starts…
+    pub rate: Option<i32>,
+    /// …per this many milliseconds.
+    pub rate_period_ms: Option<i64>,
+}
+
+impl Store {
+    /// `harel_queues`: every queue of the schema, with its settings and its ready and
+    /// running counts.
+    pub(crate) async fn queues_list<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+    ) -> Result<Vec<QueueRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::QueuesList))
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_depth`: each queue's depth at each priority level, by state.
+    pub(crate) async fn queues_depth<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+    ) -> Result<Vec<DepthRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::QueuesDepth))
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_set_queue`: sets a queue as `settings` says; returns it as it now is.
+    pub(crate) async fn queue_set<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        settings: &QueueSettings<'_>,
+    ) -> Result<QueueRow, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::QueueSet))
+            .bind(settings.queue)
+            .bind(settings.paused)
+            .bind(settings.set_limits)
+            .bind(settings.concurrency)
+            .bind(settings.rate)
+            .bind(settings.rate_period_ms)
+            .persistent(self.persistent())
+            .fetch_one(executor)
+            .await
+    }
+}
