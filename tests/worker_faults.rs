@@ -989,6 +989,19 @@ async fn on_borrowed_pool_connections_claims_stay_durable_and_the_pool_gets_its_
         settings
     };
     assert_eq!(settings_of_the_pool(&pool).await, ["off", "off", "off"]);
+    // the server processes of the role: the pool's three, and no other can open
+    let backends = async || {
+        sqlx::query_scalar::<_, Vec<i32>>(
+            "SELECT COALESCE(array_agg(pid ORDER BY pid), '{}') FROM pg_stat_activity
+              WHERE usename = $1",
+        )
+        .bind(&role.name)
+        .fetch_one(&queue.pool)
+        .await
+        .unwrap()
+    };
+    let before = backends().await;
+    assert_eq!(before.len(), 3, "{before:?}");
 
     let runs = Runs::default();
     let handle = builder_on(pool.clone(), &queue, &runs)
@@ -1016,7 +1029,11 @@ async fn on_borrowed_pool_connections_claims_stay_durable_and_the_pool_gets_its_
     assert_eq!(recorded(&settings, "extend", "off"), 0, "{settings:?}");
     // outcomes on a borrowed connection keep the pool's own setting
     assert_eq!(recorded(&settings, "ack", "off"), 3, "{settings:?}");
-    // and the application's connections are as they were
+    // and the application's connections are as they were: the same three, none closed by
+    // the worker (a call the server refused, such as the depth sampler's election without
+    // its grant, gives its connection back; closing it left the pool short, and the
+    // completer could not borrow one for up to 30 s)
     assert_eq!(settings_of_the_pool(&pool).await, ["off", "off", "off"]);
+    assert_eq!(backends().await, before, "the worker closed a pooled connection");
     pool.close().await;
 }

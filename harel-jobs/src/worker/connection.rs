@@ -91,6 +91,54 @@ impl Checkout {
     }
 }
 
+/// An error that says whether the server answered the call: after an answer (a success, or
+/// an error the server sent) the connection is in a known state and goes back to the pool;
+/// without one (an I/O error, a timeout) it may be in the middle of an exchange and is
+/// closed.
+pub(crate) trait ServerAnswered {
+    /// Whether the server sent this error.
+    fn server_answered(&self) -> bool;
+}
+
+impl ServerAnswered for sqlx::Error {
+    fn server_answered(&self) -> bool {
+        matches!(self, sqlx::Error::Database(_))
+    }
+}
+
+impl ServerAnswered for crate::error::DatabaseError {
+    fn server_answered(&self) -> bool {
+        self.code().is_some()
+    }
+}
+
+/// Runs `call` on a connection checked out of `pool`, in a [`Unit`] (behind a transaction
+/// pooler, a transaction of its own), and gives the connection back to the pool when the
+/// server answered, an error included (a failed transaction is rolled back when its unit is
+/// dropped): closing a healthy connection after a refusal (a missing grant, say) would take
+/// it from a pool that may be down to its last one, where the worker's own tasks borrow.
+/// A call abandoned without an answer closes it (see [`Checkout`]).
+pub(crate) async fn on_pooled<T, E, F>(pool: &PgPool, pooler: bool, call: F) -> Result<T, E>
+where
+    E: From<sqlx::Error> + ServerAnswered,
+    F: AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
+{
+    let mut pooled = Checkout::acquire(pool).await?;
+    let result: Result<T, E> = async {
+        let mut unit = Unit::begin(pooled.connection(), pooler).await?;
+        let value = call(unit.connection()).await?;
+        unit.finish().await?;
+        Ok(value)
+    }
+    .await;
+    match &result {
+        Ok(_) => pooled.done(),
+        Err(error) if error.server_answered() => pooled.done(),
+        Err(_) => {}
+    }
+    result
+}
+
 impl Drop for Checkout {
     fn drop(&mut self) {
         if !self.done {

@@ -18,9 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Shared;
-use super::connection::{Checkout, Unit, bounded};
+use super::connection::{bounded, on_pooled};
 use crate::error::DatabaseError;
 use crate::inspect::QueueStats;
+use sqlx::PgConnection;
 
 /// How often the elected worker samples the depth, and the others ask for the election.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(10);
@@ -79,41 +80,44 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 /// Takes or renews the election for `hold` (zero: gives it up). Returns whether this pool
 /// holds it.
 async fn elect<S>(shared: &Shared<S>, hold: Duration) -> Result<bool, DatabaseError> {
-    let pooler = shared.config.transaction_pooler;
-    let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
     let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX);
-    let elected = shared
-        .store
-        .election_take(unit.connection(), "depth", shared.worker_id, hold_ms)
-        .await?;
-    unit.finish().await?;
-    pooled.done();
-    Ok(elected)
+    on_pooled(
+        &shared.pool,
+        shared.config.transaction_pooler,
+        async |connection: &mut PgConnection| {
+            Ok(shared
+                .store
+                .election_take(connection, "depth", shared.worker_id, hold_ms)
+                .await?)
+        },
+    )
+    .await
 }
 
 /// One sample on a pool connection: the schema's figures first, so that they are set even
 /// if the per-queue read fails.
 async fn sample<S>(shared: &Shared<S>) -> Result<(), DatabaseError> {
     let schema = &shared.config.schema;
-    let pooler = shared.config.transaction_pooler;
-    let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
-    let stats = QueueStats::read(&shared.store, unit.connection()).await?;
-    crate::telemetry::depth(
-        schema.name(),
-        stats.jobs.value(),
-        stats.dead_letters.value(),
-        stats.groups.value(),
-        stats.claimable_groups.value(),
-    );
-    for (queue, _, _, _, _, ready, running, _, _) in
-        shared.store.queues_list(unit.connection()).await?
-    {
-        let (ready, running) = (ready.unwrap_or(0), running.unwrap_or(0));
-        crate::telemetry::queue_depth(schema.name(), &queue, ready, running);
-    }
-    unit.finish().await?;
-    pooled.done();
-    Ok(())
+    on_pooled(
+        &shared.pool,
+        shared.config.transaction_pooler,
+        async |connection: &mut PgConnection| {
+            let stats = QueueStats::read(&shared.store, &mut *connection).await?;
+            crate::telemetry::depth(
+                schema.name(),
+                stats.jobs.value(),
+                stats.dead_letters.value(),
+                stats.groups.value(),
+                stats.claimable_groups.value(),
+            );
+            for (queue, _, _, _, _, ready, running, _, _) in
+                shared.store.queues_list(connection).await?
+            {
+                let (ready, running) = (ready.unwrap_or(0), running.unwrap_or(0));
+                crate::telemetry::queue_depth(schema.name(), &queue, ready, running);
+            }
+            Ok::<_, DatabaseError>(())
+        },
+    )
+    .await
 }

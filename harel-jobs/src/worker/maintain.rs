@@ -30,11 +30,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::connection::{Checkout, OwnConnection, Unit, bounded};
+use super::connection::{OwnConnection, bounded, on_pooled};
 use super::task::{TaskResult, WorkerTask};
 use super::{Shared, report};
 use crate::error::DatabaseError;
 use crate::store::VACUUMED_TABLES;
+use sqlx::PgConnection;
 
 /// How often the dead-row counts are read.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
@@ -223,13 +224,12 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
 
 /// One call of `harel_maintain`: the claim floors lowered, the receipts pruned.
 async fn housekeeping<S>(shared: &Shared<S>) -> Result<(i32, i64), DatabaseError> {
-    let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let pooler = shared.config.transaction_pooler;
-    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
-    let done = shared.store.maintenance_run(unit.connection()).await?;
-    unit.finish().await?;
-    pooled.done();
-    Ok(done)
+    on_pooled(
+        &shared.pool,
+        shared.config.transaction_pooler,
+        async |connection: &mut PgConnection| Ok(shared.store.maintenance_run(connection).await?),
+    )
+    .await
 }
 
 /// What a check found.
@@ -295,20 +295,19 @@ impl VacuumPace {
 
 /// Reads whether autovacuum is on, and which queue tables have enough dead rows.
 async fn check<S>(shared: &Shared<S>) -> Result<Due, DatabaseError> {
-    let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let pooler = shared.config.transaction_pooler;
-    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
-    let (autovacuum, due, dead, xmin) = shared
-        .store
-        .tables_vacuum_check(
-            unit.connection(),
-            VACUUMED_TABLES,
-            MIN_DEAD_ROWS,
-            DEAD_FRACTION,
-        )
-        .await?;
-    unit.finish().await?;
-    pooled.done();
+    let (autovacuum, due, dead, xmin) = on_pooled(
+        &shared.pool,
+        shared.config.transaction_pooler,
+        async |connection: &mut PgConnection| {
+            Ok::<_, DatabaseError>(
+                shared
+                    .store
+                    .tables_vacuum_check(connection, VACUUMED_TABLES, MIN_DEAD_ROWS, DEAD_FRACTION)
+                    .await?,
+            )
+        },
+    )
+    .await?;
     Ok(match (autovacuum.as_str(), due) {
         ("on", _) => Due::AutovacuumOn,
         (_, Some(tables)) if !tables.is_empty() => Due::Tables {
@@ -322,16 +321,14 @@ async fn check<S>(shared: &Shared<S>) -> Result<Due, DatabaseError> {
 
 /// The dead rows left in `tables`, and the oldest running transaction this session sees.
 async fn dead_rows<S>(shared: &Shared<S>, tables: &[String]) -> Result<(i64, i64), DatabaseError> {
-    let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let pooler = shared.config.transaction_pooler;
-    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
-    let found = shared
-        .store
-        .tables_dead_rows(unit.connection(), tables)
-        .await?;
-    unit.finish().await?;
-    pooled.done();
-    Ok(found)
+    on_pooled(
+        &shared.pool,
+        shared.config.transaction_pooler,
+        async |connection: &mut PgConnection| {
+            Ok(shared.store.tables_dead_rows(connection, tables).await?)
+        },
+    )
+    .await
 }
 
 /// Vacuums `tables`, skipping any that another session is vacuuming (`SKIP_LOCKED`: the

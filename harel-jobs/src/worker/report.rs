@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use super::Shared;
-use super::connection::{Checkout, Unit, bounded};
+use super::connection::{bounded, on_pooled};
 use crate::error::DatabaseError;
 use crate::store::Report;
+use sqlx::PgConnection;
 
 /// The longest the last report, at shutdown, may hold the shutdown up.
 pub(super) const LAST_REPORT_WITHIN: Duration = Duration::from_secs(1);
@@ -59,16 +60,10 @@ pub(super) async fn report<S>(
         dead: as_i64(stats.dead_lettered),
         stopping,
     };
-    let call = async {
-        let mut pooled = Checkout::acquire(&shared.pool).await?;
-        let mut unit = Unit::begin(pooled.connection(), pooler).await?;
-        shared
-            .store
-            .worker_report(unit.connection(), &report)
-            .await?;
-        unit.finish().await?;
-        pooled.done();
-        Ok::<_, sqlx::Error>(())
-    };
+    let call = on_pooled(
+        &shared.pool,
+        pooler,
+        async |connection: &mut PgConnection| shared.store.worker_report(connection, &report).await,
+    );
     bounded(limit, call).await.map_err(DatabaseError::new)
 }

@@ -10,12 +10,13 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use super::connection::{Checkout, Unit, bounded};
+use super::connection::{bounded, on_pooled};
 use super::task::{TaskResult, WorkerTask};
 use crate::error::{DatabaseError, PublishError};
 use crate::periodic::Periodic;
 use crate::store::Fire;
 use crate::transport::OutgoingMessage;
+use sqlx::PgConnection;
 
 /// One schedule of the pool, and how it makes the job of a tick.
 pub(crate) struct PeriodicJob {
@@ -234,17 +235,13 @@ async fn fire<S: Send + Sync + 'static>(
         unique_hold_ms,
     };
     let pooler = shared.config.transaction_pooler;
-    let call = async {
-        let mut pooled = Checkout::acquire(&shared.pool).await?;
-        let mut unit = Unit::begin(pooled.connection(), pooler).await?;
-        let id = shared
-            .store
-            .schedule_fire_if_due(unit.connection(), &fire)
-            .await?;
-        unit.finish().await?;
-        pooled.done();
-        Ok::<_, sqlx::Error>(id)
-    };
+    let call = on_pooled(
+        &shared.pool,
+        pooler,
+        async |connection: &mut PgConnection| {
+            shared.store.schedule_fire_if_due(connection, &fire).await
+        },
+    );
     bounded(shared.config.database_timeout, call)
         .await
         .map_err(|error: sqlx::Error| FireError::Database(DatabaseError::new(error)))
@@ -255,15 +252,14 @@ async fn last_ticks<S: Send + Sync + 'static>(
     shared: &Shared<S>,
 ) -> Result<HashMap<String, Option<DateTime<Utc>>>, sqlx::Error> {
     let names: Vec<&str> = shared.schedules.iter().map(|j| j.schedule.name()).collect();
-    let pooler = shared.config.transaction_pooler;
-    let mut pooled = Checkout::acquire(&shared.pool).await?;
-    let mut unit = Unit::begin(pooled.connection(), pooler).await?;
-    let rows = shared
-        .store
-        .schedules_last_ticks(unit.connection(), &names)
-        .await?;
-    unit.finish().await?;
-    pooled.done();
+    let rows = on_pooled(
+        &shared.pool,
+        shared.config.transaction_pooler,
+        async |connection: &mut PgConnection| {
+            shared.store.schedules_last_ticks(connection, &names).await
+        },
+    )
+    .await?;
     Ok(rows.into_iter().collect())
 }
 
