@@ -1034,6 +1034,10 @@ async fn on_borrowed_pool_connections_claims_stay_durable_and_the_pool_gets_its_
     // its grant, gives its connection back; closing it left the pool short, and the
     // completer could not borrow one for up to 30 s)
     assert_eq!(settings_of_the_pool(&pool).await, ["off", "off", "off"]);
-    assert_eq!(backends().await, before, "the worker closed a pooled connection");
+    assert_eq!(
+        backends().await,
+        before,
+        "the worker closed a pooled connection"
+    );
     pool.close().await;
 }
