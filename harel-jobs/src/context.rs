@@ -174,7 +174,7 @@ impl<S> JobContext<S> {
         &self.execution.kind
     }
 
-    /// Whether the job should stop: its cancel was asked for (`Queue::cancel`; see
+    /// Whether the job should stop: its cancel was asked for (`Client::cancel`; see
     /// [`cancel_requested`](Self::cancel_requested)), the lease was lost (another worker
     /// may run it now), the timeout passed, or the pool is shutting down and the grace
     /// period is over. A handler that stops early should return an error; a cancelled job
@@ -183,7 +183,7 @@ impl<S> JobContext<S> {
         self.execution.cancel.is_cancelled()
     }
 
-    /// Whether the job's cancel was asked for while it ran (`Queue::cancel`, learned at a
+    /// Whether the job's cancel was asked for while it ran (`Client::cancel`, learned at a
     /// heartbeat). The job ends as cancelled whatever the handler returns.
     pub fn cancel_requested(&self) -> bool {
         self.execution

@@ -151,16 +151,17 @@ impl From<sqlx::Error> for PublishError {
     }
 }
 
-/// Why an operation of a [`Queue`](crate::Queue) (look a job up, cancel) failed.
+/// Why a call of a [`Client`](crate::Client) (look a job up, cancel, list, pause, dead
+/// letters, …) failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum QueueError {
+pub enum ClientError {
     /// An argument out of range (a cancel reason over 8 KiB, a keep period over 100
-    /// years, an empty group id): nothing was sent.
+    /// years, an empty group id, a page limit): nothing was sent.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
     /// The database failed or refused the operation.
-    #[error("queue operation failed: {0}")]
+    #[error("client operation failed: {0}")]
     Database(#[from] DatabaseError),
     /// The database answered something this release does not understand (a newer
     /// release's function?).

@@ -130,7 +130,7 @@ pub struct JobOptions {
     /// Longest one attempt may run; past it the attempt fails (and is retried).
     pub timeout: Option<Duration>,
     /// How long a completed job of this type is kept in the queue's history (where
-    /// `Queue::job` finds it), instead of being deleted at once.
+    /// `Client::job` finds it), instead of being deleted at once.
     pub retain: Option<Duration>,
 }
 

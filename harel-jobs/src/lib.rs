@@ -32,29 +32,46 @@
 //!
 //! - **Jobs**: [`Job`] (a serialisable value with a stable [`Job::KIND`]) and [`Handler`]
 //!   (what runs it), both implemented by [`#[job]`](macro@job); [`JobContext`], [`JobError`],
-//!   [`JobOptions`], [`Backoff`]; enqueueing with [`Enqueue`] and [`JobBatch`] (with
-//!   [`EnqueueOptions`] per job).
-//! - **The worker pool**: [`Worker`], [`WorkerBuilder`], [`WorkerHandle`]; the
-//!   [`DeadLetters`] table; [`QueueStats`] (with its [`Count`]s).
-//! - **The transport** ([`transport`]): raw JSON messages in groups; publish, claim, settle
-//!   and extend, each one round trip through a PL/pgSQL function.
-//! - **Operators**: [`Queue`] (look jobs and groups up, cancel, dead letters); with the
-//!   `cli` feature the `harel-jobs` command line (`cli`), with the `dashboard` feature a web
-//!   dashboard (`dashboard::router`).
-//! - **Testing** (feature `testing`): `testing::TestQueue` (a fresh queue per test, and
-//!   assertions on what was enqueued) and `testing::TestWorker` (jobs run in-process).
+//!   [`JobOptions`], [`Backoff`], [`Unique`], [`Periodic`].
+//! - **Enqueue**: a job's own `.enqueue(executor)` (from `#[job]`) or [`Enqueue`] for one
+//!   job with options, [`JobBatch`] for many (with [`EnqueueOptions`] per job, and
+//!   [`Enqueued`] when some may be duplicates); [`Client::enqueue`] and [`Client::batch`]
+//!   for a schema other than the default. Always through the caller's executor, so inside
+//!   its transaction.
+//! - **Worker**: [`Worker`], [`WorkerBuilder`], [`WorkerHandle`] (with its
+//!   [`WorkerStats`]): the embedded pool that claims, runs and settles jobs.
+//! - **Client** (the operator API): [`Client`], one handle on a pool and a schema: a job
+//!   or a page of them, cancel ([`JobInfo`], [`JobQuery`], [`CancelOutcome`]), the named
+//!   queues (depth, pause, resume, limits: [`QueueInfo`], [`LevelDepth`]), groups
+//!   ([`GroupInfo`]), worker pools ([`WorkerInfo`]), schedules ([`ScheduleInfo`]), the
+//!   figures ([`Stats`], with its [`Count`]s) and the dead letters ([`DeadLetters`]). Its
+//!   errors are [`ClientError`]s.
+//! - **Transport** ([`transport`]): raw JSON messages in groups; publish, claim, settle and
+//!   extend, each one round trip through a PL/pgSQL function. What the worker and the
+//!   enqueues are built on.
+//! - **Store** (private): the data layer. Every SQL statement of the crate lives there,
+//!   each behind one method; the layers above convert its rows.
+//! - **Command line and dashboard**: with the `cli` feature the `harel-jobs` command line
+//!   (`cli`), with the `dashboard` feature a web dashboard (`dashboard::router`); both are
+//!   [`Client`] calls and a rendering.
+//! - **Testing** (feature `testing`): `testing::TestSchema` (a fresh, migrated schema per
+//!   test, and assertions on what was enqueued) and `testing::TestWorker` (jobs run
+//!   in-process).
 //! - **Metrics** (feature `metrics`): counters, histograms and depth gauges through the
-//!   `metrics` facade; their names are the constants of [`telemetry`].
-//! - **Traces** (feature `opentelemetry`): the enqueuing span's OpenTelemetry context is
-//!   stored with the job and becomes the parent of each attempt's span (`harel_job`, with
-//!   the messaging semantic-convention fields, feature or not).
+//!   `metrics` facade; their names are the constants of [`telemetry`]. **Traces** (feature
+//!   `opentelemetry`): the enqueuing span's OpenTelemetry context is stored with the job and
+//!   becomes the parent of each attempt's span (`harel_job`, with the messaging
+//!   semantic-convention fields, feature or not).
 //! - **Setup**: [`connect`] (waits for the database; [`ConnectConfig`] for
 //!   [`connect_with`]), [`migrate`] (safe from every process at once), [`Schema`].
+//!
+//! The names of 0.1 that 0.2 renamed (`Queue`, `QueueStats`, `QueueError`,
+//! `testing::TestQueue`) remain as deprecated aliases; see the CHANGELOG.
 //!
 //! # Errors
 //!
 //! Each surface has its own `#[non_exhaustive]` error enum ([`PublishError`],
-//! [`TransportError`], [`MigrateError`], [`ConnectError`], [`ConfigError`],
+//! [`ClientError`], [`TransportError`], [`MigrateError`], [`ConnectError`], [`ConfigError`],
 //! [`WorkerError`]); database failures are wrapped in [`DatabaseError`], and an
 //! out-of-range priority is an [`InvalidPriority`] wherever it is refused. A lost lease is
 //! not an error but an outcome ([`transport::LeaseOutcome`]).
@@ -68,24 +85,19 @@ pub struct ReadmeDoctests;
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
+mod client;
 mod connect;
 mod context;
 #[cfg(feature = "dashboard")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
-mod dead_letters;
 mod enqueue;
 mod error;
-mod fleet;
-mod groups;
-mod inspect;
 mod job;
 mod job_error;
 mod migrate;
 mod periodic;
 mod privileges;
-mod queue;
-mod queue_control;
 mod retry;
 mod schema;
 mod store;
@@ -101,27 +113,24 @@ mod worker;
 #[path = "private.rs"]
 pub mod __private;
 
+pub use client::{
+    Cancel, CancelOutcome, Client, DeadLetter, DeadLetterQuery, DeadLetters, GroupInfo, GroupPage,
+    GroupQuery, GroupRank, GroupStatus, JobInfo, JobPage, JobQuery, JobState, LevelDepth,
+    QueueInfo, QueueLimits, RateLimit, ScheduleInfo, SchedulePage, ScheduleQuery, StateFilter,
+    Stats, ThroughputMinute, TopGroups, WorkerInfo, WorkerList,
+};
 pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
-pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
 pub use enqueue::{Enqueue, EnqueueOptions, Enqueued, JobBatch};
 pub use error::{
-    CompleteError, ConfigError, ConnectError, DatabaseError, InvalidMessage, InvalidPriority,
-    MigrateError, MissingPrivilege, PublishError, QueueError, TransportError,
+    ClientError, CompleteError, ConfigError, ConnectError, DatabaseError, InvalidMessage,
+    InvalidPriority, MigrateError, MissingPrivilege, PublishError, TransportError,
 };
-pub use fleet::{ThroughputMinute, WorkerInfo, WorkerList};
-pub use groups::{GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, TopGroups};
 pub use harel_jobs_macros::job;
-pub use inspect::{Count, QueueStats};
 pub use job::{Handler, Job, JobOptions, Unique};
 pub use job_error::{Action, IntoJobResult, JobError, JobResult};
 pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
 pub use periodic::{MissedTicks, Periodic};
-pub use queue::{
-    Cancel, CancelOutcome, JobInfo, JobPage, JobQuery, JobState, Queue, ScheduleInfo, SchedulePage,
-    ScheduleQuery, StateFilter,
-};
-pub use queue_control::{LevelDepth, QueueInfo, QueueLimits, RateLimit};
 pub use retry::Backoff;
 pub use schema::Schema;
 /// The sqlx this crate is built with (0.9). Pools, connections and transactions handed to
@@ -142,7 +151,7 @@ pub use schema::Schema;
 pub use sqlx;
 pub use transport::{DEFAULT_QUEUE, PreparedStatements, Priority};
 pub use vocabulary::{
-    DEFAULT_CANCELLED_RETENTION, GROUP_JOBS_COUNT_CAP, JobId, MAX_CATCH_UP, MAX_GROUP_PAGE,
+    Count, DEFAULT_CANCELLED_RETENTION, GROUP_JOBS_COUNT_CAP, JobId, MAX_CATCH_UP, MAX_GROUP_PAGE,
     MAX_PAGE, MAX_REASON_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_THROUGHPUT_MINUTES,
     MAX_TOP_GROUPS, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
 };
@@ -150,3 +159,16 @@ pub use vocabulary::{
 #[doc(hidden)]
 pub use worker::InjectedFault;
 pub use worker::{Worker, WorkerBuilder, WorkerError, WorkerHandle, WorkerStats, WorkerTask};
+
+/// The operator API's handle, named `Queue` before 0.2.0: a "queue" is now always a named
+/// queue inside a schema ([`Client::queues`]).
+#[deprecated(since = "0.2.0", note = "renamed to Client")]
+pub type Queue = Client;
+
+/// The schema's figures, named `QueueStats` before 0.2.0.
+#[deprecated(since = "0.2.0", note = "renamed to Stats")]
+pub type QueueStats = Stats;
+
+/// The error of a [`Client`] call, named `QueueError` before 0.2.0.
+#[deprecated(since = "0.2.0", note = "renamed to ClientError")]
+pub type QueueError = ClientError;

@@ -49,7 +49,7 @@ pub const DEPTH: &str = "harel_jobs_depth";
 pub const GROUPS: &str = "harel_jobs_groups";
 /// Gauge: per named queue, by `schema` and `queue`, jobs that may start now
 /// (`state="ready"`: the first job of each group that is waiting, or retrying and due) and
-/// jobs running (`state="running"`); sampled with [`DEPTH`], from `Queue::queues`. Counted
+/// jobs running (`state="running"`); sampled with [`DEPTH`], from `Client::queues`. Counted
 /// up to 10,000 ready groups per priority level and among the first 1,000 leased, parked or
 /// scheduled groups per level; past that, a lower bound.
 pub const QUEUE_DEPTH: &str = "harel_jobs_queue_depth";

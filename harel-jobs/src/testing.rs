@@ -1,18 +1,18 @@
 //! Helpers for testing the application's own jobs (cargo feature `testing`).
 //!
-//! - [`TestQueue`]: a fresh, migrated queue in a schema of its own, for one test; tests
+//! - [`TestSchema`]: a fresh, migrated schema of its own for one test; tests
 //!   using one each run in parallel without seeing each other's jobs. Dropped with
-//!   [`TestQueue::cleanup`] (or, best effort, when the value is dropped).
+//!   [`TestSchema::cleanup`] (or, best effort, when the value is dropped).
 //! - Assertions on what was enqueued, through the test's own connection or transaction, so
-//!   they see jobs its uncommitted transaction enqueued: [`TestQueue::enqueued`],
-//!   [`TestQueue::assert_enqueued`], [`TestQueue::assert_nothing_enqueued`].
+//!   they see jobs its uncommitted transaction enqueued: [`TestSchema::enqueued`],
+//!   [`TestSchema::assert_enqueued`], [`TestSchema::assert_nothing_enqueued`].
 //! - [`TestWorker`]: runs jobs in the test's task, without a worker pool: one
 //!   ([`TestWorker::work_one`]) or all that are due ([`TestWorker::work_until_idle`]),
 //!   optionally inside the test's transaction, and returns what became of each
 //!   ([`WorkedJob`]).
 //!
 //! ```no_run
-//! use harel_jobs::testing::{TestQueue, TestWorker, WorkOutcome};
+//! use harel_jobs::testing::{TestSchema, TestWorker, WorkOutcome};
 //! use harel_jobs::{job, JobContext, JobResult};
 //!
 //! #[job]
@@ -22,42 +22,42 @@
 //!
 //! // a `#[tokio::test]`
 //! async fn signup_sends_a_welcome_email() -> Result<(), Box<dyn std::error::Error>> {
-//!     let queue = TestQueue::new().await?; // DATABASE_URL, a schema of its own
-//!     let worker = TestWorker::new(queue.worker(()).register::<SendWelcomeEmail>())?;
+//!     let test = TestSchema::new().await?; // DATABASE_URL, a schema of its own
+//!     let worker = TestWorker::new(test.worker(()).register::<SendWelcomeEmail>())?;
 //!
-//!     let mut tx = queue.pool().begin().await?;
-//!     // the code under test enqueues through the queue it is given
-//!     queue.queue().enqueue(&mut *tx, SendWelcomeEmail { user_id: 42 }).await?;
-//!     queue.assert_enqueued::<SendWelcomeEmail>(&mut *tx, |job| job.user_id == 42).await;
+//!     let mut tx = test.pool().begin().await?;
+//!     // the code under test enqueues through the client it is given
+//!     test.client().enqueue(&mut *tx, SendWelcomeEmail { user_id: 42 }).await?;
+//!     test.assert_enqueued::<SendWelcomeEmail>(&mut *tx, |job| job.user_id == 42).await;
 //!
 //!     let worked = worker.work_until_idle(&mut *tx).await?;
 //!     assert_eq!(worked.len(), 1);
 //!     assert_eq!(worked[0].outcome, WorkOutcome::Succeeded);
-//!     queue.assert_nothing_enqueued(&mut *tx).await;
+//!     test.assert_nothing_enqueued(&mut *tx).await;
 //!     tx.rollback().await?; // nothing of it stays
 //!
-//!     queue.cleanup().await?;
+//!     test.cleanup().await?;
 //!     Ok(())
 //! }
 //! ```
 //!
 //! # Which schema
 //!
-//! A `TestQueue` from [`new`](TestQueue::new), [`connect`](TestQueue::connect) or
-//! [`with_pool`](TestQueue::with_pool) lives in a fresh schema (`harel_test_` and 16 random
-//! hex digits), so code under test must enqueue through the [`Queue`] it is handed
-//! ([`TestQueue::queue`]), or with `.schema(queue.schema())`: an enqueue that names no
-//! schema goes to the default one, `harel`, which the test queue does not see.
+//! A `TestSchema` from [`new`](TestSchema::new), [`connect`](TestSchema::connect) or
+//! [`with_pool`](TestSchema::with_pool) lives in a fresh schema (`harel_test_` and 16 random
+//! hex digits), so code under test must enqueue through the [`Client`] it is handed
+//! ([`TestSchema::client`]), or with `.schema(test.schema())`: an enqueue that names no
+//! schema goes to the default one, `harel`, which the test schema does not see.
 //!
 //! With `#[sqlx::test]`, which gives each test a database of its own, the default schema is
-//! free: [`TestQueue::with_schema`]`(pool, Schema::default())` migrates it there, and code
+//! free: [`TestSchema::with_schema`]`(pool, Schema::default())` migrates it there, and code
 //! that enqueues without naming a schema is tested as it is.
 //!
 //! ```no_run
-//! # use harel_jobs::{Schema, testing::TestQueue};
+//! # use harel_jobs::{Schema, testing::TestSchema};
 //! // a `#[sqlx::test]` (sqlx's `migrate` feature), given a database of its own
 //! async fn with_a_database_of_its_own(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
-//!     let queue = TestQueue::with_schema(pool, Schema::default()).await?;
+//!     let test = TestSchema::with_schema(pool, Schema::default()).await?;
 //!     // … enqueue with `.enqueue(&pool)` as the application does, then assert and work
 //!     Ok(())
 //! }
@@ -83,13 +83,13 @@
 //!   transaction, but what the handler does through its own pool is not, and
 //!   [`JobContext::complete_in`](crate::JobContext::complete_in) on another connection
 //!   waits for the test's transaction (work on the pool for such handlers:
-//!   `worker.work_one(queue.pool())`);
+//!   `worker.work_one(test.pool())`);
 //! - periodic schedules are not fired, and no maintenance runs.
 //!
 //! # Cleanup
 //!
-//! [`TestQueue::cleanup`] drops the schema (and closes the pool it opened); call it at the end of the
-//! test. A `TestQueue` dropped without it (the test failed or panicked first) drops its
+//! [`TestSchema::cleanup`] drops the schema (and closes the pool it opened); call it at the end of the
+//! test. A `TestSchema` dropped without it (the test failed or panicked first) drops its
 //! schema from its `Drop`, on a thread and connection of its own: it waits up to 5 s for the
 //! `DROP SCHEMA`, then leaves it running in the background (retrying for up to 30 s), since
 //! a transaction of the test that still holds locks in the schema can end only once the
@@ -102,9 +102,9 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Acquire, Connection, PgConnection, PgPool, Postgres};
 
-use crate::error::{ConfigError, DatabaseError, MigrateError, QueueError, TransportError};
+use crate::client::{Client, JobInfo, JobQuery, StateFilter};
+use crate::error::{ClientError, ConfigError, DatabaseError, MigrateError, TransportError};
 use crate::job::Job;
-use crate::queue::{JobInfo, JobQuery, Queue, StateFilter};
 use crate::schema::Schema;
 use crate::store::{Store, session};
 use crate::transport::LeaseOutcome;
@@ -115,17 +115,17 @@ use crate::worker::{Worker, WorkerBuilder};
 /// How many jobs [`TestWorker::work_until_idle`] runs at most before it gives up.
 pub const MAX_WORKED: usize = 10_000;
 
-/// How long a dropped [`TestQueue`] waits for its schema to be dropped.
+/// How long a dropped [`TestSchema`] waits for its schema to be dropped.
 const DROP_WAIT: Duration = Duration::from_secs(5);
 
-/// How long the cleanup of a dropped [`TestQueue`] keeps trying.
+/// How long the cleanup of a dropped [`TestSchema`] keeps trying.
 const DROP_RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// Why a test helper failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TestError {
-    /// [`TestQueue::new`] needs `DATABASE_URL`.
+    /// [`TestSchema::new`] needs `DATABASE_URL`.
     #[error("DATABASE_URL is not set: point it at the test database")]
     NoDatabaseUrl,
     /// `DATABASE_URL` (or the URL given) is not a PostgreSQL URL.
@@ -135,7 +135,7 @@ pub enum TestError {
     #[error("test database: {0}")]
     Database(#[from] DatabaseError),
     /// Migrating the test schema failed.
-    #[error("migrating the test queue: {0}")]
+    #[error("migrating the test schema: {0}")]
     Migrate(#[from] MigrateError),
     /// The worker builder's configuration is invalid.
     #[error("test worker: {0}")]
@@ -143,9 +143,9 @@ pub enum TestError {
     /// A claim or an outcome could not be written.
     #[error("test worker: {0}")]
     Transport(#[from] TransportError),
-    /// Listing the queue's jobs failed.
+    /// Listing the schema's jobs failed.
     #[error("listing jobs: {0}")]
-    Queue(#[from] QueueError),
+    Client(#[from] ClientError),
     /// A queued job of the kind asked for does not decode as its type.
     #[error("job {id} of kind {kind:?} does not decode: {reason}")]
     Decode {
@@ -162,27 +162,27 @@ pub enum TestError {
     StillBusy(usize),
 }
 
-/// A fresh, migrated queue for one test: its own schema, dropped by
+/// A fresh, migrated schema for one test, dropped by
 /// [`cleanup`](Self::cleanup) (or, best effort, on drop; see the [module](self) docs).
-pub struct TestQueue {
-    queue: Queue,
+pub struct TestSchema {
+    client: Client,
     /// The pool was made by [`connect`](Self::connect): `cleanup` closes it.
     owns_pool: bool,
     /// Set once the schema was dropped (or handed back): nothing left for `Drop`.
     cleaned: bool,
 }
 
-impl fmt::Debug for TestQueue {
+impl fmt::Debug for TestSchema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // not the pool's options: they hold the password
-        f.debug_struct("TestQueue")
-            .field("schema", &self.queue.schema().name())
+        f.debug_struct("TestSchema")
+            .field("schema", &self.client.schema().name())
             .finish_non_exhaustive()
     }
 }
 
-impl TestQueue {
-    /// A queue in a fresh schema of the database `DATABASE_URL` names.
+impl TestSchema {
+    /// A fresh schema of the database `DATABASE_URL` names.
     ///
     /// # Errors
     /// [`TestError::NoDatabaseUrl`], [`TestError::InvalidUrl`], [`TestError::Database`] if
@@ -192,7 +192,7 @@ impl TestQueue {
         Self::connect(&url).await
     }
 
-    /// A queue in a fresh schema of the database at `url`, on a pool of its own (10
+    /// A fresh schema of the database at `url`, on a pool of its own (10
     /// connections).
     ///
     /// # Errors
@@ -206,12 +206,12 @@ impl TestQueue {
             .connect_with(options)
             .await
             .map_err(DatabaseError::new)?;
-        let mut queue = Self::with_pool(pool).await?;
-        queue.owns_pool = true;
-        Ok(queue)
+        let mut test = Self::with_pool(pool).await?;
+        test.owns_pool = true;
+        Ok(test)
     }
 
-    /// A queue in a fresh schema, on `pool`.
+    /// A fresh schema, on `pool`.
     ///
     /// # Errors
     /// [`TestError::Migrate`].
@@ -222,50 +222,57 @@ impl TestQueue {
         Self::with_schema(pool, schema).await
     }
 
-    /// A queue in `schema` on `pool`, migrated; [`cleanup`](Self::cleanup) (or the drop)
+    /// `schema` on `pool`, migrated; [`cleanup`](Self::cleanup) (or the drop)
     /// drops that schema with everything in it, whoever created it. Only for a database of
     /// the test's own (`#[sqlx::test]`), where the default schema is free.
     ///
     /// # Errors
     /// [`TestError::Migrate`].
     pub async fn with_schema(pool: PgPool, schema: Schema) -> Result<Self, TestError> {
-        let queue = Self {
-            queue: Queue::with_schema(pool, schema),
+        let test = Self {
+            client: Client::with_schema(pool, schema),
             owns_pool: false,
             cleaned: false,
         };
-        // on an error, `queue` is dropped here and its drop removes what was created
-        queue.queue.migrate().await?;
-        Ok(queue)
+        // on an error, `test` is dropped here and its drop removes what was created
+        test.client.migrate().await?;
+        Ok(test)
     }
 
-    /// The queue: enqueue through it (or pass it to the code under test), look jobs up.
-    pub fn queue(&self) -> &Queue {
-        &self.queue
+    /// The client of the test schema: enqueue through it (or pass it to the code under
+    /// test), look jobs up.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The client of the test schema, as [`client`](Self::client).
+    #[deprecated(since = "0.2.0", note = "renamed to client")]
+    pub fn queue(&self) -> &Client {
+        &self.client
     }
 
     /// The pool.
     pub fn pool(&self) -> &PgPool {
-        self.queue.pool()
+        self.client.pool()
     }
 
-    /// The queue's schema.
+    /// The schema.
     pub fn schema(&self) -> &Schema {
-        self.queue.schema()
+        self.client.schema()
     }
 
-    /// A worker builder for this queue (for [`TestWorker::new`], or a real pool).
+    /// A worker builder for this schema (for [`TestWorker::new`], or a real pool).
     pub fn worker<S: Send + Sync + 'static>(&self, state: S) -> WorkerBuilder<S> {
-        self.queue.worker(state)
+        self.client.worker(state)
     }
 
     /// The jobs of type `J` still in the queue (waiting, scheduled, running or retrying),
     /// in enqueue order, as `connection` sees them: pass the test's transaction
     /// (`&mut *tx`) to see what it enqueued before committing, or the pool. Read through
-    /// `harel_list_jobs`, the function behind [`Queue::jobs`].
+    /// `harel_list_jobs`, the function behind [`Client::jobs`].
     ///
     /// # Errors
-    /// [`TestError::Database`], [`TestError::Queue`]; [`TestError::Decode`] if one does not
+    /// [`TestError::Database`], [`TestError::Client`]; [`TestError::Decode`] if one does not
     /// decode as `J`.
     pub async fn enqueued<'c, J: Job>(
         &self,
@@ -371,7 +378,7 @@ impl TestQueue {
         }
         let mut jobs = Vec::new();
         loop {
-            let page = self.queue.jobs_on(&mut *connection, &query).await?;
+            let page = self.client.jobs_on(&mut *connection, &query).await?;
             jobs.extend(page.jobs);
             match page.next {
                 Some(next) => query = query.after(next),
@@ -381,7 +388,7 @@ impl TestQueue {
         Ok(jobs)
     }
 
-    /// Drops the queue's schema (everything in it), and closes the pool if
+    /// Drops the schema (everything in it), and closes the pool if
     /// [`new`](Self::new) or [`connect`](Self::connect) opened it. Call it at the end
     /// of the test, once its transactions have ended (one still open in the schema would
     /// make it wait).
@@ -389,20 +396,20 @@ impl TestQueue {
     /// # Errors
     /// [`TestError::Database`]; the schema is then dropped on drop, best effort.
     pub async fn cleanup(mut self) -> Result<(), TestError> {
-        self.queue
+        self.client
             .store()
-            .schema_drop(self.queue.pool())
+            .schema_drop(self.client.pool())
             .await
             .map_err(DatabaseError::new)?;
         self.cleaned = true;
         if self.owns_pool {
-            self.queue.pool().close().await;
+            self.client.pool().close().await;
         }
         Ok(())
     }
 }
 
-impl Drop for TestQueue {
+impl Drop for TestSchema {
     /// Best effort: drops the schema on a thread, runtime and connection of its own (a
     /// `Drop` cannot `.await`, and the test's runtime may be gone). Waits up to 5 s, then
     /// lets it go on in the background (see the [module](self) docs).
@@ -410,8 +417,8 @@ impl Drop for TestQueue {
         if self.cleaned {
             return;
         }
-        let options = self.queue.pool().connect_options().as_ref().clone();
-        let store = self.queue.store().clone();
+        let options = self.client.pool().connect_options().as_ref().clone();
+        let store = self.client.store().clone();
         let (done, wait) = std::sync::mpsc::channel::<()>();
         let spawned = std::thread::Builder::new()
             .name("harel-test-cleanup".to_owned())
@@ -444,7 +451,7 @@ async fn drop_schema(options: PgConnectOptions, store: Store) {
         match attempt.await {
             Ok(()) => return,
             Err(error) if tokio::time::Instant::now() >= deadline => {
-                tracing::warn!(error = %error, "could not drop a test queue's schema");
+                tracing::warn!(error = %error, "could not drop a test schema");
                 return;
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -452,7 +459,7 @@ async fn drop_schema(options: PgConnectOptions, store: Store) {
     }
 }
 
-/// A job found in the queue by [`TestQueue::enqueued`]: the typed job and what the queue
+/// A job found in the queue by [`TestSchema::enqueued`]: the typed job and what the queue
 /// knows of it.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -608,3 +615,8 @@ impl From<Inline> for WorkedJob {
         }
     }
 }
+
+/// The test helper named `TestQueue` before 0.2.0 (it is a schema, holding any number of
+/// named queues).
+#[deprecated(since = "0.2.0", note = "renamed to TestSchema")]
+pub type TestQueue = TestSchema;

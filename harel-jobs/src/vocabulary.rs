@@ -1,5 +1,5 @@
 //! The queue's vocabulary: every limit, name rule and validator, the values every layer
-//! speaks of ([`Priority`], [`JobId`]), and the errors the validators return.
+//! speaks of ([`Priority`], [`JobId`], [`Count`]), and the errors the validators return.
 //!
 //! A leaf: it imports nothing of the crate, so that every other module may use it (the
 //! error types, the transport, the data layer, the operator API, the worker) without an
@@ -67,28 +67,28 @@ pub(crate) const QUEUE_NAME_RULE: &str =
 pub const DEFAULT_CANCELLED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The longest cancel reason, in bytes.
 pub const MAX_REASON_BYTES: usize = 8 * 1024;
-/// How many jobs one round trip of `Queue::cancel_group` cancels at most.
+/// How many jobs one round trip of `Client::cancel_group` cancels at most.
 pub(crate) const GROUP_CANCEL_STEP: i32 = 1_000;
-/// The most jobs one page of `Queue::jobs` holds.
+/// The most jobs one page of `Client::jobs` holds.
 pub const MAX_PAGE: u32 = 1_000;
 /// The most schedules a schema holds (a new name past it is refused), and the most one
-/// `Queue::schedules` page lists.
+/// `Client::schedules` page lists.
 pub const MAX_SCHEDULES: u32 = 1_000;
-/// The most groups one page of `Queue::groups` holds.
+/// The most groups one page of `Client::groups` holds.
 pub const MAX_GROUP_PAGE: u32 = 1_000;
-/// How far `Queue::groups` and `Queue::group` count each group's jobs: a group with more
+/// How far `Client::groups` and `Client::group` count each group's jobs: a group with more
 /// is reported with `GroupInfo::jobs` = 1,000 and `GroupInfo::jobs_capped` set.
 pub const GROUP_JOBS_COUNT_CAP: u32 = 1_000;
-/// The most groups `Queue::top_groups` returns.
+/// The most groups `Client::top_groups` returns.
 pub const MAX_TOP_GROUPS: u32 = 100;
-/// The most minutes `Queue::throughput` looks back: a day.
+/// The most minutes `Client::throughput` looks back: a day.
 pub const MAX_THROUGHPUT_MINUTES: u32 = 1_440;
-/// The most pools one `Queue::workers` listing returns.
+/// The most pools one `Client::workers` listing returns.
 pub const MAX_WORKERS_LISTED: u32 = 1_000;
 /// The most queue names a listing gives of each pool (`WorkerInfo::queues`;
 /// `WorkerInfo::queue_count` says how many it serves).
 pub const MAX_WORKER_QUEUES_LISTED: u32 = 100;
-/// How many pages `QueueStats::fetch` reads at each end of each table: 64 (512 KiB with
+/// How many pages `Stats::fetch` reads at each end of each table: 64 (512 KiB with
 /// 8 KiB pages). A table of at most twice that is counted exactly.
 pub(crate) const STATS_WINDOW_PAGES: u32 = 64;
 
@@ -220,6 +220,56 @@ impl std::str::FromStr for JobId {
     /// Parses the decimal number [`Display`](std::fmt::Display) writes.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         s.parse().map(Self)
+    }
+}
+
+/// One figure of [`Stats`](crate::Stats), [`QueueInfo`](crate::QueueInfo) or
+/// [`LevelDepth`](crate::LevelDepth): counted, estimated, or a lower bound.
+///
+/// [`value`](Self::value) is the number in every case; match on the variant, or ask
+/// [`is_exact`](Self::is_exact), to know how far to trust it. `Display` writes `12`, `~12`
+/// (estimated) or `>=12` (at least).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Count {
+    /// Counted: the number of rows, as of the snapshot of the statement that read them.
+    Exact(i64),
+    /// PostgreSQL's running estimate of the table's live rows (`n_live_tup`), never less
+    /// than the rows [`Stats::fetch`](crate::Stats::fetch) counted in the pages it read.
+    Estimated(i64),
+    /// At least this many: counted in the pages read (or up to a cap), while the rest was
+    /// not read.
+    AtLeast(i64),
+}
+
+impl Count {
+    /// The number, whatever its kind.
+    pub fn value(self) -> i64 {
+        match self {
+            Count::Exact(n) | Count::Estimated(n) | Count::AtLeast(n) => n,
+        }
+    }
+
+    /// Whether it was counted exactly.
+    pub fn is_exact(self) -> bool {
+        matches!(self, Count::Exact(_))
+    }
+
+    /// The number if it was counted exactly, `None` otherwise.
+    pub fn exact(self) -> Option<i64> {
+        match self {
+            Count::Exact(n) => Some(n),
+            Count::Estimated(_) | Count::AtLeast(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Count {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Count::Exact(n) => write!(f, "{n}"),
+            Count::Estimated(n) => write!(f, "~{n}"),
+            Count::AtLeast(n) => write!(f, ">={n}"),
+        }
     }
 }
 
@@ -529,5 +579,21 @@ mod tests {
         assert_eq!(quote_identifier("harel_role_1"), "harel_role_1");
         assert_eq!(quote_identifier("Ops Team"), "\"Ops Team\"");
         assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");
+    }
+
+    #[test]
+    fn counts_say_what_they_are() {
+        assert_eq!(Count::Exact(3).value(), 3);
+        assert_eq!(Count::Estimated(4).value(), 4);
+        assert_eq!(Count::AtLeast(5).value(), 5);
+        assert!(Count::Exact(3).is_exact());
+        assert!(!Count::Estimated(3).is_exact());
+        assert_eq!(Count::AtLeast(5).exact(), None);
+        assert_eq!(Count::Exact(0).exact(), Some(0));
+        let shown: Vec<String> = [Count::Exact(1), Count::Estimated(2), Count::AtLeast(3)]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(shown, ["1", "~2", ">=3"]);
     }
 }

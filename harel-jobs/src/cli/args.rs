@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
-use crate::groups::GroupRank;
-use crate::queue::StateFilter;
+use crate::client::GroupRank;
+use crate::client::StateFilter;
 use crate::vocabulary::JobId;
 
 /// The examples under `harel-jobs --help`.

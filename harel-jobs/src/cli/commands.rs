@@ -1,4 +1,4 @@
-//! Each subcommand: a call or a few to the public [`Queue`] and [`DeadLetters`](crate::DeadLetters) API, then
+//! Each subcommand: a call or a few to the public [`Client`] and [`DeadLetters`](crate::DeadLetters) API, then
 //! its output. No SQL of its own.
 
 use std::io::{self, Write};
@@ -17,11 +17,11 @@ use super::output::{
     DeadView, DepthView, GroupView, JobView, QueueView, ScheduleView, StatsView, cancel_outcome,
     time,
 };
+use crate::client::{CancelOutcome, Client, JobQuery, ScheduleQuery, StateFilter};
+use crate::client::{DeadLetter, DeadLetterQuery};
+use crate::client::{GroupQuery, GroupRank};
 use crate::connect::{ConnectConfig, connect_with};
-use crate::dead_letters::{DeadLetter, DeadLetterQuery};
-use crate::groups::{GroupQuery, GroupRank};
 use crate::migrate::{SCHEMA_VERSION, check_schema};
-use crate::queue::{CancelOutcome, JobQuery, Queue, ScheduleQuery, StateFilter};
 use crate::schema::Schema;
 use crate::vocabulary::JobId;
 
@@ -71,24 +71,29 @@ pub(crate) async fn run(cli: Cli, out: &Printer) -> Result<(), CliError> {
         .max_connections(connections)
         .wait(cli.connect_timeout);
     let pool = connect_with(url, &config).await?;
-    let queue = Queue::with_schema(pool, schema);
-    let result = match dispatch(cli.command, &queue, out).await {
-        Err(error) => Err(explain_refusal(&queue, error).await),
+    let client = Client::with_schema(pool, schema);
+    let result = match dispatch(cli.command, &client, out).await {
+        Err(error) => Err(explain_refusal(&client, error).await),
         ok => ok,
     };
-    queue.pool().close().await;
+    client.pool().close().await;
     result
 }
 
 /// `error` with the privileges the role lacks, when PostgreSQL refused for lack of one and
 /// the catalog says which; `error` as it is otherwise.
-async fn explain_refusal(queue: &Queue, error: CliError) -> CliError {
+async fn explain_refusal(client: &Client, error: CliError) -> CliError {
     let Some(refusal) = error.permission_denied() else {
         return error;
     };
     let names = words(&refusal.to_string());
-    match crate::privileges::missing(queue.pool(), queue.schema(), &names, &["SELECT", "DELETE"])
-        .await
+    match crate::privileges::missing(
+        client.pool(),
+        client.schema(),
+        &names,
+        &["SELECT", "DELETE"],
+    )
+    .await
     {
         Ok(missing) if !missing.is_empty() => CliError::PermissionDenied {
             missing,
@@ -121,88 +126,88 @@ fn is_dashboard(_: &Command) -> bool {
     false
 }
 
-async fn dispatch(command: Command, queue: &Queue, out: &Printer) -> Result<(), CliError> {
+async fn dispatch(command: Command, client: &Client, out: &Printer) -> Result<(), CliError> {
     if !matches!(command, Command::Migrate) {
-        check_schema(queue.pool(), queue.schema()).await?;
+        check_schema(client.pool(), client.schema()).await?;
     }
     match command {
-        Command::Migrate => migrate(queue, out).await,
-        Command::Stats => stats(queue, out).await,
-        Command::Jobs(JobsCommand::List(list)) => jobs_list(queue, out, list).await,
-        Command::Jobs(JobsCommand::Show { id }) => jobs_show(queue, out, id).await,
+        Command::Migrate => migrate(client, out).await,
+        Command::Stats => stats(client, out).await,
+        Command::Jobs(JobsCommand::List(list)) => jobs_list(client, out, list).await,
+        Command::Jobs(JobsCommand::Show { id }) => jobs_show(client, out, id).await,
         Command::Jobs(JobsCommand::Cancel {
             id,
             group,
             reason,
             yes,
         }) => match (id, group) {
-            (Some(id), _) => jobs_cancel(queue, out, id, reason).await,
-            (None, Some(group)) => group_cancel(queue, out, group, reason, yes).await,
+            (Some(id), _) => jobs_cancel(client, out, id, reason).await,
+            (None, Some(group)) => group_cancel(client, out, group, reason, yes).await,
             // clap requires one of them
             (None, None) => Ok(()),
         },
         Command::Groups(GroupsCommand::List { after, limit }) => {
-            groups_list(queue, out, after, limit).await
+            groups_list(client, out, after, limit).await
         }
         Command::Groups(GroupsCommand::Top { by, limit }) => {
-            groups_top(queue, out, by.into(), limit).await
+            groups_top(client, out, by.into(), limit).await
         }
         Command::Groups(GroupsCommand::Show { id, limit }) => {
-            groups_show(queue, out, id, limit).await
+            groups_show(client, out, id, limit).await
         }
         Command::Dead(DeadCommand::List {
             kind,
             before,
             limit,
-        }) => dead_list(queue, out, kind, before, limit).await,
-        Command::Dead(DeadCommand::Show { id }) => dead_show(queue, out, id).await,
+        }) => dead_list(client, out, kind, before, limit).await,
+        Command::Dead(DeadCommand::Show { id }) => dead_show(client, out, id).await,
         Command::Dead(DeadCommand::Retry(selection)) => {
-            dead_bulk(queue, out, selection, DeadAction::Retry).await
+            dead_bulk(client, out, selection, DeadAction::Retry).await
         }
         Command::Dead(DeadCommand::Delete(selection)) => {
-            dead_bulk(queue, out, selection, DeadAction::Delete).await
+            dead_bulk(client, out, selection, DeadAction::Delete).await
         }
         Command::Dead(DeadCommand::Purge { older_than, yes }) => {
             let older_than = TimeDelta::from_std(older_than)
                 .map_err(|_| CliError::InvalidArgument("--older-than is too long"))?;
-            dead_purge(queue, out, older_than, yes).await
+            dead_purge(client, out, older_than, yes).await
         }
-        Command::Queues(QueuesCommand::List) => queues_list(queue, out).await,
-        Command::Queues(QueuesCommand::Depth) => queues_depth(queue, out).await,
+        Command::Queues(QueuesCommand::List) => queues_list(client, out).await,
+        Command::Queues(QueuesCommand::Depth) => queues_depth(client, out).await,
         Command::Queues(QueuesCommand::Pause { name }) => {
-            let info = queue.pause(&name).await?;
+            let info = client.pause(&name).await?;
             out.emit(&QueueView::new(&info), || {
                 format!("queue {name}: {}\n", QueueView::status(&info))
             })
         }
         Command::Queues(QueuesCommand::Resume { name }) => {
-            let info = queue.resume(&name).await?;
+            let info = client.resume(&name).await?;
             out.emit(&QueueView::new(&info), || {
                 format!("queue {name}: {}\n", QueueView::status(&info))
             })
         }
         Command::Schedules(SchedulesCommand::List { after, limit }) => {
-            schedules(queue, out, after, limit).await
+            schedules(client, out, after, limit).await
         }
         Command::Schedules(SchedulesCommand::Delete { name, yes }) => {
-            schedules_delete(queue, out, name, yes).await
+            schedules_delete(client, out, name, yes).await
         }
         #[cfg(feature = "dashboard")]
-        Command::Dashboard(args) => super::serve::serve(queue, args).await,
+        Command::Dashboard(args) => super::serve::serve(client, args).await,
     }
 }
 
-async fn migrate(queue: &Queue, out: &Printer) -> Result<(), CliError> {
-    queue.migrate().await?;
-    let name = queue.schema().name();
+async fn migrate(client: &Client, out: &Printer) -> Result<(), CliError> {
+    client.migrate().await?;
+    let name = client.schema().name();
     out.emit(
         &json!({ "schema": name, "version": SCHEMA_VERSION }),
         || format!("schema {name} is migrated (version {SCHEMA_VERSION})\n"),
     )
 }
 
-async fn stats(queue: &Queue, out: &Printer) -> Result<(), CliError> {
-    let stats = queue.stats().await?;
+async fn stats(client: &Client, out: &Printer) -> Result<(), CliError> {
+    let stats = client.stats().await?;
     out.emit(&StatsView::new(&stats), || StatsView::human(&stats))
 }
 
@@ -217,7 +222,7 @@ fn more(shown: usize, flag: &str, cursor: Option<String>) -> String {
     }
 }
 
-async fn jobs_list(queue: &Queue, out: &Printer, list: JobsList) -> Result<(), CliError> {
+async fn jobs_list(client: &Client, out: &Printer, list: JobsList) -> Result<(), CliError> {
     let mut query = JobQuery::new().limit(list.limit);
     if let Some(state) = list.state {
         query = query.state(StateFilter::from(state));
@@ -231,7 +236,7 @@ async fn jobs_list(queue: &Queue, out: &Printer, list: JobsList) -> Result<(), C
     if let Some(after) = list.after {
         query = query.after(after);
     }
-    let page = queue.jobs(&query).await?;
+    let page = client.jobs(&query).await?;
     let jobs: Vec<JobView> = page.jobs.iter().map(JobView::new).collect();
     out.emit(
         &json!({ "jobs": jobs, "next": page.next.map(JobId::get) }),
@@ -247,18 +252,18 @@ async fn jobs_list(queue: &Queue, out: &Printer, list: JobsList) -> Result<(), C
     )
 }
 
-async fn jobs_show(queue: &Queue, out: &Printer, id: JobId) -> Result<(), CliError> {
-    let job = queue.job(id).await?.ok_or(CliError::NoJob(id))?;
+async fn jobs_show(client: &Client, out: &Printer, id: JobId) -> Result<(), CliError> {
+    let job = client.job(id).await?.ok_or(CliError::NoJob(id))?;
     out.emit(&JobView::new(&job), || JobView::human(&job))
 }
 
 async fn jobs_cancel(
-    queue: &Queue,
+    client: &Client,
     out: &Printer,
     id: JobId,
     reason: Option<String>,
 ) -> Result<(), CliError> {
-    let mut cancel = queue.cancel(id);
+    let mut cancel = client.cancel(id);
     if let Some(reason) = reason {
         cancel = cancel.reason(reason);
     }
@@ -273,13 +278,13 @@ async fn jobs_cancel(
 }
 
 async fn group_cancel(
-    queue: &Queue,
+    client: &Client,
     out: &Printer,
     group: String,
     reason: Option<String>,
     yes: bool,
 ) -> Result<(), CliError> {
-    let info = queue
+    let info = client
         .group(&group)
         .await?
         .ok_or_else(|| CliError::NoGroup(group.clone()))?;
@@ -291,7 +296,7 @@ async fn group_cancel(
         };
         confirm(&format!("Cancel the {count} jobs of group {group:?}?"), yes)?;
     }
-    let mut cancel = queue.cancel_group(group.clone());
+    let mut cancel = client.cancel_group(group.clone());
     if let Some(reason) = reason {
         cancel = cancel.reason(reason);
     }
@@ -315,7 +320,7 @@ async fn group_cancel(
 }
 
 async fn groups_list(
-    queue: &Queue,
+    client: &Client,
     out: &Printer,
     after: Option<String>,
     limit: u32,
@@ -324,7 +329,7 @@ async fn groups_list(
     if let Some(after) = after {
         query = query.after(after);
     }
-    let page = queue.groups(&query).await?;
+    let page = client.groups(&query).await?;
     let groups: Vec<GroupView> = page.groups.iter().map(GroupView::new).collect();
     out.emit(&json!({ "groups": groups, "next": page.next }), || {
         let mut text = GroupView::table(&page.groups).render("no groups hold jobs");
@@ -338,12 +343,12 @@ async fn groups_list(
 }
 
 async fn groups_top(
-    queue: &Queue,
+    client: &Client,
     out: &Printer,
     rank: GroupRank,
     limit: u32,
 ) -> Result<(), CliError> {
-    let top = queue.top_groups(rank, limit).await?;
+    let top = client.top_groups(rank, limit).await?;
     let groups: Vec<GroupView> = top.groups.iter().map(GroupView::new).collect();
     out.emit(
         &json!({ "groups": groups, "statistics_at": top.statistics_at }),
@@ -374,12 +379,17 @@ fn shell_word(text: &str) -> String {
     }
 }
 
-async fn groups_show(queue: &Queue, out: &Printer, id: String, limit: u32) -> Result<(), CliError> {
-    let group = queue
+async fn groups_show(
+    client: &Client,
+    out: &Printer,
+    id: String,
+    limit: u32,
+) -> Result<(), CliError> {
+    let group = client
         .group(&id)
         .await?
         .ok_or_else(|| CliError::NoGroup(id.clone()))?;
-    let page = queue
+    let page = client
         .jobs(
             &JobQuery::new()
                 .group(id.clone())
@@ -410,7 +420,7 @@ async fn groups_show(queue: &Queue, out: &Printer, id: String, limit: u32) -> Re
 }
 
 async fn dead_list(
-    queue: &Queue,
+    client: &Client,
     out: &Printer,
     kind: Option<String>,
     before: Option<JobId>,
@@ -421,7 +431,7 @@ async fn dead_list(
         before,
         limit,
     };
-    let letters = queue.dead_letters().list(queue.pool(), &query).await?;
+    let letters = client.dead_letters().list(&query).await?;
     let next = if letters.len() == limit as usize {
         letters.last().map(|letter| letter.id)
     } else {
@@ -442,10 +452,10 @@ async fn dead_list(
     )
 }
 
-async fn dead_show(queue: &Queue, out: &Printer, id: JobId) -> Result<(), CliError> {
-    let letter = queue
+async fn dead_show(client: &Client, out: &Printer, id: JobId) -> Result<(), CliError> {
+    let letter = client
         .dead_letters()
-        .get(queue.pool(), id)
+        .get(id)
         .await?
         .ok_or(CliError::NoDeadLetter(id))?;
     out.emit(&DeadView::new(&letter), || DeadView::human(&letter))
@@ -453,7 +463,7 @@ async fn dead_show(queue: &Queue, out: &Printer, id: JobId) -> Result<(), CliErr
 
 /// The dead letters a selection names: its ids, or (`--all`) every dead letter of its kind
 /// that failed within `--since`, read a page of 1,000 at a time, newest first.
-async fn select(queue: &Queue, selection: &DeadSelection) -> Result<Vec<JobId>, CliError> {
+async fn select(client: &Client, selection: &DeadSelection) -> Result<Vec<JobId>, CliError> {
     if !selection.all {
         return Ok(selection.ids.clone());
     }
@@ -465,7 +475,7 @@ async fn select(queue: &Queue, selection: &DeadSelection) -> Result<Vec<JobId>, 
         ),
         None => None,
     };
-    let dead = queue.dead_letters();
+    let dead = client.dead_letters();
     let mut query = DeadLetterQuery {
         kind: selection.kind.clone(),
         before: None,
@@ -473,7 +483,7 @@ async fn select(queue: &Queue, selection: &DeadSelection) -> Result<Vec<JobId>, 
     };
     let mut ids = Vec::new();
     loop {
-        let page: Vec<DeadLetter> = dead.list(queue.pool(), &query).await?;
+        let page: Vec<DeadLetter> = dead.list(&query).await?;
         let Some(last) = page.last().map(|letter| letter.id) else {
             break;
         };
@@ -522,19 +532,19 @@ impl DeadAction {
     /// after a retry.
     async fn apply(
         self,
-        queue: &Queue,
+        client: &Client,
         ids: &[JobId],
     ) -> Result<Vec<(JobId, Option<JobId>)>, CliError> {
-        let dead = queue.dead_letters();
+        let dead = client.dead_letters();
         Ok(match self {
             Self::Retry => dead
-                .retry_many(queue.pool(), ids)
+                .retry_many(ids)
                 .await?
                 .into_iter()
                 .map(|(id, new_id)| (id, Some(new_id)))
                 .collect(),
             Self::Delete => dead
-                .delete_many(queue.pool(), ids)
+                .delete_many(ids)
                 .await?
                 .into_iter()
                 .map(|id| (id, None))
@@ -578,12 +588,12 @@ impl DeadAction {
 /// statement, report; ids with no dead letter make the command fail (after the others
 /// were done).
 async fn dead_bulk(
-    queue: &Queue,
+    client: &Client,
     out: &Printer,
     selection: DeadSelection,
     action: DeadAction,
 ) -> Result<(), CliError> {
-    let mut ids = select(queue, &selection).await?;
+    let mut ids = select(client, &selection).await?;
     // oldest first across chunks too: a group's letters go back in their order
     ids.sort_unstable();
     ids.dedup();
@@ -592,7 +602,7 @@ async fn dead_bulk(
     }
     let mut done = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(DEAD_CHUNK) {
-        done.extend(action.apply(queue, chunk).await?);
+        done.extend(action.apply(client, chunk).await?);
     }
     let found: std::collections::HashSet<JobId> = done.iter().map(|(id, _)| *id).collect();
     let missing: Vec<JobId> = ids.into_iter().filter(|id| !found.contains(id)).collect();
@@ -606,7 +616,7 @@ async fn dead_bulk(
 }
 
 async fn dead_purge(
-    queue: &Queue,
+    client: &Client,
     out: &Printer,
     older_than: TimeDelta,
     yes: bool,
@@ -619,7 +629,7 @@ async fn dead_purge(
         ),
         yes,
     )?;
-    let purged = queue.dead_letters().purge(queue.pool(), before).await?;
+    let purged = client.dead_letters().purge(before).await?;
     out.emit(&json!({ "purged": purged, "before": before }), || {
         format!(
             "deleted {} that failed before {}\n",
@@ -629,16 +639,16 @@ async fn dead_purge(
     })
 }
 
-async fn queues_list(queue: &Queue, out: &Printer) -> Result<(), CliError> {
-    let queues = queue.queues().await?;
+async fn queues_list(client: &Client, out: &Printer) -> Result<(), CliError> {
+    let queues = client.queues().await?;
     let views: Vec<QueueView> = queues.iter().map(QueueView::new).collect();
     out.emit(&json!({ "queues": views }), || {
         QueueView::table(&queues).render("no queues")
     })
 }
 
-async fn queues_depth(queue: &Queue, out: &Printer) -> Result<(), CliError> {
-    let depth = queue.depth().await?;
+async fn queues_depth(client: &Client, out: &Printer) -> Result<(), CliError> {
+    let depth = client.depth().await?;
     let views: Vec<DepthView> = depth.iter().map(DepthView::new).collect();
     out.emit(&json!({ "depth": views }), || {
         DepthView::table(&depth).render("nothing is queued")
@@ -646,7 +656,7 @@ async fn queues_depth(queue: &Queue, out: &Printer) -> Result<(), CliError> {
 }
 
 async fn schedules(
-    queue: &Queue,
+    client: &Client,
     out: &Printer,
     after: Option<String>,
     limit: u32,
@@ -655,7 +665,7 @@ async fn schedules(
     if let Some(after) = after {
         query = query.after(after);
     }
-    let page = queue.schedules(&query).await?;
+    let page = client.schedules(&query).await?;
     let views: Vec<ScheduleView> = page.schedules.iter().map(ScheduleView::new).collect();
     out.emit(
         &json!({ "schedules": views, "next": page.next, "total": page.total }),
@@ -672,7 +682,7 @@ async fn schedules(
 }
 
 async fn schedules_delete(
-    queue: &Queue,
+    client: &Client,
     out: &Printer,
     name: String,
     yes: bool,
@@ -684,7 +694,7 @@ async fn schedules_delete(
         ),
         yes,
     )?;
-    let deleted = queue.delete_schedule(&name).await?;
+    let deleted = client.delete_schedule(&name).await?;
     out.emit(&json!({ "deleted": deleted, "name": name }), || {
         if deleted {
             format!("deleted the schedule {}\n", shell_word(&name))

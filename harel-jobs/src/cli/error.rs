@@ -1,7 +1,7 @@
 //! What can go wrong in the command line, and the exit code each failure gives.
 
 use crate::error::{
-    ConfigError, ConnectError, DatabaseError, MigrateError, MissingPrivilege, QueueError,
+    ClientError, ConfigError, ConnectError, DatabaseError, MigrateError, MissingPrivilege,
 };
 use crate::vocabulary::JobId;
 
@@ -21,9 +21,9 @@ pub(crate) enum CliError {
     /// The schema is not migrated for this release, or migrating failed.
     #[error(transparent)]
     Migrate(#[from] MigrateError),
-    /// A queue operation failed.
+    /// A client call failed.
     #[error(transparent)]
-    Queue(#[from] QueueError),
+    Client(#[from] ClientError),
     /// A database statement failed.
     #[error("database error: {0}")]
     Database(#[from] DatabaseError),
@@ -85,7 +85,7 @@ impl CliError {
             Self::NoDatabase
             | Self::Schema(_)
             | Self::InvalidArgument(_)
-            | Self::Queue(QueueError::InvalidArgument(_)) => 2,
+            | Self::Client(ClientError::InvalidArgument(_)) => 2,
             #[cfg(feature = "dashboard")]
             Self::InvalidHost(_) => 2,
             Self::Connect(ConnectError::InvalidUrl { .. }) => 2,
@@ -96,7 +96,7 @@ impl CliError {
     /// The database's refusal for lack of a privilege, if that is what this is.
     pub(crate) fn permission_denied(&self) -> Option<&DatabaseError> {
         match self {
-            Self::Queue(QueueError::Database(error))
+            Self::Client(ClientError::Database(error))
             | Self::Database(error)
             | Self::Migrate(MigrateError::Database(error)) => {
                 error.is_permission_denied().then_some(error)

@@ -1,5 +1,5 @@
 //! The `harel-jobs` command line (feature `cli`): look at and steer a queue from a shell,
-//! as a thin layer over the public [`Queue`](crate::Queue) API. See the README's "Command
+//! as a thin layer over the public [`Client`](crate::Client) API. See the README's "Command
 //! line" for the commands, their JSON and their exit codes.
 //!
 //! - `args`: the grammar (clap);

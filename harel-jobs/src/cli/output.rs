@@ -5,11 +5,12 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::dead_letters::DeadLetter;
-use crate::groups::GroupInfo;
-use crate::inspect::{Count, QueueStats};
-use crate::queue::{CancelOutcome, JobInfo, JobState, ScheduleInfo};
-use crate::queue_control::{LevelDepth, QueueInfo};
+use crate::client::DeadLetter;
+use crate::client::GroupInfo;
+use crate::client::Stats;
+use crate::client::{CancelOutcome, JobInfo, JobState, ScheduleInfo};
+use crate::client::{LevelDepth, QueueInfo};
+use crate::vocabulary::Count;
 
 /// The widest a table cell gets before it is cut (with `…`).
 const MAX_CELL_CHARS: usize = 60;
@@ -100,7 +101,7 @@ pub(crate) fn fields(pairs: &[(&str, String)]) -> String {
         .collect()
 }
 
-/// A figure of [`QueueStats`] in JSON: `{"value": 12, "kind": "exact"}` (or `"estimated"`,
+/// A figure of [`Stats`] in JSON: `{"value": 12, "kind": "exact"}` (or `"estimated"`,
 /// `"at_least"`).
 #[derive(Serialize)]
 pub(crate) struct CountView {
@@ -133,7 +134,7 @@ pub(crate) struct StatsView {
 }
 
 impl StatsView {
-    pub(crate) fn new(stats: &QueueStats) -> Self {
+    pub(crate) fn new(stats: &Stats) -> Self {
         Self {
             jobs: stats.jobs.into(),
             groups: stats.groups.into(),
@@ -143,7 +144,7 @@ impl StatsView {
         }
     }
 
-    pub(crate) fn human(stats: &QueueStats) -> String {
+    pub(crate) fn human(stats: &Stats) -> String {
         fields(&[
             ("jobs", stats.jobs.to_string()),
             ("groups", stats.groups.to_string()),

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 
 use super::args::DashboardArgs;
 use super::error::CliError;
+use crate::client::Client;
 use crate::dashboard::{self, Auth, DashboardConfig, DashboardError};
-use crate::queue::Queue;
 
 /// The credentials `args` give (`None`: none asked for).
 ///
@@ -91,17 +91,17 @@ pub(crate) fn check(args: &DashboardArgs) -> Result<(), CliError> {
 /// [`CliError::InvalidArgument`] for empty credentials or a `--basic-auth` without a `:`,
 /// [`CliError::InvalidHost`] for a malformed `--allowed-host`; [`CliError::Io`] if the
 /// address cannot be bound.
-pub(crate) async fn serve(queue: &Queue, args: DashboardArgs) -> Result<(), CliError> {
+pub(crate) async fn serve(client: &Client, args: DashboardArgs) -> Result<(), CliError> {
     check(&args)?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let address = listener.local_addr()?;
     // the port is known once bound (--listen …:0)
     let config = config(&args, address)?;
     let protected = args.token.is_some() || args.basic_auth.is_some();
-    let router = dashboard::router_with(queue.clone(), config);
+    let router = dashboard::router_with(client.clone(), config);
     eprintln!(
         "harel-jobs dashboard of schema {} on http://{address}/{}{}",
-        queue.schema().name(),
+        client.schema().name(),
         if args.read_only { " (read-only)" } else { "" },
         if protected {
             ""

@@ -9,7 +9,7 @@ use rand::Rng as _;
 
 use super::html::query_value;
 use super::{Ctx, PageError};
-use crate::queue::CancelOutcome;
+use crate::client::CancelOutcome;
 use crate::vocabulary::JobId;
 
 /// A new CSRF token: 32 random bytes, in hex.
@@ -110,7 +110,7 @@ pub(crate) async fn cancel_job(
     let id: JobId = id
         .parse()
         .map_err(|_| PageError::BadRequest(format!("{id:?} is not a job id")))?;
-    let mut cancel = ctx.queue.cancel(id);
+    let mut cancel = ctx.client.cancel(id);
     if let Some(reason) = form.get("reason").filter(|r| !r.trim().is_empty()) {
         cancel = cancel.reason(reason);
     }
@@ -133,7 +133,7 @@ pub(crate) async fn cancel_group(
         .get("id")
         .ok_or_else(|| PageError::BadRequest("no group named".into()))?
         .to_owned();
-    let cancelled = match ctx.queue.cancel_group(group.clone()).await? {
+    let cancelled = match ctx.client.cancel_group(group.clone()).await? {
         CancelOutcome::Group { cancelled, .. } => cancelled,
         _ => 0,
     };
@@ -165,10 +165,10 @@ async fn set_paused(ctx: &Ctx, body: &[u8], pause: bool) -> Result<Redirect, Pag
         .get("name")
         .ok_or_else(|| PageError::BadRequest("no queue named".into()))?;
     let done = if pause {
-        ctx.queue.pause(name).await?;
+        ctx.client.pause(name).await?;
         "paused"
     } else {
-        ctx.queue.resume(name).await?;
+        ctx.client.resume(name).await?;
         "resumed"
     };
     Ok(ctx.redirect(&format!("/queues?done={done}")))
@@ -180,9 +180,9 @@ pub(crate) async fn retry_dead(State(ctx): State<Ctx>, body: Bytes) -> Result<Re
     let form = ctx.authorise(&body)?;
     let ids = ids(&form)?;
     let retried: Vec<JobId> = ctx
-        .queue
+        .client
         .dead_letters()
-        .retry_many(ctx.queue.pool(), &ids)
+        .retry_many(&ids)
         .await?
         .into_iter()
         .map(|(_, new_id)| new_id)
@@ -200,12 +200,7 @@ pub(crate) async fn delete_dead(
 ) -> Result<Redirect, PageError> {
     let form = ctx.authorise(&body)?;
     let ids = ids(&form)?;
-    let deleted = ctx
-        .queue
-        .dead_letters()
-        .delete_many(ctx.queue.pool(), &ids)
-        .await?
-        .len();
+    let deleted = ctx.client.dead_letters().delete_many(&ids).await?.len();
     Ok(ctx.redirect(&format!("/dead?done=deleted&n={deleted}")))
 }
 

@@ -1,15 +1,15 @@
 //! The web dashboard (feature `dashboard`): server-rendered pages over the public
-//! [`Queue`] API, as an [`axum::Router`] an application mounts under its own prefix and
+//! [`Client`] API, as an [`axum::Router`] an application mounts under its own prefix and
 //! behind its own authentication, or served alone by `harel-jobs dashboard`.
 //!
 //! ```no_run
-//! # async fn example(queue: harel_jobs::Queue) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn example(client: harel_jobs::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use harel_jobs::dashboard::{self, DashboardConfig};
 //!
 //! let config = DashboardConfig::new()
 //!     .mounted_at("/admin/jobs")
 //!     .allowed_hosts(["jobs.example.com", "127.0.0.1:8080"])?; // the names browsers use
-//! let admin = dashboard::router_with(queue, config);
+//! let admin = dashboard::router_with(client, config);
 //! let app = axum::Router::new().nest("/admin/jobs", admin); // behind the app's own auth
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app).await?;
@@ -21,8 +21,8 @@
 //! jobs by state with
 //! filters and keyset pagination, a job's page (cancel), groups (cancel a group), dead
 //! letters (retry, delete, one or in bulk), schedules. Every page's work is bounded
-//! whatever the queue holds: the same bounded calls as the library's (see [`Queue::jobs`],
-//! [`Queue::groups`], [`QueueStats`](crate::QueueStats)).
+//! whatever the queue holds: the same bounded calls as the library's (see [`Client::jobs`],
+//! [`Client::groups`], [`Stats`](crate::Stats)).
 //!
 //! Actions are POSTs carrying a CSRF token (a random value the router makes when it is
 //! built, shown only inside its own pages); a POST without it is refused (403). With
@@ -59,8 +59,8 @@ use axum::routing::{get, post};
 pub use auth::{Auth, require_auth};
 use hosts::{Guard, HostPort};
 
-use crate::error::{DatabaseError, QueueError};
-use crate::queue::Queue;
+use crate::client::Client;
+use crate::error::{ClientError, DatabaseError};
 
 /// What is wrong with a dashboard's configuration: found when it is built, never at a
 /// request.
@@ -166,21 +166,21 @@ impl DashboardConfig {
 /// What every handler shares.
 #[derive(Clone)]
 pub(crate) struct Ctx {
-    pub(crate) queue: Queue,
+    pub(crate) client: Client,
     pub(crate) csrf: Arc<str>,
     pub(crate) read_only: bool,
     pub(crate) base: Arc<str>,
 }
 
-/// The dashboard for `queue`, actions allowed, mounted at the root.
-pub fn router(queue: Queue) -> Router {
-    router_with(queue, DashboardConfig::new())
+/// The dashboard of `client`, actions allowed, mounted at the root.
+pub fn router(client: Client) -> Router {
+    router_with(client, DashboardConfig::new())
 }
 
-/// The dashboard for `queue`, as `config` says.
-pub fn router_with(queue: Queue, config: DashboardConfig) -> Router {
+/// The dashboard of `client`, as `config` says.
+pub fn router_with(client: Client, config: DashboardConfig) -> Router {
     let state = Ctx {
-        queue,
+        client,
         csrf: actions::new_csrf_token().into(),
         read_only: config.read_only,
         base: config.mounted_at.into(),
@@ -285,14 +285,14 @@ pub(crate) enum PageError {
     /// A POST without the right CSRF token, or any POST in read-only mode (403).
     #[error("{0}")]
     Forbidden(&'static str),
-    /// The queue's call failed (500, or 503 when the database is unreachable).
+    /// The client's call failed (500, or 503 when the database is unreachable).
     #[error(transparent)]
-    Queue(#[from] QueueError),
+    Client(#[from] ClientError),
 }
 
 impl From<DatabaseError> for PageError {
     fn from(error: DatabaseError) -> Self {
-        Self::Queue(QueueError::Database(error))
+        Self::Client(ClientError::Database(error))
     }
 }
 
@@ -302,11 +302,11 @@ impl IntoResponse for PageError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
-            Self::Queue(QueueError::Database(error)) if error.is_connection() => {
+            Self::Client(ClientError::Database(error)) if error.is_connection() => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            Self::Queue(QueueError::InvalidArgument(_)) => StatusCode::BAD_REQUEST,
-            Self::Queue(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Client(ClientError::InvalidArgument(_)) => StatusCode::BAD_REQUEST,
+            Self::Client(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let body = format!(
             "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\

@@ -10,11 +10,11 @@ use super::html::{
     time,
 };
 use super::{Ctx, PageError};
-use crate::dead_letters::{DeadLetter, DeadLetterQuery};
-use crate::groups::{GroupInfo, GroupQuery, GroupRank};
-use crate::inspect::Count;
-use crate::queue::{JobInfo, JobQuery, JobState, ScheduleQuery, StateFilter};
-use crate::queue_control::LevelDepth;
+use crate::client::LevelDepth;
+use crate::client::{DeadLetter, DeadLetterQuery};
+use crate::client::{GroupInfo, GroupQuery, GroupRank};
+use crate::client::{JobInfo, JobQuery, JobState, ScheduleQuery, StateFilter};
+use crate::vocabulary::Count;
 use crate::vocabulary::JobId;
 
 /// Rows a list page shows.
@@ -56,7 +56,7 @@ impl Ctx {
         Shell {
             title,
             section,
-            schema: self.queue.schema().name(),
+            schema: self.client.schema().name(),
             read_only: self.read_only,
             notice: done.notice(),
         }
@@ -154,30 +154,27 @@ fn count_card(label: &str, count: Count, alert: bool) -> String {
 
 /// `/`: the queue's figures, its running jobs, its latest dead letters.
 pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -> PageResult {
-    let stats = ctx.queue.stats().await?;
+    let stats = ctx.client.stats().await?;
     let running = ctx
-        .queue
+        .client
         .jobs(&JobQuery::new().state(StateFilter::Running).limit(20))
         .await?;
     let dead = ctx
-        .queue
+        .client
         .dead_letters()
-        .list(
-            ctx.queue.pool(),
-            &DeadLetterQuery {
-                kind: None,
-                before: None,
-                limit: 10,
-            },
-        )
+        .list(&DeadLetterQuery {
+            kind: None,
+            before: None,
+            limit: 10,
+        })
         .await?;
-    let depth = ctx.queue.depth().await?;
+    let depth = ctx.client.depth().await?;
     // (a schema holds at most MAX_SCHEDULES: one page has them all)
-    let schedules = ctx.queue.schedules(&ScheduleQuery::new()).await?;
+    let schedules = ctx.client.schedules(&ScheduleQuery::new()).await?;
     let next_tick = schedules.schedules.iter().filter_map(|s| s.next_tick).min();
-    let throughput = ctx.queue.throughput(CHART_MINUTES).await?;
+    let throughput = ctx.client.throughput(CHART_MINUTES).await?;
     let workers = ctx
-        .queue
+        .client
         .workers(std::time::Duration::from_secs(5 * 60), WORKERS_SHOWN)
         .await?;
     let mut body = String::from("<div class=\"cards\">");
@@ -191,7 +188,7 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
     body.push_str(&count_card("Dead letters", stats.dead_letters, true));
     body.push_str(&oldest_ready_card(&ctx, &depth));
     body.push_str(&format!(
-        "<div class=\"card\"><div class=\"label\">Queue</div><div class=\"value\">{}</div>\
+        "<div class=\"card\"><div class=\"label\">Client</div><div class=\"value\">{}</div>\
          <div class=\"hint\">{} schedule(s){}</div></div>",
         if stats.is_idle() { "idle" } else { "busy" },
         schedules.total,
@@ -276,7 +273,7 @@ fn depth_table(depth: &[LevelDepth]) -> String {
          10,000 ready or 1,000 others per row are shown as at least (>=).</p>",
         table(
             &[
-                "Queue",
+                "Client",
                 "Priority",
                 "Ready",
                 "Oldest ready since",
@@ -295,11 +292,11 @@ const CHART_MINUTES: u32 = 30;
 
 /// Jobs succeeded (green) and attempts failed (red) per minute, as an inline SVG bar chart
 /// (no script), each bar with its figures as a tooltip.
-fn chart(minutes: &[crate::fleet::ThroughputMinute]) -> String {
+fn chart(minutes: &[crate::client::ThroughputMinute]) -> String {
     const WIDTH: u64 = 900;
     const HEIGHT: u64 = 140;
     // (saturating: the counts are what worker roles reported, whatever they are)
-    let all = |m: &crate::fleet::ThroughputMinute| {
+    let all = |m: &crate::client::ThroughputMinute| {
         m.succeeded.saturating_add(m.failed).saturating_add(m.dead)
     };
     let total: u64 = minutes.iter().map(all).fold(0, u64::saturating_add);
@@ -350,7 +347,7 @@ fn chart(minutes: &[crate::fleet::ThroughputMinute]) -> String {
 const WORKERS_SHOWN: u32 = 50;
 const WORKER_QUEUES_SHOWN: usize = 10;
 
-fn workers_table(list: &crate::fleet::WorkerList) -> String {
+fn workers_table(list: &crate::client::WorkerList) -> String {
     let rows: Vec<Vec<String>> = list
         .workers
         .iter()
@@ -460,7 +457,7 @@ pub(crate) async fn jobs(State(ctx): State<Ctx>, Query(filter): Query<JobsFilter
     if let Some(after) = filter.after {
         query = query.after(JobId::new(after));
     }
-    let page = ctx.queue.jobs(&query).await?;
+    let page = ctx.client.jobs(&query).await?;
 
     let mut options = String::new();
     for (value, label) in STATES {
@@ -518,7 +515,7 @@ pub(crate) async fn job(
 ) -> PageResult {
     let id = parse_id(&id)?;
     let job = ctx
-        .queue
+        .client
         .job(id)
         .await?
         .ok_or_else(|| PageError::NotFound(format!("no job {id}")))?;
@@ -695,7 +692,7 @@ fn groups_table(ctx: &Ctx, groups: &[GroupInfo], empty: &str) -> String {
     table(
         &[
             "Group",
-            "Queue",
+            "Client",
             "Status",
             "Priority",
             "Jobs",
@@ -755,7 +752,7 @@ pub(crate) async fn groups(State(ctx): State<Ctx>, Query(page): Query<GroupsPage
             if let Some(after) = page.after.filter(|a| !a.is_empty()) {
                 query = query.after(after);
             }
-            let groups = ctx.queue.groups(&query).await?;
+            let groups = ctx.client.groups(&query).await?;
             body.push_str(&groups_table(&ctx, &groups.groups, "No group holds jobs."));
             if let Some(next) = groups.next {
                 body.push_str(&format!(
@@ -765,7 +762,7 @@ pub(crate) async fn groups(State(ctx): State<Ctx>, Query(page): Query<GroupsPage
             }
         }
         Some(rank) => {
-            let top = ctx.queue.top_groups(rank, TOP_GROUPS).await?;
+            let top = ctx.client.top_groups(rank, TOP_GROUPS).await?;
             let empty = match rank {
                 GroupRank::LongestWaiting => "No group is waiting for a worker.",
                 _ => "No group to rank.",
@@ -805,9 +802,9 @@ pub(crate) async fn group(
     Query(group): Query<GroupId>,
     Query(done): Query<Done>,
 ) -> PageResult {
-    let info = ctx.queue.group(&group.id).await?;
+    let info = ctx.client.group(&group.id).await?;
     let jobs = ctx
-        .queue
+        .client
         .jobs(
             &JobQuery::new()
                 .group(group.id.clone())
@@ -912,11 +909,7 @@ pub(crate) async fn dead_letters(
         before: filter.before.map(JobId::new),
         limit: PAGE_SIZE,
     };
-    let letters = ctx
-        .queue
-        .dead_letters()
-        .list(ctx.queue.pool(), &query)
-        .await?;
+    let letters = ctx.client.dead_letters().list(&query).await?;
     let mut body = format!(
         "<form class=\"filters\" method=\"get\" action=\"{}\">\
          <label>Kind<input type=\"text\" name=\"kind\" value=\"{}\" placeholder=\"any kind\"></label>\
@@ -965,9 +958,9 @@ pub(crate) async fn dead_letter(
 ) -> PageResult {
     let id = parse_id(&id)?;
     let letter = ctx
-        .queue
+        .client
         .dead_letters()
-        .get(ctx.queue.pool(), id)
+        .get(id)
         .await?
         .ok_or_else(|| PageError::NotFound(format!("no dead letter {id}")))?;
     let mut body = fields(&[
@@ -1005,7 +998,7 @@ pub(crate) async fn dead_letter(
 
 /// `/queues`: every queue, paused or not, its limits and load, with pause and resume.
 pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> PageResult {
-    let queues = ctx.queue.queues().await?;
+    let queues = ctx.client.queues().await?;
     let rows: Vec<Vec<String>> = queues
         .iter()
         .map(|queue| {
@@ -1051,7 +1044,7 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
         })
         .collect();
     let mut headers = vec![
-        "Queue",
+        "Client",
         "Status",
         "Limits",
         "Ready groups",
@@ -1085,7 +1078,7 @@ pub(crate) async fn schedules(
     if let Some(after) = page.after.filter(|a| !a.is_empty()) {
         query = query.after(after);
     }
-    let schedules = ctx.queue.schedules(&query).await?;
+    let schedules = ctx.client.schedules(&query).await?;
     let rows: Vec<Vec<String>> = schedules
         .schedules
         .iter()

@@ -86,7 +86,7 @@ pub(crate) use maintenance::VACUUMED_TABLES;
 pub(crate) use migrations::AppliedRow;
 pub(crate) use queues::{DepthRow, QueueRow, QueueSettings};
 pub(crate) use schedules::Fire;
-pub(crate) use stats::{StatsRow, TableRow};
+pub(crate) use stats::Figures;
 pub(crate) use workers::Report;
 
 /// How the statements harel-jobs sends are prepared on the server.
@@ -247,7 +247,7 @@ pub(crate) struct Store {
 impl Store {
     /// The store of the queue in `schema`, whose statements go as `prepared` says: the one
     /// policy of every method (but the few whose documentation says otherwise). The
-    /// application's setting where it has one (`Queue::prepared_statements`,
+    /// application's setting where it has one (`Client::prepared_statements`,
     /// `Transport::prepared_statements`, `Enqueue::prepared_statements`, a worker's
     /// `behind_transaction_pooler`); [`PreparedStatements::Unnamed`] where the caller cannot
     /// know whether a transaction pooler is in the way and must work behind one

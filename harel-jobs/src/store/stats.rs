@@ -1,5 +1,6 @@
-//! The queue's figures: its tables' first and last pages counted, their sizes and their
-//! statistics, in one statement of bounded work (what `QueueStats` makes of them).
+//! The schema's figures: its tables' first and last pages counted, their sizes and their
+//! statistics, in one statement of bounded work, and what they say ([`Figures`]: which
+//! counts are exact depends on what the statement read, so it is told here, next to it).
 
 use std::sync::LazyLock;
 
@@ -7,7 +8,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgExecutor, Row as _};
 
 use super::{Statement, Store};
-use crate::vocabulary::STATS_WINDOW_PAGES;
+use crate::vocabulary::{Count, STATS_WINDOW_PAGES};
 
 /// The figures of one table read by the statement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +47,79 @@ pub(crate) struct StatsRow {
     pub groups_inline: i64,
     /// Whether no job is waiting, running or parked (always exact).
     pub idle: bool,
+}
+
+/// What the statement's row says: each figure counted, estimated or a lower bound, as the
+/// public `Stats` and the worker's depth gauges give them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Figures {
+    /// Jobs (waiting, running, or parked for a retry).
+    pub jobs: Count,
+    /// Groups with jobs.
+    pub groups: Count,
+    /// Groups a worker could claim right now.
+    pub claimable_groups: Count,
+    /// Dead letters.
+    pub dead_letters: Count,
+    /// Whether no job is waiting, running or parked (always exact).
+    pub idle: bool,
+}
+
+impl TableRow {
+    /// Whether the pages read were the whole table.
+    fn read_whole(&self) -> bool {
+        self.pages <= 2 * i64::from(STATS_WINDOW_PAGES)
+    }
+
+    /// Exact if read whole, else the statistics' estimate, at least what was counted.
+    fn rows(&self) -> Count {
+        if self.read_whole() {
+            Count::Exact(self.seen)
+        } else {
+            Count::Estimated(self.live.max(self.seen))
+        }
+    }
+
+    /// `seen` of some subset of the rows: exact if read whole, else a lower bound.
+    fn subset(&self, seen: i64) -> Count {
+        if self.read_whole() {
+            Count::Exact(seen)
+        } else {
+            Count::AtLeast(seen)
+        }
+    }
+}
+
+/// The jobs: the rows of `transport_messages`, and the group rows that hold their group's
+/// first message inline (`inline` of them in the pages read). Exact when both tables were
+/// read whole; otherwise estimated, the inline share of the groups' estimate taken as in the
+/// pages read.
+fn jobs(messages: &TableRow, groups: &TableRow, inline: i64) -> Count {
+    if messages.read_whole() && groups.read_whole() {
+        return Count::Exact(messages.seen + inline);
+    }
+    let inline = if groups.read_whole() {
+        inline
+    } else if groups.seen > 0 {
+        let share = inline as f64 / groups.seen as f64;
+        ((groups.live.max(groups.seen) as f64 * share).round() as i64).max(inline)
+    } else {
+        inline
+    };
+    Count::Estimated(messages.rows().value() + inline)
+}
+
+impl StatsRow {
+    /// The figures the row gives.
+    pub(crate) fn figures(&self) -> Figures {
+        Figures {
+            jobs: jobs(&self.messages, &self.groups, self.groups_inline),
+            groups: self.groups.rows(),
+            claimable_groups: self.groups.subset(self.groups_claimable),
+            dead_letters: self.dead_letters.rows(),
+            idle: self.idle,
+        }
+    }
 }
 
 /// A FROM item counting `aggregates` over the rows of `table` in its first and last
@@ -152,5 +226,27 @@ mod tests {
         }
         assert_eq!(sql.matches("WHERE ctid <").count(), 3);
         assert_eq!(sql.matches("WHERE ctid >=").count(), 3);
+    }
+
+    #[test]
+    fn a_table_read_whole_is_exact_and_a_larger_one_is_not() {
+        let whole = 2 * i64::from(STATS_WINDOW_PAGES);
+        let small = TableRow {
+            pages: whole,
+            seen: 7,
+            live: 9,
+        };
+        assert_eq!(small.rows(), Count::Exact(7));
+        assert_eq!(small.subset(2), Count::Exact(2));
+        let large = TableRow {
+            pages: whole + 1,
+            seen: 7,
+            live: 9,
+        };
+        assert_eq!(large.rows(), Count::Estimated(9));
+        assert_eq!(large.subset(2), Count::AtLeast(2));
+        // statistics that trail the truth never go below what was counted
+        let stale = TableRow { live: 3, ..large };
+        assert_eq!(stale.rows(), Count::Estimated(7));
     }
 }

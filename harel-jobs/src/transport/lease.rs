@@ -89,7 +89,7 @@ pub enum LeaseOutcome {
     /// another worker claimed it, or the message was already settled): nothing changed.
     LeaseLost,
     /// The lease was still held, but a cancel of the job had been asked for while it ran
-    /// (`Queue::cancel`): whatever the settlement said, the job ended as cancelled and its
+    /// (`Client::cancel`): whatever the settlement said, the job ended as cancelled and its
     /// group moved on.
     Cancelled,
 }

@@ -15,7 +15,7 @@ pub enum Settlement {
     /// more messages, gone if it is drained).
     Ack,
     /// Done, as `Ack`, and the job is kept in the queue's history as completed for `keep`
-    /// (at most 100 years), where `Queue::job` finds it; pruned after that.
+    /// (at most 100 years), where `Client::job` finds it; pruned after that.
     Retain {
         /// How long the completed job is kept.
         keep: Duration,

@@ -44,7 +44,7 @@ pub(crate) struct WorkerConfig {
     pub claim_batch: usize,
     /// Most completions written in one round trip. Default 512.
     pub ack_batch: usize,
-    /// How often the pool reports itself to operators (`Queue::workers`). Default 10 s.
+    /// How often the pool reports itself to operators (`Client::workers`). Default 10 s.
     pub report_interval: Duration,
     /// Whether outcomes commit with `synchronous_commit = on` (waiting for the WAL flush,
     /// and for a synchronous standby). Default false.

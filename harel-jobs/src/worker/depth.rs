@@ -1,6 +1,6 @@
 //! The depth gauges (feature `metrics`): one worker per schema samples
-//! [`QueueStats`](crate::QueueStats) and each named queue's ready and running counts
-//! (`harel_queues`, what `Queue::queues` reads) every [`SAMPLE_EVERY`] and sets
+//! the schema's figures (what [`Stats`](crate::Stats) gives) and each named queue's ready
+//! and running counts (`harel_queues`, what `Client::queues` reads) every [`SAMPLE_EVERY`] and sets
 //! `harel_jobs_depth`, `harel_jobs_groups` and `harel_jobs_queue_depth` (see
 //! `telemetry.rs`), so that a dashboard summing over processes does not count the queue once
 //! per worker.
@@ -20,7 +20,6 @@ use std::time::Duration;
 use super::Shared;
 use super::connection::{bounded, on_pooled};
 use crate::error::DatabaseError;
-use crate::inspect::QueueStats;
 use sqlx::PgConnection;
 
 /// How often the elected worker samples the depth, and the others ask for the election.
@@ -102,7 +101,7 @@ async fn sample<S>(shared: &Shared<S>) -> Result<(), DatabaseError> {
         &shared.pool,
         shared.config.transaction_pooler,
         async |connection: &mut PgConnection| {
-            let stats = QueueStats::read(&shared.store, &mut *connection).await?;
+            let stats = shared.store.stats_read(&mut *connection).await?.figures();
             crate::telemetry::depth(
                 schema.name(),
                 stats.jobs.value(),

@@ -105,7 +105,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                         schema = schema.name(),
                         error = %error,
                         "this role may not report the pool to operators (harel_worker_report): \
-                         grant it EXECUTE to see the pool in Queue::workers and the dashboard"
+                         grant it EXECUTE to see the pool in Client::workers and the dashboard"
                     );
                     None
                 }

@@ -211,7 +211,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     ///
     /// Ticks fire by this process's clock. Ticks that passed while no worker ran the
     /// schedule are handled, when a worker starts, by the schedule's
-    /// [`MissedTicks`](crate::MissedTicks) policy. `Queue::schedules` lists the schedules
+    /// [`MissedTicks`](crate::MissedTicks) policy. `Client::schedules` lists the schedules
     /// with their last and next tick. The worker's role needs `EXECUTE` on
     /// `harel_schedule_fire` and `harel_schedules` (README, "Database roles").
     ///
@@ -268,8 +268,8 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     }
 
     /// How often the pool reports itself to operators (default 10 s; 100 ms to 1 h): its
-    /// host, queues, running jobs and counters, read by [`Queue::workers`](crate::Queue::workers)
-    /// and [`Queue::throughput`](crate::Queue::throughput). Its role needs `EXECUTE` on
+    /// host, queues, running jobs and counters, read by [`Client::workers`](crate::Client::workers)
+    /// and [`Client::throughput`](crate::Client::throughput). Its role needs `EXECUTE` on
     /// `harel_worker_report` (without it the pool logs a warning once and goes on).
     pub fn report_interval(mut self, interval: Duration) -> Self {
         self.config.report_interval = interval;
@@ -343,7 +343,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     }
 
     /// Keeps completed jobs in the queue's history for `period` (at most 100 years), for
-    /// types that do not set their own (`#[job(retain = "…")]`): `Queue::job` then finds
+    /// types that do not set their own (`#[job(retain = "…")]`): `Client::job` then finds
     /// them as completed, with their attempts and duration; the maintenance task prunes
     /// them after `period`. Default none: a completed job is deleted at once, which is what
     /// keeps an ack cheap (BENCHMARKS.md has the cost).

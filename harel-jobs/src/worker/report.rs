@@ -1,7 +1,7 @@
 //! The pool's report of itself (`harel_worker_report`, migration 0008): where it runs, the
 //! queues it serves, its running jobs and its counters, about every 10 seconds and once
 //! more when it stops, so that operators see the pools that are up and what they did
-//! lately (`Queue::workers`, `Queue::throughput`).
+//! lately (`Client::workers`, `Client::throughput`).
 
 use std::time::Duration;
 

@@ -20,7 +20,7 @@ pub struct WorkerStats {
     /// Jobs moved to the dead letters.
     pub dead_lettered: u64,
     /// Jobs ended as cancelled: their cancel was asked for while they ran
-    /// (`Queue::cancel`), whatever their handler returned.
+    /// (`Client::cancel`), whatever their handler returned.
     pub cancelled: u64,
     /// Jobs given back unfinished (shutdown).
     pub released: u64,

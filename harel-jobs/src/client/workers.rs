@@ -1,15 +1,15 @@
 //! The worker pools as an operator sees them: which are up, where, serving what, and what
-//! they did over the last minutes ([`Queue::workers`], [`Queue::throughput`]), from the
+//! they did over the last minutes ([`Client::workers`], [`Client::throughput`]), from the
 //! reports each pool writes about every 10 seconds.
 
 use std::time::Duration;
 
-use crate::error::{DatabaseError, QueueError};
-use crate::queue::Queue;
+use super::Client;
+use crate::error::{ClientError, DatabaseError};
 use crate::vocabulary::{MAX_THROUGHPUT_MINUTES, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED};
 use chrono::{DateTime, Utc};
 
-/// A worker pool, as its last report described it ([`Queue::workers`]).
+/// A worker pool, as its last report described it ([`Client::workers`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkerInfo {
@@ -42,7 +42,7 @@ pub struct WorkerInfo {
     pub stopped_at: Option<DateTime<Utc>>,
 }
 
-/// The worker pools a [`Queue::workers`] listing found.
+/// The worker pools a [`Client::workers`] listing found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkerList {
@@ -61,7 +61,7 @@ impl WorkerList {
     }
 }
 
-/// What every worker pool together did in one minute ([`Queue::throughput`]).
+/// What every worker pool together did in one minute ([`Client::throughput`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ThroughputMinute {
@@ -79,24 +79,24 @@ fn count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
-impl Queue {
+impl Client {
     /// The worker pools that reported within `within` (a running pool reports about every
     /// 10 seconds: 30 s shows the live ones; at most a day), oldest first, at most `limit`
     /// of them (1 to [`MAX_WORKERS_LISTED`]); [`WorkerList::total`] counts them all. One
     /// round trip.
     ///
     /// # Errors
-    /// [`QueueError::InvalidArgument`] for a period over a day or under a millisecond, or a
-    /// limit out of range; [`QueueError::Database`].
-    pub async fn workers(&self, within: Duration, limit: u32) -> Result<WorkerList, QueueError> {
+    /// [`ClientError::InvalidArgument`] for a period over a day or under a millisecond, or a
+    /// limit out of range; [`ClientError::Database`].
+    pub async fn workers(&self, within: Duration, limit: u32) -> Result<WorkerList, ClientError> {
         let within_ms = i64::try_from(within.as_millis()).unwrap_or(i64::MAX);
         if !(1..=86_400_000).contains(&within_ms) {
-            return Err(QueueError::InvalidArgument(
+            return Err(ClientError::InvalidArgument(
                 "workers are listed within 1 ms to 1 day",
             ));
         }
         if !(1..=MAX_WORKERS_LISTED).contains(&limit) {
-            return Err(QueueError::InvalidArgument(
+            return Err(ClientError::InvalidArgument(
                 "workers are listed 1 to 1,000 at a time",
             ));
         }
@@ -141,10 +141,10 @@ impl Queue {
     /// pool did after its last report before it died is not counted. One round trip.
     ///
     /// # Errors
-    /// [`QueueError::InvalidArgument`] for `minutes` out of range, [`QueueError::Database`].
-    pub async fn throughput(&self, minutes: u32) -> Result<Vec<ThroughputMinute>, QueueError> {
+    /// [`ClientError::InvalidArgument`] for `minutes` out of range, [`ClientError::Database`].
+    pub async fn throughput(&self, minutes: u32) -> Result<Vec<ThroughputMinute>, ClientError> {
         if !(1..=MAX_THROUGHPUT_MINUTES).contains(&minutes) {
-            return Err(QueueError::InvalidArgument(
+            return Err(ClientError::InvalidArgument(
                 "throughput is read over 1 to 1,440 minutes",
             ));
         }

@@ -1,9 +1,9 @@
-//! Groups as an operator sees them: [`Queue::groups`] pages through the groups that hold
-//! jobs, [`Queue::group`] looks one up, [`Queue::top_groups`] ranks them (longest waiting,
+//! Groups as an operator sees them: [`Client::groups`] pages through the groups that hold
+//! jobs, [`Client::group`] looks one up, [`Client::top_groups`] ranks them (longest waiting,
 //! largest).
 
-use crate::error::{DatabaseError, QueueError};
-use crate::queue::Queue;
+use super::Client;
+use crate::error::{ClientError, DatabaseError};
 use crate::store::GroupRow;
 use crate::vocabulary::{JobId, MAX_GROUP_PAGE, MAX_TOP_GROUPS, Priority, validate_group};
 use chrono::{DateTime, Utc};
@@ -41,7 +41,7 @@ impl GroupStatus {
     }
 }
 
-/// A group that holds jobs, as [`Queue::groups`] and [`Queue::group`] find it.
+/// A group that holds jobs, as [`Client::groups`] and [`Client::group`] find it.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct GroupInfo {
@@ -67,13 +67,13 @@ pub struct GroupInfo {
     /// The named queue its jobs belong to ([`DEFAULT_QUEUE`](crate::DEFAULT_QUEUE) unless
     /// they were enqueued into another).
     pub queue: String,
-    /// How many jobs PostgreSQL's statistics say it holds, when [`Queue::top_groups`] ranked
+    /// How many jobs PostgreSQL's statistics say it holds, when [`Client::top_groups`] ranked
     /// it by [`GroupRank::Largest`] (`None` otherwise): its size past
     /// [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP), as of [`TopGroups::statistics_at`].
     pub jobs_estimate: Option<u64>,
 }
 
-/// How [`Queue::top_groups`] ranks the groups.
+/// How [`Client::top_groups`] ranks the groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum GroupRank {
@@ -100,7 +100,7 @@ impl GroupRank {
     }
 }
 
-/// What [`Queue::top_groups`] found.
+/// What [`Client::top_groups`] found.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct TopGroups {
@@ -111,7 +111,7 @@ pub struct TopGroups {
     pub statistics_at: Option<DateTime<Utc>>,
 }
 
-/// Which groups [`Queue::groups`] lists: from a cursor, so many a page.
+/// Which groups [`Client::groups`] lists: from a cursor, so many a page.
 #[derive(Clone, Debug)]
 pub struct GroupQuery {
     after: Option<String>,
@@ -147,7 +147,7 @@ impl GroupQuery {
     }
 }
 
-/// One page of [`Queue::groups`].
+/// One page of [`Client::groups`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct GroupPage {
@@ -158,12 +158,12 @@ pub struct GroupPage {
     pub next: Option<String>,
 }
 
-fn from_row(row: GroupRow) -> Result<GroupInfo, QueueError> {
+fn from_row(row: GroupRow) -> Result<GroupInfo, ClientError> {
     let (id, status, priority, available_at, head, head_attempts, jobs, capped, cancel, queue) =
         row;
     Ok(GroupInfo {
         id,
-        status: GroupStatus::parse(&status).ok_or(QueueError::UnexpectedReply)?,
+        status: GroupStatus::parse(&status).ok_or(ClientError::UnexpectedReply)?,
         priority: Priority::from_db(priority),
         available_at,
         head: head.map(JobId::new),
@@ -176,18 +176,18 @@ fn from_row(row: GroupRow) -> Result<GroupInfo, QueueError> {
     })
 }
 
-impl Queue {
+impl Client {
     /// A page of the groups that hold jobs, in id order, from `query`'s cursor on. Keyset
     /// pagination: pass [`GroupPage::next`] to [`GroupQuery::after`] for the next page. One
     /// round trip of bounded work: it reads the page's group rows by key and counts each
     /// group's jobs up to [`GROUP_JOBS_COUNT_CAP`](crate::vocabulary::GROUP_JOBS_COUNT_CAP).
     ///
     /// ```no_run
-    /// # use harel_jobs::{GroupQuery, Queue};
-    /// # async fn example(queue: Queue) -> Result<(), harel_jobs::QueueError> {
+    /// # use harel_jobs::{GroupQuery, Client};
+    /// # async fn example(client: Client) -> Result<(), harel_jobs::ClientError> {
     /// let mut query = GroupQuery::new().limit(500);
     /// loop {
-    ///     let page = queue.groups(&query).await?;
+    ///     let page = client.groups(&query).await?;
     ///     for group in &page.groups {
     ///         println!("{} {:?}: {} jobs", group.id, group.status, group.jobs);
     ///     }
@@ -200,11 +200,11 @@ impl Queue {
     /// ```
     ///
     /// # Errors
-    /// [`QueueError::InvalidArgument`] for a limit outside 1..=1000;
-    /// [`QueueError::Database`].
-    pub async fn groups(&self, query: &GroupQuery) -> Result<GroupPage, QueueError> {
+    /// [`ClientError::InvalidArgument`] for a limit outside 1..=1000;
+    /// [`ClientError::Database`].
+    pub async fn groups(&self, query: &GroupQuery) -> Result<GroupPage, ClientError> {
         if query.limit == 0 || query.limit > MAX_GROUP_PAGE {
-            return Err(QueueError::InvalidArgument(
+            return Err(ClientError::InvalidArgument(
                 "a page holds 1 to 1,000 groups",
             ));
         }
@@ -231,14 +231,14 @@ impl Queue {
     }
 
     /// One group, or `None` if it holds no job (a group exists only while it has jobs).
-    /// Its jobs: [`Queue::jobs`] with [`JobQuery::group`](crate::JobQuery::group).
+    /// Its jobs: [`Client::jobs`] with [`JobQuery::group`](crate::JobQuery::group).
     ///
     /// # Errors
-    /// [`QueueError::InvalidArgument`] for an id that is empty, over 1,024 bytes or holds a
-    /// NUL character; [`QueueError::Database`].
-    pub async fn group(&self, id: &str) -> Result<Option<GroupInfo>, QueueError> {
+    /// [`ClientError::InvalidArgument`] for an id that is empty, over 1,024 bytes or holds a
+    /// NUL character; [`ClientError::Database`].
+    pub async fn group(&self, id: &str) -> Result<Option<GroupInfo>, ClientError> {
         validate_group(id).map_err(|_| {
-            QueueError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
+            ClientError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
         })?;
         let row = self
             .store()
@@ -251,23 +251,23 @@ impl Queue {
     /// The top `limit` groups (1 to [`MAX_TOP_GROUPS`]) by `rank`: those that have waited
     /// longest, or the largest. One round trip of bounded work, whatever the queue holds:
     /// at most `limit` claim-index entries per queue and priority level, or `2 × limit`
-    /// candidates from the statistics, each looked up as [`Queue::group`] does.
+    /// candidates from the statistics, each looked up as [`Client::group`] does.
     ///
     /// ```no_run
-    /// # use harel_jobs::{GroupRank, Queue};
-    /// # async fn example(queue: Queue) -> Result<(), harel_jobs::QueueError> {
-    /// for group in queue.top_groups(GroupRank::LongestWaiting, 10).await?.groups {
+    /// # use harel_jobs::{GroupRank, Client};
+    /// # async fn example(client: Client) -> Result<(), harel_jobs::ClientError> {
+    /// for group in client.top_groups(GroupRank::LongestWaiting, 10).await?.groups {
     ///     println!("{} ready since {}", group.id, group.available_at);
     /// }
     /// # Ok(()) }
     /// ```
     ///
     /// # Errors
-    /// [`QueueError::InvalidArgument`] for a limit outside 1..=100;
-    /// [`QueueError::Database`].
-    pub async fn top_groups(&self, rank: GroupRank, limit: u32) -> Result<TopGroups, QueueError> {
+    /// [`ClientError::InvalidArgument`] for a limit outside 1..=100;
+    /// [`ClientError::Database`].
+    pub async fn top_groups(&self, rank: GroupRank, limit: u32) -> Result<TopGroups, ClientError> {
         if limit == 0 || limit > MAX_TOP_GROUPS {
-            return Err(QueueError::InvalidArgument("rank 1 to 100 groups"));
+            return Err(ClientError::InvalidArgument("rank 1 to 100 groups"));
         }
         let rows = self
             .store()

@@ -1,141 +1,30 @@
-//! [`Queue`]: one handle naming a queue (a pool and a schema) for everything done to it
-//! from application code: enqueue, look a job up, cancel, dead letters, depth, workers.
+//! Jobs as an operator sees them: one looked up ([`Client::job`]), a page of them
+//! ([`Client::jobs`]), and cancelling one or a whole group ([`Client::cancel`],
+//! [`Client::cancel_group`]).
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgExecutor, PgPool};
+use sqlx::PgExecutor;
 
-use crate::dead_letters::DeadLetters;
-use crate::enqueue::{Enqueue, JobBatch};
-use crate::error::{DatabaseError, MigrateError, QueueError};
-use crate::inspect::QueueStats;
+use super::Client;
+use crate::error::{ClientError, DatabaseError};
 use crate::job::Job;
-use crate::schema::Schema;
-use crate::store::{JobRow, JobsFilter, ListRow, Store};
-use crate::transport::PreparedStatements;
+use crate::store::{JobRow, JobsFilter, ListRow};
 use crate::vocabulary::{
     DEFAULT_CANCELLED_RETENTION, DEFAULT_QUEUE, GROUP_CANCEL_STEP, JobId, MAX_PAGE,
-    MAX_REASON_BYTES, MAX_SCHEDULES, Priority, delay_millis, validate_group,
+    MAX_REASON_BYTES, Priority, delay_millis, validate_group,
 };
-use crate::worker::WorkerBuilder;
 
-/// A queue: a pool and the schema the queue lives in. Cheap to clone; the one way to name a
-/// queue for enqueueing, looking jobs up, cancelling, dead letters, depth and workers.
-///
-/// ```no_run
-/// use harel_jobs::{job, CancelOutcome, JobContext, JobResult, JobState, Queue};
-///
-/// #[job]
-/// async fn send_report(_ctx: JobContext<()>, account: i64) -> JobResult {
-///     Ok(())
-/// }
-///
-/// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
-/// let queue = Queue::new(pool.clone());
-/// queue.migrate().await?;
-///
-/// let mut tx = pool.begin().await?;
-/// let id = queue.enqueue(&mut *tx, SendReport { account: 7 }).await?;
-/// tx.commit().await?;
-///
-/// if let Some(job) = queue.job(id).await? {
-///     println!("job {id} is {:?} after {} attempts", job.state, job.attempts);
-/// }
-/// match queue.cancel(id).reason("account closed").await? {
-///     CancelOutcome::Cancelled => println!("it will never run"),
-///     CancelOutcome::Requested => println!("running: its handler is told at its next heartbeat"),
-///     other => println!("too late: {other:?}"),
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct Queue {
-    pool: PgPool,
-    store: Store,
-}
-
-impl std::fmt::Debug for Queue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Queue")
-            .field("pool", &self.pool)
-            .field("schema", self.schema())
-            .field("statements", &self.prepared())
-            .finish()
-    }
-}
-
-impl Queue {
-    /// The queue in the default schema (`harel`).
-    pub fn new(pool: PgPool) -> Self {
-        Self::with_schema(pool, Schema::default())
-    }
-
-    /// The queue in `schema`.
-    pub fn with_schema(pool: PgPool, schema: Schema) -> Self {
-        Self {
-            pool,
-            store: Store::new(schema, PreparedStatements::default()),
-        }
-    }
-
-    /// Sends its statements as `statements` says (default [`PreparedStatements::Cached`];
-    /// [`PreparedStatements::Unnamed`] behind PgBouncer before 1.21).
-    pub fn prepared_statements(mut self, statements: PreparedStatements) -> Self {
-        self.store = self.store.with_prepared(statements);
-        self
-    }
-
-    /// How its statements are sent.
-    pub(crate) fn prepared(&self) -> PreparedStatements {
-        self.store.prepared()
-    }
-
-    /// Its data layer: the schema's statements, sent as [`prepared`](Self::prepared) says.
-    pub(crate) fn store(&self) -> &Store {
-        &self.store
-    }
-
-    /// The pool.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    /// The schema.
-    pub fn schema(&self) -> &Schema {
-        self.store.schema()
-    }
-
-    /// Creates or upgrades the queue's schema ([`migrate_schema`](crate::migrate_schema)).
-    ///
-    /// # Errors
-    /// As [`migrate_schema`](crate::migrate_schema).
-    pub async fn migrate(&self) -> Result<(), MigrateError> {
-        crate::migrate::migrate_schema(&self.pool, self.schema()).await
-    }
-
-    /// Enqueues `job` through `executor`: inside a transaction (`&mut *tx`), the job exists
-    /// if and only if it commits. Options (delay, priority, group, unique key) go on the
-    /// returned [`Enqueue`] before `.await`.
-    pub fn enqueue<'c, J: Job, E: PgExecutor<'c>>(&self, executor: E, job: J) -> Enqueue<'c, J, E> {
-        Enqueue::new(job, executor)
-            .schema(self.schema())
-            .prepared_statements(self.prepared())
-    }
-
-    /// An empty [`JobBatch`] for this queue.
-    pub fn batch(&self) -> JobBatch {
-        JobBatch::for_schema(self.schema()).prepared_statements(self.prepared())
-    }
-
+impl Client {
     /// A job's state and facts, or `None` if no job has this id (or it completed without
     /// retention, or its history was pruned). One round trip.
     ///
     /// # Errors
-    /// [`QueueError::Database`].
-    pub async fn job(&self, id: JobId) -> Result<Option<JobInfo>, QueueError> {
+    /// [`ClientError::Database`].
+    pub async fn job(&self, id: JobId) -> Result<Option<JobInfo>, ClientError> {
         let row = self
             .store
             .job_get(&self.pool, id.get())
@@ -151,11 +40,11 @@ impl Queue {
     /// with a cursor when the filters keep few of the jobs one call reads.
     ///
     /// ```no_run
-    /// # use harel_jobs::{JobQuery, Queue, StateFilter};
-    /// # async fn example(queue: Queue) -> Result<(), harel_jobs::QueueError> {
+    /// # use harel_jobs::{JobQuery, Client, StateFilter};
+    /// # async fn example(client: Client) -> Result<(), harel_jobs::ClientError> {
     /// let mut query = JobQuery::new().state(StateFilter::Dead).kind("send_welcome_email");
     /// loop {
-    ///     let page = queue.jobs(&query).await?;
+    ///     let page = client.jobs(&query).await?;
     ///     for job in &page.jobs {
     ///         println!("{} {:?} {:?}", job.id, job.state, job.last_error);
     ///     }
@@ -168,9 +57,9 @@ impl Queue {
     /// ```
     ///
     /// # Errors
-    /// [`QueueError::InvalidArgument`] for a limit outside 1..=1000;
-    /// [`QueueError::Database`].
-    pub async fn jobs(&self, query: &JobQuery) -> Result<JobPage, QueueError> {
+    /// [`ClientError::InvalidArgument`] for a limit outside 1..=1000;
+    /// [`ClientError::Database`].
+    pub async fn jobs(&self, query: &JobQuery) -> Result<JobPage, ClientError> {
         self.jobs_on(&self.pool, query).await
     }
 
@@ -180,9 +69,9 @@ impl Queue {
         &self,
         executor: E,
         query: &JobQuery,
-    ) -> Result<JobPage, QueueError> {
+    ) -> Result<JobPage, ClientError> {
         if query.limit == 0 || query.limit > MAX_PAGE {
-            return Err(QueueError::InvalidArgument("a page holds 1 to 1,000 jobs"));
+            return Err(ClientError::InvalidArgument("a page holds 1 to 1,000 jobs"));
         }
         let filter = JobsFilter {
             state: query.state.map(StateFilter::as_str),
@@ -203,11 +92,11 @@ impl Queue {
             let (id, state) = (row.0, row.1.clone());
             match (id, state) {
                 (Some(id), Some(_)) => {
-                    let row = job_row(row).ok_or(QueueError::UnexpectedReply)?;
+                    let row = job_row(row).ok_or(ClientError::UnexpectedReply)?;
                     jobs.push(JobInfo::from_row(JobId::new(id), row)?);
                 }
                 (cursor, None) => next = cursor.map(JobId::new),
-                (None, Some(_)) => return Err(QueueError::UnexpectedReply),
+                (None, Some(_)) => return Err(ClientError::UnexpectedReply),
             }
         }
         jobs.sort_by_key(|job| job.id);
@@ -221,7 +110,7 @@ impl Queue {
     /// before `.await`.
     pub fn cancel(&self, id: JobId) -> Cancel<'_> {
         Cancel {
-            queue: self,
+            client: self,
             target: Target::Job(id),
             reason: None,
             keep: DEFAULT_CANCELLED_RETENTION,
@@ -234,103 +123,11 @@ impl Queue {
     /// of them): either all are cancelled or, on an error, none.
     pub fn cancel_group(&self, group: impl Into<String>) -> Cancel<'_> {
         Cancel {
-            queue: self,
+            client: self,
             target: Target::Group(group.into()),
             reason: None,
             keep: DEFAULT_CANCELLED_RETENTION,
         }
-    }
-
-    /// The periodic schedules workers declared on this queue
-    /// ([`WorkerBuilder::periodic`]), by name, with their last and next tick, a page at a
-    /// time ([`ScheduleQuery`]; a schema holds at most [`MAX_SCHEDULES`], so the default
-    /// page has them all). A schedule no worker declares any more stays listed (its
-    /// `updated_at` stops moving) until [`delete_schedule`](Self::delete_schedule). One
-    /// round trip.
-    ///
-    /// ```no_run
-    /// # async fn example(queue: harel_jobs::Queue) -> Result<(), harel_jobs::QueueError> {
-    /// use harel_jobs::ScheduleQuery;
-    ///
-    /// let page = queue.schedules(&ScheduleQuery::new()).await?;
-    /// for schedule in &page.schedules {
-    ///     println!("{} next {:?}", schedule.name, schedule.next_tick);
-    /// }
-    /// if let Some(after) = page.next {
-    ///     let rest = queue.schedules(&ScheduleQuery::new().after(after)).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`QueueError::InvalidArgument`] for a limit out of range, [`QueueError::Database`].
-    pub async fn schedules(&self, query: &ScheduleQuery) -> Result<SchedulePage, QueueError> {
-        if !(1..=MAX_SCHEDULES).contains(&query.limit) {
-            return Err(QueueError::InvalidArgument(
-                "schedules are listed 1 to 1,000 a page",
-            ));
-        }
-        let rows = self
-            .store
-            .schedules_list(&self.pool, query.after.as_deref(), query.limit as i32)
-            .await
-            .map_err(DatabaseError::new)?;
-        let total = rows
-            .first()
-            .map_or(0, |row| u64::try_from(row.5).unwrap_or(0));
-        let next = (rows.len() == query.limit as usize)
-            .then(|| rows.last().map(|row| row.0.clone()))
-            .flatten();
-        Ok(SchedulePage {
-            schedules: rows
-                .into_iter()
-                .map(
-                    |(name, spec, last_tick, next_tick, updated_at, _)| ScheduleInfo {
-                        name,
-                        spec,
-                        last_tick,
-                        next_tick,
-                        updated_at,
-                    },
-                )
-                .collect(),
-            next,
-            total,
-        })
-    }
-
-    /// Forgets a schedule, its last tick with it: for one that no worker declares any more
-    /// (a schema holds at most [`MAX_SCHEDULES`]: past that, a new schedule is refused and
-    /// its ticks are not enqueued, each try logged as a warning by the worker). A worker that still declares it records it again at its next start,
-    /// as a new schedule. Returns whether it existed. One round trip; the operator's
-    /// `EXECUTE` on `harel_delete_schedule`.
-    ///
-    /// # Errors
-    /// [`QueueError::Database`].
-    pub async fn delete_schedule(&self, name: &str) -> Result<bool, QueueError> {
-        self.store
-            .schedule_delete(&self.pool, name)
-            .await
-            .map_err(|error| DatabaseError::new(error).into())
-    }
-
-    /// The queue's dead letters.
-    pub fn dead_letters(&self) -> DeadLetters {
-        DeadLetters::new(self.schema().clone())
-    }
-
-    /// The queue's depth and state counts ([`QueueStats`]).
-    ///
-    /// # Errors
-    /// [`DatabaseError`] if it cannot be read.
-    pub async fn stats(&self) -> Result<QueueStats, DatabaseError> {
-        QueueStats::read(&self.store, &self.pool).await
-    }
-
-    /// A worker pool for this queue, sharing `state` with its handlers: register job
-    /// types, then `build()` and `start()`.
-    pub fn worker<S: Send + Sync + 'static>(&self, state: S) -> WorkerBuilder<S> {
-        crate::worker::Worker::builder(self.pool.clone(), state).schema(self.schema().clone())
     }
 
     async fn cancel_one(
@@ -338,13 +135,13 @@ impl Queue {
         id: JobId,
         reason: Option<&str>,
         keep_ms: i64,
-    ) -> Result<CancelOutcome, QueueError> {
+    ) -> Result<CancelOutcome, ClientError> {
         let outcome = self
             .store
             .job_cancel(&self.pool, id.get(), reason, keep_ms)
             .await
             .map_err(DatabaseError::new)?;
-        CancelOutcome::parse(&outcome).ok_or(QueueError::UnexpectedReply)
+        CancelOutcome::parse(&outcome).ok_or(ClientError::UnexpectedReply)
     }
 
     async fn cancel_all(
@@ -352,9 +149,9 @@ impl Queue {
         group: &str,
         reason: Option<&str>,
         keep_ms: i64,
-    ) -> Result<CancelOutcome, QueueError> {
+    ) -> Result<CancelOutcome, ClientError> {
         validate_group(group).map_err(|_| {
-            QueueError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
+            ClientError::InvalidArgument("a group id is 1 to 1,024 bytes, without NUL characters")
         })?;
         let mut tx = self.pool.begin().await.map_err(DatabaseError::new)?;
         let mut cancelled: u64 = 0;
@@ -379,84 +176,19 @@ impl Queue {
     }
 }
 
-/// Which schedules [`Queue::schedules`] lists: a page by name.
-#[derive(Clone, Debug)]
-pub struct ScheduleQuery {
-    after: Option<String>,
-    limit: u32,
-}
-
-impl Default for ScheduleQuery {
-    fn default() -> Self {
-        Self {
-            after: None,
-            limit: MAX_SCHEDULES,
-        }
-    }
-}
-
-impl ScheduleQuery {
-    /// From the first schedule, [`MAX_SCHEDULES`] a page (so all of them).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Schedules whose name sorts after this one: the cursor of the previous page
-    /// ([`SchedulePage::next`]).
-    pub fn after(mut self, name: impl Into<String>) -> Self {
-        self.after = Some(name.into());
-        self
-    }
-
-    /// At most this many schedules a page (1 to [`MAX_SCHEDULES`]).
-    pub fn limit(mut self, limit: u32) -> Self {
-        self.limit = limit;
-        self
-    }
-}
-
-/// A page of schedules ([`Queue::schedules`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SchedulePage {
-    /// The schedules, by name.
-    pub schedules: Vec<ScheduleInfo>,
-    /// Where the next page starts ([`ScheduleQuery::after`]); `None` when this page ended
-    /// the list (a full page gives a cursor even when the next page turns out empty).
-    pub next: Option<String>,
-    /// How many schedules the schema holds in all, on this page and the others.
-    pub total: u64,
-}
-
-/// A periodic schedule as [`Queue::schedules`] finds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ScheduleInfo {
-    /// Its name.
-    pub name: String,
-    /// How it was last declared: `cron <expression> (<time zone>)` or `every <n>s`.
-    pub spec: String,
-    /// The last tick whose job was enqueued (`None`: none yet).
-    pub last_tick: Option<DateTime<Utc>>,
-    /// The tick after it, as the worker that enqueued it computed it.
-    pub next_tick: Option<DateTime<Utc>>,
-    /// When a worker last declared it or enqueued a tick.
-    pub updated_at: DateTime<Utc>,
-}
-
-/// What [`Queue::cancel`] (or [`Queue::cancel_group`]) is to cancel.
+/// What [`Client::cancel`] (or [`Client::cancel_group`]) is to cancel.
 #[derive(Debug)]
 enum Target {
     Job(JobId),
     Group(String),
 }
 
-/// A cancel on its way: options first, then `.await`. Made by [`Queue::cancel`] and
-/// [`Queue::cancel_group`].
+/// A cancel on its way: options first, then `.await`. Made by [`Client::cancel`] and
+/// [`Client::cancel_group`].
 #[must_use = "a cancel does nothing until awaited"]
 #[derive(Debug)]
 pub struct Cancel<'q> {
-    queue: &'q Queue,
+    client: &'q Client,
     target: Target,
     reason: Option<String>,
     keep: Duration,
@@ -470,7 +202,7 @@ impl Cancel<'_> {
         self
     }
 
-    /// How long the cancelled job stays in the history, where [`Queue::job`] finds it
+    /// How long the cancelled job stays in the history, where [`Client::job`] finds it
     /// (default [`DEFAULT_CANCELLED_RETENTION`], 7 days; at most 100 years).
     pub fn keep(mut self, period: Duration) -> Self {
         self.keep = period;
@@ -479,7 +211,7 @@ impl Cancel<'_> {
 }
 
 impl<'q> IntoFuture for Cancel<'q> {
-    type Output = Result<CancelOutcome, QueueError>;
+    type Output = Result<CancelOutcome, ClientError>;
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'q>>;
 
     fn into_future(self) -> Self::IntoFuture {
@@ -489,17 +221,17 @@ impl<'q> IntoFuture for Cancel<'q> {
                 .as_ref()
                 .is_some_and(|r| r.len() > MAX_REASON_BYTES || r.contains('\0'))
             {
-                return Err(QueueError::InvalidArgument(
+                return Err(ClientError::InvalidArgument(
                     "a cancel reason is at most 8 KiB, without NUL characters",
                 ));
             }
             let keep_ms = delay_millis(self.keep).map_err(|_| {
-                QueueError::InvalidArgument("a cancelled job is kept at most 100 years")
+                ClientError::InvalidArgument("a cancelled job is kept at most 100 years")
             })?;
             let reason = self.reason.as_deref();
             match &self.target {
-                Target::Job(id) => self.queue.cancel_one(*id, reason, keep_ms).await,
-                Target::Group(group) => self.queue.cancel_all(group, reason, keep_ms).await,
+                Target::Job(id) => self.client.cancel_one(*id, reason, keep_ms).await,
+                Target::Group(group) => self.client.cancel_all(group, reason, keep_ms).await,
             }
         })
     }
@@ -523,7 +255,7 @@ pub enum CancelOutcome {
     AlreadyCancelled,
     /// No job has this id (or it completed without retention, or was pruned).
     NotFound,
-    /// [`Queue::cancel_group`]: how many jobs were cancelled at once, and whether a running
+    /// [`Client::cancel_group`]: how many jobs were cancelled at once, and whether a running
     /// job was asked to stop (it ends as cancelled when its handler returns).
     Group {
         /// Jobs cancelled at once.
@@ -547,7 +279,7 @@ impl CancelOutcome {
     }
 }
 
-/// Where a job is in its life ([`Queue::job`]). How long each state is kept: the queued
+/// Where a job is in its life ([`Client::job`]). How long each state is kept: the queued
 /// ones until the job moves on; `Completed` only with retention (`#[job(retain = "…")]`
 /// or [`WorkerBuilder::retain_completed`]), for that period; `Cancelled` for the cancel's
 /// keep period (7 days by default); `Dead` until the dead letter is deleted.
@@ -596,7 +328,7 @@ pub enum JobState {
     },
 }
 
-/// A job as [`Queue::job`] finds it.
+/// A job as [`Client::job`] finds it.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct JobInfo {
@@ -642,7 +374,7 @@ impl JobInfo {
         }
     }
 
-    fn from_row(id: JobId, row: JobRow) -> Result<Self, QueueError> {
+    fn from_row(id: JobId, row: JobRow) -> Result<Self, ClientError> {
         let (
             state,
             group,
@@ -659,7 +391,7 @@ impl JobInfo {
             cancel_requested,
             queue,
         ) = row;
-        let unexpected = || QueueError::UnexpectedReply;
+        let unexpected = || ClientError::UnexpectedReply;
         let (Some(priority), Some(attempts), Some(enqueued_at), Some(cancel_requested)) =
             (priority, attempts, enqueued_at, cancel_requested)
         else {
@@ -714,7 +446,7 @@ fn job_row(row: ListRow) -> Option<JobRow> {
     ))
 }
 
-/// Which jobs [`Queue::jobs`] lists, and from where: a filter and a cursor.
+/// Which jobs [`Client::jobs`] lists, and from where: a filter and a cursor.
 #[derive(Clone, Debug)]
 pub struct JobQuery {
     state: Option<StateFilter>,
@@ -818,7 +550,7 @@ impl StateFilter {
     }
 }
 
-/// One page of [`Queue::jobs`].
+/// One page of [`Client::jobs`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct JobPage {

@@ -1,13 +1,13 @@
 //! Named queues as an operator sees them: list them, see how deep each is, pause and
-//! resume them, limit them across the fleet ([`Queue::queues`], [`Queue::depth`],
-//! [`Queue::pause`], [`Queue::resume`], [`Queue::set_limits`]).
+//! resume them, limit them across the fleet ([`Client::queues`], [`Client::depth`],
+//! [`Client::pause`], [`Client::resume`], [`Client::set_limits`]).
 
 use std::time::Duration;
 
-use crate::error::{DatabaseError, QueueError};
-use crate::inspect::Count;
-use crate::queue::Queue;
+use super::Client;
+use crate::error::{ClientError, DatabaseError};
 use crate::store::{DepthRow, QueueRow, QueueSettings};
+use crate::vocabulary::Count;
 use crate::vocabulary::{Priority, QUEUE_NAME_RULE, validate_queue_name};
 use chrono::{DateTime, Utc};
 
@@ -20,7 +20,7 @@ pub struct RateLimit {
     pub per: Duration,
 }
 
-/// The limits of a named queue across every worker process ([`Queue::set_limits`]).
+/// The limits of a named queue across every worker process ([`Client::set_limits`]).
 ///
 /// ```
 /// use std::time::Duration;
@@ -66,7 +66,7 @@ impl QueueLimits {
     }
 }
 
-/// A named queue: its settings and how busy it is ([`Queue::queues`]).
+/// A named queue: its settings and how busy it is ([`Client::queues`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueueInfo {
@@ -94,7 +94,7 @@ impl QueueInfo {
     }
 }
 
-/// How deep one named queue is at one priority level, by state, as [`Queue::depth`] reads
+/// How deep one named queue is at one priority level, by state, as [`Client::depth`] reads
 /// it. Counted in groups, each by its first job (the one that runs next; the jobs behind it
 /// in its group wait for it): for jobs without a group, one group is one job.
 #[derive(Clone, Debug)]
@@ -137,7 +137,7 @@ fn level_depth(row: DepthRow) -> LevelDepth {
     }
 }
 
-impl Queue {
+impl Client {
     /// The depth of each named queue at each priority level, by state: one entry per queue
     /// and level that holds any group, queues in the order they were created, the highest
     /// priority first. One round trip of bounded work: ready groups are counted up to
@@ -145,8 +145,8 @@ impl Queue {
     /// cap the entry's counts are [`Count::AtLeast`].
     ///
     /// # Errors
-    /// [`QueueError::Database`].
-    pub async fn depth(&self) -> Result<Vec<LevelDepth>, QueueError> {
+    /// [`ClientError::Database`].
+    pub async fn depth(&self) -> Result<Vec<LevelDepth>, ClientError> {
         let rows = self
             .store()
             .queues_depth(self.pool())
@@ -160,8 +160,8 @@ impl Queue {
     /// One round trip; its cost does not grow with the queues' depth.
     ///
     /// # Errors
-    /// [`QueueError::Database`].
-    pub async fn queues(&self) -> Result<Vec<QueueInfo>, QueueError> {
+    /// [`ClientError::Database`].
+    pub async fn queues(&self) -> Result<Vec<QueueInfo>, ClientError> {
         let rows = self
             .store()
             .queues_list(self.pool())
@@ -176,8 +176,8 @@ impl Queue {
     /// is (counts not read: zero).
     ///
     /// # Errors
-    /// [`QueueError::InvalidArgument`] for an invalid name, [`QueueError::Database`].
-    pub async fn pause(&self, queue: &str) -> Result<QueueInfo, QueueError> {
+    /// [`ClientError::InvalidArgument`] for an invalid name, [`ClientError::Database`].
+    pub async fn pause(&self, queue: &str) -> Result<QueueInfo, ClientError> {
         self.set_queue(queue, Some(true), None).await
     }
 
@@ -186,7 +186,7 @@ impl Queue {
     ///
     /// # Errors
     /// As [`pause`](Self::pause).
-    pub async fn resume(&self, queue: &str) -> Result<QueueInfo, QueueError> {
+    pub async fn resume(&self, queue: &str) -> Result<QueueInfo, ClientError> {
         self.set_queue(queue, Some(false), None).await
     }
 
@@ -196,13 +196,13 @@ impl Queue {
     /// concurrency limit was first set are not counted against it.
     ///
     /// # Errors
-    /// [`QueueError::InvalidArgument`] for an invalid name or a limit out of range,
-    /// [`QueueError::Database`].
+    /// [`ClientError::InvalidArgument`] for an invalid name or a limit out of range,
+    /// [`ClientError::Database`].
     pub async fn set_limits(
         &self,
         queue: &str,
         limits: QueueLimits,
-    ) -> Result<QueueInfo, QueueError> {
+    ) -> Result<QueueInfo, ClientError> {
         self.set_queue(queue, None, Some(limits)).await
     }
 
@@ -211,13 +211,13 @@ impl Queue {
         queue: &str,
         paused: Option<bool>,
         limits: Option<QueueLimits>,
-    ) -> Result<QueueInfo, QueueError> {
-        validate_queue_name(queue).map_err(|_| QueueError::InvalidArgument(QUEUE_NAME_RULE))?;
+    ) -> Result<QueueInfo, ClientError> {
+        validate_queue_name(queue).map_err(|_| ClientError::InvalidArgument(QUEUE_NAME_RULE))?;
         let given = limits.unwrap_or_default();
         let concurrency = match given.concurrency {
             Some(n @ 1..=1_000_000) => Some(n as i32),
             Some(_) => {
-                return Err(QueueError::InvalidArgument(
+                return Err(ClientError::InvalidArgument(
                     "a concurrency limit is 1 to 1,000,000",
                 ));
             }
@@ -232,7 +232,7 @@ impl Queue {
                 Some((starts as i32, per.as_millis() as i64))
             }
             Some(_) => {
-                return Err(QueueError::InvalidArgument(
+                return Err(ClientError::InvalidArgument(
                     "a rate limit is 1 to 1,000,000 starts per 1 ms to 24 h",
                 ));
             }
