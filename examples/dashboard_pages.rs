@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use harel_jobs::{Queue, Schema};
+use harel_jobs::{Client, Schema};
 use sqlx::{AssertSqlSafe, PgPool};
 
 const SCHEMA: &str = "bench_dashboard";
@@ -149,13 +149,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
     let pool = harel_jobs::connect(&url).await?;
-    let queue = Queue::with_schema(pool.clone(), Schema::new(SCHEMA)?);
-    queue.migrate().await?;
+    let client = Client::with_schema(pool.clone(), Schema::new(SCHEMA)?);
+    client.migrate().await?;
     fill(&pool, &options).await?;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
-    let router = harel_jobs::dashboard::router(queue.clone());
+    let router = harel_jobs::dashboard::router(client.clone());
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use harel_jobs::{JobContext, Queue, Schema, job};
+use harel_jobs::{Client, JobContext, Schema, job};
 use opentelemetry::trace::TracerProvider;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing::Instrument;
@@ -42,13 +42,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     sqlx::query("DROP SCHEMA IF EXISTS harel_opentelemetry CASCADE")
         .execute(&pool)
         .await?;
-    let queue = Queue::with_schema(pool.clone(), Schema::new("harel_opentelemetry")?);
-    queue.migrate().await?;
+    let client = Client::with_schema(pool.clone(), Schema::new("harel_opentelemetry")?);
+    client.migrate().await?;
 
     // A request handler: the enqueue inside its span stores the span's context with the job.
     let checkout = async {
         let mut tx = pool.begin().await?;
-        queue.enqueue(&mut *tx, SendReceipt { order: 42 }).await?;
+        client.enqueue(&mut *tx, SendReceipt { order: 42 }).await?;
         tx.commit().await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     };
@@ -58,7 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The worker (here in the same process; usually another one): the job's span has the
     // request's span as its parent.
-    let handle = queue.worker(()).register::<SendReceipt>().build()?.start();
+    let handle = client.worker(()).register::<SendReceipt>().build()?.start();
     let deadline = Instant::now() + Duration::from_secs(30);
     while handle.stats().succeeded < 1 {
         if Instant::now() > deadline {

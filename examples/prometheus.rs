@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use harel_jobs::{Backoff, JobContext, JobError, JobResult, Queue, Schema, job};
+use harel_jobs::{Backoff, Client, JobContext, JobError, JobResult, Schema, job};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 #[derive(Default)]
@@ -64,18 +64,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     sqlx::query("DROP SCHEMA IF EXISTS harel_prometheus CASCADE")
         .execute(&pool)
         .await?;
-    let queue = Queue::with_schema(pool.clone(), Schema::new("harel_prometheus")?);
-    queue.migrate().await?;
+    let client = Client::with_schema(pool.clone(), Schema::new("harel_prometheus")?);
+    client.migrate().await?;
 
     let mut tx = pool.begin().await?;
     for order in 1..=3 {
-        queue.enqueue(&mut *tx, SendReceipt { order }).await?;
+        client.enqueue(&mut *tx, SendReceipt { order }).await?;
     }
-    queue.enqueue(&mut *tx, SyncPartner {}).await?;
-    queue.enqueue(&mut *tx, ImportFeed {}).await?;
+    client.enqueue(&mut *tx, SyncPartner {}).await?;
+    client.enqueue(&mut *tx, ImportFeed {}).await?;
     tx.commit().await?;
 
-    let handle = queue
+    let handle = client
         .worker(App::default())
         .register::<SendReceipt>()
         .register::<SyncPartner>()

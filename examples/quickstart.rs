@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use harel_jobs::{JobContext, JobError, JobResult, JobState, Queue, Schema, job};
+use harel_jobs::{Client, JobContext, JobError, JobResult, JobState, Schema, job};
 
 /// What the handlers share: here, a way to report, and a count of finished jobs.
 #[derive(Default)]
@@ -96,9 +96,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     sqlx::query("DROP SCHEMA IF EXISTS harel_quickstart CASCADE")
         .execute(&pool)
         .await?;
-    // The queue: a pool and the schema it lives in.
-    let queue = Queue::with_schema(pool.clone(), Schema::new("harel_quickstart")?);
-    queue.migrate().await?;
+    // The client: a pool and the schema its queues live in.
+    let client = Client::with_schema(pool.clone(), Schema::new("harel_quickstart")?);
+    client.migrate().await?;
 
     // Enqueue inside one transaction: the jobs exist if and only if it commits.
     let mut tx = pool.begin().await?;
@@ -107,26 +107,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         user_id: 42,
         template: "welcome".into(),
     };
-    ids.push(queue.enqueue(&mut *tx, welcome).await?);
+    ids.push(client.enqueue(&mut *tx, welcome).await?);
     for (step, action) in [(1, "reserve stock"), (2, "charge card"), (3, "ship")] {
         let fulfil = FulfilOrder {
             order_id: 7,
             step,
             action: action.into(),
         };
-        ids.push(queue.enqueue(&mut *tx, fulfil).await?);
+        ids.push(client.enqueue(&mut *tx, fulfil).await?);
     }
     let sync = SyncPartner {
         partner: "acme".into(),
     };
-    ids.push(queue.enqueue(&mut *tx, sync).await?);
+    ids.push(client.enqueue(&mut *tx, sync).await?);
     tx.commit().await?;
     let expected = ids.len();
     println!("harel-jobs quickstart: {expected} jobs enqueued in one transaction");
 
     // Run the embedded worker pool until every job is done, keeping completed jobs for an
     // hour so that we can look at them below.
-    let worker = queue
+    let worker = client
         .worker(AppState::default())
         .retain_completed(Duration::from_secs(3600))
         .register::<SendWelcomeEmail>()
@@ -137,7 +137,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let handle = worker.start();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let stats = queue.stats().await?;
+        let stats = client.stats().await?;
         if stats.is_idle() {
             break;
         }
@@ -160,7 +160,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // What became of each job, as the queue remembers it.
     for id in ids {
-        let Some(job) = queue.job(id).await? else {
+        let Some(job) = client.job(id).await? else {
             return Err(format!("job {id} is not retained").into());
         };
         let JobState::Completed { .. } = job.state else {

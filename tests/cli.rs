@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage};
-use harel_jobs::{DeadLetters, JobId, JobState, Queue};
+use harel_jobs::{Client, JobId, JobState};
 use harel_jobs_suite::{OPERATOR_GRANTS, PRODUCER_GRANTS, TestQueue, TestRole, database_url};
 use serde_json::Value;
 
@@ -104,13 +104,14 @@ async fn dead_letter(q: &TestQueue, kind: &str, error: &str) -> JobId {
     id
 }
 
-fn queue(q: &TestQueue) -> Queue {
-    Queue::with_schema(q.pool.clone(), q.schema.clone())
+fn queue(q: &TestQueue) -> Client {
+    Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
 async fn dead_count(q: &TestQueue) -> i64 {
-    DeadLetters::new(q.schema.clone())
-        .count(&q.pool)
+    Client::with_schema(q.pool.clone(), q.schema.clone())
+        .dead_letters()
+        .count()
         .await
         .unwrap()
 }

@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client as Browser, ClientBuilder, Locator};
 use harel_jobs::dashboard::{self, DashboardConfig};
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage};
-use harel_jobs::{DeadLetters, JobContext, JobId, JobResult, Queue, job};
+use harel_jobs::{Client, JobContext, JobId, JobResult, job};
 use harel_jobs_suite::chromium::{ChromeDriver, screenshot_dir};
 use harel_jobs_suite::{OPERATOR_GRANTS, TestQueue, TestRole, pool_with};
 
@@ -99,7 +99,7 @@ async fn dead_letter(q: &TestQueue, to: &str, error: &str) -> JobId {
     JobId::new(id)
 }
 
-async fn browser(driver: &ChromeDriver) -> Client {
+async fn browser(driver: &ChromeDriver) -> Browser {
     ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(ChromeDriver::capabilities())
         .connect(&driver.url)
@@ -108,7 +108,7 @@ async fn browser(driver: &ChromeDriver) -> Client {
 }
 
 /// Saves a screenshot of what the browser shows as `name.png`.
-async fn screenshot(client: &Client, name: &str) -> PathBuf {
+async fn screenshot(client: &Browser, name: &str) -> PathBuf {
     let png = client.screenshot().await.expect("screenshot");
     let path = screenshot_dir(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.png"));
     std::fs::write(&path, png).expect("save the screenshot");
@@ -116,7 +116,7 @@ async fn screenshot(client: &Client, name: &str) -> PathBuf {
 }
 
 /// Clicks the element `locator` finds.
-async fn click(client: &Client, locator: Locator<'_>) {
+async fn click(client: &Browser, locator: Locator<'_>) {
     client
         .find(locator)
         .await
@@ -126,7 +126,7 @@ async fn click(client: &Client, locator: Locator<'_>) {
         .unwrap();
 }
 
-async fn text(client: &Client, css: &str) -> String {
+async fn text(client: &Browser, css: &str) -> String {
     client
         .find(Locator::Css(css))
         .await
@@ -137,7 +137,7 @@ async fn text(client: &Client, css: &str) -> String {
 }
 
 /// Reloads until the page's `css` element holds `needle` (at most 30 s).
-async fn wait_for_text(client: &Client, css: &str, needle: &str) {
+async fn wait_for_text(client: &Browser, css: &str, needle: &str) {
     let started = Instant::now();
     loop {
         if text(client, css).await.contains(needle) {
@@ -154,7 +154,7 @@ async fn wait_for_text(client: &Client, css: &str, needle: &str) {
 }
 
 /// Waits until the browser's URL holds `needle` (a click's navigation is asynchronous).
-async fn wait_for_url(client: &Client, needle: &str) -> String {
+async fn wait_for_url(client: &Browser, needle: &str) -> String {
     let started = Instant::now();
     loop {
         let url = client.current_url().await.unwrap().to_string();
@@ -234,7 +234,7 @@ fn csrf_of(page: &str) -> String {
 }
 
 /// Whether the queue `name` is paused, as the owner sees it.
-async fn paused(owner: &Queue, name: &str) -> bool {
+async fn paused(owner: &Client, name: &str) -> bool {
     owner
         .queues()
         .await
@@ -249,8 +249,8 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     let q = TestQueue::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 5).await;
-    let queue = Queue::with_schema(operator.clone(), q.schema.clone());
-    let owner = Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
 
     // last night's outage: two dead letters; today: some waiting and scheduled work
     let first_dead = dead_letter(&q, "a@example.com", "smtp: 421 try again later").await;
@@ -457,9 +457,9 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     wait_for_url(&client, "done=deleted").await;
     wait_for_text(&client, "main", "Deleted 2 dead letter(s).").await;
     screenshot(&client, "dead_letters_deleted").await;
-    let dead = DeadLetters::new(q.schema.clone());
+    let dead = Client::with_schema(q.pool.clone(), q.schema.clone()).dead_letters();
     for id in [second_dead, third_dead] {
-        assert!(dead.get(&q.pool, id).await.unwrap().is_none());
+        assert!(dead.get(id).await.unwrap().is_none());
     }
 
     // cancel a job from its page
@@ -493,7 +493,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     assert_eq!(status, 403);
     let (status, _) = post(address, &format!("/jobs/{target}/cancel"), "").await;
     assert_eq!(status, 403);
-    assert!(dead.get(&q.pool, target).await.unwrap().is_some());
+    assert!(dead.get(target).await.unwrap().is_some());
 
     // a dead job's own page: its timeline, and Retry (after a confirmation)
     client.goto(&format!("{base}/jobs/{target}")).await.unwrap();
@@ -509,7 +509,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     client.accept_alert().await.unwrap();
     wait_for_url(&client, "done=retried").await;
     assert!(text(&client, ".notice").await.contains("back in the queue"));
-    assert!(dead.get(&q.pool, target).await.unwrap().is_none());
+    assert!(dead.get(target).await.unwrap().is_none());
 
     // pause the default queue, then resume it
     client.goto(&format!("{base}/queues")).await.unwrap();
@@ -575,7 +575,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     operator.close().await;
 }
 
-async fn text_of(client: &Client, xpath: &str) -> String {
+async fn text_of(client: &Browser, xpath: &str) -> String {
     client
         .find(Locator::XPath(xpath))
         .await
@@ -590,7 +590,7 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
     let q = TestQueue::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 3).await;
-    let queue = Queue::with_schema(operator.clone(), q.schema.clone());
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
     let id = dead_letter(&q, "a@example.com", "boom").await;
     let router = dashboard::router_with(queue, DashboardConfig::new().read_only(true));
     let address = serve(router).await;
@@ -633,8 +633,8 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
     let (status, body) = post(address, "/dead/retry", &format!("id={id}")).await;
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("read-only"), "{body}");
-    let dead = DeadLetters::new(q.schema.clone());
-    assert!(dead.get(&q.pool, id).await.unwrap().is_some());
+    let dead = Client::with_schema(q.pool.clone(), q.schema.clone()).dead_letters();
+    assert!(dead.get(id).await.unwrap().is_some());
     operator.close().await;
 }
 
@@ -691,8 +691,8 @@ async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() 
     let q = TestQueue::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 3).await;
-    let queue = Queue::with_schema(operator.clone(), q.schema.clone());
-    let owner = Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
     let listener = bind().await;
     let address = listener.local_addr().unwrap();
     let port = address.port();
@@ -834,8 +834,8 @@ async fn without_its_names_the_router_still_takes_posts_only_from_its_own_origin
     let q = TestQueue::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 3).await;
-    let queue = Queue::with_schema(operator.clone(), q.schema.clone());
-    let owner = Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
     let address = serve(dashboard::router(queue)).await;
     let ours = address.to_string();
 
@@ -905,7 +905,7 @@ fn start_cli_dashboard(
 async fn the_command_line_dashboard_answers_only_its_own_names() {
     let q = TestQueue::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let owner = Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
 
     // as documented: on 127.0.0.1, without authentication, nothing else said
     let (child, address, _) = start_cli_dashboard(&role, &q, &[], &[]);
@@ -1005,7 +1005,7 @@ async fn hostile_worker_reports_and_schedules_keep_every_page_bounded() {
     ] {
         sqlx::raw_sql(q.sql(sql)).execute(&worker).await.unwrap();
     }
-    let router = dashboard::router(Queue::with_schema(operator.clone(), q.schema.clone()));
+    let router = dashboard::router(Client::with_schema(operator.clone(), q.schema.clone()));
     let address = serve(router).await;
     let get = |path: &str| {
         http(

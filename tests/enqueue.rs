@@ -171,7 +171,9 @@ async fn a_job_batch_over_the_limit_is_refused_and_nothing_is_written() {
     let q = TestQueue::new().await;
     let mut batch = JobBatch::for_schema(&q.schema);
     for n in 0..=transport::MAX_BATCH_MESSAGES as u32 {
-        batch.push_to_group(Ping { n }, "g").unwrap();
+        batch
+            .push_with(Ping { n }, &harel_jobs::EnqueueOptions::new().group("g"))
+            .unwrap();
     }
     match batch.enqueue(&q.pool).await {
         Err(PublishError::Invalid(InvalidMessage::TooManyMessages { count, max })) => {

@@ -1,4 +1,4 @@
-//! `Queue::groups`, `Queue::group`, `Queue::top_groups` and `Queue::depth` against a real
+//! `Client::groups`, `Client::group`, `Client::top_groups` and `Client::depth` against a real
 //! PostgreSQL: each status, the job counts and their cap, keyset pages, rankings, depth by
 //! queue, priority and state, and refused arguments.
 
@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage, Settlement};
 use harel_jobs::{
-    Count, GROUP_JOBS_COUNT_CAP, GroupQuery, GroupRank, GroupStatus, JobId, Priority, Queue,
-    QueueError,
+    Client, ClientError, Count, GROUP_JOBS_COUNT_CAP, GroupQuery, GroupRank, GroupStatus, JobId,
+    Priority,
 };
 use harel_jobs_suite::TestQueue;
 
-fn queue(q: &TestQueue) -> Queue {
-    Queue::with_schema(q.pool.clone(), q.schema.clone())
+fn queue(q: &TestQueue) -> Client {
+    Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
 async fn publish(q: &TestQueue, message: OutgoingMessage) -> JobId {
@@ -141,11 +141,11 @@ async fn bad_group_arguments_are_refused_before_they_are_sent() {
             .groups(&GroupQuery::new().limit(limit))
             .await
             .unwrap_err();
-        assert!(matches!(error, QueueError::InvalidArgument(_)), "{error}");
+        assert!(matches!(error, ClientError::InvalidArgument(_)), "{error}");
     }
     for id in [String::new(), "x".repeat(1025), "a\0b".into()] {
         let error = queue.group(&id).await.unwrap_err();
-        assert!(matches!(error, QueueError::InvalidArgument(_)), "{error}");
+        assert!(matches!(error, ClientError::InvalidArgument(_)), "{error}");
     }
 }
 
@@ -270,6 +270,6 @@ async fn the_largest_groups_come_from_the_statistics() {
             .top_groups(GroupRank::Largest, limit)
             .await
             .unwrap_err();
-        assert!(matches!(error, QueueError::InvalidArgument(_)), "{error}");
+        assert!(matches!(error, ClientError::InvalidArgument(_)), "{error}");
     }
 }

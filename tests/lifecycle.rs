@@ -1,11 +1,11 @@
-//! A job's life as users see and steer it, against a real PostgreSQL: `Queue::job` in every
+//! A job's life as users see and steer it, against a real PostgreSQL: `Client::job` in every
 //! state, cancel (queued, racing a claim, running, lapsed, whole groups), retention and its
 //! pruning.
 
 use std::time::{Duration, Instant};
 
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage, Settlement};
-use harel_jobs::{CancelOutcome, Job, JobId, JobQuery, JobState, Queue};
+use harel_jobs::{CancelOutcome, Client, Job, JobId, JobQuery, JobState};
 use harel_jobs_suite::TestQueue;
 use serde::{Deserialize, Serialize};
 
@@ -18,15 +18,15 @@ impl Job for Note {
     const KIND: &'static str = "note";
 }
 
-fn queue(q: &TestQueue) -> Queue {
-    Queue::with_schema(q.pool.clone(), q.schema.clone())
+fn queue(q: &TestQueue) -> Client {
+    Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
 fn claim(lease: Duration, limit: u32) -> ClaimRequest {
     ClaimRequest::new(lease).limit(limit)
 }
 
-async fn state(queue: &Queue, id: JobId) -> Option<JobState> {
+async fn state(queue: &Client, id: JobId) -> Option<JobState> {
     queue
         .job(id)
         .await
@@ -51,7 +51,7 @@ async fn publish(q: &TestQueue, group: &str, n: u32) -> JobId {
     JobId::new(q.transport.publish(&q.pool, &message).await.unwrap())
 }
 
-/// Every state `Queue::job` reports, each reached the way a worker reaches it.
+/// Every state `Client::job` reports, each reached the way a worker reaches it.
 #[tokio::test]
 async fn a_job_is_found_in_every_state_it_goes_through() {
     let q = TestQueue::new().await;
@@ -419,9 +419,19 @@ async fn cancelling_a_group_cancels_its_queued_jobs_and_asks_its_running_one_to_
     let queue = queue(&q);
     let mut batch = queue.batch();
     for n in 0..2_500u32 {
-        batch.push_to_group(Note { n }, "user-5").unwrap();
+        batch
+            .push_with(
+                Note { n },
+                &harel_jobs::EnqueueOptions::new().group("user-5"),
+            )
+            .unwrap();
     }
-    batch.push_to_group(Note { n: 9_999 }, "user-6").unwrap();
+    batch
+        .push_with(
+            Note { n: 9_999 },
+            &harel_jobs::EnqueueOptions::new().group("user-6"),
+        )
+        .unwrap();
     let ids = batch.enqueue(&q.pool).await.unwrap();
 
     // not running: all 2,500 go, the group row too
@@ -450,7 +460,12 @@ async fn cancelling_a_group_cancels_its_queued_jobs_and_asks_its_running_one_to_
     // running: the others go, the running one is asked to stop
     let mut batch = queue.batch();
     for n in 0..3u32 {
-        batch.push_to_group(Note { n }, "user-7").unwrap();
+        batch
+            .push_with(
+                Note { n },
+                &harel_jobs::EnqueueOptions::new().group("user-7"),
+            )
+            .unwrap();
     }
     let ids7 = batch.enqueue(&q.pool).await.unwrap();
     let claimed = q
@@ -506,7 +521,7 @@ async fn a_cancel_with_bad_arguments_is_refused_before_it_is_sent() {
     let refused = queue.cancel(id).reason(long).await;
     assert!(matches!(
         refused,
-        Err(harel_jobs::QueueError::InvalidArgument(_))
+        Err(harel_jobs::ClientError::InvalidArgument(_))
     ));
     let refused = queue
         .cancel(id)
@@ -514,11 +529,11 @@ async fn a_cancel_with_bad_arguments_is_refused_before_it_is_sent() {
         .await;
     assert!(matches!(
         refused,
-        Err(harel_jobs::QueueError::InvalidArgument(_))
+        Err(harel_jobs::ClientError::InvalidArgument(_))
     ));
     assert!(matches!(
         queue.cancel_group("").await,
-        Err(harel_jobs::QueueError::InvalidArgument(_))
+        Err(harel_jobs::ClientError::InvalidArgument(_))
     ));
     assert_eq!(state(&queue, id).await, Some(JobState::Waiting));
 }
@@ -558,8 +573,8 @@ mod with_a_worker {
     use std::time::{Duration, Instant};
 
     use harel_jobs::{
-        CancelOutcome, CompleteError, Handler, Job, JobContext, JobOptions, JobResult, JobState,
-        Queue,
+        CancelOutcome, Client, CompleteError, Handler, Job, JobContext, JobOptions, JobResult,
+        JobState,
     };
     use harel_jobs_suite::TestQueue;
     use serde::{Deserialize, Serialize};
@@ -665,7 +680,7 @@ mod with_a_worker {
     }
 
     async fn wait_for_state(
-        queue: &Queue,
+        queue: &Client,
         id: harel_jobs::JobId,
         done: impl Fn(&JobState) -> bool,
     ) -> JobState {
@@ -691,7 +706,7 @@ mod with_a_worker {
         let q = TestQueue::new().await;
         let state = setup(&q).await;
         let probe = Arc::clone(&state.probe);
-        let queue = Queue::with_schema(q.pool.clone(), q.schema.clone());
+        let queue = Client::with_schema(q.pool.clone(), q.schema.clone());
         let worker = queue
             .worker(state)
             .register::<Stubborn>()
@@ -722,7 +737,7 @@ mod with_a_worker {
         let q = TestQueue::new().await;
         let state = setup(&q).await;
         let probe = Arc::clone(&state.probe);
-        let queue = Queue::with_schema(q.pool.clone(), q.schema.clone());
+        let queue = Client::with_schema(q.pool.clone(), q.schema.clone());
         let first = queue
             .worker(state.clone())
             .register::<Credit>()
@@ -778,7 +793,9 @@ async fn jobs_are_listed_by_state_kind_and_group_page_by_page() {
     let queue = queue(&q);
     let mut batch = queue.batch();
     for n in 0..2_100u32 {
-        batch.push_to_group(Note { n }, "bulk").unwrap();
+        batch
+            .push_with(Note { n }, &harel_jobs::EnqueueOptions::new().group("bulk"))
+            .unwrap();
     }
     let bulk = batch.enqueue(&q.pool).await.unwrap();
     // 2,100 cancelled (more than one call reads from one table), then a few of each state
@@ -871,7 +888,7 @@ async fn jobs_are_listed_by_state_kind_and_group_page_by_page() {
     );
     assert!(matches!(
         queue.jobs(&JobQuery::new().limit(0)).await,
-        Err(harel_jobs::QueueError::InvalidArgument(_))
+        Err(harel_jobs::ClientError::InvalidArgument(_))
     ));
 }
 
@@ -899,7 +916,7 @@ async fn dead_letters_are_retried_and_deleted_in_bulk() {
 
     // out of order, with an id that is no dead letter
     let retried = dead
-        .retry_many(&q.pool, &ids(&[1003, 1004, 9999, 1001, 1002]))
+        .retry_many(&ids(&[1003, 1004, 9999, 1001, 1002]))
         .await
         .unwrap();
     let old: Vec<i64> = retried.iter().map(|(old, _)| old.get()).collect();
@@ -915,14 +932,11 @@ async fn dead_letters_are_retried_and_deleted_in_bulk() {
     assert_eq!(mail.attempts, 0);
     assert!(matches!(mail.state, JobState::Waiting));
 
-    let deleted = dead
-        .delete_many(&q.pool, &ids(&[1006, 1001, 1005]))
-        .await
-        .unwrap();
+    let deleted = dead.delete_many(&ids(&[1006, 1001, 1005])).await.unwrap();
     assert_eq!(deleted, ids(&[1005, 1006]));
-    assert_eq!(dead.count(&q.pool).await.unwrap(), 0);
-    assert!(dead.retry_many(&q.pool, &[]).await.unwrap().is_empty());
-    assert!(dead.delete_many(&q.pool, &[]).await.unwrap().is_empty());
+    assert_eq!(dead.count().await.unwrap(), 0);
+    assert!(dead.retry_many(&[]).await.unwrap().is_empty());
+    assert!(dead.delete_many(&[]).await.unwrap().is_empty());
 }
 
 /// A dead letter of a job without a group goes back without one: into a group of its own
@@ -945,7 +959,7 @@ async fn a_dead_letter_of_a_job_without_a_group_is_retried_into_a_group_of_its_o
     .unwrap();
     let retried = queue
         .dead_letters()
-        .retry_many(&q.pool, &[JobId::new(1001), JobId::new(1002)])
+        .retry_many(&[JobId::new(1001), JobId::new(1002)])
         .await
         .expect("retried");
     assert_eq!(retried.len(), 2);

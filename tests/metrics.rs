@@ -13,7 +13,7 @@ use harel_jobs::telemetry::{
     LEASE_LOST, QUEUE_DEPTH, RETRIED, SETTLE_DURATION, START_LATENCY, SUCCEEDED,
 };
 use harel_jobs::{
-    Backoff, CancelOutcome, JobContext, JobError, JobResult, Priority, Queue, WorkerHandle, job,
+    Backoff, CancelOutcome, Client, JobContext, JobError, JobResult, Priority, WorkerHandle, job,
 };
 use harel_jobs_suite::TestQueue;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -123,7 +123,7 @@ impl Seen {
 }
 
 fn start(queue: &TestQueue, app: &Arc<App>) -> WorkerHandle {
-    Queue::with_schema(queue.pool.clone(), queue.schema.clone())
+    Client::with_schema(queue.pool.clone(), queue.schema.clone())
         .worker(Arc::clone(app))
         .register::<Good>()
         .register::<Flaky>()
@@ -153,7 +153,7 @@ async fn a_pool_counts_by_kind_and_times_its_round_trips() {
     let _local = metrics::set_default_local_recorder(&recorder);
 
     let queue = TestQueue::new().await;
-    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
     for n in 0..3 {
         jobs.enqueue(&queue.pool, Good { n }).await.unwrap();
     }
@@ -235,7 +235,7 @@ async fn the_depth_gauges_follow_the_queue() {
     let _local = metrics::set_default_local_recorder(&recorder);
 
     let queue = TestQueue::new().await;
-    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
     // below the pool's priority floor: queued, never claimed
     for n in 0..4 {
         jobs.enqueue(&queue.pool, Good { n })
@@ -244,7 +244,7 @@ async fn the_depth_gauges_follow_the_queue() {
             .unwrap();
     }
     let app = Arc::new(App::default());
-    let handle = Queue::with_schema(queue.pool.clone(), queue.schema.clone())
+    let handle = Client::with_schema(queue.pool.clone(), queue.schema.clone())
         .worker(Arc::clone(&app))
         .register::<Good>()
         .min_priority(Priority::HIGHEST)
@@ -283,7 +283,7 @@ async fn named_queues_are_labelled_and_have_their_own_depth() {
     let _local = metrics::set_default_local_recorder(&recorder);
 
     let queue = TestQueue::new().await;
-    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
     for n in 0..2 {
         jobs.enqueue(&queue.pool, Good { n })
             .queue("mail")
@@ -427,7 +427,7 @@ async fn cancels_and_lost_leases_are_counted_by_kind() {
     let _local = metrics::set_default_local_recorder(&recorder);
 
     let queue = TestQueue::new().await;
-    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
     let app = Arc::new(App::default());
     let handle = start(&queue, &app);
 

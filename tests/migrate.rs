@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use harel_jobs::transport::OutgoingMessage;
 use harel_jobs::{
-    DeadLetterQuery, DeadLetters, Handler, Job, JobContext, JobResult, Worker, check_schema,
+    Client, DeadLetterQuery, Handler, Job, JobContext, JobResult, Worker, check_schema,
     migrate_schema,
 };
 use harel_jobs_suite::{TestQueue, TestRole, pool_with};
@@ -217,14 +217,11 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
     while ran.lock().unwrap().len() < 6 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let dead = DeadLetters::new(q.schema.clone());
-    let letters = dead
-        .list(&q.pool, &DeadLetterQuery::default())
-        .await
-        .unwrap();
+    let dead = Client::with_schema(q.pool.clone(), q.schema.clone()).dead_letters();
+    let letters = dead.list(&DeadLetterQuery::default()).await.unwrap();
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].last_error, "gave up");
-    assert!(dead.retry(&q.pool, letters[0].id).await.unwrap().is_some());
+    assert!(dead.retry(letters[0].id).await.unwrap().is_some());
     while ran.lock().unwrap().len() < 7 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

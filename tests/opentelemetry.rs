@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use harel_jobs::transport::{MAX_TRACE_CONTEXT_BYTES, OutgoingMessage, Transport};
 use harel_jobs::{
-    InvalidMessage, JobContext, JobError, JobId, JobResult, PublishError, Queue, WorkerStats, job,
+    Client, InvalidMessage, JobContext, JobError, JobId, JobResult, PublishError, WorkerStats, job,
 };
 use harel_jobs_suite::{TestQueue, capture};
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TracerProvider};
@@ -68,7 +68,7 @@ fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
 
 /// Runs a pool over `queue` until `done` holds for its counters.
 async fn run_until(queue: &TestQueue, done: impl Fn(WorkerStats) -> bool) {
-    let handle = Queue::with_schema(queue.pool.clone(), queue.schema.clone())
+    let handle = Client::with_schema(queue.pool.clone(), queue.schema.clone())
         .worker(())
         .register::<Traced>()
         .register::<Doomed>()
@@ -101,7 +101,7 @@ async fn stored(queue: &TestQueue, id: JobId) -> Option<String> {
 async fn a_jobs_span_is_a_child_of_the_span_that_enqueued_it() {
     let otel = Otel::install();
     let queue = TestQueue::new().await;
-    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
 
     // the request, and a job enqueued in it, alone and as the second of a group and of a
     // batch (a message row, not its group's inline first message)
@@ -122,7 +122,12 @@ async fn a_jobs_span_is_a_child_of_the_span_that_enqueued_it() {
             .unwrap();
         let mut batch = jobs.batch();
         batch.push(Traced { n: 4 }).unwrap();
-        batch.push_to_group(Traced { n: 5 }, "g").unwrap();
+        batch
+            .push_with(
+                Traced { n: 5 },
+                &harel_jobs::EnqueueOptions::new().group("g"),
+            )
+            .unwrap();
         let batched = batch.enqueue(&queue.pool).await.unwrap();
         [vec![alone, first, second], batched].concat()
     }
@@ -171,7 +176,7 @@ async fn a_jobs_span_is_a_child_of_the_span_that_enqueued_it() {
 async fn jobs_without_a_context_or_with_garbage_run_in_traces_of_their_own() {
     let otel = Otel::install();
     let queue = TestQueue::new().await;
-    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
 
     // outside any span (as from a producer built without the feature): nothing stored
     let plain = jobs.enqueue(&queue.pool, Traced { n: 1 }).await.unwrap();
@@ -235,7 +240,7 @@ async fn jobs_without_a_context_or_with_garbage_run_in_traces_of_their_own() {
 async fn a_dead_letter_keeps_its_context_and_a_retry_carries_it() {
     let otel = Otel::install();
     let queue = TestQueue::new().await;
-    let jobs = Queue::with_schema(queue.pool.clone(), queue.schema.clone());
+    let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
     let request = tracing::info_span!("request");
     let request_context = request.context().span().span_context().clone();
     let id = async { jobs.enqueue(&queue.pool, Doomed {}).await }
@@ -257,7 +262,7 @@ async fn a_dead_letter_keeps_its_context_and_a_retry_carries_it() {
 
     let retried = jobs
         .dead_letters()
-        .retry(&queue.pool, id)
+        .retry(id)
         .await
         .unwrap()
         .expect("retried");

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use harel_jobs::transport::OutgoingMessage;
 use harel_jobs::{
-    Backoff, Count, DeadLetterQuery, DeadLetters, Handler, Job, JobContext, JobError, JobOptions,
-    JobResult, QueueStats, Worker, WorkerBuilder,
+    Backoff, Client, Count, DeadLetterQuery, Handler, Job, JobContext, JobError, JobOptions,
+    JobResult, Stats, Worker, WorkerBuilder,
 };
 use harel_jobs_suite::{TestQueue, TestRole, WORKER_GRANTS, pool_with};
 use serde::{Deserialize, Serialize};
@@ -179,8 +179,8 @@ async fn wait_for(what: &str, limit: Duration, mut done: impl AsyncFnMut() -> bo
     }
 }
 
-async fn stats(queue: &TestQueue) -> QueueStats {
-    QueueStats::fetch(&queue.pool, &queue.schema).await.unwrap()
+async fn stats(queue: &TestQueue) -> Stats {
+    Stats::fetch(&queue.pool, &queue.schema).await.unwrap()
 }
 
 #[tokio::test]
@@ -218,8 +218,9 @@ async fn error_texts_and_delays_the_database_cannot_take_never_stop_the_pool() {
     assert_eq!((worker.dead_lettered, worker.snoozed), (2, 1), "{worker:?}");
     assert_eq!(worker.outcomes_dropped, 0, "{worker:?}");
 
-    let letters = DeadLetters::new(queue.schema.clone())
-        .list(&queue.pool, &DeadLetterQuery::default())
+    let letters = Client::with_schema(queue.pool.clone(), queue.schema.clone())
+        .dead_letters()
+        .list(&DeadLetterQuery::default())
         .await
         .unwrap();
     let error = |kind: &str| {

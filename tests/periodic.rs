@@ -1,13 +1,13 @@
 //! Periodic jobs against a real PostgreSQL: one job per tick across several worker pools
 //! declaring the same schedule, none missed; the missed-ticks policy at start-up; and the
-//! schedules as `Queue::schedules` lists them.
+//! schedules as `Client::schedules` lists them.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use harel_jobs::{
-    Handler, Job, JobContext, JobResult, MissedTicks, Periodic, Queue, ScheduleQuery, WorkerHandle,
+    Client, Handler, Job, JobContext, JobResult, MissedTicks, Periodic, ScheduleQuery, WorkerHandle,
 };
 use harel_jobs_suite::{TestQueue, database_url, pool_with};
 use serde::{Deserialize, Serialize};
@@ -44,7 +44,7 @@ impl Job for Report {
 async fn start(q: &TestQueue, ledger: &Ledger, schedule: Periodic) -> WorkerHandle {
     // a pool of its own, as a separate process would have
     let pool = pool_with(&database_url(), 4).await;
-    Queue::with_schema(pool, q.schema.clone())
+    Client::with_schema(pool, q.schema.clone())
         .worker(Arc::clone(ledger))
         .register::<Tick>()
         .periodic(schedule, |at| Tick { at })
@@ -88,7 +88,7 @@ async fn every_tick_is_enqueued_once_across_four_workers() {
         );
     }
     assert!(count >= 31);
-    let schedules = Queue::with_schema(q.pool.clone(), q.schema.clone())
+    let schedules = Client::with_schema(q.pool.clone(), q.schema.clone())
         .schedules(&ScheduleQuery::new())
         .await
         .unwrap()
@@ -110,7 +110,7 @@ async fn every_tick_is_enqueued_once_across_four_workers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missed_ticks_are_enqueued_as_the_policy_says() {
     let q = TestQueue::new().await;
-    let queue = Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let queue = Client::with_schema(q.pool.clone(), q.schema.clone());
     let hourly = |name: &str, policy| {
         Periodic::every(name, Duration::from_secs(3600))
             .unwrap()
@@ -218,7 +218,7 @@ async fn bad_schedules_are_refused_when_the_pool_is_built() {
         Periodic::cron("x", "not a cron"),
         Err(harel_jobs::ConfigError::InvalidSchedule { .. })
     ));
-    let twice = Queue::with_schema(q.pool.clone(), q.schema.clone())
+    let twice = Client::with_schema(q.pool.clone(), q.schema.clone())
         .worker(Ledger::default())
         .register::<Tick>()
         .periodic(

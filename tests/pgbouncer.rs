@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use harel_jobs::{
-    Backoff, DeadLetterQuery, DeadLetters, Enqueue, Handler, Job, JobBatch, JobContext, JobError,
-    JobOptions, JobResult, PreparedStatements, QueueStats, Worker, WorkerBuilder, WorkerStats,
+    Backoff, Client, DeadLetterQuery, Enqueue, Handler, Job, JobBatch, JobContext, JobError,
+    JobOptions, JobResult, PreparedStatements, Stats, Worker, WorkerBuilder, WorkerStats,
 };
 use harel_jobs_suite::cluster::{Cluster, ClusterOptions};
 use harel_jobs_suite::pgbouncer::PgBouncer;
@@ -200,9 +200,9 @@ impl Bounced {
     }
 
     /// The queue's stats, read through PgBouncer in a transaction.
-    async fn stats(&self) -> QueueStats {
+    async fn stats(&self) -> Stats {
         let mut tx = self.pool.begin().await.unwrap();
-        let stats = QueueStats::fetch(&mut *tx, &self.queue.schema)
+        let stats = Stats::fetch(&mut *tx, &self.queue.schema)
             .await
             .expect("stats through pgbouncer");
         tx.commit().await.unwrap();
@@ -359,11 +359,12 @@ async fn migrate_enqueue_and_tools_work_through_pgbouncer_in_transactions() {
     let stats = bounced.stats().await;
     assert_eq!(stats.jobs.exact(), Some(300), "{stats:?}");
 
-    let dead = DeadLetters::new(bounced.queue.schema.clone());
+    let dead =
+        Client::with_schema(bounced.pool.clone(), bounced.queue.schema.clone()).dead_letters();
     let mut tx = bounced.pool.begin().await.unwrap();
-    assert_eq!(dead.count(&mut *tx).await.unwrap(), 0);
+    assert_eq!(dead.count_in(&mut *tx).await.unwrap(), 0);
     assert!(
-        dead.list(&mut *tx, &DeadLetterQuery::default())
+        dead.list_in(&mut *tx, &DeadLetterQuery::default())
             .await
             .unwrap()
             .is_empty()
@@ -446,10 +447,10 @@ async fn retries_and_dead_letters_through_pgbouncer() {
     tx.commit().await.unwrap();
     bounced.wait_until_idle(Duration::from_secs(30)).await;
 
-    let dead = DeadLetters::new(schema.clone());
+    let dead = Client::with_schema(bounced.pool.clone(), schema.clone()).dead_letters();
     let mut tx = bounced.pool.begin().await.unwrap();
     let letters = dead
-        .list(&mut *tx, &DeadLetterQuery::default())
+        .list_in(&mut *tx, &DeadLetterQuery::default())
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -460,7 +461,12 @@ async fn retries_and_dead_letters_through_pgbouncer() {
 
     // a dead letter put back runs again (twice more, then dead again)
     let mut tx = bounced.pool.begin().await.unwrap();
-    assert!(dead.retry(&mut *tx, letters[0].id).await.unwrap().is_some());
+    assert!(
+        dead.retry_in(&mut *tx, letters[0].id)
+            .await
+            .unwrap()
+            .is_some()
+    );
     tx.commit().await.unwrap();
     wait_for(Duration::from_secs(30), || ledger.runs().len() == 6).await;
     bounced.wait_until_idle(Duration::from_secs(30)).await;

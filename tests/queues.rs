@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
 use harel_jobs::{
-    Handler, InvalidMessage, Job, JobContext, JobResult, PublishError, Queue, QueueLimits,
+    Client, Handler, InvalidMessage, Job, JobContext, JobResult, PublishError, QueueLimits,
     WorkerHandle, job,
 };
 use harel_jobs_suite::{TestQueue, database_url, pool_with};
@@ -18,8 +18,8 @@ use tokio::sync::Semaphore;
 
 const LEASE: Duration = Duration::from_secs(60);
 
-fn queue(q: &TestQueue) -> Queue {
-    Queue::with_schema(q.pool.clone(), q.schema.clone())
+fn queue(q: &TestQueue) -> Client {
+    Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
 fn in_queue(queue: &str, group: &str, n: u32) -> OutgoingMessage {
@@ -145,12 +145,12 @@ async fn a_retried_dead_letter_goes_back_to_its_queue() {
     );
     let dead = queue(&q).dead_letters();
     let letter = dead
-        .get(&q.pool, harel_jobs::JobId::new(claimed.lease.seq))
+        .get(harel_jobs::JobId::new(claimed.lease.seq))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(letter.queue, "mail");
-    dead.retry(&q.pool, letter.id).await.unwrap().unwrap();
+    dead.retry(letter.id).await.unwrap().unwrap();
     assert!(claim_from(&q, "default", 10).await.is_empty());
     assert_eq!(claim_from(&q, "mail", 10).await.len(), 1);
 }
@@ -278,7 +278,7 @@ impl Handler<()> for Hold {
 async fn start_pool(q: &TestQueue, concurrency: usize) -> WorkerHandle {
     // a pool of its own, as a separate process would have
     let pool = pool_with(&database_url(), 6).await;
-    Queue::with_schema(pool, q.schema.clone())
+    Client::with_schema(pool, q.schema.clone())
         .worker(())
         .register::<Hold>()
         .queue("partner", concurrency)
@@ -430,7 +430,7 @@ async fn a_periodic_job_goes_to_its_queue() {
 
 /// A pool serving the partner queue (2 slots, jobs kept in the history), polling every
 /// `poll`.
-fn partner_pool(queue: &Queue, poll: Duration) -> WorkerHandle {
+fn partner_pool(queue: &Client, poll: Duration) -> WorkerHandle {
     queue
         .worker(())
         .register::<Hold>()
@@ -517,7 +517,7 @@ async fn resuming_a_queue_wakes_its_workers_without_a_poll() {
     worker.shutdown().await.unwrap();
 }
 
-/// A job's queue, as `Queue::job` and `Queue::jobs` report it, in every place a job can
+/// A job's queue, as `Client::job` and `Client::jobs` report it, in every place a job can
 /// be: waiting, cancelled, completed and kept, dead; and the listing filters by queue.
 #[tokio::test]
 async fn a_job_knows_its_queue_wherever_it_is() {

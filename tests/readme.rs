@@ -23,11 +23,11 @@ async fn send_welcome_email(
 }
 
 // README: begin
-use harel_jobs::testing::{TestQueue, TestWorker, WorkOutcome};
+use harel_jobs::testing::{TestSchema, TestWorker, WorkOutcome};
 
 /// The code under test: signs a user up and enqueues their welcome mail, in one transaction.
 async fn sign_up(
-    queue: &harel_jobs::Queue,
+    queue: &harel_jobs::Client,
     tx: &mut sqlx::PgConnection,
     user_id: i64,
 ) -> Result<(), harel_jobs::PublishError> {
@@ -42,14 +42,14 @@ async fn sign_up(
 
 #[tokio::test]
 async fn sign_up_sends_the_welcome_mail() -> Result<(), Box<dyn std::error::Error>> {
-    let queue = TestQueue::new().await?; // a fresh schema in DATABASE_URL's database
+    let queue = TestSchema::new().await?; // a fresh schema in DATABASE_URL's database
     let state = AppState {
         smtp_host: "smtp.test".into(),
     };
     let worker = TestWorker::new(queue.worker(state).register::<SendWelcomeEmail>())?;
 
     let mut tx = queue.pool().begin().await?;
-    sign_up(queue.queue(), &mut tx, 42).await?;
+    sign_up(queue.client(), &mut tx, 42).await?;
     // seen inside the uncommitted transaction
     let mail = queue
         .assert_enqueued::<SendWelcomeEmail>(&mut *tx, |mail| mail.user_id == 42)

@@ -6,7 +6,7 @@ use std::time::Duration;
 use harel_jobs::transport::{
     ClaimRequest, Lease, LeaseOutcome, LeaseToken, OutgoingMessage, Settlement,
 };
-use harel_jobs::{Count, DatabaseError, DeadLetterQuery, DeadLetters, QueueStats, TransportError};
+use harel_jobs::{Client, Count, DatabaseError, DeadLetterQuery, Stats, TransportError};
 use harel_jobs_suite::{
     OPERATOR_GRANTS, PRODUCER_GRANTS, TestQueue, TestRole, WORKER_GRANTS, pool_with,
 };
@@ -494,30 +494,22 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
         assert_eq!(dead, LeaseOutcome::Applied);
     }
 
-    let stats = QueueStats::fetch(&operator, &q.schema).await.unwrap();
+    let stats = Stats::fetch(&operator, &q.schema).await.unwrap();
     assert_eq!(
         (stats.jobs, stats.dead_letters),
         (Count::Exact(1), Count::Exact(2))
     );
-    let dead = DeadLetters::new(q.schema.clone());
-    let letters = dead
-        .list(&operator, &DeadLetterQuery::default())
-        .await
-        .unwrap();
+    let dead = Client::with_schema(operator.clone(), q.schema.clone()).dead_letters();
+    let letters = dead.list(&DeadLetterQuery::default()).await.unwrap();
     assert_eq!(letters.len(), 2);
-    assert!(dead.get(&operator, letters[0].id).await.unwrap().is_some());
-    assert!(
-        dead.retry(&operator, letters[0].id)
-            .await
-            .unwrap()
-            .is_some()
-    );
-    assert!(dead.delete(&operator, letters[1].id).await.unwrap());
-    let purged = dead.purge(&operator, chrono::Utc::now()).await.unwrap();
-    assert_eq!((purged, dead.count(&operator).await.unwrap()), (0, 0));
+    assert!(dead.get(letters[0].id).await.unwrap().is_some());
+    assert!(dead.retry(letters[0].id).await.unwrap().is_some());
+    assert!(dead.delete(letters[1].id).await.unwrap());
+    let purged = dead.purge(chrono::Utc::now()).await.unwrap();
+    assert_eq!((purged, dead.count().await.unwrap()), (0, 0));
 
-    // look jobs up and cancel them, through the Queue handle
-    let queue = harel_jobs::Queue::with_schema(operator.clone(), q.schema.clone());
+    // look jobs up and cancel them, through the Client handle
+    let queue = harel_jobs::Client::with_schema(operator.clone(), q.schema.clone());
     let waiting = harel_jobs::JobId::new(
         t.publish(&q.pool, &OutgoingMessage::new("g9", "k", "{}"))
             .await

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
 use harel_jobs::{
-    DatabaseError, Handler, Job, JobContext, JobResult, Queue, QueueLimits, ScheduleQuery,
+    Client, DatabaseError, Handler, Job, JobContext, JobResult, QueueLimits, ScheduleQuery,
 };
 use harel_jobs_suite::{
     PRODUCER_GRANTS, TestQueue, TestRole, WORKER_GRANTS, database_url, pool_with,
@@ -27,8 +27,8 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
 
 const LEASE: Duration = Duration::from_secs(60);
 
-fn queue(q: &TestQueue) -> Queue {
-    Queue::with_schema(q.pool.clone(), q.schema.clone())
+fn queue(q: &TestQueue) -> Client {
+    Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
 /// The SQLSTATE `sql` fails with on `pool` (`None`: it worked).

@@ -1,10 +1,10 @@
-//! `QueueStats`: exact on small tables, estimated past its window, and a bounded read
+//! `Stats`: exact on small tables, estimated past its window, and a bounded read
 //! whatever the tables hold, dead row versions kept by a long-held snapshot included.
 
 use std::time::Duration;
 
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage, Priority};
-use harel_jobs::{Count, QueueStats};
+use harel_jobs::{Count, Stats};
 use harel_jobs_suite::TestQueue;
 use sqlx::{Connection, PgConnection};
 
@@ -60,7 +60,7 @@ async fn pages(q: &TestQueue, table: &str) -> i64 {
 /// Fetches the stats on `conn` and returns them with the blocks the fetch read from the
 /// queue's tables and indexes (PostgreSQL's own per-transaction counters: every block
 /// request, from shared buffers or not).
-async fn fetch_counting_blocks(q: &TestQueue, conn: &mut PgConnection) -> (QueueStats, i64) {
+async fn fetch_counting_blocks(q: &TestQueue, conn: &mut PgConnection) -> (Stats, i64) {
     let blocks = || {
         q.sql(
             "SELECT coalesce(sum(pg_stat_get_xact_blocks_fetched(c.oid)), 0)::bigint
@@ -72,7 +72,7 @@ async fn fetch_counting_blocks(q: &TestQueue, conn: &mut PgConnection) -> (Queue
         .fetch_one(&mut *tx)
         .await
         .unwrap();
-    let stats = QueueStats::fetch(&mut *tx, &q.schema).await.unwrap();
+    let stats = Stats::fetch(&mut *tx, &q.schema).await.unwrap();
     let after: i64 = sqlx::query_scalar(blocks())
         .fetch_one(&mut *tx)
         .await
@@ -84,7 +84,7 @@ async fn fetch_counting_blocks(q: &TestQueue, conn: &mut PgConnection) -> (Queue
 #[tokio::test]
 async fn small_tables_are_counted_exactly() {
     let q = TestQueue::new().await;
-    let stats = QueueStats::fetch(&q.pool, &q.schema).await.unwrap();
+    let stats = Stats::fetch(&q.pool, &q.schema).await.unwrap();
     assert_eq!(
         (stats.jobs, stats.groups, stats.claimable_groups),
         (Count::Exact(0), Count::Exact(0), Count::Exact(0))
@@ -119,7 +119,7 @@ async fn small_tables_are_counted_exactly() {
         assert_eq!(outcome, LeaseOutcome::Applied);
     }
 
-    let stats = QueueStats::fetch(&q.pool, &q.schema).await.unwrap();
+    let stats = Stats::fetch(&q.pool, &q.schema).await.unwrap();
     assert_eq!(stats.jobs, Count::Exact(30 + 5 + 1), "{stats:?}");
     assert_eq!(stats.groups, Count::Exact(10 + 5 + 1), "{stats:?}");
     // the delayed groups and the leased one are not claimable
@@ -136,11 +136,11 @@ async fn a_table_past_the_window_is_estimated_and_exact_again_once_small() {
     // both tables past the window
     publish(&q, "many", n).await;
     publish(&q, "many", n).await;
-    let window = 2 * i64::from(QueueStats::WINDOW_PAGES);
+    let window = 2 * i64::from(Stats::WINDOW_PAGES);
     assert!(pages(&q, "transport_messages").await > window);
     assert!(pages(&q, "transport_groups").await > window);
 
-    let stats = QueueStats::fetch(&q.pool, &q.schema).await.unwrap();
+    let stats = Stats::fetch(&q.pool, &q.schema).await.unwrap();
     // the statistics may trail the inserts, but never go below the rows counted in the
     // window, which holds thousands of them
     match stats.jobs {
@@ -166,7 +166,7 @@ async fn a_table_past_the_window_is_estimated_and_exact_again_once_small() {
     )
     .await;
     publish(&q, "few", 7).await;
-    let stats = QueueStats::fetch(&q.pool, &q.schema).await.unwrap();
+    let stats = Stats::fetch(&q.pool, &q.schema).await.unwrap();
     assert_eq!(
         (stats.jobs, stats.groups),
         (Count::Exact(7), Count::Exact(7))
@@ -220,7 +220,7 @@ async fn fifty_thousand_dead_rows_under_a_held_snapshot_do_not_make_the_fetch_re
     publish_on(&q, &mut writer, "new", live).await;
     flush_statistics(&mut writer).await;
 
-    let window = 2 * i64::from(QueueStats::WINDOW_PAGES);
+    let window = 2 * i64::from(Stats::WINDOW_PAGES);
     let messages_pages = pages(&q, "transport_messages").await;
     let groups_pages = pages(&q, "transport_groups").await;
     assert!(

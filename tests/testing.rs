@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use harel_jobs::testing::{TestError, TestQueue, TestWorker, WorkOutcome};
+use harel_jobs::testing::{TestError, TestSchema, TestWorker, WorkOutcome};
 use harel_jobs::{Backoff, JobContext, JobError, JobResult, JobState, Schema, job};
 use harel_jobs_suite::{database_url, pool_with};
 
@@ -41,14 +41,14 @@ async fn sleepy(_ctx: JobContext<Ran>) -> JobResult {
     Err(JobError::snooze(Duration::from_secs(3600)))
 }
 
-async fn queue() -> TestQueue {
-    TestQueue::connect(&database_url())
+async fn queue() -> TestSchema {
+    TestSchema::connect(&database_url())
         .await
         .expect("a test queue")
 }
 
 /// A test worker of every job type above, retrying without delay.
-fn worker(queue: &TestQueue) -> TestWorker<Ran> {
+fn worker(queue: &TestSchema) -> TestWorker<Ran> {
     TestWorker::new(
         queue
             .worker(Ran::default())
@@ -78,12 +78,12 @@ async fn assertions_see_the_uncommitted_transaction_only() {
     let queue = queue().await;
     let mut tx = queue.pool().begin().await.unwrap();
     queue
-        .queue()
+        .client()
         .enqueue(&mut *tx, SendWelcomeEmail { user_id: 42 })
         .await
         .unwrap();
     queue
-        .queue()
+        .client()
         .enqueue(&mut *tx, SendWelcomeEmail { user_id: 7 })
         .await
         .unwrap();
@@ -111,7 +111,7 @@ async fn assertions_see_the_uncommitted_transaction_only() {
 async fn failed_assertions_panic_with_what_is_queued() {
     let queue = queue().await;
     queue
-        .queue()
+        .client()
         .enqueue(queue.pool(), SendWelcomeEmail { user_id: 42 })
         .await
         .unwrap();
@@ -152,7 +152,7 @@ fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
 async fn work_until_idle_applies_the_pools_policy() {
     let queue = queue().await;
     let worker = worker(&queue);
-    let q = queue.queue();
+    let q = queue.client();
     let ok = q
         .enqueue(queue.pool(), SendWelcomeEmail { user_id: 1 })
         .await
@@ -233,7 +233,7 @@ async fn work_inside_the_tests_transaction_rolls_back() {
     let queue = queue().await;
     let worker = worker(&queue);
     let id = queue
-        .queue()
+        .client()
         .enqueue(queue.pool(), SendWelcomeEmail { user_id: 5 })
         .await
         .unwrap();
@@ -255,7 +255,7 @@ async fn work_inside_the_tests_transaction_rolls_back() {
     // and a job enqueued inside a transaction runs inside it
     let mut tx = queue.pool().begin().await.unwrap();
     let inner = queue
-        .queue()
+        .client()
         .enqueue(&mut *tx, SendWelcomeEmail { user_id: 6 })
         .await
         .unwrap();
@@ -327,7 +327,7 @@ async fn cleanup_and_drop_remove_the_schema() {
 async fn queues_of_parallel_tests_do_not_see_each_other() {
     let (a, b) = tokio::join!(queue(), queue());
     assert_ne!(a.schema(), b.schema());
-    a.queue()
+    a.client()
         .enqueue(a.pool(), SendWelcomeEmail { user_id: 1 })
         .await
         .unwrap();
@@ -343,7 +343,7 @@ async fn sqlx_test_style_default_schema() {
     // what `#[sqlx::test]` hands a test: a pool on a database of its own
     let database = harel_jobs_suite::TestDatabase::new().await;
     let pool = pool_with(&database.url, 5).await;
-    let queue = TestQueue::with_schema(pool.clone(), Schema::default())
+    let queue = TestSchema::with_schema(pool.clone(), Schema::default())
         .await
         .unwrap();
     // code that names no schema enqueues into the default one
@@ -372,7 +372,11 @@ async fn the_handler_state_is_the_builders() {
     }
     let worker = TestWorker::new(queue.worker(Arc::clone(&ran)).register::<Count>()).unwrap();
     for _ in 0..3 {
-        queue.queue().enqueue(queue.pool(), Count {}).await.unwrap();
+        queue
+            .client()
+            .enqueue(queue.pool(), Count {})
+            .await
+            .unwrap();
     }
     assert_eq!(worker.work_until_idle(queue.pool()).await.unwrap().len(), 3);
     assert_eq!(ran.load(Ordering::SeqCst), 3);
@@ -387,7 +391,7 @@ async fn send_mail(_ctx: JobContext<Ran>, to: String) {
 #[tokio::test]
 async fn a_test_worker_serves_the_builders_queues() {
     let queue = queue().await;
-    let q = queue.queue();
+    let q = queue.client();
     let mail = q
         .enqueue(queue.pool(), SendMail { to: "a@b".into() })
         .await

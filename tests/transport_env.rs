@@ -133,7 +133,7 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
         assert!(!claimed.is_empty());
     }
     // a queue with a concurrency limit counts its leases through their own index
-    let queue = harel_jobs::Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let queue = harel_jobs::Client::with_schema(q.pool.clone(), q.schema.clone());
     let limits = harel_jobs::QueueLimits::none().concurrency(100);
     queue.set_limits("mail", limits).await.unwrap();
     for _ in 0..2 {
@@ -198,7 +198,7 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
 }
 
 /// What an operator looks up by key reads by key, wherever the group sorts among 50,000:
-/// one group (`Queue::group`, `/groups/show`), and the longest waiting (at most `limit`
+/// one group (`Client::group`, `/groups/show`), and the longest waiting (at most `limit`
 /// claim-index entries per queue and level). The first version of the single-group lookup
 /// walked the groups' key in order up to the one asked for.
 #[tokio::test(flavor = "current_thread")]

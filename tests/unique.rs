@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use harel_jobs::transport::{ClaimRequest, Settlement};
 use harel_jobs::{
-    EnqueueOptions, Enqueued, InvalidMessage, Job, JobId, PublishError, Queue, Unique,
+    Client, EnqueueOptions, Enqueued, InvalidMessage, Job, JobId, PublishError, Unique,
 };
 use harel_jobs_suite::TestQueue;
 use serde::{Deserialize, Serialize};
@@ -25,8 +25,8 @@ impl Job for Sync {
     }
 }
 
-fn queue(q: &TestQueue) -> Queue {
-    Queue::with_schema(q.pool.clone(), q.schema.clone())
+fn queue(q: &TestQueue) -> Client {
+    Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
 async fn claim_one(q: &TestQueue) -> harel_jobs::transport::ClaimedMessage {

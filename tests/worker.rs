@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
 use harel_jobs::{
-    Backoff, Count, DeadLetterQuery, DeadLetters, Handler, Job, JobBatch, JobContext, JobError,
-    JobOptions, JobResult, QueueStats, Worker, WorkerBuilder,
+    Backoff, Client, Count, DeadLetterQuery, Handler, Job, JobBatch, JobContext, JobError,
+    JobOptions, JobResult, Stats, Worker, WorkerBuilder,
 };
 use harel_jobs_suite::TestQueue;
 use harel_jobs_suite::cluster::{Cluster, ClusterOptions};
@@ -211,10 +211,10 @@ fn builder(queue: &TestQueue, worker: usize, ledger: &Arc<Ledger>) -> WorkerBuil
 }
 
 /// Waits until the queue holds no job, failing the test after `limit`.
-async fn wait_until_idle(queue: &TestQueue, limit: Duration) -> QueueStats {
+async fn wait_until_idle(queue: &TestQueue, limit: Duration) -> Stats {
     let started = Instant::now();
     loop {
-        let stats = QueueStats::fetch(&queue.pool, &queue.schema).await.unwrap();
+        let stats = Stats::fetch(&queue.pool, &queue.schema).await.unwrap();
         if stats.is_idle() {
             return stats;
         }
@@ -314,8 +314,9 @@ async fn a_job_that_fails_once_is_retried_after_its_backoff_and_succeeds() {
         assert!(second.started - first.ended >= FLAKY_BACKOFF.mul_f64(0.75));
     }
     assert_eq!(
-        DeadLetters::new(queue.schema.clone())
-            .count(&queue.pool)
+        Client::with_schema(queue.pool.clone(), queue.schema.clone())
+            .dead_letters()
+            .count()
             .await
             .unwrap(),
         0
@@ -336,12 +337,8 @@ async fn a_job_that_always_fails_is_dead_with_its_error_after_max_attempts() {
         2,
         "exactly two attempts ran"
     );
-    let dead = DeadLetters::new(queue.schema.clone());
-    let letter = dead
-        .get(&queue.pool, id)
-        .await
-        .unwrap()
-        .expect("dead letter");
+    let dead = Client::with_schema(queue.pool.clone(), queue.schema.clone()).dead_letters();
+    let letter = dead.get(id).await.unwrap().expect("dead letter");
     assert_eq!(letter.attempts, 2);
     assert_eq!(letter.kind, "always_fails");
     assert!(
@@ -359,19 +356,15 @@ async fn a_job_that_always_fails_is_dead_with_its_error_after_max_attempts() {
 
     // retry puts it back (same group, attempts start over): it fails twice more
     let handle = builder(&queue, 0, &ledger).build().unwrap().start();
-    let again = dead.retry(&queue.pool, id).await.unwrap().expect("retried");
+    let again = dead.retry(id).await.unwrap().expect("retried");
     assert!(again > id);
     wait_until_idle(&queue, Duration::from_secs(30)).await;
     handle.shutdown().await.unwrap();
     assert_eq!(ledger.runs.lock().unwrap().len(), 4);
-    let letter = dead
-        .get(&queue.pool, again)
-        .await
-        .unwrap()
-        .expect("dead again");
+    let letter = dead.get(again).await.unwrap().expect("dead again");
     assert_eq!(letter.attempts, 2);
-    assert!(dead.delete(&queue.pool, again).await.unwrap());
-    assert_eq!(dead.count(&queue.pool).await.unwrap(), 0);
+    assert!(dead.delete(again).await.unwrap());
+    assert_eq!(dead.count().await.unwrap(), 0);
 }
 
 #[tokio::test]
@@ -383,8 +376,9 @@ async fn a_permanent_error_is_dead_at_once() {
     wait_until_idle(&queue, Duration::from_secs(30)).await;
     let stats = handle.shutdown().await.unwrap();
     assert_eq!((stats.dead_lettered, stats.retried), (1, 0));
-    let letter = DeadLetters::new(queue.schema.clone())
-        .get(&queue.pool, id)
+    let letter = Client::with_schema(queue.pool.clone(), queue.schema.clone())
+        .dead_letters()
+        .get(id)
         .await
         .unwrap()
         .unwrap();
@@ -552,7 +546,7 @@ async fn shutdown_mid_run_loses_nothing_and_nothing_waits_for_a_lease() {
         "some jobs were cut off and given back: {stopped:?}"
     );
     assert_eq!(
-        QueueStats::fetch(&queue.pool, &queue.schema)
+        Stats::fetch(&queue.pool, &queue.schema)
             .await
             .unwrap()
             .claimable_groups,
@@ -648,11 +642,8 @@ async fn a_bad_payload_is_dead_at_once_and_an_unknown_kind_after_its_attempts() 
     handle.shutdown().await.unwrap();
     assert!(ledger.runs.lock().unwrap().is_empty());
 
-    let dead = DeadLetters::new(queue.schema.clone());
-    let letters = dead
-        .list(&queue.pool, &DeadLetterQuery::default())
-        .await
-        .unwrap();
+    let dead = Client::with_schema(queue.pool.clone(), queue.schema.clone()).dead_letters();
+    let letters = dead.list(&DeadLetterQuery::default()).await.unwrap();
     assert_eq!(letters.len(), 2);
     let bad = letters.iter().find(|l| l.id.get() == bad).unwrap();
     assert_eq!(
@@ -1045,8 +1036,9 @@ async fn a_job_whose_workers_keep_vanishing_is_dead_after_its_attempts_without_r
         ledger.runs.lock().unwrap().is_empty(),
         "not run a third time"
     );
-    let letter = DeadLetters::new(queue.schema.clone())
-        .get(&queue.pool, id)
+    let letter = Client::with_schema(queue.pool.clone(), queue.schema.clone())
+        .dead_letters()
+        .get(id)
         .await
         .unwrap()
         .expect("dead letter");

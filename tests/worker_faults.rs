@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use harel_jobs::Schema;
 use harel_jobs::{
-    Backoff, Count, DeadLetterQuery, DeadLetters, Handler, InjectedFault, Job, JobBatch,
-    JobContext, JobOptions, JobResult, QueueStats, Worker, WorkerBuilder, WorkerError, WorkerTask,
+    Backoff, Client, Count, DeadLetterQuery, Handler, InjectedFault, Job, JobBatch, JobContext,
+    JobOptions, JobResult, Stats, Worker, WorkerBuilder, WorkerError, WorkerTask,
 };
 use harel_jobs_suite::{TestDatabase, TestQueue, capture, pool_with};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -417,15 +417,15 @@ impl LogCapture {
 }
 
 /// Waits until the queue holds no job, failing the test after `limit`.
-async fn wait_until_idle(queue: &TestQueue, limit: Duration) -> QueueStats {
+async fn wait_until_idle(queue: &TestQueue, limit: Duration) -> Stats {
     wait_until_idle_in(&queue.pool, &queue.schema, limit).await
 }
 
 /// Waits until the queue in `schema` holds no job, failing the test after `limit`.
-async fn wait_until_idle_in(pool: &PgPool, schema: &Schema, limit: Duration) -> QueueStats {
+async fn wait_until_idle_in(pool: &PgPool, schema: &Schema, limit: Duration) -> Stats {
     let started = Instant::now();
     loop {
-        let stats = QueueStats::fetch(pool, schema).await.unwrap();
+        let stats = Stats::fetch(pool, schema).await.unwrap();
         if stats.is_idle() {
             return stats;
         }
@@ -467,8 +467,9 @@ async fn a_panic_while_decoding_a_payload_is_a_failed_attempt_and_its_group_move
     assert_eq!(stats.dead_letters, Count::Exact(1));
     assert_eq!(worker_stats.retried, 1, "{worker_stats:?}");
     assert_eq!(worker_stats.dead_lettered, 1, "{worker_stats:?}");
-    let letters = DeadLetters::new(queue.schema.clone())
-        .list(&queue.pool, &DeadLetterQuery::default())
+    let letters = Client::with_schema(queue.pool.clone(), queue.schema.clone())
+        .dead_letters()
+        .list(&DeadLetterQuery::default())
         .await
         .unwrap();
     assert_eq!(letters.len(), 1);
@@ -628,7 +629,7 @@ async fn shutdown_under_a_frozen_network(handlers: HandlersEnd) {
     );
 
     // nothing was lost: the jobs are still queued, and run again once their leases lapse
-    let stats = QueueStats::fetch(&queue.pool, &queue.schema).await.unwrap();
+    let stats = Stats::fetch(&queue.pool, &queue.schema).await.unwrap();
     assert_eq!(stats.jobs, Count::Exact(JOBS as i64), "{stats:?}");
     drop(proxy);
     runs.open_gate();

@@ -1,10 +1,10 @@
 //! The worker pools as operators see them, against a real PostgreSQL: each pool reports
-//! where it runs, what it serves and what it did (`Queue::workers`), the minutes' totals
-//! (`Queue::throughput`), and that it stopped.
+//! where it runs, what it serves and what it did (`Client::workers`), the minutes' totals
+//! (`Client::throughput`), and that it stopped.
 
 use std::time::{Duration, Instant};
 
-use harel_jobs::{Handler, Job, JobContext, JobError, JobResult, Queue};
+use harel_jobs::{Client, Handler, Job, JobContext, JobError, JobResult};
 use harel_jobs_suite::TestQueue;
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +30,7 @@ impl Handler<()> for Work {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_reports_what_it_serves_and_did_and_that_it_stopped() {
     let q = TestQueue::new().await;
-    let queue = Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let queue = Client::with_schema(q.pool.clone(), q.schema.clone());
     let mut batch = queue.batch();
     for n in 0..5 {
         batch.push(Work { fail: n >= 3 }).unwrap();

@@ -173,7 +173,7 @@ pub async fn run_retention(ctx: &Ctx) -> Res<()> {
 pub async fn run_limits(ctx: &Ctx) -> Res<()> {
     let n = ctx.size(100_000, 5_000);
     let worker_pool = db::pool(&ctx.url, 8, &[]).await?;
-    let queue = harel_jobs::Queue::new(ctx.pool.clone());
+    let client = harel_jobs::Client::new(ctx.pool.clone());
     drain_once(ctx, &worker_pool, 64, Fill::Single(n / 5)).await?;
     let unbinding = harel_jobs::QueueLimits::none().concurrency(1_000_000);
     let cases: [(&str, usize, bool); 4] = [
@@ -190,12 +190,12 @@ pub async fn run_limits(ctx: &Ctx) -> Res<()> {
             } else {
                 harel_jobs::QueueLimits::none()
             };
-            queue.set_limits("default", limits).await?;
+            client.set_limits("default", limits).await?;
             let rate = drain_once(ctx, &worker_pool, *concurrency, Fill::Single(n)).await?;
             samples[i].push(rate);
         }
     }
-    queue
+    client
         .set_limits("default", harel_jobs::QueueLimits::none())
         .await?;
     for (i, (name, _, limited)) in cases.iter().enumerate() {

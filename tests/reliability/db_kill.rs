@@ -58,7 +58,9 @@ async fn produce(pool: PgPool, stop: Arc<AtomicBool>) -> Produced {
                 sleep_ms: *sleep_ms,
                 text: None,
             };
-            batch.push_to_group(job, group.clone()).unwrap();
+            batch
+                .push_with(job, &harel_jobs::EnqueueOptions::new().group(group.clone()))
+                .unwrap();
         }
         if batch.enqueue(&mut *tx).await.is_err() {
             drop(tx);
@@ -110,13 +112,13 @@ async fn s4_killed_database_runs_every_committed_job_and_no_uncommitted_one() {
     let mut batch = JobBatch::new();
     for &key in &open_keys {
         batch
-            .push_to_group(
+            .push_with(
                 Work {
                     key,
                     sleep_ms: 0,
                     text: None,
                 },
-                format!("open-{}", key % 5),
+                &harel_jobs::EnqueueOptions::new().group(format!("open-{}", key % 5)),
             )
             .unwrap();
     }

@@ -166,7 +166,9 @@ async fn produce(
                 sleep_ms: *sleep_ms,
                 text: None,
             };
-            batch.push_to_group(job, group.clone()).expect("push");
+            batch
+                .push_with(job, &harel_jobs::EnqueueOptions::new().group(group.clone()))
+                .expect("push");
         }
         if batch.enqueue(&mut *tx).await.is_err() {
             drop(tx);

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use harel_jobs::transport::{MAX_GROUP_BYTES, MAX_PAYLOAD_BYTES, OutgoingMessage, Transport};
-use harel_jobs::{DeadLetterQuery, DeadLetters, Enqueue, InvalidMessage, PublishError};
+use harel_jobs::{Client, DeadLetterQuery, Enqueue, InvalidMessage, PublishError};
 use sqlx::PgPool;
 
 use crate::checks::{self, Figures};
@@ -149,7 +149,14 @@ async fn s9_hostile_strings_are_stored_exactly_or_rejected_with_a_typed_error() 
         Duration::from_secs(30),
         || {
             let admin = admin.clone();
-            async move { DeadLetters::default().count(&admin).await.unwrap_or(0) == 1 }
+            async move {
+                Client::new(admin.clone())
+                    .dead_letters()
+                    .count()
+                    .await
+                    .unwrap_or(0)
+                    == 1
+            }
         },
     )
     .await;
@@ -175,8 +182,9 @@ async fn s9_hostile_strings_are_stored_exactly_or_rejected_with_a_typed_error() 
         );
         exact += 1;
     }
-    let letters = DeadLetters::default()
-        .list(&setup.admin, &DeadLetterQuery::default())
+    let letters = Client::new(setup.admin.clone())
+        .dead_letters()
+        .list(&DeadLetterQuery::default())
         .await
         .unwrap();
 

@@ -91,7 +91,8 @@ pub async fn enqueue_work(pool: &PgPool, specs: &[Spec], batch: usize) {
                 sleep_ms: *sleep_ms,
                 text: None,
             };
-            jobs.push_to_group(job, group.clone()).expect("push");
+            jobs.push_with(job, &harel_jobs::EnqueueOptions::new().group(group.clone()))
+                .expect("push");
         }
         let mut tx = pool.begin().await.expect("begin");
         jobs.enqueue(&mut *tx).await.expect("enqueue");

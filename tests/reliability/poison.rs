@@ -8,7 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
 use harel_jobs::transport::{OutgoingMessage, Transport};
-use harel_jobs::{DeadLetterQuery, DeadLetters, Job, JobBatch};
+use harel_jobs::{Client, DeadLetterQuery, Job, JobBatch};
 
 use crate::checks::{self, Figures};
 use crate::cluster::ClusterOptions;
@@ -54,10 +54,16 @@ async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
     }
     let mut batch = JobBatch::new();
     batch
-        .push_to_group(Panics { key: -1 }, "poison-panic")
+        .push_with(
+            Panics { key: -1 },
+            &harel_jobs::EnqueueOptions::new().group("poison-panic"),
+        )
         .unwrap();
     batch
-        .push_to_group(Hangs { key: -2 }, "poison-hang")
+        .push_with(
+            Hangs { key: -2 },
+            &harel_jobs::EnqueueOptions::new().group("poison-hang"),
+        )
         .unwrap();
     let typed = batch.enqueue(&setup.admin).await.unwrap();
     for (group, id) in ["poison-panic", "poison-hang"].into_iter().zip(typed) {
@@ -103,8 +109,9 @@ async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
         .await;
     let counts = checks::counts(&setup.admin).await;
 
-    let letters = DeadLetters::default()
-        .list(&setup.admin, &DeadLetterQuery::default())
+    let letters = Client::new(setup.admin.clone())
+        .dead_letters()
+        .list(&DeadLetterQuery::default())
         .await
         .unwrap();
     let letter = |group: &str| {

@@ -1,0 +1,143 @@
+//! The operator API under its 0.2 names: `Client`, whose dead letters carry its pool and
+//! schema, and the names of 0.1 (`Queue`, `QueueStats`, `QueueError`, `TestQueue`,
+//! `JobBatch::push_to_group`), deprecated, still compiling and doing the same.
+
+use std::time::Duration;
+
+use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage};
+use harel_jobs::{
+    Client, ClientError, Count, DeadLetterQuery, JobBatch, JobId, JobState, Stats, job,
+};
+use harel_jobs_suite::TestQueue;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+/// Does nothing; enqueued, never run.
+#[job]
+async fn note(_ctx: harel_jobs::JobContext<()>, n: u32) -> harel_jobs::JobResult {
+    let _ = n;
+    Ok(())
+}
+
+fn client(q: &TestQueue) -> Client {
+    Client::with_schema(q.pool.clone(), q.schema.clone())
+}
+
+/// Makes one dead letter in group `group` through the transport; returns its id.
+async fn dead_letter(q: &TestQueue, group: &str) -> JobId {
+    let t = &q.transport;
+    t.publish(&q.pool, &OutgoingMessage::new(group, "note", r#"{"n":1}"#))
+        .await
+        .unwrap();
+    let claimed = t
+        .claim(&q.pool, &ClaimRequest::new(LEASE))
+        .await
+        .unwrap()
+        .expect("a claim");
+    let outcome = t.dead_letter(&q.pool, &claimed.lease, "broken").await;
+    assert_eq!(outcome.unwrap(), LeaseOutcome::Applied);
+    JobId::new(claimed.lease.seq)
+}
+
+/// The dead letters handle carries the client's pool and schema: no pool passed to any
+/// call, and the `_in` twins run in the caller's transaction.
+#[tokio::test]
+async fn dead_letters_need_no_pool_passed() {
+    let q = TestQueue::new().await;
+    let client = client(&q);
+    let id = dead_letter(&q, "g").await;
+
+    let dead = client.dead_letters();
+    let letters = dead.list(&DeadLetterQuery::default()).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!((letters[0].id, letters[0].kind.as_str()), (id, "note"));
+    assert_eq!(letters[0].last_error, "broken");
+    assert_eq!(dead.count().await.unwrap(), 1);
+    assert!(dead.get(id).await.unwrap().is_some());
+
+    // retried in a transaction that rolls back: still a dead letter
+    let mut tx = q.pool.begin().await.unwrap();
+    assert!(dead.retry_in(&mut *tx, id).await.unwrap().is_some());
+    assert_eq!(dead.count_in(&mut *tx).await.unwrap(), 0);
+    tx.rollback().await.unwrap();
+    assert_eq!(dead.count().await.unwrap(), 1);
+
+    // retried on the client's pool: a job again, in its group
+    let again = dead.retry(id).await.unwrap().expect("retried");
+    assert_eq!(dead.count().await.unwrap(), 0);
+    let job = client.job(again).await.unwrap().expect("the retried job");
+    assert_eq!(job.state, JobState::Waiting);
+    assert_eq!(job.group, "g");
+
+    // an error is a ClientError like every other call's
+    let error: ClientError = Client::with_schema(
+        q.pool.clone(),
+        harel_jobs::Schema::new("harel_no_such").unwrap(),
+    )
+    .dead_letters()
+    .list(&DeadLetterQuery::default())
+    .await
+    .unwrap_err();
+    assert!(matches!(error, ClientError::Database(_)), "{error:?}");
+}
+
+/// A client's figures are `Stats`, its errors `ClientError`.
+#[tokio::test]
+async fn stats_come_from_the_client() {
+    let q = TestQueue::new().await;
+    let client = client(&q);
+    let stats: Stats = client.stats().await.unwrap();
+    assert!(stats.is_idle());
+    client
+        .enqueue(&q.pool, Note { n: 1 })
+        .await
+        .expect("enqueue");
+    let stats = client.stats().await.unwrap();
+    assert_eq!(stats.jobs, Count::Exact(1));
+    assert_eq!(stats, Stats::fetch(&q.pool, &q.schema).await.unwrap());
+}
+
+/// What 0.1 code wrote still compiles (with warnings) and does the same.
+#[tokio::test]
+#[allow(deprecated)]
+async fn the_deprecated_names_still_work() {
+    use harel_jobs::{Queue, QueueError, QueueStats};
+
+    let q = TestQueue::new().await;
+    let queue: Queue = Queue::with_schema(q.pool.clone(), q.schema.clone());
+    let stats: QueueStats = queue.stats().await.unwrap();
+    assert!(stats.is_idle());
+
+    async fn look_up(queue: &Queue, id: JobId) -> Result<Option<JobState>, QueueError> {
+        Ok(queue.job(id).await?.map(|job| job.state))
+    }
+    let id = queue.enqueue(&q.pool, Note { n: 1 }).await.unwrap();
+    assert_eq!(look_up(&queue, id).await.unwrap(), Some(JobState::Waiting));
+
+    // the deprecated push_to_group is push_with and a group
+    let mut batch = JobBatch::for_schema(&q.schema);
+    batch.push_to_group(Note { n: 2 }, "user-1").unwrap();
+    let ids = batch.enqueue(&q.pool).await.unwrap();
+    let job = queue.job(ids[0]).await.unwrap().expect("the batched job");
+    assert_eq!(job.group, "user-1");
+}
+
+/// `testing::TestQueue` is `TestSchema`, and its `queue()` is `client()`.
+#[tokio::test]
+#[allow(deprecated)]
+async fn the_deprecated_test_helper_names_still_work() {
+    use harel_jobs::testing::{TestQueue as OldTestQueue, TestSchema};
+
+    let old: OldTestQueue = OldTestQueue::with_pool(
+        harel_jobs_suite::pool_with(&harel_jobs_suite::database_url(), 2).await,
+    )
+    .await
+    .unwrap();
+    let client: &Client = old.queue();
+    assert_eq!(client.schema(), old.client().schema());
+    client.enqueue(old.pool(), Note { n: 3 }).await.unwrap();
+    let found = old.enqueued::<Note>(old.pool()).await.unwrap();
+    assert_eq!(found.len(), 1);
+    let renamed: TestSchema = old;
+    renamed.cleanup().await.unwrap();
+}
