@@ -27,7 +27,7 @@ use harel_jobs::testing::{TestSchema, TestWorker, WorkOutcome};
 
 /// The code under test: signs a user up and enqueues their welcome mail, in one transaction.
 async fn sign_up(
-    queue: &harel_jobs::Client,
+    client: &harel_jobs::Client,
     tx: &mut sqlx::PgConnection,
     user_id: i64,
 ) -> Result<(), harel_jobs::PublishError> {
@@ -36,22 +36,22 @@ async fn sign_up(
         user_id,
         template: "welcome".into(),
     };
-    queue.enqueue(&mut *tx, mail).await?;
+    client.enqueue(&mut *tx, mail).await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn sign_up_sends_the_welcome_mail() -> Result<(), Box<dyn std::error::Error>> {
-    let queue = TestSchema::new().await?; // a fresh schema in DATABASE_URL's database
+    let test = TestSchema::new().await?; // a fresh schema in DATABASE_URL's database
     let state = AppState {
         smtp_host: "smtp.test".into(),
     };
-    let worker = TestWorker::new(queue.worker(state).register::<SendWelcomeEmail>())?;
+    let worker = TestWorker::new(test.worker(state).register::<SendWelcomeEmail>())?;
 
-    let mut tx = queue.pool().begin().await?;
-    sign_up(queue.client(), &mut tx, 42).await?;
+    let mut tx = test.pool().begin().await?;
+    sign_up(test.client(), &mut tx, 42).await?;
     // seen inside the uncommitted transaction
-    let mail = queue
+    let mail = test
         .assert_enqueued::<SendWelcomeEmail>(&mut *tx, |mail| mail.user_id == 42)
         .await;
     assert_eq!(mail.info.group, "send_welcome_email:42");
@@ -60,10 +60,10 @@ async fn sign_up_sends_the_welcome_mail() -> Result<(), Box<dyn std::error::Erro
     let worked = worker.work_until_idle(&mut *tx).await?;
     assert_eq!(worked.len(), 1);
     assert_eq!(worked[0].outcome, WorkOutcome::Succeeded);
-    queue.assert_nothing_enqueued(&mut *tx).await;
+    test.assert_nothing_enqueued(&mut *tx).await;
 
     tx.rollback().await?;
-    queue.cleanup().await?;
+    test.cleanup().await?;
     Ok(())
 }
 // README: end
