@@ -281,7 +281,7 @@ impl CancelOutcome {
 
 /// Where a job is in its life ([`Client::job`]). How long each state is kept: the queued
 /// ones until the job moves on; `Completed` only with retention (`#[job(retain = "…")]`
-/// or [`WorkerBuilder::retain_completed`]), for that period; `Cancelled` for the cancel's
+/// or [`WorkerBuilder::retain_completed`](crate::WorkerBuilder::retain_completed)), for that period; `Cancelled` for the cancel's
 /// keep period (7 days by default); `Dead` until the dead letter is deleted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -9,7 +9,7 @@ use crate::vocabulary::MAX_SCHEDULES;
 
 impl Client {
     /// The periodic schedules workers declared on this queue
-    /// ([`WorkerBuilder::periodic`]), by name, with their last and next tick, a page at a
+    /// ([`WorkerBuilder::periodic`](crate::WorkerBuilder::periodic)), by name, with their last and next tick, a page at a
     /// time ([`ScheduleQuery`]; a schema holds at most [`MAX_SCHEDULES`], so the default
     /// page has them all). A schedule no worker declares any more stays listed (its
     /// `updated_at` stops moving) until [`delete_schedule`](Self::delete_schedule). One
