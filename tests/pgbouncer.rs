@@ -75,9 +75,7 @@ async fn migrate_enqueue_and_tools_work_through_pgbouncer_in_transactions() {
         .expect("check_schema through pgbouncer");
     let bounced = Setup::behind(queue, bouncer, pool);
 
-    bounced
-        .enqueue_each((0..200).map(work).collect(), 8)
-        .await;
+    bounced.enqueue_each((0..200).map(work).collect(), 8).await;
     let mut batch = JobBatch::for_schema(&bounced.queue.schema)
         .prepared_statements(PreparedStatements::Unnamed);
     for key in 200..300 {
@@ -148,9 +146,7 @@ async fn without_a_direct_listen_connection_a_pool_through_pgbouncer_polls_and_s
         .unwrap()
         .start();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    bounced
-        .enqueue_each((0..5).map(work).collect(), 1)
-        .await;
+    bounced.enqueue_each((0..5).map(work).collect(), 1).await;
     wait_for(Duration::from_secs(10), || ledger.runs().len() == 5).await;
     // long enough for the housekeeping (about once a second) to run through the pooler
     tokio::time::sleep(Duration::from_millis(1500)).await;
