@@ -105,15 +105,25 @@ impl Lane {
 
     /// When the fetcher, finding the queue drained, should look again: after
     /// `poll_interval`, or earlier when a group this lane parked becomes due.
+    ///
+    /// The due time is kept until it has passed (and a claim has had its chance at the
+    /// group), not taken by the first call: the fetcher computes this before it waits, and
+    /// a wake-up already pending (an outcome batch's, say) can end that wait at once; had
+    /// the call taken the due time, the group would wait for the next poll (an hour, in a
+    /// test through PgBouncer on a busy machine, where claims are slow enough for that to
+    /// happen 3 runs in 4).
     pub fn next_look(&self, poll_interval: Duration) -> tokio::time::Instant {
-        let poll = tokio::time::Instant::now() + poll_interval;
+        let now = tokio::time::Instant::now();
+        let poll = now + poll_interval;
         let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
         match *next {
-            Some(due) if due <= poll => {
+            // past, and looked at since: forget it
+            Some(due) if due + DUE_MARGIN <= now => {
                 *next = None;
-                // a little after: the database's clock decides, ours only estimates it
-                due + Duration::from_millis(5)
+                poll
             }
+            // a little after: the database's clock decides, ours only estimates it
+            Some(due) if due <= poll => due + DUE_MARGIN,
             _ => poll,
         }
     }
@@ -135,9 +145,28 @@ fn next_average(average: u64, took: Duration) -> u64 {
     }
 }
 
+/// How long after a parked group's estimated due time the fetcher looks for it.
+const DUE_MARGIN: Duration = Duration::from_millis(5);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_due_time_survives_a_wait_that_a_wake_up_cut_short() {
+        let lane = Lane::new("default".to_owned(), 4, 4);
+        let hour = Duration::from_secs(3600);
+        lane.wake_after(Duration::from_millis(300));
+        let soon = tokio::time::Instant::now() + Duration::from_secs(1);
+        // the fetcher computes its wait, and a pending wake-up ends it at once: the next
+        // wait still ends when the group is due, not at the next poll
+        let first = lane.next_look(hour);
+        assert!(first < soon);
+        assert_eq!(lane.next_look(hour), first);
+        // past it (a claim has looked): the poll again
+        std::thread::sleep(Duration::from_millis(310));
+        assert!(lane.next_look(hour) > tokio::time::Instant::now() + hour / 2);
+    }
 
     #[test]
     fn fast_handlers_let_a_lane_claim_two_batches_ahead_slow_ones_none() {
