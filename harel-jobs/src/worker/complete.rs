@@ -18,9 +18,9 @@ use tokio::sync::mpsc;
 
 use super::Shared;
 use super::connection::{OwnConnection, bounded};
-use super::outcome::Outcome;
 use super::task::{TaskResult, WorkerTask};
 use crate::error::TransportError;
+use crate::retry::Decision;
 use crate::transport::{Lease, LeaseOutcome, Receipt, Settlement};
 
 /// A job's lease and what the policy decided for it.
@@ -31,7 +31,7 @@ pub(crate) struct Finished {
     pub lease: Lease,
     /// The job's metrics labels.
     pub labels: crate::telemetry::Labels,
-    pub outcome: Outcome,
+    pub decision: Decision,
     /// How long to keep the job in the history if it succeeded (`None`: not at all).
     pub retain: Option<Duration>,
     /// Set when the handler completed the job in its own transaction
@@ -42,10 +42,7 @@ pub(crate) struct Finished {
 impl Finished {
     /// What the transport writes for it.
     fn settlement(&self) -> Settlement {
-        match (&self.outcome, self.retain) {
-            (Outcome::Succeeded, Some(keep)) => Settlement::Retain { keep },
-            (outcome, _) => outcome.settlement(),
-        }
+        self.decision.settlement(self.retain)
     }
 }
 
@@ -83,23 +80,23 @@ async fn flush<S: Send + Sync + 'static>(
     writer: &mut Writer,
     batch: &mut Vec<Finished>,
 ) {
-    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut decided = Vec::with_capacity(batch.len());
     let settlements: Vec<(Lease, Settlement)> = batch
         .drain(..)
         .map(|finished| {
             let settlement = finished.settlement();
-            outcomes.push((
+            decided.push((
                 finished.lane,
                 finished.labels,
-                finished.outcome,
+                finished.decision,
                 finished.completed_in_tx,
             ));
             (finished.lease, settlement)
         })
         .collect();
     let written = writer.write(shared, &settlements).await;
-    for (((lease, _), (lane, labels, outcome, completed_in_tx)), written) in
-        settlements.iter().zip(&outcomes).zip(written)
+    for (((lease, _), (lane, labels, decision, completed_in_tx)), written) in
+        settlements.iter().zip(&decided).zip(written)
     {
         shared.inflight.remove(lease);
         match written {
@@ -116,16 +113,16 @@ async fn flush<S: Send + Sync + 'static>(
                 if completed_in_tx.completed_in_tx.load(Ordering::Acquire) =>
             {
                 // the handler's own transaction completed it (and committed)
-                shared.stats.settled(labels, outcome);
+                shared.stats.settled(labels, decision);
             }
             Written::AsDecided(written) if written.is_applied() => {
                 if written == LeaseOutcome::AlreadyApplied {
                     tracing::debug!(message_id = lease.seq, "outcome was already written");
                 }
-                if let Some(wait) = outcome.wait() {
+                if let Some(wait) = decision.wait() {
                     shared.lanes[*lane].wake_after(wait);
                 }
-                shared.stats.settled(labels, outcome);
+                shared.stats.settled(labels, decision);
             }
             Written::AsDeadLetter(written) if written.is_applied() => {
                 shared.stats.dead_lettered(labels);

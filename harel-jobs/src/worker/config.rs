@@ -107,8 +107,8 @@ impl Default for WorkerConfig {
 
 impl WorkerConfig {
     /// The limits of a job type that sets none of its own.
-    pub fn limits(&self) -> super::outcome::Limits {
-        super::outcome::Limits {
+    pub fn limits(&self) -> crate::retry::Limits {
+        crate::retry::Limits {
             max_attempts: self.max_attempts,
             backoff: self.backoff,
             retain: self.retain,

@@ -4,7 +4,8 @@
 //! - the **fetcher** claims as many groups as there are free slots (more while
 //!   handlers are fast), in one round trip, and spawns a task per job (`fetch.rs`);
 //! - each **job task** decodes the payload, runs the handler with its timeout, catches
-//!   panics, and decides the outcome (`execute.rs`);
+//!   panics, and asks the retry policy (`crate::retry`) what becomes of the job
+//!   (`execute.rs`);
 //! - the **completer** writes outcomes in batches (`complete.rs`);
 //! - the **heartbeat** extends every held lease in one round trip per beat (`heartbeat.rs`);
 //! - the **listener** wakes the fetcher on `NOTIFY` (`listen.rs`);
@@ -36,7 +37,6 @@ pub(crate) mod inline;
 mod lane;
 mod listen;
 mod maintain;
-pub(crate) mod outcome;
 mod registry;
 mod report;
 mod schedule;
