@@ -51,7 +51,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     mut receiver: mpsc::UnboundedReceiver<Finished>,
 ) -> TaskResult {
-    let max_batch = shared.config.ack_batch;
+    let max_batch = shared.config.settle_batch;
     let mut batch = Vec::with_capacity(max_batch);
     // outcomes need no WAL-flush wait (see OwnConnection::without_commit_wait), unless the
     // pool is told to wait for it (WorkerBuilder::durable_outcomes)

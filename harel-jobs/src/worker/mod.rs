@@ -385,10 +385,18 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         self
     }
 
-    /// Most outcomes written per round trip (default 512).
-    pub fn ack_batch(mut self, batch: usize) -> Self {
-        self.config.ack_batch = batch;
+    /// Most outcomes written per round trip (default 512): one settle call carries
+    /// successes, retries, snoozes and dead letters alike.
+    pub fn settle_batch(mut self, batch: usize) -> Self {
+        self.config.settle_batch = batch;
         self
+    }
+
+    /// The old name of [`settle_batch`](Self::settle_batch): the batch was never of acks
+    /// only.
+    #[deprecated(since = "0.2.0", note = "renamed to settle_batch")]
+    pub fn ack_batch(self, batch: usize) -> Self {
+        self.settle_batch(batch)
     }
 
     /// Whether outcomes (acks, retries, dead letters) commit durably: with
