@@ -122,6 +122,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         (group, seq, token)
     };
     let (group, seq, token) = lease("parked");
+    // a retry after 1.5 s, through 0001's release function (the name is that release's)
     sqlx::query(AssertSqlSafe(format!(
         "SELECT * FROM {s}.harel_nack(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY[1500::bigint], \
          ARRAY['first try failed'], ARRAY[true])"
@@ -200,7 +201,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
     .into();
     assert_eq!(
         functions, expected,
-        "0001's harel_ack and harel_nack are gone"
+        "0001's ack and release functions are gone (harel_settle does both)"
     );
 
     // a worker of this release runs everything that was waiting, scheduled, leased (once

@@ -459,10 +459,10 @@ async fn a_batch_ack_reports_each_lease_in_input_order() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 7. nack
+// 7. release (a retry, a snooze, a shutdown's give-back)
 
 #[tokio::test]
-async fn nack_with_a_delay_parks_the_whole_group_until_it_passes() {
+async fn a_release_with_a_delay_parks_the_whole_group_until_it_passes() {
     let q = TestQueue::new().await;
     let t = &q.transport;
     let seqs = t
@@ -473,14 +473,14 @@ async fn nack_with_a_delay_parks_the_whole_group_until_it_passes() {
     assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1));
 
     let delay = Duration::from_secs(3);
-    let nack = release(delay, Some("boom: try later"), true);
+    let retry = release(delay, Some("boom: try later"), true);
     assert_eq!(
-        t.settle(&q.pool, &m.lease, nack).await.unwrap(),
+        t.settle(&q.pool, &m.lease, retry).await.unwrap(),
         LeaseOutcome::Applied
     );
     let (_, park_end, ..) = group_row(&q, "g").await.unwrap();
 
-    // neither the nacked message nor the one behind it
+    // neither the released message nor the one behind it
     assert!(claim(&q, LONG).await.is_none(), "parked group was claimed");
     let (_, _, _, _, attempts, last_error) = message_row(&q, seqs[0]).await.unwrap();
     assert_eq!(attempts, 1);
@@ -498,7 +498,7 @@ async fn nack_with_a_delay_parks_the_whole_group_until_it_passes() {
 }
 
 #[tokio::test]
-async fn nack_without_delay_frees_the_group_at_once_and_counts_the_attempt() {
+async fn a_release_without_delay_frees_the_group_at_once_and_counts_the_attempt() {
     let q = TestQueue::new().await;
     let t = &q.transport;
     let seq = t.publish(&q.pool, &message("g", "{}")).await.unwrap();
@@ -511,22 +511,22 @@ async fn nack_without_delay_frees_the_group_at_once_and_counts_the_attempt() {
     );
     let again = claim(&q, LONG).await.expect("freed at once");
     assert_eq!((again.lease.seq, again.attempt), (seq, 2));
-    // the old lease is gone with the nack
+    // the old lease is gone with the release
     assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::LeaseLost);
     assert_eq!(ack(&q, &again.lease).await, LeaseOutcome::Applied);
 }
 
 #[tokio::test]
-async fn nack_without_counting_gives_the_attempt_back() {
+async fn a_release_without_counting_gives_the_attempt_back() {
     let q = TestQueue::new().await;
     let t = &q.transport;
     let seq = t.publish(&q.pool, &message("g", "{}")).await.unwrap();
     for _ in 0..3 {
         let m = claim(&q, LONG).await.unwrap();
         assert_eq!((m.lease.seq, m.attempt), (seq, 1));
-        let nack = release(Duration::ZERO, None, false);
+        let snooze = release(Duration::ZERO, None, false);
         assert_eq!(
-            t.settle(&q.pool, &m.lease, nack).await.unwrap(),
+            t.settle(&q.pool, &m.lease, snooze).await.unwrap(),
             LeaseOutcome::Applied
         );
     }
@@ -691,9 +691,9 @@ async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
         .await
         .unwrap();
     let m = claim(&q, LONG).await.unwrap();
-    let nack = release(Duration::ZERO, Some("first failure"), true);
+    let retry = release(Duration::ZERO, Some("first failure"), true);
     assert_eq!(
-        t.settle(&q.pool, &m.lease, nack).await.unwrap(),
+        t.settle(&q.pool, &m.lease, retry).await.unwrap(),
         LeaseOutcome::Applied
     );
     let m = claim(&q, LONG).await.unwrap();

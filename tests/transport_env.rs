@@ -819,7 +819,8 @@ fn times_among(seeds: &str) -> String {
     )
 }
 
-/// Claims, extends, nacks and acks through the transport on `conn`, as a worker does.
+/// Claims, extends and settles (a release with a delay, an ack, a dead letter) through the
+/// transport on `conn`, as a worker does.
 async fn work_one_message_as_a_worker(q: &TestQueue, conn: &mut sqlx::PgConnection) {
     let t = &q.transport;
     for group in ["w1", "w2"] {
@@ -893,7 +894,7 @@ async fn functions_called(
 /// on the wire and in the catalogue, with nothing but the server:
 ///
 /// - everything the transport prepares on a worker's connection for claims, heartbeats,
-///   nacks and acks binds no parameter that holds a time;
+///   and settles binds no parameter that holds a time;
 /// - no function of the queue's schema that those statements call takes one;
 /// - of all the schema's functions, the only ones that take a time are the ones a producer
 ///   calls (`harel_publish`: a job's not-before time, which is no lease) and helpers that
@@ -903,7 +904,7 @@ async fn functions_called(
 /// Functions are found from the statements' text (and the helpers from the functions'
 /// bodies), not by name, so the check follows renamed and added functions.
 #[tokio::test]
-async fn what_a_worker_sends_to_claim_extend_nack_and_ack_holds_no_time() {
+async fn what_a_worker_sends_to_claim_extend_and_settle_holds_no_time() {
     let q = TestQueue::new().await;
     let mut worker = sqlx::PgConnection::connect(&database_url()).await.unwrap();
     let mut producer = sqlx::PgConnection::connect(&database_url()).await.unwrap();
@@ -1051,7 +1052,7 @@ async fn what_a_worker_sends_to_claim_extend_nack_and_ack_holds_no_time() {
     }
 }
 
-/// The other half, by behaviour: the end of a lease (claim, heartbeat) or of a park (nack)
+/// The other half, by behaviour: the end of a lease (claim, heartbeat) or of a park (a release with a delay)
 /// is exactly the database's statement time plus the duration sent, to the microsecond,
 /// whatever the worker session's `TimeZone`, `DateStyle` and `IntervalStyle`. No time read
 /// from the worker's clock could produce it, so a worker whose clock is off can neither
@@ -1161,7 +1162,7 @@ async fn a_lease_ends_exactly_its_duration_after_the_statement_on_the_database_c
         let off = off_by(&mut tx, &group, 7_003).await;
         assert_eq!(
             off, 0.0,
-            "{session}: the nack's park end is off by {off} µs"
+            "{session}: the release's park end is off by {off} µs"
         );
         tx.commit().await.unwrap();
         conn.close().await.unwrap();

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::vocabulary::Priority;
 
-/// The fencing token of one claim. Every write a lease holder makes (ack, nack, extend) is
+/// The fencing token of one claim. Every write a lease holder makes (settle, extend) is
 /// applied only while the group is still leased to this token.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseToken(Uuid);
@@ -56,7 +56,7 @@ pub struct Lease {
 /// A message handed out by a claim, with its lease.
 #[derive(Clone, Debug)]
 pub struct ClaimedMessage {
-    /// What to pass to ack, nack or extend.
+    /// What to pass to settle or extend.
     pub lease: Lease,
     /// The job kind.
     pub kind: String,

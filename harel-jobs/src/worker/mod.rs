@@ -661,7 +661,7 @@ impl WorkerHandle {
     }
 
     /// Shuts down gracefully: claims nothing more, lets running handlers finish within the
-    /// grace period, gives back (nack now) whatever did not finish, writes every outcome,
+    /// grace period, gives back (releases at once) whatever did not finish, writes every outcome,
     /// then returns the final counters. Nothing is lost, and nothing waits for a lease to
     /// lapse.
     ///
