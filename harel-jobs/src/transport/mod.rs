@@ -38,7 +38,11 @@ use std::time::Duration;
 use sqlx::PgExecutor;
 
 pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
-pub use message::{OutgoingMessage, Schedule};
+pub use message::{OutgoingMessage, StartAt};
+
+/// The old name of [`StartAt`]: a message's start time, not a periodic schedule.
+#[deprecated(since = "0.2.0", note = "renamed to StartAt")]
+pub type Schedule = StartAt;
 
 use crate::vocabulary::delay_millis;
 pub use crate::vocabulary::{
@@ -267,10 +271,10 @@ impl Transport {
             batch.kinds.push(message.kind.as_str());
             batch.payloads.push(message.payload.as_str());
             batch.priorities.push(i16::from(message.priority.get()));
-            let (not_before, delay) = match message.schedule {
-                Schedule::Now => (None, None),
-                Schedule::After(delay) => (None, Some(delay_millis(delay)?)),
-                Schedule::At(at) => (Some(at), None),
+            let (not_before, delay) = match message.start_at {
+                StartAt::Now => (None, None),
+                StartAt::After(delay) => (None, Some(delay_millis(delay)?)),
+                StartAt::At(at) => (Some(at), None),
             };
             batch.not_before.push(not_before);
             batch.delays.push(delay);
