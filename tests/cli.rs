@@ -77,7 +77,7 @@ async fn publish(q: &TestQueue, group: Option<&str>, kind: &str, payload: &str) 
         Some(group) => OutgoingMessage::new(group, kind, payload),
         None => OutgoingMessage::new("unused", kind, payload).in_own_group(),
     };
-    JobId::new(q.transport.publish(&q.pool, &message).await.unwrap())
+    q.transport.publish(&q.pool, &message).await.unwrap()
 }
 
 /// Publishes a job and makes it a dead letter with `error`.
@@ -93,7 +93,7 @@ async fn dead_letter(q: &TestQueue, kind: &str, error: &str) -> JobId {
         .unwrap();
     let message = claimed
         .into_iter()
-        .find(|m| m.lease.seq == id.get())
+        .find(|m| m.lease.id == id)
         .expect("claimed");
     let outcome = q
         .transport

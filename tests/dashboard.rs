@@ -87,7 +87,7 @@ async fn dead_letter(q: &TestQueue, to: &str, error: &str) -> JobId {
         .unwrap();
     let lease = claimed
         .into_iter()
-        .find(|m| m.lease.seq == id)
+        .find(|m| m.lease.id == id)
         .expect("claimed")
         .lease;
     let outcome = q
@@ -96,7 +96,7 @@ async fn dead_letter(q: &TestQueue, to: &str, error: &str) -> JobId {
         .await
         .unwrap();
     assert_eq!(outcome, LeaseOutcome::Applied);
-    JobId::new(id)
+    id
 }
 
 async fn browser(driver: &ChromeDriver) -> Client {
@@ -264,7 +264,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     let later = OutgoingMessage::new("unused", "build_report", "{\"month\":\"2026-11\"}")
         .in_own_group()
         .delay(Duration::from_secs(3600));
-    let scheduled = JobId::new(q.transport.publish(&q.pool, &later).await.unwrap());
+    let scheduled = q.transport.publish(&q.pool, &later).await.unwrap();
 
     // with its one name set, as `harel-jobs dashboard` does: every request of the browser
     // passes the Host check, and every form POST the Origin check

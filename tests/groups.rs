@@ -16,7 +16,7 @@ fn queue(q: &TestQueue) -> Queue {
 }
 
 async fn publish(q: &TestQueue, message: OutgoingMessage) -> JobId {
-    JobId::new(q.transport.publish(&q.pool, &message).await.unwrap())
+    q.transport.publish(&q.pool, &message).await.unwrap()
 }
 
 /// a: three jobs, leased; b: one job, parked for a retry; c: scheduled for later; d: two
@@ -40,7 +40,7 @@ async fn four_groups(q: &TestQueue) -> (JobId, JobId, JobId) {
     assert_eq!(claimed.len(), 2);
     let b_lease = claimed
         .iter()
-        .find(|m| m.lease.seq == b.get())
+        .find(|m| m.lease.id == b)
         .expect("b claimed")
         .lease
         .clone();

@@ -41,14 +41,14 @@ async fn claim_job(q: &TestQueue, id: JobId) -> harel_jobs::transport::Lease {
         .await
         .unwrap()
         .into_iter()
-        .find(|m| m.lease.seq == id.get())
+        .find(|m| m.lease.id == id)
         .expect("the job was claimable")
         .lease
 }
 
 async fn publish(q: &TestQueue, group: &str, n: u32) -> JobId {
     let message = OutgoingMessage::serialize(group, Note::KIND, &Note { n }).unwrap();
-    JobId::new(q.transport.publish(&q.pool, &message).await.unwrap())
+    q.transport.publish(&q.pool, &message).await.unwrap()
 }
 
 /// Every state `Queue::job` reports, each reached the way a worker reaches it.
@@ -211,8 +211,8 @@ async fn cancelling_a_queued_job_ends_it_at_once_and_its_group_moves_on() {
         .await
         .unwrap();
     assert_eq!(
-        claimed.iter().map(|m| m.lease.seq).collect::<Vec<_>>(),
-        [third.get()]
+        claimed.iter().map(|m| m.lease.id).collect::<Vec<_>>(),
+        [third]
     );
     assert!(
         q.transport
@@ -282,7 +282,7 @@ async fn a_cancel_racing_a_claim_either_stops_the_job_before_it_runs_or_finds_it
         });
         let cancelled = queue.cancel(id).await.unwrap();
         let claimed = claimer.await.unwrap();
-        let got_it = claimed.iter().any(|m| m.lease.seq == id.get());
+        let got_it = claimed.iter().any(|m| m.lease.id == id);
         match cancelled {
             CancelOutcome::Cancelled => {
                 assert!(!got_it, "round {round}: cancelled and claimed");
@@ -377,7 +377,7 @@ async fn a_running_jobs_cancel_reaches_its_heartbeat_and_ends_it_as_cancelled() 
         .await
         .unwrap()
         .expect("the group moved on");
-    assert_eq!(claimed.lease.seq, next.get());
+    assert_eq!(claimed.lease.id, next);
 }
 
 /// A running job whose cancel was asked for and whose worker died: the claim that finds its
@@ -460,7 +460,7 @@ async fn cancelling_a_group_cancels_its_queued_jobs_and_asks_its_running_one_to_
         .unwrap();
     let lease = claimed
         .iter()
-        .find(|m| m.lease.seq == ids7[0].get())
+        .find(|m| m.lease.id == ids7[0])
         .expect("head of user-7 claimed")
         .lease
         .clone();
@@ -796,7 +796,7 @@ async fn jobs_are_listed_by_state_kind_and_group_page_by_page() {
         .await
         .unwrap();
     for message in lease {
-        if message.lease.seq == dead.get() {
+        if message.lease.id == dead {
             let _ = q
                 .transport
                 .settle(&q.pool, &message.lease, Settlement::dead_letter("x"))

@@ -384,7 +384,7 @@ async fn roles_keep_their_grants_on_functions_an_upgrade_replaces() {
         .await
         .unwrap()
         .expect("claimed");
-    assert_eq!(claimed.lease.seq, seq);
+    assert_eq!(claimed.lease.id, seq);
     let statuses = q
         .transport
         .heartbeat(&pool, &[claimed.lease], Duration::from_secs(60))
@@ -457,7 +457,10 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
         .await
         .expect("a batch of jobs without a group, past the named group's seq");
     let past: i64 = named["own:".len()..].parse().unwrap();
-    assert!(seqs.iter().all(|&seq| seq > past), "{seqs:?} after {past}");
+    assert!(
+        seqs.iter().all(|seq| seq.get() > past),
+        "{seqs:?} after {past}"
+    );
     assert_eq!(
         q.count("transport_groups").await,
         102,

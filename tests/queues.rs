@@ -26,13 +26,13 @@ fn in_queue(queue: &str, group: &str, n: u32) -> OutgoingMessage {
     OutgoingMessage::new(group, "k", format!(r#"{{"n":{n}}}"#)).queue(queue)
 }
 
-async fn claim_from(q: &TestQueue, queue: &str, limit: u32) -> Vec<(String, i64)> {
+async fn claim_from(q: &TestQueue, queue: &str, limit: u32) -> Vec<(String, harel_jobs::JobId)> {
     q.transport
         .claim_many(&q.pool, &ClaimRequest::new(LEASE).limit(limit).queue(queue))
         .await
         .unwrap()
         .into_iter()
-        .map(|m| (m.lease.group, m.lease.seq))
+        .map(|m| (m.lease.group, m.lease.id))
         .collect()
 }
 
@@ -144,11 +144,7 @@ async fn a_retried_dead_letter_goes_back_to_its_queue() {
         harel_jobs::transport::LeaseOutcome::Applied
     );
     let dead = queue(&q).dead_letters();
-    let letter = dead
-        .get(&q.pool, harel_jobs::JobId::new(claimed.lease.seq))
-        .await
-        .unwrap()
-        .unwrap();
+    let letter = dead.get(&q.pool, claimed.lease.id).await.unwrap().unwrap();
     assert_eq!(letter.queue, "mail");
     dead.retry(&q.pool, letter.id).await.unwrap().unwrap();
     assert!(claim_from(&q, "default", 10).await.is_empty());
@@ -537,21 +533,14 @@ async fn a_job_knows_its_queue_wherever_it_is() {
         )
         .await
         .unwrap();
-    let job_queue = |id: i64| {
+    let job_queue = |id: harel_jobs::JobId| {
         let queue = queue.clone();
-        async move {
-            queue
-                .job(harel_jobs::JobId::new(id))
-                .await
-                .unwrap()
-                .expect("found")
-                .queue
-        }
+        async move { queue.job(id).await.unwrap().expect("found").queue }
     };
     assert_eq!(job_queue(ids[1]).await, "mail", "waiting behind its head");
     assert_eq!(job_queue(ids[4]).await, "default");
 
-    queue.cancel(harel_jobs::JobId::new(ids[1])).await.unwrap();
+    queue.cancel(ids[1]).await.unwrap();
     assert_eq!(job_queue(ids[1]).await, "mail", "cancelled");
     let claimed = q
         .transport
@@ -559,7 +548,7 @@ async fn a_job_knows_its_queue_wherever_it_is() {
         .await
         .unwrap();
     for message in claimed {
-        let settlement = if message.lease.seq == ids[0] {
+        let settlement = if message.lease.id == ids[0] {
             harel_jobs::transport::Settlement::Retain {
                 keep: Duration::from_secs(60),
             }
@@ -576,7 +565,7 @@ async fn a_job_knows_its_queue_wherever_it_is() {
         .jobs(&harel_jobs::JobQuery::new().queue("mail"))
         .await
         .unwrap();
-    let listed: Vec<i64> = page.jobs.iter().map(|job| job.id.get()).collect();
+    let listed: Vec<harel_jobs::JobId> = page.jobs.iter().map(|job| job.id).collect();
     assert_eq!(listed, ids[..4].to_vec());
     assert!(page.jobs.iter().all(|job| job.queue == "mail"));
 }

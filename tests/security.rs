@@ -518,11 +518,10 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
 
     // look jobs up and cancel them, through the Queue handle
     let queue = harel_jobs::Queue::with_schema(operator.clone(), q.schema.clone());
-    let waiting = harel_jobs::JobId::new(
-        t.publish(&q.pool, &OutgoingMessage::new("g9", "k", "{}"))
-            .await
-            .unwrap(),
-    );
+    let waiting = t
+        .publish(&q.pool, &OutgoingMessage::new("g9", "k", "{}"))
+        .await
+        .unwrap();
     let info = queue.job(waiting).await.unwrap().expect("found");
     assert_eq!(info.state, harel_jobs::JobState::Waiting);
     let page = queue.jobs(&harel_jobs::JobQuery::new()).await.unwrap();

@@ -444,7 +444,7 @@ async fn a_producer_cannot_fail_another_producers_batch_by_a_reserved_group_name
 
     let published = a.await.unwrap().expect("A's batch failed");
     assert_eq!(published.len(), BATCH);
-    assert_eq!(published[0], before + 1, "the id B aimed at");
+    assert_eq!(published[0].get(), before + 1, "the id B aimed at");
     assert_eq!(group_of(&q, before + 1).await, own(before + 1));
     assert_eq!(
         group_of(&q, taken).await,
@@ -464,7 +464,8 @@ async fn a_producer_cannot_slip_a_job_into_another_jobs_own_group() {
         .transport
         .publish(&q.pool, &OutgoingMessage::new("", "k", "{}").in_own_group())
         .await
-        .unwrap();
+        .unwrap()
+        .get();
     let mut producer = PgConnection::connect(&role.url).await.unwrap();
     let slipped = publish_raw(&mut producer, &q, &own(victim), "default").await;
     assert_eq!(group_of(&q, victim).await, own(victim));

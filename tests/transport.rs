@@ -13,7 +13,7 @@ use harel_jobs::transport::{
     MAX_BATCH_MESSAGES, MAX_GROUP_BYTES, MAX_PAYLOAD_BYTES, OutgoingMessage, Published, Receipt,
     Settlement, own_group,
 };
-use harel_jobs::{InvalidMessage, Priority, PublishError};
+use harel_jobs::{InvalidMessage, JobId, Priority, PublishError};
 use harel_jobs_suite::TestQueue;
 use uuid::Uuid;
 
@@ -80,12 +80,12 @@ async fn group_row(q: &TestQueue, group: &str) -> Option<GroupRow> {
 /// The message's row: (group_id, kind, payload, priority, attempts, last_error).
 type MessageRow = (String, String, String, i16, i32, Option<String>);
 
-async fn message_row(q: &TestQueue, seq: i64) -> Option<MessageRow> {
+async fn message_row(q: &TestQueue, id: JobId) -> Option<MessageRow> {
     sqlx::query_as(q.sql(
         "SELECT group_id, kind, payload::text, priority, attempts, last_error \
          FROM @schema@.jobs WHERE seq = $1",
     ))
-    .bind(seq)
+    .bind(id.get())
     .fetch_optional(&q.pool)
     .await
     .expect("message row")
@@ -129,7 +129,7 @@ async fn publish_in_a_transaction_is_claimable_only_after_commit() {
 
     tx.commit().await.unwrap();
     let m = claim(&q, LONG).await.expect("visible after commit");
-    assert_eq!((m.lease.group.as_str(), m.lease.seq), ("g", seq));
+    assert_eq!((m.lease.group.as_str(), m.lease.id), ("g", seq));
     assert_eq!(m.payload, r#"{"n":1}"#);
 }
 
@@ -310,7 +310,7 @@ async fn a_lapsed_lease_is_fenced_off_after_takeover() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
 
     let second = claim(&q, LONG).await.expect("lapsed lease is claimable");
-    assert_eq!(second.lease.seq, seq);
+    assert_eq!(second.lease.id, seq);
     assert_eq!(second.attempt, 2);
     assert_ne!(second.lease.token, first.lease.token);
 
@@ -391,7 +391,7 @@ async fn a_settle_sent_again_changes_nothing_and_with_its_receipt_says_already_a
     let head_attempts = || async { group_row(&q, "g").await.expect("group row").4 };
 
     let m = claim(&q, LONG).await.unwrap();
-    assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1));
+    assert_eq!((m.lease.id, m.attempt), (seqs[0], 1));
     let receipt = Receipt::new();
     let first = t.settle_many(&q.pool, &snooze(&m), Some(&receipt)).await;
     assert_eq!(first.unwrap(), [LeaseOutcome::Applied]);
@@ -406,7 +406,7 @@ async fn a_settle_sent_again_changes_nothing_and_with_its_receipt_says_already_a
     );
 
     let m = claim_eventually(&q, LONG).await;
-    assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1), "still attempt 1");
+    assert_eq!((m.lease.id, m.attempt), (seqs[0], 1), "still attempt 1");
     let next = receipt.next();
     let ack = vec![(m.lease.clone(), Settlement::Ack)];
     let first = t.settle_many(&q.pool, &ack, Some(&next)).await.unwrap();
@@ -414,7 +414,7 @@ async fn a_settle_sent_again_changes_nothing_and_with_its_receipt_says_already_a
     let again = t.settle_many(&q.pool, &ack, Some(&next)).await.unwrap();
     assert_eq!(again, [LeaseOutcome::AlreadyApplied]);
     let m = claim(&q, LONG).await.unwrap();
-    assert_eq!(m.lease.seq, seqs[1], "the second message is untouched");
+    assert_eq!(m.lease.id, seqs[1], "the second message is untouched");
 
     // each batch forgot the one before; harel_maintain prunes what stopped workers left
     assert_eq!(q.count("settle_receipts").await, 1);
@@ -470,7 +470,7 @@ async fn a_release_with_a_delay_parks_the_whole_group_until_it_passes() {
         .await
         .unwrap();
     let m = claim(&q, LONG).await.unwrap();
-    assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1));
+    assert_eq!((m.lease.id, m.attempt), (seqs[0], 1));
 
     let delay = Duration::from_secs(3);
     let retry = release(delay, Some("boom: try later"), true);
@@ -487,7 +487,7 @@ async fn a_release_with_a_delay_parks_the_whole_group_until_it_passes() {
     assert_eq!(last_error.as_deref(), Some("boom: try later"));
 
     let again = claim_eventually(&q, LONG).await;
-    assert_eq!((again.lease.seq, again.attempt), (seqs[0], 2));
+    assert_eq!((again.lease.id, again.attempt), (seqs[0], 2));
     // the claim happened no earlier than the park's end (both on the database clock)
     let (_, lease_end, ..) = group_row(&q, "g").await.unwrap();
     let claimed_at = lease_end - chrono::Duration::from_std(LONG).unwrap();
@@ -510,7 +510,7 @@ async fn a_release_without_delay_frees_the_group_at_once_and_counts_the_attempt(
         LeaseOutcome::Applied
     );
     let again = claim(&q, LONG).await.expect("freed at once");
-    assert_eq!((again.lease.seq, again.attempt), (seq, 2));
+    assert_eq!((again.lease.id, again.attempt), (seq, 2));
     // the old lease is gone with the release
     assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::LeaseLost);
     assert_eq!(ack(&q, &again.lease).await, LeaseOutcome::Applied);
@@ -523,7 +523,7 @@ async fn a_release_without_counting_gives_the_attempt_back() {
     let seq = t.publish(&q.pool, &message("g", "{}")).await.unwrap();
     for _ in 0..3 {
         let m = claim(&q, LONG).await.unwrap();
-        assert_eq!((m.lease.seq, m.attempt), (seq, 1));
+        assert_eq!((m.lease.id, m.attempt), (seq, 1));
         let snooze = release(Duration::ZERO, None, false);
         assert_eq!(
             t.settle(&q.pool, &m.lease, snooze).await.unwrap(),
@@ -617,7 +617,7 @@ async fn batch_outcomes_tell_a_stale_lease_from_the_current_lease_of_the_same_me
     };
 
     let [stale_e, current_e] = pair("e");
-    assert_eq!(stale_e.seq, current_e.seq);
+    assert_eq!(stale_e.id, current_e.id);
     let lost = t
         .extend_many(&q.pool, &[stale_e.clone(), current_e.clone()], LONG)
         .await
@@ -639,7 +639,7 @@ async fn batch_outcomes_tell_a_stale_lease_from_the_current_lease_of_the_same_me
         .await
         .unwrap();
     assert_eq!(outcomes, [LeaseOutcome::LeaseLost, LeaseOutcome::Applied]);
-    let (.., last_error) = message_row(&q, current_n.seq).await.unwrap();
+    let (.., last_error) = message_row(&q, current_n.id).await.unwrap();
     assert_eq!(last_error.as_deref(), Some("from the current lease"));
 
     let [stale_a, current_a] = pair("a");
@@ -723,7 +723,7 @@ async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
     .await
     .unwrap();
     let (id, group, kind, payload, priority, attempts, error, enqueued_at, failed_at) = row;
-    assert_eq!(id, seqs[0]);
+    assert_eq!(id, seqs[0].get());
     assert_eq!((group.as_str(), kind.as_str()), ("g", "send_mail"));
     assert_eq!(payload, r#"{"to": "a@b"}"#);
     assert_eq!((priority, attempts), (4, 2));
@@ -733,7 +733,7 @@ async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
     assert!(message_row(&q, seqs[0]).await.is_none());
 
     let next = claim(&q, LONG).await.expect("the group moves on");
-    assert_eq!((next.lease.seq, next.attempt), (seqs[1], 1));
+    assert_eq!((next.lease.id, next.attempt), (seqs[1], 1));
     assert_eq!(
         t.dead_letter(&q.pool, &next.lease, "x").await.unwrap(),
         LeaseOutcome::Applied
@@ -910,7 +910,7 @@ async fn awkward_group_ids_are_stored_and_matched_exactly() {
         };
         assert_eq!(ack(&q, &lease).await, LeaseOutcome::LeaseLost, "{pattern}");
     }
-    assert!(message_row(&q, abc.lease.seq).await.is_some());
+    assert!(message_row(&q, abc.lease.id).await.is_some());
     assert_eq!(
         t.ack_many(
             &q.pool,
@@ -1083,14 +1083,14 @@ async fn a_delayed_message_waits_for_its_time_and_holds_back_its_group() {
         .unwrap();
     let not_before: DateTime<Utc> =
         sqlx::query_scalar(q.sql("SELECT not_before FROM @schema@.jobs WHERE seq = $1"))
-            .bind(seqs[0])
+            .bind(seqs[0].get())
             .fetch_one(&q.pool)
             .await
             .unwrap();
 
     let first = claim(&q, LONG).await.unwrap();
     assert_eq!(
-        first.lease.seq, seqs[2],
+        first.lease.id, seqs[2],
         "only due-head's first message is due"
     );
     assert_eq!(ack(&q, &first.lease).await, LeaseOutcome::Applied);
@@ -1101,16 +1101,16 @@ async fn a_delayed_message_waits_for_its_time_and_holds_back_its_group() {
         let m = claim_eventually(&q, LONG).await;
         let (_, lease_end, ..) = group_row(&q, &m.lease.group).await.unwrap();
         let claimed_at = lease_end - chrono::Duration::from_std(LONG).unwrap();
-        assert!(claimed_at >= not_before, "{} started early", m.lease.seq);
+        assert!(claimed_at >= not_before, "{} started early", m.lease.id);
         assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::Applied);
-        claimed.push(m.lease.seq);
+        claimed.push(m.lease.id);
     }
     claimed.sort();
     assert_eq!(claimed, [seqs[0], seqs[3]]);
     let last = claim(&q, LONG)
         .await
         .expect("the message behind the delayed head");
-    assert_eq!(last.lease.seq, seqs[1]);
+    assert_eq!(last.lease.id, seqs[1]);
 }
 
 /// Every notification `listener` (listening on the queue's channel) receives before a
@@ -1279,7 +1279,7 @@ async fn a_batch_without_groups_puts_each_message_in_a_group_of_its_own() {
         own("3"),
     ];
     let outcomes = t.publish_many_outcomes(&q.pool, &batch).await.unwrap();
-    let seqs: Vec<i64> = outcomes.iter().map(|o| o.seq()).collect();
+    let seqs: Vec<JobId> = outcomes.iter().map(|o| o.id()).collect();
     assert_eq!(outcomes[2], Published::Duplicate(seqs[1]), "{outcomes:?}");
     let queued = [seqs[0], seqs[1], seqs[3]];
     assert!(queued.is_sorted(), "seqs not in batch order: {seqs:?}");
@@ -1287,13 +1287,13 @@ async fn a_batch_without_groups_puts_each_message_in_a_group_of_its_own() {
     // one row per job: its group's, named after its seq; nothing in transport_messages
     for (seq, payload) in queued.iter().zip(["0", "1", "3"]) {
         assert!(
-            group_row(&q, &own_group(*seq)).await.is_some(),
+            group_row(&q, &own_group(seq.get())).await.is_some(),
             "no group row for {seq}"
         );
         let (group, _, stored, ..) = message_row(&q, *seq).await.expect("job");
         assert_eq!(
             (group.as_str(), stored.as_str()),
-            (own_group(*seq).as_str(), payload)
+            (own_group(seq.get()).as_str(), payload)
         );
     }
     let (rows,): (i64,) = sqlx::query_as(q.sql("SELECT count(*) FROM @schema@.transport_messages"))
@@ -1468,7 +1468,7 @@ async fn a_batch_without_groups_keeps_every_field_of_every_message() {
         "SELECT available_at, inline_not_before FROM @schema@.transport_groups \
           WHERE group_id = $1",
     ))
-    .bind(own_group(seqs[3]))
+    .bind(own_group(seqs[3].get()))
     .fetch_one(&q.pool)
     .await
     .unwrap();
@@ -1486,7 +1486,7 @@ async fn a_batch_without_groups_keeps_every_field_of_every_message() {
         (r#"{"n":1}"#, "bulk", Priority::new(4).unwrap())
     );
     assert_eq!(first.trace_context.as_deref(), Some(trace));
-    assert_eq!(first.lease.group, own_group(seqs[0]));
+    assert_eq!(first.lease.group, own_group(seqs[0].get()));
     assert_eq!(ack(&q, &first.lease).await, LeaseOutcome::Applied);
     let second = claim(&q, LONG).await.expect("the unique one");
     assert_eq!(
@@ -1553,10 +1553,10 @@ async fn a_group_named_like_one_of_its_own_is_a_group_of_its_own() {
             .unwrap()
         }
     };
-    let mut ids = publish(own_group(given[0])).await;
+    let mut ids = publish(own_group(given[0].get())).await;
     let next = ids[1] + 1;
     ids.extend(publish(own_group(next + 5)).await);
-    ids.extend(publish(own_group(given[1])).await);
+    ids.extend(publish(own_group(given[1].get())).await);
     for id in ids {
         assert_eq!(group_of(id).await, own_group(id));
     }

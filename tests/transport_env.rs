@@ -512,7 +512,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             .publish_many(&mut conn, &[unique.clone(), unique])
             .await
             .unwrap();
-        for id in [ids[0], 1] {
+        for id in [ids[0].get(), 1] {
             sqlx::query(q.sql("SELECT * FROM @schema@.harel_job($1)"))
                 .bind(id)
                 .execute(&mut conn)
@@ -520,7 +520,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
                 .unwrap();
         }
         sqlx::query(q.sql("SELECT * FROM @schema@.harel_list_jobs('queued', NULL, NULL, $1, 10)"))
-            .bind(ids[0] - 1)
+            .bind(ids[0].get() - 1)
             .execute(&mut conn)
             .await
             .unwrap();
@@ -538,7 +538,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             .await
             .unwrap();
         sqlx::query(q.sql("SELECT * FROM @schema@.harel_cancel($1, 'test', 60000)"))
-            .bind(ids[0])
+            .bind(ids[0].get())
             .execute(&mut conn)
             .await
             .unwrap();

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use harel_jobs::JobId;
 use harel_jobs::transport::{
     ClaimRequest, ClaimedMessage, LeaseOutcome, OutgoingMessage, Settlement,
 };
@@ -75,7 +76,7 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
 struct Observed {
     in_flight: HashSet<String>,
     max_in_flight: usize,
-    processed: HashMap<String, Vec<i64>>,
+    processed: HashMap<String, Vec<JobId>>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -86,7 +87,7 @@ async fn racing_claimers_never_share_a_group_and_process_each_message_once_in_or
     let q = Arc::new(TestQueue::new().await);
 
     // published round by round: every group's messages are spread over the whole queue
-    let mut expected: HashMap<String, Vec<i64>> = HashMap::new();
+    let mut expected: HashMap<String, Vec<JobId>> = HashMap::new();
     for round in 0..PER_GROUP {
         let batch: Vec<_> = (0..GROUPS)
             .map(|g| message(&format!("g{g:03}"), &round.to_string()))
@@ -137,7 +138,7 @@ async fn racing_claimers_never_share_a_group_and_process_each_message_once_in_or
                     o.processed
                         .entry(m.lease.group.clone())
                         .or_default()
-                        .push(m.lease.seq);
+                        .push(m.lease.id);
                 }
                 let outcome = q.transport.ack(&mut *conn, &m.lease).await.unwrap();
                 assert_eq!(outcome, LeaseOutcome::Applied);
@@ -216,7 +217,7 @@ async fn a_message_published_while_its_group_drains_is_not_orphaned() {
 
     assert_eq!(orphans(&q).await, 0, "the message lost its group row");
     let m = claim_eventually(&q).await;
-    assert_eq!((m.lease.group.as_str(), m.lease.seq), ("g", seq));
+    assert_eq!((m.lease.group.as_str(), m.lease.id), ("g", seq));
     assert_eq!(
         t.ack(&q.pool, &m.lease).await.unwrap(),
         LeaseOutcome::Applied
@@ -267,7 +268,7 @@ async fn a_publish_waiting_on_a_draining_ack_recreates_the_group() {
 
     assert_eq!(orphans(&q).await, 0, "the message lost its group row");
     let m = claim_eventually(&q).await;
-    assert_eq!(m.lease.seq, seq);
+    assert_eq!(m.lease.id, seq);
 }
 
 #[tokio::test]
@@ -438,9 +439,9 @@ async fn a_message_completed_during_a_claim_is_not_handed_out_again() {
     panic!("the claim never met the completed message in 10 attempts: the race was not tested");
 }
 
-/// One run of the race: the seq the claim got (`None`: nothing, the race did not happen)
-/// and the group's two seqs.
-async fn claim_during_a_completion() -> Option<(i64, Vec<i64>)> {
+/// One run of the race: the job the claim got (`None`: nothing, the race did not happen)
+/// and the group's two jobs.
+async fn claim_during_a_completion() -> Option<(JobId, Vec<JobId>)> {
     const FILLERS: i64 = 200_000;
     let q = TestQueue::new().await;
     let t = &q.transport;
@@ -456,7 +457,7 @@ async fn claim_during_a_completion() -> Option<(i64, Vec<i64>)> {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(head.lease.seq, seqs[0]);
+    assert_eq!(head.lease.id, seqs[0]);
     assert_eq!(
         t.ack(&mut *completing, &head.lease).await.unwrap(),
         LeaseOutcome::Applied
@@ -518,10 +519,10 @@ async fn claim_during_a_completion() -> Option<(i64, Vec<i64>)> {
     holder.rollback().await.unwrap();
     eprintln!(
         "claim took {took:?}, got {:?}",
-        got.as_ref().map(|m| m.lease.seq)
+        got.as_ref().map(|m| m.lease.id)
     );
 
-    got.map(|m| (m.lease.seq, seqs))
+    got.map(|m| (m.lease.id, seqs))
 }
 
 /// Claims `groups` groups with a long lease and returns their leases in group order and in

@@ -405,7 +405,7 @@ async fn a_vanished_worker_holds_its_lease_until_it_lapses_then_its_late_ack_cha
         .await
         .unwrap()
         .expect("claimed");
-    assert_eq!(vanished.lease.seq, id.get());
+    assert_eq!(vanished.lease.id, id);
 
     let ledger = Arc::new(Ledger::default());
     let handle = builder(&queue, 0, &ledger)
@@ -654,7 +654,7 @@ async fn a_bad_payload_is_dead_at_once_and_an_unknown_kind_after_its_attempts() 
         .await
         .unwrap();
     assert_eq!(letters.len(), 2);
-    let bad = letters.iter().find(|l| l.id.get() == bad).unwrap();
+    let bad = letters.iter().find(|l| l.id == bad).unwrap();
     assert_eq!(
         bad.attempts, 1,
         "a payload that cannot decode is not retried"
@@ -666,7 +666,7 @@ async fn a_bad_payload_is_dead_at_once_and_an_unknown_kind_after_its_attempts() 
         bad.last_error
     );
     assert_eq!(bad.payload, r#"{"wrong":true}"#, "payload kept as it was");
-    let unknown = letters.iter().find(|l| l.id.get() == unknown).unwrap();
+    let unknown = letters.iter().find(|l| l.id == unknown).unwrap();
     assert_eq!(
         unknown.attempts, 2,
         "an unknown kind is retried (rolling deploys)"
@@ -1033,7 +1033,7 @@ async fn a_job_whose_workers_keep_vanishing_is_dead_after_its_attempts_without_r
             .await
             .unwrap()
             .expect("claimable again once the lease lapsed");
-        assert_eq!(claimed.lease.seq, id.get());
+        assert_eq!(claimed.lease.id, id);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let ledger = Arc::new(Ledger::default());

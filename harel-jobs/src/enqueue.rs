@@ -429,10 +429,8 @@ impl Enqueued {
 impl From<Published> for Enqueued {
     fn from(published: Published) -> Self {
         match published {
-            Published::Duplicate(seq) => Self::Duplicate {
-                existing: JobId::new(seq),
-            },
-            Published::New(seq) => Self::New(JobId::new(seq)),
+            Published::Duplicate(existing) => Self::Duplicate { existing },
+            Published::New(id) => Self::New(id),
         }
     }
 }

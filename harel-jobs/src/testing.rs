@@ -600,7 +600,7 @@ impl From<Inline> for WorkedJob {
             (_, Decision::Released { .. }) => WorkOutcome::LeaseLost,
         };
         Self {
-            id: JobId::new(inline.message.lease.seq),
+            id: inline.message.lease.id,
             kind: inline.message.kind,
             group: inline.message.lease.group,
             attempt: inline.message.attempt,

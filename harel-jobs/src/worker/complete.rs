@@ -105,7 +105,7 @@ async fn flush<S: Send + Sync + 'static>(
                 shared.stats.cancelled(labels);
                 tracing::info!(
                     group = %lease.group,
-                    message_id = lease.seq,
+                    message_id = lease.id.get(),
                     "job cancelled while it ran: ended as cancelled"
                 );
             }
@@ -117,7 +117,7 @@ async fn flush<S: Send + Sync + 'static>(
             }
             Written::AsDecided(written) if written.is_applied() => {
                 if written == LeaseOutcome::AlreadyApplied {
-                    tracing::debug!(message_id = lease.seq, "outcome was already written");
+                    tracing::debug!(message_id = lease.id.get(), "outcome was already written");
                 }
                 if let Some(wait) = decision.wait() {
                     shared.lanes[*lane].wake_after(wait);
@@ -138,7 +138,7 @@ fn lost<S>(shared: &Shared<S>, lease: &Lease, labels: &crate::telemetry::Labels)
     shared.stats.lease_lost(labels);
     tracing::warn!(
         group = %lease.group,
-        message_id = lease.seq,
+        message_id = lease.id.get(),
         "lease lost before the outcome was written: another worker may run the job again"
     );
 }
@@ -249,7 +249,7 @@ impl Writer {
         if matches!(settlement, Settlement::Ack | Settlement::Retain { .. }) {
             tracing::error!(
                 error = %error,
-                message_id = lease.seq,
+                message_id = lease.id.get(),
                 "the database refused a job's ack: the outcome is dropped, the job will run again"
             );
             return Written::Dropped;
@@ -262,7 +262,7 @@ impl Writer {
         };
         tracing::error!(
             error = %error,
-            message_id = lease.seq,
+            message_id = lease.id.get(),
             "the database refused a job's outcome: moving the job to the dead letters"
         );
         let fallback = [(lease.clone(), fallback)];
@@ -283,7 +283,7 @@ impl Writer {
                     shared.stats.database_error();
                     tracing::error!(
                         error = %error,
-                        message_id = lease.seq,
+                        message_id = lease.id.get(),
                         "not even as a dead letter: the outcome is dropped, the job will run again"
                     );
                     return Written::Dropped;

@@ -107,11 +107,11 @@ pub(super) fn job_span(message: &ClaimedMessage, queue: &str) -> tracing::Span {
         messaging.operation = "process",
         messaging.destination.name = %queue,
         // a string in the semantic conventions
-        messaging.message.id = %message.lease.seq,
+        messaging.message.id = %message.lease.id,
         kind = %message.kind,
         queue = %queue,
         group = %message.lease.group,
-        message_id = message.lease.seq,
+        message_id = message.lease.id.get(),
         attempt = message.attempt,
     );
     crate::trace_context::set_parent(&span, message.trace_context.as_deref());
@@ -152,7 +152,7 @@ pub(super) async fn attempt<S: Send + Sync + 'static>(
     let execution = Execution {
         kind: message.kind.clone(),
         group: message.lease.group.clone(),
-        message_id: message.lease.seq,
+        job_id: message.lease.id,
         attempt: message.attempt,
         max_attempts: limits.max_attempts,
         cancel: cancel.clone(),
