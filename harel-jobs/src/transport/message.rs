@@ -41,7 +41,7 @@ pub enum StartAt {
 /// ```
 #[derive(Clone, Debug)]
 pub struct OutgoingMessage {
-    /// `None`: a group of its own, named by `harel_publish` after the message's seq.
+    /// `None`: a group of its own, named by `harel_publish` after the job's id.
     pub(crate) group: Option<String>,
     pub(crate) kind: String,
     pub(crate) payload: String,
@@ -162,8 +162,8 @@ impl OutgoingMessage {
         self.queue.as_deref().unwrap_or(DEFAULT_QUEUE)
     }
 
-    /// Puts the message in a group of its own, named when it is published after its seq
-    /// (`own:` and the seq in 19 digits: [`own_group`](super::own_group)), instead of the group it was made
+    /// Puts the message in a group of its own, named when it is published after its id
+    /// (`own:` and the id in 19 digits: [`own_group`](super::own_group)), instead of the group it was made
     /// with. Cheaper than a group id of the caller's: the queue finds the job by its id
     /// through the group's key, with no second index.
     pub fn in_own_group(mut self) -> Self {
