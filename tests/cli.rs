@@ -9,7 +9,7 @@ use std::time::Duration;
 use assert_cmd::Command;
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage};
 use harel_jobs::{Client, JobId, JobState};
-use harel_jobs_suite::{OPERATOR_GRANTS, PRODUCER_GRANTS, TestQueue, TestRole, database_url};
+use harel_jobs_suite::{OPERATOR_GRANTS, PRODUCER_GRANTS, SuiteSchema, TestRole, database_url};
 use serde_json::Value;
 
 /// The binary with no database or schema from the environment.
@@ -23,7 +23,7 @@ fn bare() -> Command {
 }
 
 /// The binary on `q`'s schema as the role at `url`.
-fn cli(url: &str, q: &TestQueue) -> Command {
+fn cli(url: &str, q: &SuiteSchema) -> Command {
     let mut command = bare();
     command
         .args(["--database-url", url, "--schema", q.schema.name()])
@@ -72,16 +72,16 @@ fn fails(command: &mut Command, args: &[&str], code: i32, needle: &str) -> Run {
     run
 }
 
-async fn publish(q: &TestQueue, group: Option<&str>, kind: &str, payload: &str) -> JobId {
+async fn publish(q: &SuiteSchema, group: Option<&str>, kind: &str, payload: &str) -> JobId {
     let message = match group {
         Some(group) => OutgoingMessage::new(group, kind, payload),
         None => OutgoingMessage::new("unused", kind, payload).in_own_group(),
     };
-    JobId::new(q.transport.publish(&q.pool, &message).await.unwrap())
+    q.transport.publish(&q.pool, &message).await.unwrap()
 }
 
 /// Publishes a job and makes it a dead letter with `error`.
-async fn dead_letter(q: &TestQueue, kind: &str, error: &str) -> JobId {
+async fn dead_letter(q: &SuiteSchema, kind: &str, error: &str) -> JobId {
     let id = publish(q, None, kind, "{\"n\":1}").await;
     let claimed = q
         .transport
@@ -93,7 +93,7 @@ async fn dead_letter(q: &TestQueue, kind: &str, error: &str) -> JobId {
         .unwrap();
     let message = claimed
         .into_iter()
-        .find(|m| m.lease.seq == id.get())
+        .find(|m| m.lease.id == id)
         .expect("claimed");
     let outcome = q
         .transport
@@ -104,11 +104,11 @@ async fn dead_letter(q: &TestQueue, kind: &str, error: &str) -> JobId {
     id
 }
 
-fn queue(q: &TestQueue) -> Client {
+fn queue(q: &SuiteSchema) -> Client {
     Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
-async fn dead_count(q: &TestQueue) -> i64 {
+async fn dead_count(q: &SuiteSchema) -> i64 {
     Client::with_schema(q.pool.clone(), q.schema.clone())
         .dead_letters()
         .count()
@@ -228,7 +228,7 @@ fn the_password_never_shows() {
 
 #[tokio::test]
 async fn a_wrong_or_unmigrated_schema_is_named_and_left_alone() {
-    let q = TestQueue::unmigrated().await;
+    let q = SuiteSchema::unmigrated().await;
     let url = database_url();
     for args in [&["stats"][..], &["jobs", "list"], &["dead", "list"]] {
         let run = fails(&mut cli(&url, &q), args, 1, "is not migrated");
@@ -256,7 +256,7 @@ async fn a_wrong_or_unmigrated_schema_is_named_and_left_alone() {
 
 #[tokio::test]
 async fn a_role_without_the_operators_grants_is_told_which_it_lacks() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let producer = TestRole::with_grants(&q, PRODUCER_GRANTS).await;
     let run = fails(
         &mut cli(&producer.url, &q),
@@ -272,7 +272,7 @@ async fn a_role_without_the_operators_grants_is_told_which_it_lacks() {
 /// with the role's name and the statement that grants it.
 #[tokio::test]
 async fn a_role_is_told_which_privilege_it_lacks() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let schema = q.schema.name();
     let nothing = TestRole::with_grants(&q, &[]).await;
     for args in [&["stats"][..], &["jobs", "list"], &["dead", "list"]] {
@@ -383,7 +383,7 @@ async fn a_role_is_told_which_privilege_it_lacks() {
 #[tokio::test]
 async fn the_dashboard_refuses_empty_credentials() {
     // a migrated schema, so that only the credentials can stop it
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let url = database_url();
     let start = |args: &[&str], env: &[(&str, &str)]| {
         let mut command = cli(&url, &q);
@@ -437,7 +437,7 @@ async fn the_dashboard_refuses_empty_credentials() {
 
 #[tokio::test]
 async fn stats_and_jobs_list_show_and_cancel() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let op = || cli(&role.url, &q);
     let first = publish(&q, None, "send_email", "{\"to\":\"a@example.com\"}").await;
@@ -547,7 +547,7 @@ async fn stats_and_jobs_list_show_and_cancel() {
 
 #[tokio::test]
 async fn groups_are_listed_shown_and_cancelled_only_when_confirmed() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let op = || cli(&role.url, &q);
     for n in 0..3 {
@@ -652,7 +652,7 @@ async fn groups_are_listed_shown_and_cancelled_only_when_confirmed() {
 
 #[tokio::test]
 async fn dead_letters_are_listed_retried_deleted_and_purged() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let op = || cli(&role.url, &q);
     let a = dead_letter(&q, "send_email", "smtp: connection refused").await;
@@ -820,7 +820,7 @@ async fn dead_letters_are_listed_retried_deleted_and_purged() {
 
 #[tokio::test]
 async fn schedules_are_listed() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let op = || cli(&role.url, &q);
     assert_eq!(
@@ -890,7 +890,7 @@ async fn schedules_are_listed() {
 
 #[tokio::test]
 async fn queues_are_listed_paused_and_resumed() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let op = || cli(&role.url, &q);
     let paused = ok(&mut op(), &["queues", "pause", "partner_api"]).stdout;

@@ -8,7 +8,7 @@ use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage};
 use harel_jobs::{
     Client, ClientError, Count, DeadLetterQuery, JobBatch, JobId, JobState, Stats, job,
 };
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::SuiteSchema;
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -19,12 +19,12 @@ async fn note(_ctx: harel_jobs::JobContext<()>, n: u32) -> harel_jobs::JobResult
     Ok(())
 }
 
-fn client(q: &TestQueue) -> Client {
+fn client(q: &SuiteSchema) -> Client {
     Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
 /// Makes one dead letter in group `group` through the transport; returns its id.
-async fn dead_letter(q: &TestQueue, group: &str) -> JobId {
+async fn dead_letter(q: &SuiteSchema, group: &str) -> JobId {
     let t = &q.transport;
     t.publish(&q.pool, &OutgoingMessage::new(group, "note", r#"{"n":1}"#))
         .await
@@ -36,14 +36,14 @@ async fn dead_letter(q: &TestQueue, group: &str) -> JobId {
         .expect("a claim");
     let outcome = t.dead_letter(&q.pool, &claimed.lease, "broken").await;
     assert_eq!(outcome.unwrap(), LeaseOutcome::Applied);
-    JobId::new(claimed.lease.seq)
+    claimed.lease.id
 }
 
 /// The dead letters handle carries the client's pool and schema: no pool passed to any
 /// call, and the `_in` twins run in the caller's transaction.
 #[tokio::test]
 async fn dead_letters_need_no_pool_passed() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let client = client(&q);
     let id = dead_letter(&q, "g").await;
 
@@ -84,7 +84,7 @@ async fn dead_letters_need_no_pool_passed() {
 /// A client's figures are `Stats`, its errors `ClientError`.
 #[tokio::test]
 async fn stats_come_from_the_client() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let client = client(&q);
     let stats: Stats = client.stats().await.unwrap();
     assert!(stats.is_idle());
@@ -103,7 +103,7 @@ async fn stats_come_from_the_client() {
 async fn the_deprecated_names_still_work() {
     use harel_jobs::{Queue, QueueError, QueueStats};
 
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue: Queue = Queue::with_schema(q.pool.clone(), q.schema.clone());
     let stats: QueueStats = queue.stats().await.unwrap();
     assert!(stats.is_idle());

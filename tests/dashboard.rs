@@ -14,7 +14,7 @@ use harel_jobs::dashboard::{self, DashboardConfig};
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage};
 use harel_jobs::{Client, JobContext, JobId, JobResult, job};
 use harel_jobs_suite::chromium::{ChromeDriver, screenshot_dir};
-use harel_jobs_suite::{OPERATOR_GRANTS, TestQueue, TestRole, pool_with};
+use harel_jobs_suite::{OPERATOR_GRANTS, SuiteSchema, TestRole, pool_with};
 
 /// Sends the mail (in the test: nothing), kept an hour once completed so its page shows it.
 #[job(retain = "1h")]
@@ -73,7 +73,7 @@ fn record_posts(router: axum::Router, sent: SentHeaders) -> axum::Router {
 }
 
 /// A job of kind `send_email` turned into a dead letter.
-async fn dead_letter(q: &TestQueue, to: &str, error: &str) -> JobId {
+async fn dead_letter(q: &SuiteSchema, to: &str, error: &str) -> JobId {
     let payload = serde_json::json!({ "to": to }).to_string();
     let message = OutgoingMessage::new("unused", "send_email", payload).in_own_group();
     let id = q.transport.publish(&q.pool, &message).await.unwrap();
@@ -87,7 +87,7 @@ async fn dead_letter(q: &TestQueue, to: &str, error: &str) -> JobId {
         .unwrap();
     let lease = claimed
         .into_iter()
-        .find(|m| m.lease.seq == id)
+        .find(|m| m.lease.id == id)
         .expect("claimed")
         .lease;
     let outcome = q
@@ -96,7 +96,7 @@ async fn dead_letter(q: &TestQueue, to: &str, error: &str) -> JobId {
         .await
         .unwrap();
     assert_eq!(outcome, LeaseOutcome::Applied);
-    JobId::new(id)
+    id
 }
 
 async fn browser(driver: &ChromeDriver) -> Browser {
@@ -246,7 +246,7 @@ async fn paused(owner: &Client, name: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_uses_the_dashboard_in_a_browser() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 5).await;
     let queue = Client::with_schema(operator.clone(), q.schema.clone());
@@ -264,7 +264,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     let later = OutgoingMessage::new("unused", "build_report", "{\"month\":\"2026-11\"}")
         .in_own_group()
         .delay(Duration::from_secs(3600));
-    let scheduled = JobId::new(q.transport.publish(&q.pool, &later).await.unwrap());
+    let scheduled = q.transport.publish(&q.pool, &later).await.unwrap();
 
     // with its one name set, as `harel-jobs dashboard` does: every request of the browser
     // passes the Host check, and every form POST the Origin check
@@ -587,7 +587,7 @@ async fn text_of(client: &Browser, xpath: &str) -> String {
 
 #[tokio::test]
 async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 3).await;
     let queue = Client::with_schema(operator.clone(), q.schema.clone());
@@ -640,7 +640,7 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
 
 #[tokio::test]
 async fn the_command_line_serves_the_dashboard_behind_a_token() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let (_child, address, line) = start_cli_dashboard(
         &role,
@@ -688,7 +688,7 @@ async fn the_command_line_serves_the_dashboard_behind_a_token() {
 /// page cannot even read the CSRF token), and takes a POST only from its own origin.
 #[tokio::test]
 async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 3).await;
     let queue = Client::with_schema(operator.clone(), q.schema.clone());
@@ -831,7 +831,7 @@ async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() 
 /// any Host, and still takes a POST only from the origin the request is addressed to.
 #[tokio::test]
 async fn without_its_names_the_router_still_takes_posts_only_from_its_own_origin() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 3).await;
     let queue = Client::with_schema(operator.clone(), q.schema.clone());
@@ -869,7 +869,7 @@ impl Drop for Killed {
 /// process, the address it printed and its first line.
 fn start_cli_dashboard(
     role: &TestRole,
-    q: &TestQueue,
+    q: &SuiteSchema,
     args: &[&str],
     env: &[(&str, &str)],
 ) -> (Killed, SocketAddr, String) {
@@ -903,7 +903,7 @@ fn start_cli_dashboard(
 
 #[tokio::test]
 async fn the_command_line_dashboard_answers_only_its_own_names() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
 
@@ -984,7 +984,7 @@ async fn the_command_line_dashboard_answers_only_its_own_names() {
 /// page a page at a time with the total.
 #[tokio::test]
 async fn hostile_worker_reports_and_schedules_keep_every_page_bounded() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 3).await;
     let worker_role = TestRole::with_grants(&q, harel_jobs_suite::WORKER_GRANTS).await;

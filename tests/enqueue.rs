@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use harel_jobs::{
     Enqueue, EnqueueOptions, InvalidMessage, Job, JobBatch, JobId, PublishError, transport,
 };
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::SuiteSchema;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -30,7 +30,7 @@ enum Due {
 
 /// A job's row: its group, its priority, its group's priority, when it is due (`At` when its
 /// not-before time is `at`).
-async fn row(q: &TestQueue, id: JobId, at: DateTime<Utc>) -> (String, i16, i16, Due) {
+async fn row(q: &SuiteSchema, id: JobId, at: DateTime<Utc>) -> (String, i16, i16, Due) {
     let (group, priority, group_priority, not_before, after): (
         String,
         i16,
@@ -62,7 +62,7 @@ async fn row(q: &TestQueue, id: JobId, at: DateTime<Utc>) -> (String, i16, i16, 
 /// not-before wins; options can be reused.
 #[tokio::test]
 async fn a_batch_job_gets_the_same_group_priority_delay_and_not_before_as_a_single_enqueue() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let at: DateTime<Utc> = "2099-01-02T03:04:05.678901Z".parse().unwrap();
     let hour = Duration::from_millis(3_600_001);
     // (options, the same on a single enqueue, expected priority and due)
@@ -138,7 +138,7 @@ async fn a_batch_job_gets_the_same_group_priority_delay_and_not_before_as_a_sing
 /// written: at `push_with` (the batch is unchanged) and at the await of an `Enqueue`.
 #[tokio::test]
 async fn an_out_of_range_priority_is_refused_at_push_and_at_enqueue_and_nothing_is_written() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let mut batch = JobBatch::for_schema(&q.schema);
     batch.push(Ping { n: 1 }).unwrap();
     match batch.push_with(Ping { n: 2 }, &EnqueueOptions::new().priority(9)) {
@@ -168,7 +168,7 @@ async fn an_out_of_range_priority_is_refused_at_push_and_at_enqueue_and_nothing_
 /// A batch over the limits is refused before it is sent, whichever way it is enqueued.
 #[tokio::test]
 async fn a_job_batch_over_the_limit_is_refused_and_nothing_is_written() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let mut batch = JobBatch::for_schema(&q.schema);
     for n in 0..=transport::MAX_BATCH_MESSAGES as u32 {
         batch
@@ -195,7 +195,7 @@ async fn a_job_batch_over_the_limit_is_refused_and_nothing_is_written() {
 /// text as a tool would take them.
 #[tokio::test]
 async fn job_ids_are_the_sequence_numbers_and_parse_back() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let first = Enqueue::new(Ping { n: 1 }, &q.pool)
         .schema(&q.schema)
         .await

@@ -9,19 +9,19 @@ use harel_jobs::{
     Client, ClientError, Count, GROUP_JOBS_COUNT_CAP, GroupQuery, GroupRank, GroupStatus, JobId,
     Priority,
 };
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::SuiteSchema;
 
-fn queue(q: &TestQueue) -> Client {
+fn queue(q: &SuiteSchema) -> Client {
     Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
-async fn publish(q: &TestQueue, message: OutgoingMessage) -> JobId {
-    JobId::new(q.transport.publish(&q.pool, &message).await.unwrap())
+async fn publish(q: &SuiteSchema, message: OutgoingMessage) -> JobId {
+    q.transport.publish(&q.pool, &message).await.unwrap()
 }
 
 /// a: three jobs, leased; b: one job, parked for a retry; c: scheduled for later; d: two
 /// waiting jobs in queue partner_api. Returns a's, b's and d's first job.
-async fn four_groups(q: &TestQueue) -> (JobId, JobId, JobId) {
+async fn four_groups(q: &SuiteSchema) -> (JobId, JobId, JobId) {
     // a: three jobs, leased; b: one job, parked for a retry; c: scheduled for later;
     // d: two waiting jobs
     let a = publish(q, OutgoingMessage::new("a", "k", "{}")).await;
@@ -40,7 +40,7 @@ async fn four_groups(q: &TestQueue) -> (JobId, JobId, JobId) {
     assert_eq!(claimed.len(), 2);
     let b_lease = claimed
         .iter()
-        .find(|m| m.lease.seq == b.get())
+        .find(|m| m.lease.id == b)
         .expect("b claimed")
         .lease
         .clone();
@@ -63,7 +63,7 @@ async fn four_groups(q: &TestQueue) -> (JobId, JobId, JobId) {
 
 #[tokio::test]
 async fn groups_show_their_status_head_and_job_count() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let (a, b, d) = four_groups(&q).await;
 
@@ -94,7 +94,7 @@ async fn groups_show_their_status_head_and_job_count() {
 
 #[tokio::test]
 async fn groups_come_in_keyset_pages() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     for n in 0..7 {
         publish(&q, OutgoingMessage::new(format!("g{n}"), "k", "{}")).await;
@@ -117,7 +117,7 @@ async fn groups_come_in_keyset_pages() {
 
 #[tokio::test]
 async fn a_large_group_is_counted_up_to_the_cap() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let over = GROUP_JOBS_COUNT_CAP as usize + 5;
     let mut tx = q.pool.begin().await.unwrap();
@@ -134,7 +134,7 @@ async fn a_large_group_is_counted_up_to_the_cap() {
 
 #[tokio::test]
 async fn bad_group_arguments_are_refused_before_they_are_sent() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     for limit in [0, 1001] {
         let error = queue
@@ -153,7 +153,7 @@ async fn bad_group_arguments_are_refused_before_they_are_sent() {
 /// in the state the job is in; queues in creation order, the highest level first.
 #[tokio::test]
 async fn depth_is_counted_by_queue_priority_and_state() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     four_groups(&q).await;
     publish(
@@ -207,7 +207,7 @@ async fn depth_is_counted_by_queue_priority_and_state() {
 /// leased and parked groups are not waiting.
 #[tokio::test]
 async fn the_longest_waiting_groups_come_first_whatever_their_queue() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     four_groups(&q).await;
     publish(
@@ -236,7 +236,7 @@ async fn the_longest_waiting_groups_come_first_whatever_their_queue() {
 /// statistics' estimate beside the count.
 #[tokio::test]
 async fn the_largest_groups_come_from_the_statistics() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let mut messages = Vec::new();
     for (group, jobs) in [("big", 1_500), ("mid", 300)] {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage, Settlement};
 use harel_jobs::{CancelOutcome, Client, Job, JobId, JobQuery, JobState};
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::SuiteSchema;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -18,7 +18,7 @@ impl Job for Note {
     const KIND: &'static str = "note";
 }
 
-fn queue(q: &TestQueue) -> Client {
+fn queue(q: &SuiteSchema) -> Client {
     Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
@@ -35,26 +35,26 @@ async fn state(queue: &Client, id: JobId) -> Option<JobState> {
 }
 
 /// Claims due jobs until `id` is among them; returns its lease.
-async fn claim_job(q: &TestQueue, id: JobId) -> harel_jobs::transport::Lease {
+async fn claim_job(q: &SuiteSchema, id: JobId) -> harel_jobs::transport::Lease {
     q.transport
         .claim_many(&q.pool, &claim(Duration::from_secs(60), 100))
         .await
         .unwrap()
         .into_iter()
-        .find(|m| m.lease.seq == id.get())
+        .find(|m| m.lease.id == id)
         .expect("the job was claimable")
         .lease
 }
 
-async fn publish(q: &TestQueue, group: &str, n: u32) -> JobId {
+async fn publish(q: &SuiteSchema, group: &str, n: u32) -> JobId {
     let message = OutgoingMessage::serialize(group, Note::KIND, &Note { n }).unwrap();
-    JobId::new(q.transport.publish(&q.pool, &message).await.unwrap())
+    q.transport.publish(&q.pool, &message).await.unwrap()
 }
 
 /// Every state `Client::job` reports, each reached the way a worker reaches it.
 #[tokio::test]
 async fn a_job_is_found_in_every_state_it_goes_through() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
 
     let id = queue.enqueue(&q.pool, Note { n: 1 }).await.unwrap();
@@ -176,7 +176,7 @@ async fn a_job_is_found_in_every_state_it_goes_through() {
 /// job behind the head leaves alone, the head lets the next job through.
 #[tokio::test]
 async fn cancelling_a_queued_job_ends_it_at_once_and_its_group_moves_on() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let first = publish(&q, "user-1", 1).await;
     let second = publish(&q, "user-1", 2).await;
@@ -211,8 +211,8 @@ async fn cancelling_a_queued_job_ends_it_at_once_and_its_group_moves_on() {
         .await
         .unwrap();
     assert_eq!(
-        claimed.iter().map(|m| m.lease.seq).collect::<Vec<_>>(),
-        [third.get()]
+        claimed.iter().map(|m| m.lease.id).collect::<Vec<_>>(),
+        [third]
     );
     assert!(
         q.transport
@@ -267,7 +267,7 @@ async fn cancelling_a_queued_job_ends_it_at_once_and_its_group_moves_on() {
 /// neither.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cancel_racing_a_claim_either_stops_the_job_before_it_runs_or_finds_it_running() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let (mut ran, mut stopped) = (0, 0);
     for round in 0..200u32 {
@@ -282,7 +282,7 @@ async fn a_cancel_racing_a_claim_either_stops_the_job_before_it_runs_or_finds_it
         });
         let cancelled = queue.cancel(id).await.unwrap();
         let claimed = claimer.await.unwrap();
-        let got_it = claimed.iter().any(|m| m.lease.seq == id.get());
+        let got_it = claimed.iter().any(|m| m.lease.id == id);
         match cancelled {
             CancelOutcome::Cancelled => {
                 assert!(!got_it, "round {round}: cancelled and claimed");
@@ -311,7 +311,7 @@ async fn a_cancel_racing_a_claim_either_stops_the_job_before_it_runs_or_finds_it
 /// settlement, whatever it says, ends it as cancelled; and its group moves on.
 #[tokio::test]
 async fn a_running_jobs_cancel_reaches_its_heartbeat_and_ends_it_as_cancelled() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let running = publish(&q, "user-3", 1).await;
     let next = publish(&q, "user-3", 2).await;
@@ -377,14 +377,14 @@ async fn a_running_jobs_cancel_reaches_its_heartbeat_and_ends_it_as_cancelled() 
         .await
         .unwrap()
         .expect("the group moved on");
-    assert_eq!(claimed.lease.seq, next.get());
+    assert_eq!(claimed.lease.id, next);
 }
 
 /// A running job whose cancel was asked for and whose worker died: the claim that finds its
 /// lapsed lease ends it as cancelled, and it never runs again.
 #[tokio::test]
 async fn a_cancelled_job_whose_worker_died_never_runs_again() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let id = publish(&q, "user-4", 1).await;
     let first = q
@@ -415,7 +415,7 @@ async fn a_cancelled_job_whose_worker_died_never_runs_again() {
 /// cancelled, a running one is asked to stop, and nothing of the group runs afterwards.
 #[tokio::test]
 async fn cancelling_a_group_cancels_its_queued_jobs_and_asks_its_running_one_to_stop() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let mut batch = queue.batch();
     for n in 0..2_500u32 {
@@ -475,7 +475,7 @@ async fn cancelling_a_group_cancels_its_queued_jobs_and_asks_its_running_one_to_
         .unwrap();
     let lease = claimed
         .iter()
-        .find(|m| m.lease.seq == ids7[0].get())
+        .find(|m| m.lease.id == ids7[0])
         .expect("head of user-7 claimed")
         .lease
         .clone();
@@ -514,7 +514,7 @@ async fn cancelling_a_group_cancels_its_queued_jobs_and_asks_its_running_one_to_
 /// Bad arguments are typed errors that send nothing.
 #[tokio::test]
 async fn a_cancel_with_bad_arguments_is_refused_before_it_is_sent() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let id = publish(&q, "user-8", 1).await;
     let long = "x".repeat(harel_jobs::MAX_REASON_BYTES + 1);
@@ -541,7 +541,7 @@ async fn a_cancel_with_bad_arguments_is_refused_before_it_is_sent() {
 /// The maintenance call prunes history past its keep period, in bounded batches.
 #[tokio::test]
 async fn history_is_pruned_after_its_keep_period() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let short = publish(&q, "short", 1).await;
     let long = publish(&q, "long", 2).await;
@@ -576,7 +576,7 @@ mod with_a_worker {
         CancelOutcome, Client, CompleteError, Handler, Job, JobContext, JobOptions, JobResult,
         JobState,
     };
-    use harel_jobs_suite::TestQueue;
+    use harel_jobs_suite::SuiteSchema;
     use serde::{Deserialize, Serialize};
     use sqlx::PgPool;
     use tokio::sync::Notify;
@@ -664,7 +664,7 @@ mod with_a_worker {
         }
     }
 
-    async fn setup(q: &TestQueue) -> State {
+    async fn setup(q: &SuiteSchema) -> State {
         let table = format!("\"{}\".credits", q.schema.name());
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "CREATE TABLE {table} (n INT NOT NULL, run INT NOT NULL)"
@@ -703,7 +703,7 @@ mod with_a_worker {
     /// job ends as cancelled though the handler returned an error (no retry).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancel_reaches_a_running_handler_and_the_job_ends_cancelled() {
-        let q = TestQueue::new().await;
+        let q = SuiteSchema::new().await;
         let state = setup(&q).await;
         let probe = Arc::clone(&state.probe);
         let queue = Client::with_schema(q.pool.clone(), q.schema.clone());
@@ -734,7 +734,7 @@ mod with_a_worker {
     /// retained as completed once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn completing_in_the_handlers_transaction_gives_exactly_one_effect() {
-        let q = TestQueue::new().await;
+        let q = SuiteSchema::new().await;
         let state = setup(&q).await;
         let probe = Arc::clone(&state.probe);
         let queue = Client::with_schema(q.pool.clone(), q.schema.clone());
@@ -789,7 +789,7 @@ mod with_a_worker {
 #[tokio::test]
 async fn jobs_are_listed_by_state_kind_and_group_page_by_page() {
     use harel_jobs::StateFilter;
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let mut batch = queue.batch();
     for n in 0..2_100u32 {
@@ -813,7 +813,7 @@ async fn jobs_are_listed_by_state_kind_and_group_page_by_page() {
         .await
         .unwrap();
     for message in lease {
-        if message.lease.seq == dead.get() {
+        if message.lease.id == dead {
             let _ = q
                 .transport
                 .settle(&q.pool, &message.lease, Settlement::dead_letter("x"))
@@ -896,7 +896,7 @@ async fn jobs_are_listed_by_state_kind_and_group_page_by_page() {
 /// in id order (FIFO kept), each into its own queue, unknown ids left out.
 #[tokio::test]
 async fn dead_letters_are_retried_and_deleted_in_bulk() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     sqlx::raw_sql(q.sql(
         "INSERT INTO @schema@.dead_letters
@@ -944,7 +944,7 @@ async fn dead_letters_are_retried_and_deleted_in_bulk() {
 /// an older release had retried into a group named after its first id.
 #[tokio::test]
 async fn a_dead_letter_of_a_job_without_a_group_is_retried_into_a_group_of_its_own() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     sqlx::raw_sql(q.sql(
         "INSERT INTO @schema@.dead_letters

@@ -15,7 +15,7 @@ use harel_jobs::telemetry::{
 use harel_jobs::{
     Backoff, CancelOutcome, Client, JobContext, JobError, JobResult, Priority, WorkerHandle, job,
 };
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::SuiteSchema;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tokio::sync::Notify;
 
@@ -122,7 +122,7 @@ impl Seen {
     }
 }
 
-fn start(queue: &TestQueue, app: &Arc<App>) -> WorkerHandle {
+fn start(queue: &SuiteSchema, app: &Arc<App>) -> WorkerHandle {
     Client::with_schema(queue.pool.clone(), queue.schema.clone())
         .worker(Arc::clone(app))
         .register::<Good>()
@@ -152,7 +152,7 @@ async fn a_pool_counts_by_kind_and_times_its_round_trips() {
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
     for n in 0..3 {
         jobs.enqueue(&queue.pool, Good { n }).await.unwrap();
@@ -234,7 +234,7 @@ async fn the_depth_gauges_follow_the_queue() {
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
     // below the pool's priority floor: queued, never claimed
     for n in 0..4 {
@@ -282,7 +282,7 @@ async fn named_queues_are_labelled_and_have_their_own_depth() {
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
     for n in 0..2 {
         jobs.enqueue(&queue.pool, Good { n })
@@ -353,7 +353,7 @@ async fn named_queues_are_labelled_and_have_their_own_depth() {
 }
 
 /// The pool holding the depth sampler's election of `queue`, if its lease runs.
-async fn sampler(queue: &TestQueue) -> Option<uuid::Uuid> {
+async fn sampler(queue: &SuiteSchema) -> Option<uuid::Uuid> {
     sqlx::query_scalar(queue.sql(
         "SELECT holder FROM @schema@.elections
           WHERE name = 'depth' AND held_until > statement_timestamp()",
@@ -366,7 +366,7 @@ async fn sampler(queue: &TestQueue) -> Option<uuid::Uuid> {
 
 #[tokio::test]
 async fn one_worker_per_schema_samples_the_depth() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let app = Arc::new(App::default());
     let first = start(&queue, &app);
     let second = start(&queue, &app);
@@ -399,7 +399,7 @@ async fn a_login_granted_nothing_cannot_stop_the_depth_gauges() {
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let role = harel_jobs_suite::TestRole::with_grants(&queue, &[]).await;
     let mut stranger = sqlx::PgConnection::connect(&role.url).await.unwrap();
     let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
@@ -426,7 +426,7 @@ async fn cancels_and_lost_leases_are_counted_by_kind() {
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
     let app = Arc::new(App::default());
     let handle = start(&queue, &app);

@@ -12,14 +12,14 @@ use harel_jobs::{
     Client, DeadLetterQuery, Handler, Job, JobContext, JobResult, Worker, check_schema,
     migrate_schema,
 };
-use harel_jobs_suite::{TestQueue, TestRole, pool_with};
+use harel_jobs_suite::{SuiteSchema, TestRole, pool_with};
 use serde::{Deserialize, Serialize};
 use sqlx::AssertSqlSafe;
 
 const LEGACY_0001: &str = include_str!("fixtures/legacy_0001_transport.sql");
 
 /// Migrates `q`'s schema as the first releases did: bookkeeping, then their one migration.
-async fn migrate_as_the_first_release(q: &TestQueue) {
+async fn migrate_as_the_first_release(q: &SuiteSchema) {
     let schema = format!("\"{}\"", q.schema.name());
     let channel = format!("'{}'", q.schema.channel());
     let mut tx = q.pool.begin().await.unwrap();
@@ -75,7 +75,7 @@ fn job(group: &str, n: u32) -> OutgoingMessage {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_loses_nothing() {
-    let q = TestQueue::unmigrated().await;
+    let q = SuiteSchema::unmigrated().await;
     migrate_as_the_first_release(&q).await;
     let s = format!("\"{}\"", q.schema.name());
 
@@ -122,6 +122,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         (group, seq, token)
     };
     let (group, seq, token) = lease("parked");
+    // a retry after 1.5 s, through 0001's release function (the name is that release's)
     sqlx::query(AssertSqlSafe(format!(
         "SELECT * FROM {s}.harel_nack(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY[1500::bigint], \
          ARRAY['first try failed'], ARRAY[true])"
@@ -200,7 +201,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
     .into();
     assert_eq!(
         functions, expected,
-        "0001's harel_ack and harel_nack are gone"
+        "0001's ack and release functions are gone (harel_settle does both)"
     );
 
     // a worker of this release runs everything that was waiting, scheduled, leased (once
@@ -236,7 +237,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
 /// else; a function applied by a newer release is left alone.
 #[tokio::test]
 async fn a_changed_function_file_is_applied_again_and_only_it() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let definition = |name: &'static str| {
         let q = &q;
         async move {
@@ -304,7 +305,7 @@ async fn a_changed_function_file_is_applied_again_and_only_it() {
 /// says why, instead of counting database errors for ever.
 #[tokio::test]
 async fn a_worker_on_a_schema_not_migrated_for_this_release_stops_and_says_so() {
-    let q = TestQueue::unmigrated().await;
+    let q = SuiteSchema::unmigrated().await;
     let start = || {
         Worker::builder(q.pool.clone(), Ran::default())
             .register::<Legacy>()
@@ -350,7 +351,7 @@ async fn a_worker_on_a_schema_not_migrated_for_this_release_stops_and_says_so() 
 /// worker set up for the first release go on working after `migrate`, without new grants.
 #[tokio::test]
 async fn roles_keep_their_grants_on_functions_an_upgrade_replaces() {
-    let q = TestQueue::unmigrated().await;
+    let q = SuiteSchema::unmigrated().await;
     migrate_as_the_first_release(&q).await;
     let role = TestRole::with_grants(
         &q,
@@ -380,7 +381,7 @@ async fn roles_keep_their_grants_on_functions_an_upgrade_replaces() {
         .await
         .unwrap()
         .expect("claimed");
-    assert_eq!(claimed.lease.seq, seq);
+    assert_eq!(claimed.lease.id, seq);
     let statuses = q
         .transport
         .heartbeat(&pool, &[claimed.lease], Duration::from_secs(60))
@@ -404,7 +405,7 @@ async fn roles_keep_their_grants_on_functions_an_upgrade_replaces() {
 /// past its name, so the plain insert of a batch of jobs without a group never meets it.
 #[tokio::test]
 async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     // as the old harel_publish accepted it: a named group whose name is a seq 50 ahead
     let named: String = sqlx::query_scalar(q.sql(
         "WITH s AS (SELECT nextval('@schema@.transport_messages_seq_seq') AS seq)
@@ -453,7 +454,10 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
         .await
         .expect("a batch of jobs without a group, past the named group's seq");
     let past: i64 = named["own:".len()..].parse().unwrap();
-    assert!(seqs.iter().all(|&seq| seq > past), "{seqs:?} after {past}");
+    assert!(
+        seqs.iter().all(|seq| seq.get() > past),
+        "{seqs:?} after {past}"
+    );
     assert_eq!(
         q.count("transport_groups").await,
         102,
@@ -477,7 +481,7 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
 /// granted only `SELECT` on the view reads the queue's name without a right on `queues`.
 #[tokio::test]
 async fn the_jobs_view_shows_each_jobs_queue_and_trace_context() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let trace = |n: u8| format!("00-{n:032x}-{n:016x}-01");
     let with_state = format!("{}\nvendor=seven", trace(2));
     let ids: Vec<i64> = sqlx::query_scalar(q.sql(

@@ -10,7 +10,7 @@ use harel_jobs::transport::{MAX_TRACE_CONTEXT_BYTES, OutgoingMessage, Transport}
 use harel_jobs::{
     Client, InvalidMessage, JobContext, JobError, JobId, JobResult, PublishError, WorkerStats, job,
 };
-use harel_jobs_suite::{TestQueue, capture};
+use harel_jobs_suite::{SuiteSchema, capture};
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TracerProvider};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -67,7 +67,7 @@ fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
 }
 
 /// Runs a pool over `queue` until `done` holds for its counters.
-async fn run_until(queue: &TestQueue, done: impl Fn(WorkerStats) -> bool) {
+async fn run_until(queue: &SuiteSchema, done: impl Fn(WorkerStats) -> bool) {
     let handle = Client::with_schema(queue.pool.clone(), queue.schema.clone())
         .worker(())
         .register::<Traced>()
@@ -85,7 +85,7 @@ async fn run_until(queue: &TestQueue, done: impl Fn(WorkerStats) -> bool) {
 }
 
 /// The trace context stored with job `id` (an inline first message, or a message row).
-async fn stored(queue: &TestQueue, id: JobId) -> Option<String> {
+async fn stored(queue: &SuiteSchema, id: JobId) -> Option<String> {
     sqlx::query_scalar(queue.sql(
         "SELECT inline_trace_context FROM @schema@.transport_groups WHERE inline_seq = $1
          UNION ALL
@@ -100,7 +100,7 @@ async fn stored(queue: &TestQueue, id: JobId) -> Option<String> {
 #[tokio::test]
 async fn a_jobs_span_is_a_child_of_the_span_that_enqueued_it() {
     let otel = Otel::install();
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
 
     // the request, and a job enqueued in it, alone and as the second of a group and of a
@@ -175,7 +175,7 @@ async fn a_jobs_span_is_a_child_of_the_span_that_enqueued_it() {
 #[tokio::test]
 async fn jobs_without_a_context_or_with_garbage_run_in_traces_of_their_own() {
     let otel = Otel::install();
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
 
     // outside any span (as from a producer built without the feature): nothing stored
@@ -239,7 +239,7 @@ async fn jobs_without_a_context_or_with_garbage_run_in_traces_of_their_own() {
 #[tokio::test]
 async fn a_dead_letter_keeps_its_context_and_a_retry_carries_it() {
     let otel = Otel::install();
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
     let request = tracing::info_span!("request");
     let request_context = request.context().span().span_context().clone();

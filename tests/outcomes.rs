@@ -11,7 +11,7 @@ use harel_jobs::{
     Backoff, Client, Count, DeadLetterQuery, Handler, Job, JobContext, JobError, JobOptions,
     JobResult, Stats, Worker, WorkerBuilder,
 };
-use harel_jobs_suite::{TestQueue, TestRole, WORKER_GRANTS, pool_with};
+use harel_jobs_suite::{SuiteSchema, TestRole, WORKER_GRANTS, pool_with};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio::sync::watch;
@@ -151,7 +151,7 @@ impl Handler<Ran> for Gated {
     }
 }
 
-fn builder(pool: PgPool, queue: &TestQueue, ran: &Ran) -> WorkerBuilder<Ran> {
+fn builder(pool: PgPool, queue: &SuiteSchema, ran: &Ran) -> WorkerBuilder<Ran> {
     Worker::builder(pool, ran.clone())
         .schema(queue.schema.clone())
         .register::<Good>()
@@ -163,7 +163,7 @@ fn builder(pool: PgPool, queue: &TestQueue, ran: &Ran) -> WorkerBuilder<Ran> {
         .poll_interval(Duration::from_millis(50))
 }
 
-async fn enqueue<J: Job>(queue: &TestQueue, job: J) {
+async fn enqueue<J: Job>(queue: &SuiteSchema, job: J) {
     harel_jobs::Enqueue::new(job, &queue.pool)
         .schema(&queue.schema)
         .await
@@ -179,13 +179,13 @@ async fn wait_for(what: &str, limit: Duration, mut done: impl AsyncFnMut() -> bo
     }
 }
 
-async fn stats(queue: &TestQueue) -> Stats {
+async fn stats(queue: &SuiteSchema) -> Stats {
     Stats::fetch(&queue.pool, &queue.schema).await.unwrap()
 }
 
 #[tokio::test]
 async fn error_texts_and_delays_the_database_cannot_take_never_stop_the_pool() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let ran = Ran::default();
     // a payload whose decode error repeats a NUL character, a handler error holding one,
     // a 200-year snooze; then ordinary jobs, which must all be acked
@@ -253,7 +253,7 @@ async fn error_texts_and_delays_the_database_cannot_take_never_stop_the_pool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_slower_than_the_roles_statement_timeout_is_split_until_it_lands() {
     const JOBS: usize = 12;
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let role = TestRole::with_grants(&queue, WORKER_GRANTS).await;
     // every dead letter costs 60 ms to insert; the worker's role allows 250 ms a statement:
     // a batch of 12 cannot land whole, batches of 3 can
@@ -313,7 +313,7 @@ async fn a_batch_slower_than_the_roles_statement_timeout_is_split_until_it_lands
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_whose_reply_is_lost_after_it_committed_is_answered_from_its_receipt() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     // the ack's transaction takes 1.5 s (it deletes the job's group row, which holds the
     // job), the worker waits 1 s for a reply: it gives up on the connection, the transaction
     // commits anyway, the worker sends the batch again
@@ -353,7 +353,7 @@ async fn a_batch_whose_reply_is_lost_after_it_committed_is_answered_from_its_rec
 /// with no delay is a retry (it used to be counted as a release).
 #[tokio::test]
 async fn a_retry_without_delay_is_counted_as_a_retry() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let ran = Ran::default();
     enqueue(&queue, RetryNow).await;
     let handle = builder(queue.pool.clone(), &queue, &ran)

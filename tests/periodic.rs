@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use harel_jobs::{
     Client, Handler, Job, JobContext, JobResult, MissedTicks, Periodic, ScheduleQuery, WorkerHandle,
 };
-use harel_jobs_suite::{TestQueue, database_url, pool_with};
+use harel_jobs_suite::{SuiteSchema, database_url, pool_with};
 use serde::{Deserialize, Serialize};
 
 /// The tick a periodic job was made for.
@@ -41,7 +41,7 @@ impl Job for Report {
     const KIND: &'static str = "report";
 }
 
-async fn start(q: &TestQueue, ledger: &Ledger, schedule: Periodic) -> WorkerHandle {
+async fn start(q: &SuiteSchema, ledger: &Ledger, schedule: Periodic) -> WorkerHandle {
     // a pool of its own, as a separate process would have
     let pool = pool_with(&database_url(), 4).await;
     Client::with_schema(pool, q.schema.clone())
@@ -57,7 +57,7 @@ async fn start(q: &TestQueue, ledger: &Ledger, schedule: Periodic) -> WorkerHand
 /// tick missed between the first and the last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_tick_is_enqueued_once_across_four_workers() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let ledger = Ledger::default();
     let every_second = || Periodic::every("every-second", Duration::from_secs(1)).unwrap();
     let mut workers = Vec::new();
@@ -109,7 +109,7 @@ async fn every_tick_is_enqueued_once_across_four_workers() {
 /// Ticks missed while no worker ran: the policy says how many are enqueued when one starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missed_ticks_are_enqueued_as_the_policy_says() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = Client::with_schema(q.pool.clone(), q.schema.clone());
     let hourly = |name: &str, policy| {
         Periodic::every(name, Duration::from_secs(3600))
@@ -186,7 +186,7 @@ async fn missed_ticks_are_enqueued_as_the_policy_says() {
 /// cannot move a schedule past ticks the others have yet to fire).
 #[tokio::test]
 async fn a_tick_from_the_future_is_refused() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
         .fetch_one(&q.pool)
         .await
@@ -213,7 +213,7 @@ async fn a_tick_from_the_future_is_refused() {
 /// A bad schedule is a typed error when the pool is built, and so is one name twice.
 #[tokio::test]
 async fn bad_schedules_are_refused_when_the_pool_is_built() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     assert!(matches!(
         Periodic::cron("x", "not a cron"),
         Err(harel_jobs::ConfigError::InvalidSchedule { .. })

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use harel_jobs::{DeadLetterQuery, JobBatch, PreparedStatements};
 use harel_jobs_suite::pgbouncer::PgBouncer;
-use harel_jobs_suite::{TestQueue, capture};
+use harel_jobs_suite::{SuiteSchema, capture};
 
 #[path = "scenarios/worker.rs"]
 mod scenarios;
@@ -57,7 +57,7 @@ async fn this_pgbouncer_breaks_sqlx_default_statements_so_the_other_tests_mean_s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_enqueue_and_tools_work_through_pgbouncer_in_transactions() {
-    let queue = TestQueue::unmigrated().await;
+    let queue = SuiteSchema::unmigrated().await;
     let bouncer = PgBouncer::start(SERVER_POOL);
     let pool = pool_through(&bouncer).await;
     // several processes migrating at once, through the pooler

@@ -12,13 +12,13 @@ use harel_jobs::{
     Client, Handler, InvalidMessage, Job, JobContext, JobResult, PublishError, QueueLimits,
     WorkerHandle, job,
 };
-use harel_jobs_suite::{TestQueue, database_url, pool_with};
+use harel_jobs_suite::{SuiteSchema, database_url, pool_with};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
 const LEASE: Duration = Duration::from_secs(60);
 
-fn queue(q: &TestQueue) -> Client {
+fn queue(q: &SuiteSchema) -> Client {
     Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
@@ -26,20 +26,20 @@ fn in_queue(queue: &str, group: &str, n: u32) -> OutgoingMessage {
     OutgoingMessage::new(group, "k", format!(r#"{{"n":{n}}}"#)).queue(queue)
 }
 
-async fn claim_from(q: &TestQueue, queue: &str, limit: u32) -> Vec<(String, i64)> {
+async fn claim_from(q: &SuiteSchema, queue: &str, limit: u32) -> Vec<(String, harel_jobs::JobId)> {
     q.transport
         .claim_many(&q.pool, &ClaimRequest::new(LEASE).limit(limit).queue(queue))
         .await
         .unwrap()
         .into_iter()
-        .map(|m| (m.lease.group, m.lease.seq))
+        .map(|m| (m.lease.group, m.lease.id))
         .collect()
 }
 
 /// A claim takes jobs of its queue only; each queue keeps its groups' FIFO order.
 #[tokio::test]
 async fn each_queue_is_claimed_on_its_own() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let batch = [
         in_queue("mail", "m1", 1),
@@ -82,7 +82,7 @@ async fn each_queue_is_claimed_on_its_own() {
 /// refused, nothing written, whether alone or in a batch.
 #[tokio::test]
 async fn a_group_belongs_to_one_queue() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &in_queue("mail", "user-1", 1))
         .await
@@ -130,7 +130,7 @@ async fn a_group_belongs_to_one_queue() {
 /// A dead letter retried goes back to its own queue.
 #[tokio::test]
 async fn a_retried_dead_letter_goes_back_to_its_queue() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &in_queue("mail", "g", 1)).await.unwrap();
     let claimed = t
@@ -144,11 +144,7 @@ async fn a_retried_dead_letter_goes_back_to_its_queue() {
         harel_jobs::transport::LeaseOutcome::Applied
     );
     let dead = queue(&q).dead_letters();
-    let letter = dead
-        .get(harel_jobs::JobId::new(claimed.lease.seq))
-        .await
-        .unwrap()
-        .unwrap();
+    let letter = dead.get(claimed.lease.id).await.unwrap().unwrap();
     assert_eq!(letter.queue, "mail");
     dead.retry(letter.id).await.unwrap().unwrap();
     assert!(claim_from(&q, "default", 10).await.is_empty());
@@ -159,7 +155,7 @@ async fn a_retried_dead_letter_goes_back_to_its_queue() {
 /// resumed, its jobs are claimed again. Other queues never stop.
 #[tokio::test]
 async fn a_paused_queue_is_not_claimed_until_resumed() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let paused = queue.pause("mail").await.unwrap();
     assert!(paused.is_paused());
@@ -216,7 +212,7 @@ async fn urgent_job(ctx: JobContext<Arc<Gate>>) -> JobResult {
 /// starts, while every slow job is still blocked (with shared slots it never would).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_flood_in_one_queue_never_takes_the_slots_of_another() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let mut batch = queue.batch();
     for n in 0..10_000 {
@@ -275,7 +271,7 @@ impl Handler<()> for Hold {
     }
 }
 
-async fn start_pool(q: &TestQueue, concurrency: usize) -> WorkerHandle {
+async fn start_pool(q: &SuiteSchema, concurrency: usize) -> WorkerHandle {
     // a pool of its own, as a separate process would have
     let pool = pool_with(&database_url(), 6).await;
     Client::with_schema(pool, q.schema.clone())
@@ -291,7 +287,7 @@ async fn start_pool(q: &TestQueue, concurrency: usize) -> WorkerHandle {
 
 /// Enqueues `count` jobs of `millis` each, runs them on four pools of `concurrency` 16 and
 /// returns each job's (start, finish) as the database recorded them.
-async fn run_on_four_pools(q: &TestQueue, count: u32, millis: u64) -> Vec<(f64, f64)> {
+async fn run_on_four_pools(q: &SuiteSchema, count: u32, millis: u64) -> Vec<(f64, f64)> {
     let queue = queue(q);
     let mut batch = queue.batch();
     for _ in 0..count {
@@ -353,7 +349,7 @@ fn most_at_once(intervals: &[(f64, f64)]) -> usize {
 /// are used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_concurrency_limit_holds_across_every_worker() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     queue(&q)
         .set_limits("partner", QueueLimits::none().concurrency(5))
         .await
@@ -376,7 +372,7 @@ async fn a_concurrency_limit_holds_across_every_worker() {
 /// start i, less the 0.9 s of the burst.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rate_limit_holds_across_every_worker() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let limits = QueueLimits::none().rate(10, Duration::from_secs(1));
     queue(&q).set_limits("partner", limits).await.unwrap();
     let intervals = run_on_four_pools(&q, 30, 1).await;
@@ -408,7 +404,7 @@ async fn a_periodic_job_goes_to_its_queue() {
         const QUEUE: &'static str = "reports";
     }
 
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let every = harel_jobs::Periodic::every("reports", Duration::from_secs(1)).unwrap();
     let worker = queue(&q)
         .worker(())
@@ -443,7 +439,7 @@ fn partner_pool(queue: &Client, poll: Duration) -> WorkerHandle {
 }
 
 /// How many jobs finished (kept in the history).
-async fn finished(q: &TestQueue) -> i64 {
+async fn finished(q: &SuiteSchema) -> i64 {
     sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
         .fetch_one(&q.pool)
         .await
@@ -454,7 +450,7 @@ async fn finished(q: &TestQueue) -> i64 {
 /// (over several poll intervals); once resumed, it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_pool_honours_pause_and_resume() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let worker = partner_pool(&queue, Duration::from_millis(50));
     let done = || finished(&q);
@@ -490,7 +486,7 @@ async fn a_running_pool_honours_pause_and_resume() {
 /// resume's NOTIFY can start the job that waited while the queue was paused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_a_queue_wakes_its_workers_without_a_poll() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let worker = partner_pool(&queue, Duration::from_secs(600));
     let done = || finished(&q);
@@ -521,7 +517,7 @@ async fn resuming_a_queue_wakes_its_workers_without_a_poll() {
 /// be: waiting, cancelled, completed and kept, dead; and the listing filters by queue.
 #[tokio::test]
 async fn a_job_knows_its_queue_wherever_it_is() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let t = &q.transport;
     let ids = t
@@ -537,21 +533,14 @@ async fn a_job_knows_its_queue_wherever_it_is() {
         )
         .await
         .unwrap();
-    let job_queue = |id: i64| {
+    let job_queue = |id: harel_jobs::JobId| {
         let queue = queue.clone();
-        async move {
-            queue
-                .job(harel_jobs::JobId::new(id))
-                .await
-                .unwrap()
-                .expect("found")
-                .queue
-        }
+        async move { queue.job(id).await.unwrap().expect("found").queue }
     };
     assert_eq!(job_queue(ids[1]).await, "mail", "waiting behind its head");
     assert_eq!(job_queue(ids[4]).await, "default");
 
-    queue.cancel(harel_jobs::JobId::new(ids[1])).await.unwrap();
+    queue.cancel(ids[1]).await.unwrap();
     assert_eq!(job_queue(ids[1]).await, "mail", "cancelled");
     let claimed = q
         .transport
@@ -559,7 +548,7 @@ async fn a_job_knows_its_queue_wherever_it_is() {
         .await
         .unwrap();
     for message in claimed {
-        let settlement = if message.lease.seq == ids[0] {
+        let settlement = if message.lease.id == ids[0] {
             harel_jobs::transport::Settlement::Retain {
                 keep: Duration::from_secs(60),
             }
@@ -576,7 +565,7 @@ async fn a_job_knows_its_queue_wherever_it_is() {
         .jobs(&harel_jobs::JobQuery::new().queue("mail"))
         .await
         .unwrap();
-    let listed: Vec<i64> = page.jobs.iter().map(|job| job.id.get()).collect();
+    let listed: Vec<harel_jobs::JobId> = page.jobs.iter().map(|job| job.id).collect();
     assert_eq!(listed, ids[..4].to_vec());
     assert!(page.jobs.iter().all(|job| job.queue == "mail"));
 }
@@ -585,7 +574,7 @@ async fn a_job_knows_its_queue_wherever_it_is() {
 /// batches, all commit (no deadlock), and each queue is created once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_batches_create_each_new_queue_once() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let mut tasks = Vec::new();
     for task in 0..8u32 {
         let pool = q.pool.clone();

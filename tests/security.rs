@@ -8,7 +8,7 @@ use harel_jobs::transport::{
 };
 use harel_jobs::{Client, Count, DatabaseError, DeadLetterQuery, Stats, TransportError};
 use harel_jobs_suite::{
-    OPERATOR_GRANTS, PRODUCER_GRANTS, TestQueue, TestRole, WORKER_GRANTS, pool_with,
+    OPERATOR_GRANTS, PRODUCER_GRANTS, SuiteSchema, TestRole, WORKER_GRANTS, pool_with,
 };
 use sqlx::{AssertSqlSafe, Executor, PgPool};
 
@@ -32,7 +32,7 @@ async fn sqlstate(pool: &PgPool, sql: String) -> Option<String> {
 /// A schema of hostile look-alikes on the caller's search_path: `*(bigint, interval)` (which
 /// `pg_catalog` has no exact match for), `cardinality(text[])` and `unnest(text[])` (more
 /// specific than `pg_catalog`'s polymorphic ones). Each records its call and lies.
-async fn plant_hostile_functions(q: &TestQueue, schema: &str) {
+async fn plant_hostile_functions(q: &SuiteSchema, schema: &str) {
     let sql = format!(
         r#"
         CREATE SCHEMA "{schema}";
@@ -78,7 +78,7 @@ async fn pool_searching(schema: &str) -> PgPool {
 
 #[tokio::test]
 async fn no_queue_function_runs_what_a_hostile_search_path_offers() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let hostile = harel_jobs_suite::unique_name("evil");
     plant_hostile_functions(&q, &hostile).await;
     let caller = pool_searching(&hostile).await;
@@ -172,7 +172,7 @@ async fn no_queue_function_runs_what_a_hostile_search_path_offers() {
 }
 
 /// Everything a producer must not do, each answered with SQLSTATE 42501.
-fn producer_must_not(q: &TestQueue) -> Vec<String> {
+fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
     let s = format!("\"{}\"", q.schema.name());
     vec![
         format!("SELECT payload FROM {s}.transport_messages"),
@@ -231,7 +231,7 @@ fn producer_must_not(q: &TestQueue) -> Vec<String> {
 
 #[tokio::test]
 async fn a_producer_can_enqueue_and_do_nothing_else() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, PRODUCER_GRANTS).await;
     let producer = pool_with(&role.url, 2).await;
     let t = &q.transport;
@@ -345,7 +345,7 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
 
 #[tokio::test]
 async fn a_worker_can_work_and_can_neither_enqueue_nor_touch_leases_it_does_not_hold() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, WORKER_GRANTS).await;
     let worker = pool_with(&role.url, 2).await;
     let t = &q.transport;
@@ -446,7 +446,7 @@ async fn a_worker_can_work_and_can_neither_enqueue_nor_touch_leases_it_does_not_
 /// EXECUTE that PostgreSQL gives PUBLIC on every new function.
 #[tokio::test]
 async fn a_role_without_grants_can_call_nothing() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, &["USAGE ON SCHEMA @schema@"]).await;
     let nobody = pool_with(&role.url, 1).await;
     let publish = q
@@ -475,7 +475,7 @@ async fn a_role_without_grants_can_call_nothing() {
 
 #[tokio::test]
 async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 2).await;
     let t = &q.transport;
@@ -510,11 +510,10 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
 
     // look jobs up and cancel them, through the Client handle
     let queue = harel_jobs::Client::with_schema(operator.clone(), q.schema.clone());
-    let waiting = harel_jobs::JobId::new(
-        t.publish(&q.pool, &OutgoingMessage::new("g9", "k", "{}"))
-            .await
-            .unwrap(),
-    );
+    let waiting = t
+        .publish(&q.pool, &OutgoingMessage::new("g9", "k", "{}"))
+        .await
+        .unwrap();
     let info = queue.job(waiting).await.unwrap().expect("found");
     assert_eq!(info.state, harel_jobs::JobState::Waiting);
     let page = queue.jobs(&harel_jobs::JobQuery::new()).await.unwrap();

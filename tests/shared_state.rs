@@ -20,14 +20,14 @@ use harel_jobs::{
     Client, DatabaseError, Handler, Job, JobContext, JobResult, QueueLimits, ScheduleQuery,
 };
 use harel_jobs_suite::{
-    PRODUCER_GRANTS, TestQueue, TestRole, WORKER_GRANTS, database_url, pool_with,
+    PRODUCER_GRANTS, SuiteSchema, TestRole, WORKER_GRANTS, database_url, pool_with,
 };
 use serde::{Deserialize, Serialize};
 use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
 
 const LEASE: Duration = Duration::from_secs(60);
 
-fn queue(q: &TestQueue) -> Client {
+fn queue(q: &SuiteSchema) -> Client {
     Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
@@ -40,7 +40,7 @@ async fn sqlstate(pool: &PgPool, sql: String) -> Option<String> {
 }
 
 /// A login with no grant at all, connected.
-async fn stranger(q: &TestQueue) -> (TestRole, PgConnection) {
+async fn stranger(q: &SuiteSchema) -> (TestRole, PgConnection) {
     let role = TestRole::with_grants(q, &[]).await;
     let connection = PgConnection::connect(&role.url).await.unwrap();
     (role, connection)
@@ -50,7 +50,7 @@ async fn stranger(q: &TestQueue) -> (TestRole, PgConnection) {
 /// queue's releases up to schema version 10 took: the claims of limited queues (by queue
 /// id), housekeeping, migrate, the depth sampler and the vacuum. Their keys are in the
 /// functions' bodies (readable by every role in `pg_proc`) and in the crate's source.
-async fn hold_the_old_advisory_keys(connection: &mut PgConnection, q: &TestQueue) {
+async fn hold_the_old_advisory_keys(connection: &mut PgConnection, q: &SuiteSchema) {
     let name = q.schema.name();
     let quoted = format!("\"{name}\"");
     let mut keys: Vec<(String, i64)> = (0..8)
@@ -74,7 +74,7 @@ async fn hold_the_old_advisory_keys(connection: &mut PgConnection, q: &TestQueue
 
 #[tokio::test]
 async fn no_queue_function_and_no_worker_takes_an_advisory_lock() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let functions: Vec<String> = sqlx::query_scalar(
         "SELECT p.proname::text FROM pg_proc p
           WHERE p.pronamespace = $1::regnamespace AND p.prosrc ILIKE '%advisory%'",
@@ -125,7 +125,7 @@ impl Handler<()> for Limited {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_granted_nothing_cannot_stop_a_limited_queue_or_housekeeping() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let jobs = queue(&q);
     jobs.set_limits("limited", QueueLimits::none().concurrency(5))
         .await
@@ -195,7 +195,7 @@ async fn a_login_granted_nothing_cannot_stop_a_limited_queue_or_housekeeping() {
 
 #[tokio::test]
 async fn migrate_runs_while_a_login_granted_nothing_holds_what_it_can() {
-    let q = TestQueue::unmigrated().await;
+    let q = SuiteSchema::unmigrated().await;
     let (_role, mut attacker) = stranger(&q).await;
     hold_the_old_advisory_keys(&mut attacker, &q).await;
     tokio::time::timeout(
@@ -210,7 +210,7 @@ async fn migrate_runs_while_a_login_granted_nothing_holds_what_it_can() {
 
 #[tokio::test]
 async fn concurrent_migrations_of_a_new_schema_all_succeed() {
-    let q = TestQueue::unmigrated().await;
+    let q = SuiteSchema::unmigrated().await;
     let runs: Vec<_> = (0..4)
         .map(|_| {
             let pool = q.pool.clone();
@@ -232,7 +232,7 @@ async fn concurrent_migrations_of_a_new_schema_all_succeed() {
 /// up too, and nothing is leased once the turn comes.
 #[tokio::test]
 async fn a_claim_its_caller_gave_up_on_never_leases_anything() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let jobs = queue(&q);
     jobs.set_limits("limited", QueueLimits::none().concurrency(5))
         .await
@@ -290,7 +290,7 @@ async fn a_claim_its_caller_gave_up_on_never_leases_anything() {
 /// scan what lies above it); a real one, the position of a group that is there, does.
 #[tokio::test]
 async fn a_forged_notification_does_not_lower_the_claim_floors() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let (_role, mut stranger) = stranger(&q).await;
     // the stranger's notification reaches the workers' channel
     let mut listener = sqlx::postgres::PgListener::connect_with(&q.pool)
@@ -376,7 +376,12 @@ fn own(seq: i64) -> String {
 
 /// One raw `harel_publish` of a job into `group` (as a caller bypassing the Rust checks),
 /// into `queue`; its id.
-async fn publish_raw(executor: &mut PgConnection, q: &TestQueue, group: &str, queue: &str) -> i64 {
+async fn publish_raw(
+    executor: &mut PgConnection,
+    q: &SuiteSchema,
+    group: &str,
+    queue: &str,
+) -> i64 {
     sqlx::query_scalar(q.sql(
         "SELECT s FROM @schema@.harel_publish(ARRAY[$1], ARRAY['k'], ARRAY['{}'],
                 ARRAY[0::smallint], ARRAY[NULL::timestamptz], ARRAY[NULL::bigint],
@@ -390,7 +395,7 @@ async fn publish_raw(executor: &mut PgConnection, q: &TestQueue, group: &str, qu
 }
 
 /// The group of job `id`.
-async fn group_of(q: &TestQueue, id: i64) -> String {
+async fn group_of(q: &SuiteSchema, id: i64) -> String {
     sqlx::query_scalar(q.sql("SELECT group_id FROM @schema@.jobs WHERE seq = $1"))
         .bind(id)
         .fetch_one(&q.pool)
@@ -403,7 +408,7 @@ async fn group_of(q: &TestQueue, id: i64) -> String {
 /// A's batch is queued whole, and B's job has a group of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_producer_cannot_fail_another_producers_batch_by_a_reserved_group_name() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, PRODUCER_GRANTS).await;
     let mut b = PgConnection::connect(&role.url).await.unwrap();
     sqlx::raw_sql("BEGIN").execute(&mut b).await.unwrap();
@@ -444,7 +449,7 @@ async fn a_producer_cannot_fail_another_producers_batch_by_a_reserved_group_name
 
     let published = a.await.unwrap().expect("A's batch failed");
     assert_eq!(published.len(), BATCH);
-    assert_eq!(published[0], before + 1, "the id B aimed at");
+    assert_eq!(published[0].get(), before + 1, "the id B aimed at");
     assert_eq!(group_of(&q, before + 1).await, own(before + 1));
     assert_eq!(
         group_of(&q, taken).await,
@@ -458,13 +463,14 @@ async fn a_producer_cannot_fail_another_producers_batch_by_a_reserved_group_name
 /// A raw publish into the group of another's job that has no group gets a group of its own.
 #[tokio::test]
 async fn a_producer_cannot_slip_a_job_into_another_jobs_own_group() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, PRODUCER_GRANTS).await;
     let victim = q
         .transport
         .publish(&q.pool, &OutgoingMessage::new("", "k", "{}").in_own_group())
         .await
-        .unwrap();
+        .unwrap()
+        .get();
     let mut producer = PgConnection::connect(&role.url).await.unwrap();
     let slipped = publish_raw(&mut producer, &q, &own(victim), "default").await;
     assert_eq!(group_of(&q, victim).await, own(victim));
@@ -478,7 +484,7 @@ async fn a_producer_cannot_slip_a_job_into_another_jobs_own_group() {
 /// one within a bounded number of calls.
 #[tokio::test]
 async fn the_queue_cap_counts_queues_that_exist_and_housekeeping_sweeps_a_window() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let mut connection = PgConnection::connect(&database_url()).await.unwrap();
     for n in 0..1_000 {
         sqlx::raw_sql("BEGIN")
@@ -567,7 +573,7 @@ async fn the_queue_cap_counts_queues_that_exist_and_housekeeping_sweeps_a_window
 /// again) starts jobs at once, not a day later.
 #[tokio::test]
 async fn a_changed_rate_limit_takes_effect_at_the_next_claim() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let jobs = queue(&q);
     let day = Duration::from_secs(86_400);
     jobs.set_limits("rated", QueueLimits::none().rate(1, day))
@@ -631,7 +637,7 @@ async fn a_changed_rate_limit_takes_effect_at_the_next_claim() {
 }
 
 /// One `harel_worker_report` as `pool`'s role; its SQLSTATE if refused.
-async fn report(pool: &PgPool, q: &TestQueue, queues: &str, count: &str) -> Option<String> {
+async fn report(pool: &PgPool, q: &SuiteSchema, queues: &str, count: &str) -> Option<String> {
     sqlstate(
         pool,
         q.sql(&format!(
@@ -647,7 +653,7 @@ async fn report(pool: &PgPool, q: &TestQueue, queues: &str, count: &str) -> Opti
 /// kept are bounded, and the listing says how many it leaves out.
 #[tokio::test]
 async fn worker_reports_are_bounded_and_listings_say_what_they_leave_out() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, WORKER_GRANTS).await;
     let worker = pool_with(&role.url, 1).await;
     let long = "x".repeat(65);
@@ -728,7 +734,7 @@ async fn worker_reports_are_bounded_and_listings_say_what_they_leave_out() {
 /// listing pages through every one, with the total.
 #[tokio::test]
 async fn schedules_are_bounded_and_listed_a_page_at_a_time() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, WORKER_GRANTS).await;
     let worker = pool_with(&role.url, 1).await;
     let declare = |name: String| {

@@ -5,24 +5,24 @@ use std::time::Duration;
 
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage, Priority};
 use harel_jobs::{Count, Stats};
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::SuiteSchema;
 use sqlx::{Connection, PgConnection};
 
 const LONG: Duration = Duration::from_secs(60);
 
 /// Publishes `n` due jobs, each in a group of its own (`<prefix><i>`), 10,000 per round trip.
-async fn publish(q: &TestQueue, prefix: &str, n: usize) {
+async fn publish(q: &SuiteSchema, prefix: &str, n: usize) {
     let mut conn = q.pool.acquire().await.unwrap();
     publish_on(q, &mut conn, prefix, n).await;
 }
 
 /// Runs `sql` (with `@schema@`) on the queue's pool.
-async fn run(q: &TestQueue, sql: &str) {
+async fn run(q: &SuiteSchema, sql: &str) {
     sqlx::query(q.sql(sql)).execute(&q.pool).await.unwrap();
 }
 
 /// [`publish`] on one connection.
-async fn publish_on(q: &TestQueue, conn: &mut PgConnection, prefix: &str, n: usize) {
+async fn publish_on(q: &SuiteSchema, conn: &mut PgConnection, prefix: &str, n: usize) {
     for start in (0..n).step_by(10_000) {
         let chunk: Vec<OutgoingMessage> = (start..n.min(start + 10_000))
             .map(|i| OutgoingMessage::new(format!("{prefix}{i}"), "stats", "{}"))
@@ -32,7 +32,7 @@ async fn publish_on(q: &TestQueue, conn: &mut PgConnection, prefix: &str, n: usi
 }
 
 /// [`run`] on one connection.
-async fn run_on(q: &TestQueue, conn: &mut PgConnection, sql: &str) {
+async fn run_on(q: &SuiteSchema, conn: &mut PgConnection, sql: &str) {
     sqlx::query(q.sql(sql)).execute(conn).await.unwrap();
 }
 
@@ -48,7 +48,7 @@ async fn flush_statistics(conn: &mut PgConnection) {
 }
 
 /// Pages of one of the queue's tables.
-async fn pages(q: &TestQueue, table: &str) -> i64 {
+async fn pages(q: &SuiteSchema, table: &str) -> i64 {
     sqlx::query_scalar(q.sql(&format!(
         "SELECT pg_relation_size('@schema@.{table}'::regclass) / 8192"
     )))
@@ -60,7 +60,7 @@ async fn pages(q: &TestQueue, table: &str) -> i64 {
 /// Fetches the stats on `conn` and returns them with the blocks the fetch read from the
 /// queue's tables and indexes (PostgreSQL's own per-transaction counters: every block
 /// request, from shared buffers or not).
-async fn fetch_counting_blocks(q: &TestQueue, conn: &mut PgConnection) -> (Stats, i64) {
+async fn fetch_counting_blocks(q: &SuiteSchema, conn: &mut PgConnection) -> (Stats, i64) {
     let blocks = || {
         q.sql(
             "SELECT coalesce(sum(pg_stat_get_xact_blocks_fetched(c.oid)), 0)::bigint
@@ -83,7 +83,7 @@ async fn fetch_counting_blocks(q: &TestQueue, conn: &mut PgConnection) -> (Stats
 
 #[tokio::test]
 async fn small_tables_are_counted_exactly() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let stats = Stats::fetch(&q.pool, &q.schema).await.unwrap();
     assert_eq!(
         (stats.jobs, stats.groups, stats.claimable_groups),
@@ -130,7 +130,7 @@ async fn small_tables_are_counted_exactly() {
 
 #[tokio::test]
 async fn a_table_past_the_window_is_estimated_and_exact_again_once_small() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let n = 20_000;
     // each group's first job is stored in its group row, the second in transport_messages:
     // both tables past the window
@@ -181,7 +181,7 @@ async fn a_table_past_the_window_is_estimated_and_exact_again_once_small() {
 /// bounded when the tables grow.
 #[tokio::test]
 async fn fifty_thousand_dead_rows_under_a_held_snapshot_do_not_make_the_fetch_read_more() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let url = harel_jobs_suite::database_url();
     let mut dashboard = PgConnection::connect(&url).await.unwrap();
     let (stats, _) = fetch_counting_blocks(&q, &mut dashboard).await;

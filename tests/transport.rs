@@ -1,5 +1,5 @@
 //! Integration tests of the per-group PostgreSQL transport, one guarantee per test, each in
-//! a migrated schema of its own on a real server (see `harel_jobs_suite::TestQueue`).
+//! a migrated schema of its own on a real server (see `harel_jobs_suite::SuiteSchema`).
 //!
 //! Concurrency and races are in `transport_races.rs`; plans, the workers' clocks,
 //! connecting and migrating in `transport_env.rs`.
@@ -13,8 +13,8 @@ use harel_jobs::transport::{
     MAX_BATCH_MESSAGES, MAX_GROUP_BYTES, MAX_PAYLOAD_BYTES, OutgoingMessage, Published, Receipt,
     Settlement, own_group,
 };
-use harel_jobs::{InvalidMessage, Priority, PublishError};
-use harel_jobs_suite::TestQueue;
+use harel_jobs::{InvalidMessage, JobId, Priority, PublishError};
+use harel_jobs_suite::SuiteSchema;
 use uuid::Uuid;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -37,24 +37,24 @@ fn at(group: &str, priority: u8) -> OutgoingMessage {
     message(group, "{}").priority(Priority::new(priority).unwrap())
 }
 
-async fn claim(q: &TestQueue, lease: Duration) -> Option<ClaimedMessage> {
+async fn claim(q: &SuiteSchema, lease: Duration) -> Option<ClaimedMessage> {
     q.transport
         .claim(&q.pool, &ClaimRequest::new(lease))
         .await
         .expect("claim")
 }
 
-async fn claim_floor(q: &TestQueue, floor: u8) -> Option<ClaimedMessage> {
+async fn claim_floor(q: &SuiteSchema, floor: u8) -> Option<ClaimedMessage> {
     let request = ClaimRequest::new(LONG).min_priority(Priority::new(floor).unwrap());
     q.transport.claim(&q.pool, &request).await.expect("claim")
 }
 
-async fn ack(q: &TestQueue, lease: &Lease) -> LeaseOutcome {
+async fn ack(q: &SuiteSchema, lease: &Lease) -> LeaseOutcome {
     q.transport.ack(&q.pool, lease).await.expect("ack")
 }
 
 /// Claims and acks until nothing is claimable; returns what was claimed, in order.
-async fn drain(q: &TestQueue) -> Vec<ClaimedMessage> {
+async fn drain(q: &SuiteSchema) -> Vec<ClaimedMessage> {
     let mut claimed = Vec::new();
     while let Some(m) = claim(q, LONG).await {
         assert_eq!(ack(q, &m.lease).await, LeaseOutcome::Applied);
@@ -66,7 +66,7 @@ async fn drain(q: &TestQueue) -> Vec<ClaimedMessage> {
 /// The group's row: (priority, available_at, locked_by, head_seq, head_attempts).
 type GroupRow = (i16, DateTime<Utc>, Option<Uuid>, Option<i64>, i32);
 
-async fn group_row(q: &TestQueue, group: &str) -> Option<GroupRow> {
+async fn group_row(q: &SuiteSchema, group: &str) -> Option<GroupRow> {
     sqlx::query_as(q.sql(
         "SELECT priority, available_at, locked_by, head_seq, head_attempts \
          FROM @schema@.transport_groups WHERE group_id = $1",
@@ -80,19 +80,19 @@ async fn group_row(q: &TestQueue, group: &str) -> Option<GroupRow> {
 /// The message's row: (group_id, kind, payload, priority, attempts, last_error).
 type MessageRow = (String, String, String, i16, i32, Option<String>);
 
-async fn message_row(q: &TestQueue, seq: i64) -> Option<MessageRow> {
+async fn message_row(q: &SuiteSchema, id: JobId) -> Option<MessageRow> {
     sqlx::query_as(q.sql(
         "SELECT group_id, kind, payload::text, priority, attempts, last_error \
          FROM @schema@.jobs WHERE seq = $1",
     ))
-    .bind(seq)
+    .bind(id.get())
     .fetch_optional(&q.pool)
     .await
     .expect("message row")
 }
 
 /// The database's clock.
-async fn db_now(q: &TestQueue) -> DateTime<Utc> {
+async fn db_now(q: &SuiteSchema) -> DateTime<Utc> {
     sqlx::query_scalar("SELECT now()")
         .fetch_one(&q.pool)
         .await
@@ -100,7 +100,7 @@ async fn db_now(q: &TestQueue) -> DateTime<Utc> {
 }
 
 /// Claims until something comes (polling), for waits whose end the database decides.
-async fn claim_eventually(q: &TestQueue, lease: Duration) -> ClaimedMessage {
+async fn claim_eventually(q: &SuiteSchema, lease: Duration) -> ClaimedMessage {
     for _ in 0..300 {
         if let Some(m) = claim(q, lease).await {
             return m;
@@ -115,7 +115,7 @@ async fn claim_eventually(q: &TestQueue, lease: Duration) -> ClaimedMessage {
 
 #[tokio::test]
 async fn publish_in_a_transaction_is_claimable_only_after_commit() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let mut tx = q.pool.begin().await.unwrap();
     let seq = q
         .transport
@@ -129,13 +129,13 @@ async fn publish_in_a_transaction_is_claimable_only_after_commit() {
 
     tx.commit().await.unwrap();
     let m = claim(&q, LONG).await.expect("visible after commit");
-    assert_eq!((m.lease.group.as_str(), m.lease.seq), ("g", seq));
+    assert_eq!((m.lease.group.as_str(), m.lease.id), ("g", seq));
     assert_eq!(m.payload, r#"{"n":1}"#);
 }
 
 #[tokio::test]
 async fn rolled_back_publish_leaves_no_message_and_no_group() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let mut tx = q.pool.begin().await.unwrap();
     q.transport
         .publish_many(
@@ -156,7 +156,7 @@ async fn rolled_back_publish_leaves_no_message_and_no_group() {
 
 #[tokio::test]
 async fn messages_of_a_group_are_claimed_in_publish_order() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     // single publishes, a batch interleaving groups (several messages of one group in it),
     // then single publishes again
@@ -199,7 +199,7 @@ async fn messages_of_a_group_are_claimed_in_publish_order() {
 
 #[tokio::test]
 async fn a_long_group_cannot_starve_groups_published_after_it() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let big: Vec<_> = (0..1000).map(|i| message("big", &i.to_string())).collect();
     t.publish_many(&q.pool, &big).await.unwrap();
@@ -224,7 +224,7 @@ async fn a_long_group_cannot_starve_groups_published_after_it() {
 
 #[tokio::test]
 async fn higher_priority_groups_come_first_round_robin_within_a_priority() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let groups = [
         ("low-a", 0),
@@ -256,7 +256,7 @@ async fn higher_priority_groups_come_first_round_robin_within_a_priority() {
 
 #[tokio::test]
 async fn the_priority_floor_excludes_lower_groups() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     for (group, priority) in [("p0", 0), ("p1", 1), ("p3", 3)] {
         t.publish(&q.pool, &at(group, priority)).await.unwrap();
@@ -272,7 +272,7 @@ async fn the_priority_floor_excludes_lower_groups() {
 
 #[tokio::test]
 async fn a_group_keeps_the_priority_of_its_first_publish() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &at("g", 0)).await.unwrap();
     t.publish(&q.pool, &at("g", 4)).await.unwrap();
@@ -302,7 +302,7 @@ async fn a_group_keeps_the_priority_of_its_first_publish() {
 
 #[tokio::test]
 async fn a_lapsed_lease_is_fenced_off_after_takeover() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let seq = t.publish(&q.pool, &message("g", "{}")).await.unwrap();
     let first = claim(&q, Duration::from_millis(300)).await.unwrap();
@@ -310,7 +310,7 @@ async fn a_lapsed_lease_is_fenced_off_after_takeover() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
 
     let second = claim(&q, LONG).await.expect("lapsed lease is claimable");
-    assert_eq!(second.lease.seq, seq);
+    assert_eq!(second.lease.id, seq);
     assert_eq!(second.attempt, 2);
     assert_ne!(second.lease.token, first.lease.token);
 
@@ -349,7 +349,7 @@ async fn a_lapsed_lease_is_fenced_off_after_takeover() {
 
 #[tokio::test]
 async fn acking_an_acked_message_is_lease_lost() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish_many(&q.pool, &[message("g", "1"), message("g", "2")])
         .await
@@ -376,7 +376,7 @@ async fn acking_an_acked_message_is_lease_lost() {
 /// not applied twice (a snooze used to give its attempt back twice: attempt 0 next).
 #[tokio::test]
 async fn a_settle_sent_again_changes_nothing_and_with_its_receipt_says_already_applied() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let seqs = t
         .publish_many(&q.pool, &[message("g", "1"), message("g", "2")])
@@ -391,7 +391,7 @@ async fn a_settle_sent_again_changes_nothing_and_with_its_receipt_says_already_a
     let head_attempts = || async { group_row(&q, "g").await.expect("group row").4 };
 
     let m = claim(&q, LONG).await.unwrap();
-    assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1));
+    assert_eq!((m.lease.id, m.attempt), (seqs[0], 1));
     let receipt = Receipt::new();
     let first = t.settle_many(&q.pool, &snooze(&m), Some(&receipt)).await;
     assert_eq!(first.unwrap(), [LeaseOutcome::Applied]);
@@ -406,7 +406,7 @@ async fn a_settle_sent_again_changes_nothing_and_with_its_receipt_says_already_a
     );
 
     let m = claim_eventually(&q, LONG).await;
-    assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1), "still attempt 1");
+    assert_eq!((m.lease.id, m.attempt), (seqs[0], 1), "still attempt 1");
     let next = receipt.next();
     let ack = vec![(m.lease.clone(), Settlement::Ack)];
     let first = t.settle_many(&q.pool, &ack, Some(&next)).await.unwrap();
@@ -414,7 +414,7 @@ async fn a_settle_sent_again_changes_nothing_and_with_its_receipt_says_already_a
     let again = t.settle_many(&q.pool, &ack, Some(&next)).await.unwrap();
     assert_eq!(again, [LeaseOutcome::AlreadyApplied]);
     let m = claim(&q, LONG).await.unwrap();
-    assert_eq!(m.lease.seq, seqs[1], "the second message is untouched");
+    assert_eq!(m.lease.id, seqs[1], "the second message is untouched");
 
     // each batch forgot the one before; harel_maintain prunes what stopped workers left
     assert_eq!(q.count("settle_receipts").await, 1);
@@ -434,7 +434,7 @@ async fn a_settle_sent_again_changes_nothing_and_with_its_receipt_says_already_a
 
 #[tokio::test]
 async fn a_batch_ack_reports_each_lease_in_input_order() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     for g in ["a", "b", "c"] {
         t.publish(&q.pool, &message(g, "{}")).await.unwrap();
@@ -459,35 +459,35 @@ async fn a_batch_ack_reports_each_lease_in_input_order() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 7. nack
+// 7. release (a retry, a snooze, a shutdown's give-back)
 
 #[tokio::test]
-async fn nack_with_a_delay_parks_the_whole_group_until_it_passes() {
-    let q = TestQueue::new().await;
+async fn a_release_with_a_delay_parks_the_whole_group_until_it_passes() {
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let seqs = t
         .publish_many(&q.pool, &[message("g", "1"), message("g", "2")])
         .await
         .unwrap();
     let m = claim(&q, LONG).await.unwrap();
-    assert_eq!((m.lease.seq, m.attempt), (seqs[0], 1));
+    assert_eq!((m.lease.id, m.attempt), (seqs[0], 1));
 
     let delay = Duration::from_secs(3);
-    let nack = release(delay, Some("boom: try later"), true);
+    let retry = release(delay, Some("boom: try later"), true);
     assert_eq!(
-        t.settle(&q.pool, &m.lease, nack).await.unwrap(),
+        t.settle(&q.pool, &m.lease, retry).await.unwrap(),
         LeaseOutcome::Applied
     );
     let (_, park_end, ..) = group_row(&q, "g").await.unwrap();
 
-    // neither the nacked message nor the one behind it
+    // neither the released message nor the one behind it
     assert!(claim(&q, LONG).await.is_none(), "parked group was claimed");
     let (_, _, _, _, attempts, last_error) = message_row(&q, seqs[0]).await.unwrap();
     assert_eq!(attempts, 1);
     assert_eq!(last_error.as_deref(), Some("boom: try later"));
 
     let again = claim_eventually(&q, LONG).await;
-    assert_eq!((again.lease.seq, again.attempt), (seqs[0], 2));
+    assert_eq!((again.lease.id, again.attempt), (seqs[0], 2));
     // the claim happened no earlier than the park's end (both on the database clock)
     let (_, lease_end, ..) = group_row(&q, "g").await.unwrap();
     let claimed_at = lease_end - chrono::Duration::from_std(LONG).unwrap();
@@ -498,8 +498,8 @@ async fn nack_with_a_delay_parks_the_whole_group_until_it_passes() {
 }
 
 #[tokio::test]
-async fn nack_without_delay_frees_the_group_at_once_and_counts_the_attempt() {
-    let q = TestQueue::new().await;
+async fn a_release_without_delay_frees_the_group_at_once_and_counts_the_attempt() {
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let seq = t.publish(&q.pool, &message("g", "{}")).await.unwrap();
     let m = claim(&q, LONG).await.unwrap();
@@ -510,23 +510,23 @@ async fn nack_without_delay_frees_the_group_at_once_and_counts_the_attempt() {
         LeaseOutcome::Applied
     );
     let again = claim(&q, LONG).await.expect("freed at once");
-    assert_eq!((again.lease.seq, again.attempt), (seq, 2));
-    // the old lease is gone with the nack
+    assert_eq!((again.lease.id, again.attempt), (seq, 2));
+    // the old lease is gone with the release
     assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::LeaseLost);
     assert_eq!(ack(&q, &again.lease).await, LeaseOutcome::Applied);
 }
 
 #[tokio::test]
-async fn nack_without_counting_gives_the_attempt_back() {
-    let q = TestQueue::new().await;
+async fn a_release_without_counting_gives_the_attempt_back() {
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let seq = t.publish(&q.pool, &message("g", "{}")).await.unwrap();
     for _ in 0..3 {
         let m = claim(&q, LONG).await.unwrap();
-        assert_eq!((m.lease.seq, m.attempt), (seq, 1));
-        let nack = release(Duration::ZERO, None, false);
+        assert_eq!((m.lease.id, m.attempt), (seq, 1));
+        let snooze = release(Duration::ZERO, None, false);
         assert_eq!(
-            t.settle(&q.pool, &m.lease, nack).await.unwrap(),
+            t.settle(&q.pool, &m.lease, snooze).await.unwrap(),
             LeaseOutcome::Applied
         );
     }
@@ -546,7 +546,7 @@ async fn nack_without_counting_gives_the_attempt_back() {
 
 #[tokio::test]
 async fn an_extended_lease_outlives_its_original_end() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &message("g", "{}")).await.unwrap();
     let m = claim(&q, Duration::from_millis(500)).await.unwrap();
@@ -566,7 +566,7 @@ async fn an_extended_lease_outlives_its_original_end() {
 
 #[tokio::test]
 async fn extend_after_takeover_is_lease_lost() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &message("g", "{}")).await.unwrap();
     let first = claim(&q, Duration::from_millis(300)).await.unwrap();
@@ -588,7 +588,7 @@ async fn extend_after_takeover_is_lease_lost() {
 /// must tell them apart by token, not by message.
 #[tokio::test]
 async fn batch_outcomes_tell_a_stale_lease_from_the_current_lease_of_the_same_message() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     for g in ["e", "n", "a"] {
         t.publish(&q.pool, &message(g, "{}")).await.unwrap();
@@ -617,7 +617,7 @@ async fn batch_outcomes_tell_a_stale_lease_from_the_current_lease_of_the_same_me
     };
 
     let [stale_e, current_e] = pair("e");
-    assert_eq!(stale_e.seq, current_e.seq);
+    assert_eq!(stale_e.id, current_e.id);
     let lost = t
         .extend_many(&q.pool, &[stale_e.clone(), current_e.clone()], LONG)
         .await
@@ -639,7 +639,7 @@ async fn batch_outcomes_tell_a_stale_lease_from_the_current_lease_of_the_same_me
         .await
         .unwrap();
     assert_eq!(outcomes, [LeaseOutcome::LeaseLost, LeaseOutcome::Applied]);
-    let (.., last_error) = message_row(&q, current_n.seq).await.unwrap();
+    let (.., last_error) = message_row(&q, current_n.id).await.unwrap();
     assert_eq!(last_error.as_deref(), Some("from the current lease"));
 
     let [stale_a, current_a] = pair("a");
@@ -661,7 +661,7 @@ async fn batch_outcomes_tell_a_stale_lease_from_the_current_lease_of_the_same_me
 
 #[tokio::test]
 async fn a_claim_deletes_a_stale_empty_group_and_still_returns_work() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     // first in line: the highest priority, waiting for an hour, and no message
     sqlx::query(q.sql(
         "INSERT INTO @schema@.transport_groups (group_id, priority, available_at) \
@@ -682,7 +682,7 @@ async fn a_claim_deletes_a_stale_empty_group_and_still_returns_work() {
 
 #[tokio::test]
 async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let first =
         OutgoingMessage::new("g", "send_mail", r#"{"to": "a@b"}"#).priority(Priority::HIGHEST);
@@ -691,9 +691,9 @@ async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
         .await
         .unwrap();
     let m = claim(&q, LONG).await.unwrap();
-    let nack = release(Duration::ZERO, Some("first failure"), true);
+    let retry = release(Duration::ZERO, Some("first failure"), true);
     assert_eq!(
-        t.settle(&q.pool, &m.lease, nack).await.unwrap(),
+        t.settle(&q.pool, &m.lease, retry).await.unwrap(),
         LeaseOutcome::Applied
     );
     let m = claim(&q, LONG).await.unwrap();
@@ -723,7 +723,7 @@ async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
     .await
     .unwrap();
     let (id, group, kind, payload, priority, attempts, error, enqueued_at, failed_at) = row;
-    assert_eq!(id, seqs[0]);
+    assert_eq!(id, seqs[0].get());
     assert_eq!((group.as_str(), kind.as_str()), ("g", "send_mail"));
     assert_eq!(payload, r#"{"to": "a@b"}"#);
     assert_eq!((priority, attempts), (4, 2));
@@ -733,7 +733,7 @@ async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
     assert!(message_row(&q, seqs[0]).await.is_none());
 
     let next = claim(&q, LONG).await.expect("the group moves on");
-    assert_eq!((next.lease.seq, next.attempt), (seqs[1], 1));
+    assert_eq!((next.lease.id, next.attempt), (seqs[1], 1));
     assert_eq!(
         t.dead_letter(&q.pool, &next.lease, "x").await.unwrap(),
         LeaseOutcome::Applied
@@ -745,14 +745,14 @@ async fn dead_letter_keeps_the_message_with_its_error_and_the_group_moves_on() {
 // ---------------------------------------------------------------------------------------
 // 13. input
 
-async fn assert_nothing_written(q: &TestQueue) {
+async fn assert_nothing_written(q: &SuiteSchema) {
     assert_eq!(q.count("jobs").await, 0);
     assert_eq!(q.count("transport_groups").await, 0);
 }
 
 #[tokio::test]
 async fn invalid_messages_are_refused_and_nothing_is_written() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let too_long_group = "g".repeat(MAX_GROUP_BYTES + 1);
     let too_large = format!("\"{}\"", "x".repeat(MAX_PAYLOAD_BYTES));
@@ -801,7 +801,7 @@ async fn invalid_messages_are_refused_and_nothing_is_written() {
 /// (anything sent would be a database error there); a batch at the byte limit goes through.
 #[tokio::test]
 async fn a_batch_over_the_limits_is_refused_before_anything_is_sent() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let closed = harel_jobs_suite::pool_with(&harel_jobs_suite::database_url(), 1).await;
     closed.close().await;
@@ -854,7 +854,7 @@ async fn a_batch_over_the_limits_is_refused_before_anything_is_sent() {
 
 #[tokio::test]
 async fn awkward_group_ids_are_stored_and_matched_exactly() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let longest_ascii = "x".repeat(MAX_GROUP_BYTES);
     let longest_emoji = "🦀".repeat(MAX_GROUP_BYTES / 4);
@@ -910,7 +910,7 @@ async fn awkward_group_ids_are_stored_and_matched_exactly() {
         };
         assert_eq!(ack(&q, &lease).await, LeaseOutcome::LeaseLost, "{pattern}");
     }
-    assert!(message_row(&q, abc.lease.seq).await.is_some());
+    assert!(message_row(&q, abc.lease.id).await.is_some());
     assert_eq!(
         t.ack_many(
             &q.pool,
@@ -928,7 +928,7 @@ async fn awkward_group_ids_are_stored_and_matched_exactly() {
 
 #[tokio::test]
 async fn payloads_round_trip_byte_for_byte() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let mib = format!("{{\"blob\": \"{}\"}}", "é🦀x".repeat(1024 * 1024 / 7));
     assert!(mib.len() >= 1024 * 1024 - 16);
@@ -967,7 +967,7 @@ async fn payloads_round_trip_byte_for_byte() {
 
 #[tokio::test]
 async fn a_lease_ends_a_lease_length_after_the_claim_on_the_database_clock() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     q.transport
         .publish(&q.pool, &message("g", "{}"))
         .await
@@ -991,10 +991,10 @@ async fn a_lease_ends_a_lease_length_after_the_claim_on_the_database_clock() {
 /// anyone could see them).
 #[tokio::test]
 async fn leases_taken_late_in_a_transaction_last_their_full_length() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let four = Duration::from_secs(4);
-    let left = |q: &TestQueue| {
+    let left = |q: &SuiteSchema| {
         q.sql(
             "SELECT extract(epoch FROM available_at - clock_timestamp())::float8 \
              FROM @schema@.transport_groups WHERE group_id = 'g'",
@@ -1066,7 +1066,7 @@ async fn leases_taken_late_in_a_transaction_last_their_full_length() {
 
 #[tokio::test]
 async fn a_delayed_message_waits_for_its_time_and_holds_back_its_group() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let delay = Duration::from_secs(3);
     let seqs = t
@@ -1083,14 +1083,14 @@ async fn a_delayed_message_waits_for_its_time_and_holds_back_its_group() {
         .unwrap();
     let not_before: DateTime<Utc> =
         sqlx::query_scalar(q.sql("SELECT not_before FROM @schema@.jobs WHERE seq = $1"))
-            .bind(seqs[0])
+            .bind(seqs[0].get())
             .fetch_one(&q.pool)
             .await
             .unwrap();
 
     let first = claim(&q, LONG).await.unwrap();
     assert_eq!(
-        first.lease.seq, seqs[2],
+        first.lease.id, seqs[2],
         "only due-head's first message is due"
     );
     assert_eq!(ack(&q, &first.lease).await, LeaseOutcome::Applied);
@@ -1101,16 +1101,16 @@ async fn a_delayed_message_waits_for_its_time_and_holds_back_its_group() {
         let m = claim_eventually(&q, LONG).await;
         let (_, lease_end, ..) = group_row(&q, &m.lease.group).await.unwrap();
         let claimed_at = lease_end - chrono::Duration::from_std(LONG).unwrap();
-        assert!(claimed_at >= not_before, "{} started early", m.lease.seq);
+        assert!(claimed_at >= not_before, "{} started early", m.lease.id);
         assert_eq!(ack(&q, &m.lease).await, LeaseOutcome::Applied);
-        claimed.push(m.lease.seq);
+        claimed.push(m.lease.id);
     }
     claimed.sort();
     assert_eq!(claimed, [seqs[0], seqs[3]]);
     let last = claim(&q, LONG)
         .await
         .expect("the message behind the delayed head");
-    assert_eq!(last.lease.seq, seqs[1]);
+    assert_eq!(last.lease.id, seqs[1]);
 }
 
 /// Every notification `listener` (listening on the queue's channel) receives before a
@@ -1120,7 +1120,7 @@ async fn a_delayed_message_waits_for_its_time_and_holds_back_its_group() {
 /// wait out (a wake-up delivered later than such a period was counted as none, and one
 /// expected was missed).
 async fn notifications_until_marker(
-    q: &TestQueue,
+    q: &SuiteSchema,
     listener: &mut sqlx::postgres::PgListener,
 ) -> Vec<String> {
     let marker = format!("test marker {}", Uuid::new_v4());
@@ -1146,7 +1146,7 @@ async fn notifications_until_marker(
 
 #[tokio::test]
 async fn publishing_wakes_listeners_on_commit_and_only_for_due_messages() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let mut listener = sqlx::postgres::PgListener::connect_with(&q.pool)
         .await
@@ -1184,7 +1184,7 @@ async fn publishing_wakes_listeners_on_commit_and_only_for_due_messages() {
 
 #[tokio::test]
 async fn publish_into_a_leased_group_keeps_its_lease_and_priority() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &at("g", 1)).await.unwrap();
     let m = claim(&q, LONG).await.unwrap();
@@ -1205,7 +1205,7 @@ async fn publish_into_a_leased_group_keeps_its_lease_and_priority() {
 
 #[tokio::test]
 async fn publish_into_a_parked_group_does_not_unpark_it() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &message("g", "1")).await.unwrap();
     let m = claim(&q, LONG).await.unwrap();
@@ -1227,7 +1227,7 @@ async fn publish_into_a_parked_group_does_not_unpark_it() {
 
 #[tokio::test]
 async fn claim_many_leases_distinct_groups_and_one_message_each() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let mut batch = Vec::new();
     for round in 0..3 {
@@ -1269,7 +1269,7 @@ async fn claim_many_leases_distinct_groups_and_one_message_each() {
 #[tokio::test]
 async fn a_batch_without_groups_puts_each_message_in_a_group_of_its_own() {
     // the bulk path of harel_publish: every message of the batch without a group
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let own = |payload: &str| message("unused", payload).in_own_group();
     let batch = [
@@ -1279,7 +1279,7 @@ async fn a_batch_without_groups_puts_each_message_in_a_group_of_its_own() {
         own("3"),
     ];
     let outcomes = t.publish_many_outcomes(&q.pool, &batch).await.unwrap();
-    let seqs: Vec<i64> = outcomes.iter().map(|o| o.seq()).collect();
+    let seqs: Vec<JobId> = outcomes.iter().map(|o| o.id()).collect();
     assert_eq!(outcomes[2], Published::Duplicate(seqs[1]), "{outcomes:?}");
     let queued = [seqs[0], seqs[1], seqs[3]];
     assert!(queued.is_sorted(), "seqs not in batch order: {seqs:?}");
@@ -1287,13 +1287,13 @@ async fn a_batch_without_groups_puts_each_message_in_a_group_of_its_own() {
     // one row per job: its group's, named after its seq; nothing in transport_messages
     for (seq, payload) in queued.iter().zip(["0", "1", "3"]) {
         assert!(
-            group_row(&q, &own_group(*seq)).await.is_some(),
+            group_row(&q, &own_group(seq.get())).await.is_some(),
             "no group row for {seq}"
         );
         let (group, _, stored, ..) = message_row(&q, *seq).await.expect("job");
         assert_eq!(
             (group.as_str(), stored.as_str()),
-            (own_group(*seq).as_str(), payload)
+            (own_group(seq.get()).as_str(), payload)
         );
     }
     let (rows,): (i64,) = sqlx::query_as(q.sql("SELECT count(*) FROM @schema@.transport_messages"))
@@ -1308,7 +1308,7 @@ async fn a_batch_without_groups_puts_each_message_in_a_group_of_its_own() {
 
 #[tokio::test]
 async fn claim_rejects_nonsense_requests() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &message("g", "{}")).await.unwrap();
     assert!(
@@ -1333,7 +1333,7 @@ async fn claim_rejects_nonsense_requests() {
 /// a claim takes as a hint, and harel_maintain's sweep finds it without one.
 #[tokio::test]
 async fn a_group_committed_below_the_claim_floor_is_found_by_its_hint_or_the_sweep() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let mut listener = sqlx::postgres::PgListener::connect_with(&q.pool)
         .await
@@ -1403,7 +1403,7 @@ async fn a_group_committed_below_the_claim_floor_is_found_by_its_hint_or_the_swe
 /// transaction of a session does so afresh.
 #[tokio::test]
 async fn a_transaction_sends_at_most_a_wake_up_and_its_oldest_new_position() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &message("existing", "{}"))
         .await
@@ -1451,7 +1451,7 @@ async fn a_transaction_sends_at_most_a_wake_up_and_its_oldest_new_position() {
 /// duplicate dropped, held for its period after the ack), queue and trace context.
 #[tokio::test]
 async fn a_batch_without_groups_keeps_every_field_of_every_message() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let own = |n: u32| OutgoingMessage::new("x", "bulk", format!("{{\"n\":{n}}}")).in_own_group();
     let batch = [
@@ -1468,7 +1468,7 @@ async fn a_batch_without_groups_keeps_every_field_of_every_message() {
         "SELECT available_at, inline_not_before FROM @schema@.transport_groups \
           WHERE group_id = $1",
     ))
-    .bind(own_group(seqs[3]))
+    .bind(own_group(seqs[3].get()))
     .fetch_one(&q.pool)
     .await
     .unwrap();
@@ -1486,7 +1486,7 @@ async fn a_batch_without_groups_keeps_every_field_of_every_message() {
         (r#"{"n":1}"#, "bulk", Priority::new(4).unwrap())
     );
     assert_eq!(first.trace_context.as_deref(), Some(trace));
-    assert_eq!(first.lease.group, own_group(seqs[0]));
+    assert_eq!(first.lease.group, own_group(seqs[0].get()));
     assert_eq!(ack(&q, &first.lease).await, LeaseOutcome::Applied);
     let second = claim(&q, LONG).await.expect("the unique one");
     assert_eq!(
@@ -1521,7 +1521,7 @@ async fn a_batch_without_groups_keeps_every_field_of_every_message() {
 /// job may still be queued, or one not given out yet, which a later job draws).
 #[tokio::test]
 async fn a_group_named_like_one_of_its_own_is_a_group_of_its_own() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let given = q
         .transport
         .publish_many(&q.pool, &[at("a", 2), at("b", 2)])
@@ -1553,10 +1553,10 @@ async fn a_group_named_like_one_of_its_own_is_a_group_of_its_own() {
             .unwrap()
         }
     };
-    let mut ids = publish(own_group(given[0])).await;
+    let mut ids = publish(own_group(given[0].get())).await;
     let next = ids[1] + 1;
     ids.extend(publish(own_group(next + 5)).await);
-    ids.extend(publish(own_group(given[1])).await);
+    ids.extend(publish(own_group(given[1].get())).await);
     for id in ids {
         assert_eq!(group_of(id).await, own_group(id));
     }

@@ -7,7 +7,7 @@ use harel_jobs::transport::{
     ClaimRequest, ClaimedMessage, Lease, LeaseOutcome, OutgoingMessage, Receipt, Settlement,
 };
 use harel_jobs::{ConnectConfig, ConnectError, Schema, connect_with, migrate_schema};
-use harel_jobs_suite::{TestDatabase, TestQueue, capture, database_url, pool_with};
+use harel_jobs_suite::{SuiteSchema, TestDatabase, capture, database_url, pool_with};
 use sqlx::{AssertSqlSafe, Connection};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
@@ -93,7 +93,7 @@ impl Explain {
 // collector is the default subscriber
 #[tokio::test(flavor = "current_thread")]
 async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_groups() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     for statement in [
         // two queues: the default one (0) and "mail"
         "SELECT @schema@.harel_ensure_queue('mail')",
@@ -203,7 +203,7 @@ async fn the_claim_scans_the_claimable_index_without_sorting_with_50000_waiting_
 /// walked the groups' key in order up to the one asked for.
 #[tokio::test(flavor = "current_thread")]
 async fn operator_lookups_read_by_key_with_50000_groups() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     sqlx::raw_sql(q.sql(
         "INSERT INTO @schema@.transport_groups (group_id, priority, available_at) \
          SELECT 'g' || i, i % 5, now() - i * interval '1 millisecond' \
@@ -251,7 +251,7 @@ async fn operator_lookups_read_by_key_with_50000_groups() {
 
 /// The candidate scan of one claim (limit 1), with auto_explain's buffer counts: the
 /// shared buffers its plan's top node touched.
-async fn candidate_scan_buffers(q: &TestQueue, notices: &Notices) -> u64 {
+async fn candidate_scan_buffers(q: &SuiteSchema, notices: &Notices) -> u64 {
     notices.0.lock().unwrap().clear();
     let mut conn = Explain {
         nested: true,
@@ -294,7 +294,7 @@ async fn hold_a_snapshot() -> sqlx::PgConnection {
 }
 
 /// Publishes `messages`, then claims and acks until the queue is empty.
-async fn churn(q: &TestQueue, messages: &[OutgoingMessage]) {
+async fn churn(q: &SuiteSchema, messages: &[OutgoingMessage]) {
     q.transport.publish_many(&q.pool, messages).await.unwrap();
     loop {
         let claimed = q
@@ -316,7 +316,7 @@ async fn churn(q: &TestQueue, messages: &[OutgoingMessage]) {
 #[tokio::test(flavor = "current_thread")]
 async fn a_held_snapshot_does_not_slow_the_claim() {
     const CHURNED: usize = 20_000;
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let notices = Notices::default();
     let _collecting = capture::set_default(tracing_subscriber::registry().with(notices.clone()));
 
@@ -411,7 +411,7 @@ fn function_buffers(notices: &[String]) -> Vec<(String, u64)> {
 #[tokio::test(flavor = "current_thread")]
 async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_by_key() {
     const CHURNED: usize = 6_000;
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let notices = Notices::default();
     let _collecting = capture::set_default(tracing_subscriber::registry().with(notices.clone()));
 
@@ -512,7 +512,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             .publish_many(&mut conn, &[unique.clone(), unique])
             .await
             .unwrap();
-        for id in [ids[0], 1] {
+        for id in [ids[0].get(), 1] {
             sqlx::query(q.sql("SELECT * FROM @schema@.harel_job($1)"))
                 .bind(id)
                 .execute(&mut conn)
@@ -520,7 +520,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
                 .unwrap();
         }
         sqlx::query(q.sql("SELECT * FROM @schema@.harel_list_jobs('queued', NULL, NULL, $1, 10)"))
-            .bind(ids[0] - 1)
+            .bind(ids[0].get() - 1)
             .execute(&mut conn)
             .await
             .unwrap();
@@ -538,7 +538,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             .await
             .unwrap();
         sqlx::query(q.sql("SELECT * FROM @schema@.harel_cancel($1, 'test', 60000)"))
-            .bind(ids[0])
+            .bind(ids[0].get())
             .execute(&mut conn)
             .await
             .unwrap();
@@ -655,7 +655,7 @@ const BATCH: usize = 300;
 /// [`BATCH`] groups of two jobs, beside `waiting` delayed groups (of two jobs), on generic
 /// plans as a worker's long-lived connection has them.
 async fn batch_plans(waiting: usize) -> Vec<String> {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let messages: Vec<OutgoingMessage> = (0..2 * BATCH)
         .map(|i| OutgoingMessage::new(format!("g{}", i % BATCH), "test", "{}"))
         .collect();
@@ -819,8 +819,9 @@ fn times_among(seeds: &str) -> String {
     )
 }
 
-/// Claims, extends, nacks and acks through the transport on `conn`, as a worker does.
-async fn work_one_message_as_a_worker(q: &TestQueue, conn: &mut sqlx::PgConnection) {
+/// Claims, extends and settles (a release with a delay, an ack, a dead letter) through the
+/// transport on `conn`, as a worker does.
+async fn work_one_message_as_a_worker(q: &SuiteSchema, conn: &mut sqlx::PgConnection) {
     let t = &q.transport;
     for group in ["w1", "w2"] {
         t.publish(&q.pool, &OutgoingMessage::new(group, "test", "{}"))
@@ -871,7 +872,7 @@ async fn prepared_statements(conn: &mut sqlx::PgConnection) -> Vec<String> {
 /// The functions of `q`'s schema that `statements` call, found by name in their text.
 async fn functions_called(
     conn: &mut sqlx::PgConnection,
-    q: &TestQueue,
+    q: &SuiteSchema,
     statements: &[String],
 ) -> Vec<String> {
     sqlx::query_scalar(
@@ -893,7 +894,7 @@ async fn functions_called(
 /// on the wire and in the catalogue, with nothing but the server:
 ///
 /// - everything the transport prepares on a worker's connection for claims, heartbeats,
-///   nacks and acks binds no parameter that holds a time;
+///   and settles binds no parameter that holds a time;
 /// - no function of the queue's schema that those statements call takes one;
 /// - of all the schema's functions, the only ones that take a time are the ones a producer
 ///   calls (`harel_publish`: a job's not-before time, which is no lease) and helpers that
@@ -903,8 +904,8 @@ async fn functions_called(
 /// Functions are found from the statements' text (and the helpers from the functions'
 /// bodies), not by name, so the check follows renamed and added functions.
 #[tokio::test]
-async fn what_a_worker_sends_to_claim_extend_nack_and_ack_holds_no_time() {
-    let q = TestQueue::new().await;
+async fn what_a_worker_sends_to_claim_extend_and_settle_holds_no_time() {
+    let q = SuiteSchema::new().await;
     let mut worker = sqlx::PgConnection::connect(&database_url()).await.unwrap();
     let mut producer = sqlx::PgConnection::connect(&database_url()).await.unwrap();
     // the catalogue queries below, with their recursive CTE's large row estimates, would
@@ -1051,7 +1052,7 @@ async fn what_a_worker_sends_to_claim_extend_nack_and_ack_holds_no_time() {
     }
 }
 
-/// The other half, by behaviour: the end of a lease (claim, heartbeat) or of a park (nack)
+/// The other half, by behaviour: the end of a lease (claim, heartbeat) or of a park (a release with a delay)
 /// is exactly the database's statement time plus the duration sent, to the microsecond,
 /// whatever the worker session's `TimeZone`, `DateStyle` and `IntervalStyle`. No time read
 /// from the worker's clock could produce it, so a worker whose clock is off can neither
@@ -1062,7 +1063,7 @@ async fn what_a_worker_sends_to_claim_extend_nack_and_ack_holds_no_time() {
 /// not do either.
 #[tokio::test]
 async fn a_lease_ends_exactly_its_duration_after_the_statement_on_the_database_clock() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     sqlx::raw_sql(q.sql(
         "CREATE TABLE @schema@.spy_available_at (
              id BIGSERIAL PRIMARY KEY, group_id TEXT, available_at TIMESTAMPTZ,
@@ -1161,7 +1162,7 @@ async fn a_lease_ends_exactly_its_duration_after_the_statement_on_the_database_c
         let off = off_by(&mut tx, &group, 7_003).await;
         assert_eq!(
             off, 0.0,
-            "{session}: the nack's park end is off by {off} µs"
+            "{session}: the release's park end is off by {off} µs"
         );
         tx.commit().await.unwrap();
         conn.close().await.unwrap();
@@ -1210,7 +1211,7 @@ async fn connect_gives_a_pool_it_cannot_fill_back_and_retries_instead_of_waiting
     // the role may open 2 connections, the pool wants to keep 3 open: every attempt's probe
     // connects, then the pool cannot be filled. Each attempt gives up within 5 s (not after
     // the 30 s acquire timeout, holding the connections it got) and says why.
-    let queue = harel_jobs_suite::TestQueue::new().await;
+    let queue = harel_jobs_suite::SuiteSchema::new().await;
     let role = harel_jobs_suite::TestRole::with_connection_limit(&queue, 2).await;
     let config = ConnectConfig::default()
         .max_connections(3)
@@ -1346,7 +1347,7 @@ async fn concurrent_migrations_of_a_fresh_database_all_succeed_and_a_rerun_chang
 
 #[tokio::test]
 async fn a_schema_migrated_from_a_different_migration_text_is_refused_and_left_alone() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let checksum = queue.sql("SELECT checksum FROM @schema@._migrations WHERE version = 1");
     let recorded: Option<String> = sqlx::query_scalar(checksum)
         .fetch_one(&queue.pool)

@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use harel_jobs::JobId;
 use harel_jobs::transport::{
     ClaimRequest, ClaimedMessage, LeaseOutcome, OutgoingMessage, Settlement,
 };
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::SuiteSchema;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -19,7 +20,7 @@ fn message(group: &str, payload: &str) -> OutgoingMessage {
     OutgoingMessage::new(group, "test", payload)
 }
 
-async fn claim(q: &TestQueue) -> Option<ClaimedMessage> {
+async fn claim(q: &SuiteSchema) -> Option<ClaimedMessage> {
     q.transport
         .claim(&q.pool, &ClaimRequest::new(LONG))
         .await
@@ -27,7 +28,7 @@ async fn claim(q: &TestQueue) -> Option<ClaimedMessage> {
 }
 
 /// Messages whose group has no row: such a message would never be claimed.
-async fn orphans(q: &TestQueue) -> i64 {
+async fn orphans(q: &SuiteSchema) -> i64 {
     sqlx::query_scalar(q.sql(
         "SELECT count(*) FROM @schema@.transport_messages m \
          LEFT JOIN @schema@.transport_groups g ON g.group_id = m.group_id \
@@ -40,7 +41,7 @@ async fn orphans(q: &TestQueue) -> i64 {
 
 /// Claims until something comes: a group freed while a publisher was still open is looked
 /// at again a little later (harel_drop_empty_groups), not at once.
-async fn claim_eventually(q: &TestQueue) -> ClaimedMessage {
+async fn claim_eventually(q: &SuiteSchema) -> ClaimedMessage {
     for _ in 0..300 {
         if let Some(m) = claim(q).await {
             return m;
@@ -51,7 +52,7 @@ async fn claim_eventually(q: &TestQueue) -> ClaimedMessage {
 }
 
 /// Claims until the queue has no group row left (claims drop empty groups).
-async fn claim_until_no_groups(q: &TestQueue) {
+async fn claim_until_no_groups(q: &SuiteSchema) {
     for _ in 0..300 {
         assert!(claim(q).await.is_none(), "unexpected work");
         if q.count("transport_groups").await == 0 {
@@ -75,7 +76,7 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
 struct Observed {
     in_flight: HashSet<String>,
     max_in_flight: usize,
-    processed: HashMap<String, Vec<i64>>,
+    processed: HashMap<String, Vec<JobId>>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -83,10 +84,10 @@ async fn racing_claimers_never_share_a_group_and_process_each_message_once_in_or
     const GROUPS: usize = 200;
     const PER_GROUP: usize = 5;
     const CLAIMERS: usize = 8;
-    let q = Arc::new(TestQueue::new().await);
+    let q = Arc::new(SuiteSchema::new().await);
 
     // published round by round: every group's messages are spread over the whole queue
-    let mut expected: HashMap<String, Vec<i64>> = HashMap::new();
+    let mut expected: HashMap<String, Vec<JobId>> = HashMap::new();
     for round in 0..PER_GROUP {
         let batch: Vec<_> = (0..GROUPS)
             .map(|g| message(&format!("g{g:03}"), &round.to_string()))
@@ -137,7 +138,7 @@ async fn racing_claimers_never_share_a_group_and_process_each_message_once_in_or
                     o.processed
                         .entry(m.lease.group.clone())
                         .or_default()
-                        .push(m.lease.seq);
+                        .push(m.lease.id);
                 }
                 let outcome = q.transport.ack(&mut *conn, &m.lease).await.unwrap();
                 assert_eq!(outcome, LeaseOutcome::Applied);
@@ -171,7 +172,7 @@ async fn racing_claimers_never_share_a_group_and_process_each_message_once_in_or
 
 #[tokio::test]
 async fn a_claim_skips_a_group_locked_by_another_claim_instead_of_waiting() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &message("first", "{}")).await.unwrap();
     t.publish(&q.pool, &message("second", "{}")).await.unwrap();
@@ -202,7 +203,7 @@ async fn a_claim_skips_a_group_locked_by_another_claim_instead_of_waiting() {
 
 #[tokio::test]
 async fn a_message_published_while_its_group_drains_is_not_orphaned() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &message("g", "1")).await.unwrap();
     let in_flight = claim(&q).await.unwrap();
@@ -216,7 +217,7 @@ async fn a_message_published_while_its_group_drains_is_not_orphaned() {
 
     assert_eq!(orphans(&q).await, 0, "the message lost its group row");
     let m = claim_eventually(&q).await;
-    assert_eq!((m.lease.group.as_str(), m.lease.seq), ("g", seq));
+    assert_eq!((m.lease.group.as_str(), m.lease.id), ("g", seq));
     assert_eq!(
         t.ack(&q.pool, &m.lease).await.unwrap(),
         LeaseOutcome::Applied
@@ -226,7 +227,7 @@ async fn a_message_published_while_its_group_drains_is_not_orphaned() {
 
 #[tokio::test]
 async fn a_rolled_back_publish_into_a_draining_group_leaves_no_row_forever() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &message("g", "1")).await.unwrap();
     let in_flight = claim(&q).await.unwrap();
@@ -244,7 +245,7 @@ async fn a_rolled_back_publish_into_a_draining_group_leaves_no_row_forever() {
 
 #[tokio::test]
 async fn a_publish_waiting_on_a_draining_ack_recreates_the_group() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &message("g", "1")).await.unwrap();
     let in_flight = claim(&q).await.unwrap();
@@ -267,12 +268,12 @@ async fn a_publish_waiting_on_a_draining_ack_recreates_the_group() {
 
     assert_eq!(orphans(&q).await, 0, "the message lost its group row");
     let m = claim_eventually(&q).await;
-    assert_eq!(m.lease.seq, seq);
+    assert_eq!(m.lease.id, seq);
 }
 
 #[tokio::test]
 async fn a_batch_publish_meeting_a_draining_ack_keeps_every_group_row() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     t.publish(&q.pool, &message("g", "1")).await.unwrap();
     t.publish(&q.pool, &message("existing", "1")).await.unwrap();
@@ -317,7 +318,7 @@ async fn concurrent_publishers_and_draining_claimers_lose_no_message() {
     const PUBLISHERS: u64 = 4;
     const TRANSACTIONS: usize = 60;
     const CLAIMERS: usize = 4;
-    let q = Arc::new(TestQueue::new().await);
+    let q = Arc::new(SuiteSchema::new().await);
     let publishing = Arc::new(AtomicUsize::new(PUBLISHERS as usize));
     let committed = Arc::new(Mutex::new(HashSet::<String>::new()));
     let claimed = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -438,11 +439,11 @@ async fn a_message_completed_during_a_claim_is_not_handed_out_again() {
     panic!("the claim never met the completed message in 10 attempts: the race was not tested");
 }
 
-/// One run of the race: the seq the claim got (`None`: nothing, the race did not happen)
-/// and the group's two seqs.
-async fn claim_during_a_completion() -> Option<(i64, Vec<i64>)> {
+/// One run of the race: the job the claim got (`None`: nothing, the race did not happen)
+/// and the group's two jobs.
+async fn claim_during_a_completion() -> Option<(JobId, Vec<JobId>)> {
     const FILLERS: i64 = 200_000;
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let t = &q.transport;
     let seqs = t
         .publish_many(&q.pool, &[message("g", "1"), message("g", "2")])
@@ -456,7 +457,7 @@ async fn claim_during_a_completion() -> Option<(i64, Vec<i64>)> {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(head.lease.seq, seqs[0]);
+    assert_eq!(head.lease.id, seqs[0]);
     assert_eq!(
         t.ack(&mut *completing, &head.lease).await.unwrap(),
         LeaseOutcome::Applied
@@ -518,16 +519,16 @@ async fn claim_during_a_completion() -> Option<(i64, Vec<i64>)> {
     holder.rollback().await.unwrap();
     eprintln!(
         "claim took {took:?}, got {:?}",
-        got.as_ref().map(|m| m.lease.seq)
+        got.as_ref().map(|m| m.lease.id)
     );
 
-    got.map(|m| (m.lease.seq, seqs))
+    got.map(|m| (m.lease.id, seqs))
 }
 
 /// Claims `groups` groups with a long lease and returns their leases in group order and in
 /// the reverse order (the two lock orders the deadlock races pit against each other).
 async fn claim_in_both_orders(
-    q: &TestQueue,
+    q: &SuiteSchema,
     groups: usize,
 ) -> (
     Vec<harel_jobs::transport::Lease>,
@@ -548,7 +549,7 @@ async fn claim_in_both_orders(
 
 /// A heartbeat of `leases`, five times over, in the background.
 fn extend_five_times(
-    q: &Arc<TestQueue>,
+    q: &Arc<SuiteSchema>,
     leases: Vec<harel_jobs::transport::Lease>,
 ) -> tokio::task::JoinHandle<Result<(), harel_jobs::TransportError>> {
     let q = Arc::clone(q);
@@ -568,7 +569,7 @@ async fn batch_writes_of_the_same_leases_in_opposite_orders_never_deadlock() {
     // rows at once, in whatever order they hold them: the functions lock rows in group
     // order, so the two can wait for each other but never deadlock.
     const GROUPS: usize = 300;
-    let q = Arc::new(TestQueue::new().await);
+    let q = Arc::new(SuiteSchema::new().await);
     let batch: Vec<_> = (0..GROUPS)
         .map(|i| message(&format!("g{i:04}"), "{}"))
         .collect();
@@ -609,7 +610,7 @@ async fn batch_writes_of_the_same_leases_in_opposite_orders_never_deadlock() {
 /// alone, and extends it once the row is free.
 #[tokio::test]
 async fn a_heartbeat_skips_a_locked_lease_row_and_reports_it_held() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     q.transport
         .publish(&q.pool, &message("g", "{}"))
         .await
@@ -660,7 +661,7 @@ async fn a_heartbeat_skips_a_locked_lease_row_and_reports_it_held() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fast_and_ordered_acks_racing_a_heartbeat_never_deadlock() {
     const GROUPS: usize = 300;
-    let q = Arc::new(TestQueue::new().await);
+    let q = Arc::new(SuiteSchema::new().await);
     for round in 0..10 {
         // even groups: one job (the fast path); odd groups: two (moved on)
         let mut batch: Vec<_> = (0..GROUPS)

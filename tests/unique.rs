@@ -9,7 +9,7 @@ use harel_jobs::transport::{ClaimRequest, Settlement};
 use harel_jobs::{
     Client, EnqueueOptions, Enqueued, InvalidMessage, Job, JobId, PublishError, Unique,
 };
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::SuiteSchema;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -25,11 +25,11 @@ impl Job for Sync {
     }
 }
 
-fn queue(q: &TestQueue) -> Client {
+fn queue(q: &SuiteSchema) -> Client {
     Client::with_schema(q.pool.clone(), q.schema.clone())
 }
 
-async fn claim_one(q: &TestQueue) -> harel_jobs::transport::ClaimedMessage {
+async fn claim_one(q: &SuiteSchema) -> harel_jobs::transport::ClaimedMessage {
     q.transport
         .claim(&q.pool, &ClaimRequest::new(Duration::from_secs(60)))
         .await
@@ -41,7 +41,7 @@ async fn claim_one(q: &TestQueue) -> harel_jobs::transport::ClaimedMessage {
 /// exactly one job per key, and every duplicate names that job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_enqueues_of_one_key_queue_exactly_one_job() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let mut tasks = Vec::new();
     for task in 0..16u32 {
@@ -90,7 +90,7 @@ async fn concurrent_enqueues_of_one_key_queue_exactly_one_job() {
 /// transaction goes on and commits the rest.
 #[tokio::test]
 async fn a_duplicate_leaves_the_transaction_usable() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let first = queue.enqueue(&q.pool, Sync { account: 1 }).await.unwrap();
     let mut tx = q.pool.begin().await.unwrap();
@@ -126,7 +126,7 @@ async fn a_duplicate_leaves_the_transaction_usable() {
 /// it: and takes the key if that transaction rolls back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_held_by_an_open_transaction_goes_to_the_next_if_it_rolls_back() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     let mut open = q.pool.begin().await.unwrap();
     queue
@@ -151,7 +151,7 @@ async fn a_key_held_by_an_open_transaction_goes_to_the_next_if_it_rolls_back() {
 /// settle that frees the key does not wait for that transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_in_an_open_transaction_does_not_block_the_holders_settle() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     queue.enqueue(&q.pool, Sync { account: 8 }).await.unwrap();
     let lease = claim_one(&q).await.lease;
@@ -175,7 +175,7 @@ async fn a_duplicate_in_an_open_transaction_does_not_block_the_holders_settle() 
 /// stays held that long after completion (and not after a failure).
 #[tokio::test]
 async fn a_key_is_freed_when_its_job_leaves_the_queue_or_held_for_its_period() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
 
     // completed: free at once
@@ -247,7 +247,7 @@ async fn a_key_is_freed_when_its_job_leaves_the_queue_or_held_for_its_period() {
 /// Bad keys are refused before anything is sent.
 #[tokio::test]
 async fn bad_keys_are_refused_with_a_typed_error() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = queue(&q);
     for key in [String::new(), "k".repeat(1025), "nul\0".to_owned()] {
         let refused = queue

@@ -11,7 +11,7 @@ use harel_jobs::{
     Backoff, Client, Count, DeadLetterQuery, Handler, InjectedFault, Job, JobBatch, JobContext,
     JobOptions, JobResult, Stats, Worker, WorkerBuilder, WorkerError, WorkerTask,
 };
-use harel_jobs_suite::{TestDatabase, TestQueue, capture, pool_with};
+use harel_jobs_suite::{SuiteSchema, TestDatabase, capture, pool_with};
 use serde::{Deserialize, Deserializer, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, PgPool};
@@ -124,11 +124,11 @@ impl Handler<Runs> for Held {
     }
 }
 
-fn builder(queue: &TestQueue, runs: &Runs) -> WorkerBuilder<Runs> {
+fn builder(queue: &SuiteSchema, runs: &Runs) -> WorkerBuilder<Runs> {
     builder_on(queue.pool.clone(), queue, runs)
 }
 
-fn builder_on(pool: PgPool, queue: &TestQueue, runs: &Runs) -> WorkerBuilder<Runs> {
+fn builder_on(pool: PgPool, queue: &SuiteSchema, runs: &Runs) -> WorkerBuilder<Runs> {
     Worker::builder(pool, runs.clone())
         .schema(queue.schema.clone())
         .register::<Fragile>()
@@ -417,7 +417,7 @@ impl LogCapture {
 }
 
 /// Waits until the queue holds no job, failing the test after `limit`.
-async fn wait_until_idle(queue: &TestQueue, limit: Duration) -> Stats {
+async fn wait_until_idle(queue: &SuiteSchema, limit: Duration) -> Stats {
     wait_until_idle_in(&queue.pool, &queue.schema, limit).await
 }
 
@@ -439,7 +439,7 @@ async fn wait_until_idle_in(pool: &PgPool, schema: &Schema, limit: Duration) -> 
 
 #[tokio::test]
 async fn a_panic_while_decoding_a_payload_is_a_failed_attempt_and_its_group_moves_on() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let runs = Runs::default();
     let mut batch = JobBatch::for_schema(&queue.schema);
     let group = "decode-panics".to_owned();
@@ -483,7 +483,7 @@ async fn a_panic_while_decoding_a_payload_is_a_failed_attempt_and_its_group_move
 
 #[tokio::test]
 async fn a_background_task_that_fails_stops_the_pool_and_the_handle_says_which_and_why() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let tasks = [
         WorkerTask::Fetcher,
         WorkerTask::Completer,
@@ -546,7 +546,7 @@ async fn a_background_task_that_fails_stops_the_pool_and_the_handle_says_which_a
 
 #[tokio::test]
 async fn a_healthy_pool_is_not_finished_until_shut_down() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let runs = Runs::default();
     let mut handle = builder(&queue, &runs).build().unwrap().start();
     let waited = tokio::time::timeout(Duration::from_millis(500), handle.stopped()).await;
@@ -579,7 +579,7 @@ async fn shutdown_under_a_frozen_network(handlers: HandlersEnd) {
     const JOBS: usize = 5;
     let grace = Duration::from_secs(2);
     let database_timeout = Duration::from_secs(2);
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let proxy = Proxy::start().await;
     let mut batch = JobBatch::for_schema(&queue.schema);
     for n in 0..JOBS {
@@ -647,7 +647,7 @@ async fn shutdown_under_a_frozen_network(handlers: HandlersEnd) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_stop_answering_are_dropped_after_the_database_timeout() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let proxy = Proxy::start().await;
     let runs = Runs::default();
     runs.open_gate();
@@ -746,7 +746,7 @@ async fn wait_until(what: &str, limit: Duration, condition: impl Fn() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_claimed_again_while_its_lost_claim_still_runs_keeps_each_execution_apart() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let executions = Executions::default();
     let handle = Worker::builder(queue.pool.clone(), executions.clone())
         .schema(queue.schema.clone())
@@ -803,7 +803,7 @@ async fn a_job_claimed_again_while_its_lost_claim_still_runs_keeps_each_executio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listen_connection_that_stops_answering_is_replaced() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let proxy = Proxy::start().await;
     let runs = Runs::default();
     runs.open_gate();
@@ -912,7 +912,7 @@ async fn claims_and_heartbeats_commit_durably_where_the_database_default_is_off(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_settings_need_no_startup_parameter_so_a_pooler_refusing_them_is_fine() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let proxy = Proxy::refusing_startup_options().await;
     let mut batch = JobBatch::for_schema(&queue.schema);
     for n in 0..5 {
@@ -949,7 +949,7 @@ async fn commit_settings_need_no_startup_parameter_so_a_pooler_refusing_them_is_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_borrowed_pool_connections_claims_stay_durable_and_the_pool_gets_its_setting_back() {
-    let queue = TestQueue::new().await;
+    let queue = SuiteSchema::new().await;
     let mut batch = JobBatch::for_schema(&queue.schema);
     for n in 0..3 {
         batch

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use harel_jobs::{Client, Handler, Job, JobContext, JobError, JobResult};
-use harel_jobs_suite::TestQueue;
+use harel_jobs_suite::SuiteSchema;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -29,7 +29,7 @@ impl Handler<()> for Work {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_reports_what_it_serves_and_did_and_that_it_stopped() {
-    let q = TestQueue::new().await;
+    let q = SuiteSchema::new().await;
     let queue = Client::with_schema(q.pool.clone(), q.schema.clone());
     let mut batch = queue.batch();
     for n in 0..5 {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use harel_jobs::{Handler, Job, JobContext, JobResult};
+use harel_jobs::{Handler, Job, JobContext, JobId, JobResult};
 use serde::{Deserialize, Serialize};
 
 /// The worker pool's state: what the handlers saw.
@@ -20,7 +20,7 @@ pub struct Probe {
     pub stamps: Mutex<Vec<(u64, Instant)>>,
     /// Check that each group's messages start in publish order.
     pub check_fifo: bool,
-    last_seq: Mutex<HashMap<String, i64>>,
+    last_id: Mutex<HashMap<String, JobId>>,
     /// Groups whose messages started out of order.
     pub fifo_violations: AtomicU64,
     /// Record enqueue→start delays of [`Stamped`] jobs.
@@ -72,17 +72,17 @@ impl Probe {
             self.stamps.lock().unwrap().push((n, Instant::now()));
         }
         if self.check_fifo {
-            let mut last = self.last_seq.lock().unwrap();
-            let seq = ctx.message_id();
+            let mut last = self.last_id.lock().unwrap();
+            let id = ctx.job_id();
             match last.get_mut(ctx.group()) {
                 Some(previous) => {
-                    if seq <= *previous {
+                    if id <= *previous {
                         self.fifo_violations.fetch_add(1, Ordering::Relaxed);
                     }
-                    *previous = seq;
+                    *previous = id;
                 }
                 None => {
-                    last.insert(ctx.group().to_owned(), seq);
+                    last.insert(ctx.group().to_owned(), id);
                 }
             }
         }

@@ -92,7 +92,7 @@ use proc_macro::TokenStream;
 /// default, so set `kind` explicitly before renaming (`kind = "send_welcome_email"`).
 ///
 /// `retain` keeps each completed job of this type in the queue's history for that long,
-/// where `Queue::job` finds it as completed, with its attempts and duration; the maintenance
+/// where `Client::job` finds it as completed, with its attempts and duration; the maintenance
 /// task prunes it after. It overrides the worker pool's `retain_completed` for this type.
 ///
 /// `derive(…)` puts `#[derive(…)]` with those traits on the generated struct (the fields

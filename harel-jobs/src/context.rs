@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::CompleteError;
 use crate::transport::{Lease, LeaseOutcome, Settlement, Transport};
+use crate::vocabulary::JobId;
 
 /// Injected into a handler: the pool's shared state, facts about this execution, and a
 /// cancellation signal. Not serialised; cheap to clone.
@@ -23,7 +24,7 @@ pub struct JobContext<S> {
 pub(crate) struct Execution {
     pub(crate) kind: String,
     pub(crate) group: String,
-    pub(crate) message_id: i64,
+    pub(crate) job_id: JobId,
     pub(crate) attempt: u32,
     pub(crate) max_attempts: u32,
     pub(crate) cancel: CancellationToken,
@@ -56,18 +57,21 @@ impl<S> JobContext<S> {
     }
 
     /// A context for calling a handler outside the worker pool, in tests: attempt 1 of 1,
-    /// kind and group `"test"`, message id 0, never cancelled. The `with_*` methods set
+    /// kind and group `"test"`, job id 0, never cancelled. The `with_*` methods set
     /// what a test needs, so that a handler's attempt-dependent branches can be tested.
     ///
     /// ```
-    /// use harel_jobs::JobContext;
+    /// use harel_jobs::{JobContext, JobId};
     ///
     /// let last_try = JobContext::for_test(())
     ///     .with_attempt(5, 5)
     ///     .with_group("user-42")
-    ///     .with_message_id(1234);
+    ///     .with_job_id(JobId::new(1234));
     /// assert_eq!((last_try.attempt(), last_try.max_attempts()), (5, 5));
-    /// assert_eq!((last_try.group(), last_try.message_id()), ("user-42", 1234));
+    /// assert_eq!(
+    ///     (last_try.group(), last_try.job_id()),
+    ///     ("user-42", JobId::new(1234))
+    /// );
     /// last_try.cancel_for_test();
     /// assert!(last_try.is_cancelled());
     /// ```
@@ -77,7 +81,7 @@ impl<S> JobContext<S> {
             Arc::new(Execution {
                 kind: "test".to_owned(),
                 group: "test".to_owned(),
-                message_id: 0,
+                job_id: JobId::new(0),
                 attempt: 1,
                 max_attempts: 1,
                 cancel: CancellationToken::new(),
@@ -93,7 +97,7 @@ impl<S> JobContext<S> {
         let mut execution = Execution {
             kind: current.kind.clone(),
             group: current.group.clone(),
-            message_id: current.message_id,
+            job_id: current.job_id,
             attempt: current.attempt,
             max_attempts: current.max_attempts,
             cancel: current.cancel.clone(),
@@ -121,9 +125,15 @@ impl<S> JobContext<S> {
         self.changed(|e| e.group = group)
     }
 
-    /// For tests: the job's message id.
+    /// For tests: the job's id.
+    pub fn with_job_id(self, id: JobId) -> Self {
+        self.changed(|e| e.job_id = id)
+    }
+
+    /// The old name of [`with_job_id`](Self::with_job_id).
+    #[deprecated(since = "0.2.0", note = "renamed to with_job_id")]
     pub fn with_message_id(self, id: i64) -> Self {
-        self.changed(|e| e.message_id = id)
+        self.with_job_id(JobId::new(id))
     }
 
     /// For tests: the job's kind.
@@ -164,9 +174,16 @@ impl<S> JobContext<S> {
         &self.execution.group
     }
 
-    /// The message id: unique, increasing in enqueue order, the same across attempts.
+    /// The job's id (what `enqueue` returned): unique, increasing in enqueue order, the
+    /// same across attempts.
+    pub fn job_id(&self) -> JobId {
+        self.execution.job_id
+    }
+
+    /// The old name of [`job_id`](Self::job_id), as a number.
+    #[deprecated(since = "0.2.0", note = "renamed to job_id")]
     pub fn message_id(&self) -> i64 {
-        self.execution.message_id
+        self.execution.job_id.get()
     }
 
     /// The job kind.
@@ -269,7 +286,7 @@ impl<S> fmt::Debug for JobContext<S> {
         f.debug_struct("JobContext")
             .field("kind", &self.execution.kind)
             .field("group", &self.execution.group)
-            .field("message_id", &self.execution.message_id)
+            .field("job_id", &self.execution.job_id)
             .field("attempt", &self.execution.attempt)
             .finish_non_exhaustive()
     }

@@ -44,7 +44,7 @@ use sqlx::PgExecutor;
 use crate::error::PublishError;
 use crate::job::{Job, Unique};
 use crate::schema::Schema;
-use crate::transport::{OutgoingMessage, PreparedStatements, Published, Schedule, Transport};
+use crate::transport::{OutgoingMessage, PreparedStatements, Published, StartAt, Transport};
 use crate::vocabulary::{InvalidMessage, JobId, Priority};
 
 /// The options of one job in a [`JobBatch`] ([`JobBatch::push_with`]): the ones an
@@ -62,7 +62,7 @@ use crate::vocabulary::{InvalidMessage, JobId, Priority};
 pub struct EnqueueOptions {
     group: Option<String>,
     priority: Option<u8>,
-    schedule: Schedule,
+    start_at: StartAt,
     unique: Option<Unique>,
     queue: Option<String>,
 }
@@ -90,7 +90,7 @@ impl EnqueueOptions {
     /// Starts the job no sooner than `delay` from its enqueue (database clock). Replaces a
     /// not-before time set before.
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.schedule = Schedule::After(delay);
+        self.start_at = StartAt::After(delay);
         self
     }
 
@@ -98,7 +98,7 @@ impl EnqueueOptions {
     /// the caller's, so prefer [`delay`](Self::delay) for "in ten minutes"). Replaces a
     /// delay set before.
     pub fn not_before(mut self, time: DateTime<Utc>) -> Self {
-        self.schedule = Schedule::At(time);
+        self.start_at = StartAt::At(time);
         self
     }
 
@@ -141,7 +141,7 @@ impl EnqueueOptions {
         let queue = self.queue.as_deref().unwrap_or(J::QUEUE);
         Ok(message
             .priority(priority)
-            .schedule(self.schedule)
+            .start_at(self.start_at)
             .queue(queue))
     }
 }
@@ -465,10 +465,8 @@ impl Enqueued {
 impl From<Published> for Enqueued {
     fn from(published: Published) -> Self {
         match published {
-            Published::Duplicate(seq) => Self::Duplicate {
-                existing: JobId::new(seq),
-            },
-            Published::New(seq) => Self::New(JobId::new(seq)),
+            Published::Duplicate(existing) => Self::Duplicate { existing },
+            Published::New(id) => Self::New(id),
         }
     }
 }

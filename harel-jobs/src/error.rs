@@ -187,7 +187,7 @@ pub enum CompleteError {
     Transport(#[from] TransportError),
 }
 
-/// Why a transport operation (claim, ack, nack, extend) failed.
+/// Why a transport operation (claim, settle, extend) failed.
 ///
 /// Losing a lease is not an error: it is reported in the operation's outcome.
 #[derive(Debug, thiserror::Error)]

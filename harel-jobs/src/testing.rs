@@ -593,21 +593,21 @@ pub enum WorkOutcome {
 
 impl From<Inline> for WorkedJob {
     fn from(inline: Inline) -> Self {
-        use crate::worker::outcome::Outcome;
-        let outcome = match (inline.written, inline.outcome) {
+        use crate::retry::Decision;
+        let outcome = match (inline.written, inline.decision) {
             (LeaseOutcome::Cancelled, _) => WorkOutcome::Cancelled,
             (written, _) if !written.is_applied() && !inline.completed_in_tx => {
                 WorkOutcome::LeaseLost
             }
-            (_, Outcome::Succeeded) => WorkOutcome::Succeeded,
-            (_, Outcome::Retry { delay, error }) => WorkOutcome::Retrying { error, delay },
-            (_, Outcome::Dead { error, .. }) => WorkOutcome::Dead { error },
-            (_, Outcome::Snooze(delay)) => WorkOutcome::Snoozed { delay },
+            (_, Decision::Succeeded) => WorkOutcome::Succeeded,
+            (_, Decision::Retry { delay, error }) => WorkOutcome::Retrying { error, delay },
+            (_, Decision::Dead { error, .. }) => WorkOutcome::Dead { error },
+            (_, Decision::Snooze(delay)) => WorkOutcome::Snoozed { delay },
             // a test worker is never shut down; were it, the job was given back
-            (_, Outcome::Released { .. }) => WorkOutcome::LeaseLost,
+            (_, Decision::Released { .. }) => WorkOutcome::LeaseLost,
         };
         Self {
-            id: JobId::new(inline.message.lease.seq),
+            id: inline.message.lease.id,
             kind: inline.message.kind,
             group: inline.message.lease.group,
             attempt: inline.message.attempt,

@@ -92,7 +92,7 @@ impl State {
             )
             .bind(exec)
             .bind(key)
-            .bind(ctx.message_id())
+            .bind(ctx.job_id().get())
             .bind(ctx.group())
             .bind(ctx.kind())
             .bind(ctx.attempt() as i32)

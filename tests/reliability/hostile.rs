@@ -219,7 +219,7 @@ async fn s9_hostile_strings_are_stored_exactly_or_rejected_with_a_typed_error() 
     assert_eq!(counts.lost, 0);
     assert_eq!(counts.duplicates, 0);
     assert_eq!(letters.len(), 1);
-    assert_eq!(letters[0].id.get(), dead_id);
+    assert_eq!(letters[0].id, dead_id);
     assert_eq!(letters[0].kind, kind, "the hostile kind is kept exactly");
     assert_eq!(before, after, "the schema is intact");
     assert_eq!(counts.queue_left, 0);

@@ -40,7 +40,7 @@ async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
     // phase 1: the poison that does not kill its worker, each at the head of its own
     // group with a good job queued behind it, and plenty of good work in other groups
     let transport = Transport::default();
-    let mut poison: Vec<(&str, i64)> = Vec::new();
+    let mut poison: Vec<(&str, harel_jobs::JobId)> = Vec::new();
     let raw = [
         ("poison-badpayload", "work", r#"{"wrong": true}"#),
         ("poison-unknown", "nobody_knows", "{}"),
@@ -67,7 +67,7 @@ async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
         .unwrap();
     let typed = batch.enqueue(&setup.admin).await.unwrap();
     for (group, id) in ["poison-panic", "poison-hang"].into_iter().zip(typed) {
-        poison.push((group, id.get()));
+        poison.push((group, id));
     }
     let behind = |groups: &[&str], first: i64| -> Vec<Spec> {
         groups
@@ -98,7 +98,7 @@ async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
         .group("poison-abort")
         .await
         .unwrap();
-    poison.push(("poison-abort", id.get()));
+    poison.push(("poison-abort", id));
     enqueue_work(&setup.admin, &behind(&["poison-abort"], 2_000_000), 100).await;
     let rest = crate::interleaved(good / 2, good - good / 2, 50, "good", 20);
     enqueue_work(&setup.admin, &rest, 1_000).await;

@@ -19,7 +19,7 @@ use harel_jobs::{
 };
 use harel_jobs_suite::cluster::{Cluster, ClusterOptions};
 use harel_jobs_suite::pgbouncer::PgBouncer;
-use harel_jobs_suite::{TestQueue, database_url};
+use harel_jobs_suite::{SuiteSchema, database_url};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -42,7 +42,7 @@ pub enum Connection {
 /// PgBouncer) the pooler in front of the server.
 pub struct Setup {
     /// The queue's schema, with a direct pool for the test's own inspection.
-    pub queue: TestQueue,
+    pub queue: SuiteSchema,
     /// The pool producers and workers use: the queue's own, or one through PgBouncer.
     pub pool: PgPool,
     /// The pooler, when there is one.
@@ -59,7 +59,7 @@ impl Setup {
     /// A fresh queue on the server of `url` (a private [`Cluster`]), reached by
     /// `connection`.
     pub async fn at(connection: Connection, url: &str) -> Self {
-        let queue = TestQueue::new_at(url).await;
+        let queue = SuiteSchema::new_at(url).await;
         let (pool, bouncer) = match connection {
             Connection::Direct => (queue.pool.clone(), None),
             Connection::PgBouncer => {
@@ -93,7 +93,7 @@ impl Setup {
 
     /// A queue already made (by a test that migrates it itself) behind `bouncer`, reached
     /// through `pool`.
-    pub fn behind(queue: TestQueue, bouncer: PgBouncer, pool: PgPool) -> Self {
+    pub fn behind(queue: SuiteSchema, bouncer: PgBouncer, pool: PgPool) -> Self {
         Self {
             queue,
             pool,
@@ -765,7 +765,7 @@ pub async fn a_vanished_worker_holds_its_lease_until_it_lapses_then_its_late_set
         .await
         .unwrap()
         .expect("claimed");
-    assert_eq!(vanished.lease.seq, id.get());
+    assert_eq!(vanished.lease.id, id);
 
     let ledger = Arc::new(Ledger::default());
     let handle = setup
@@ -1038,7 +1038,7 @@ pub async fn a_bad_payload_is_dead_at_once_and_an_unknown_kind_after_its_attempt
 
     let letters = setup.dead_letter_list().await;
     assert_eq!(letters.len(), 2);
-    let bad = letters.iter().find(|l| l.id.get() == bad).unwrap();
+    let bad = letters.iter().find(|l| l.id == bad).unwrap();
     assert_eq!(
         bad.attempts, 1,
         "a payload that cannot decode is not retried"
@@ -1050,7 +1050,7 @@ pub async fn a_bad_payload_is_dead_at_once_and_an_unknown_kind_after_its_attempt
         bad.last_error
     );
     assert_eq!(bad.payload, r#"{"wrong":true}"#, "payload kept as it was");
-    let unknown = letters.iter().find(|l| l.id.get() == unknown).unwrap();
+    let unknown = letters.iter().find(|l| l.id == unknown).unwrap();
     assert_eq!(
         unknown.attempts, 2,
         "an unknown kind is retried (rolling deploys)"
@@ -1202,7 +1202,7 @@ pub async fn a_job_whose_workers_keep_vanishing_is_dead_after_its_attempts_witho
             .await
             .unwrap()
             .expect("claimable again once the lease lapsed");
-        assert_eq!(claimed.lease.seq, id.get());
+        assert_eq!(claimed.lease.id, id);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let ledger = Arc::new(Ledger::default());

@@ -1,6 +1,6 @@
 //! Shared support for the integration tests, examples and benchmarks of harel-jobs.
 //!
-//! [`TestQueue`] gives each test its own PostgreSQL schema, migrated, and drops it when the
+//! [`SuiteSchema`] gives each test its own PostgreSQL schema, migrated, and drops it when the
 //! test ends, even if the test panics, so tests run in parallel and leave nothing behind.
 //! [`TestDatabase`] does the same with a whole database, for the few tests that need one.
 
@@ -53,8 +53,10 @@ pub async fn pool_with(url: &str, connections: u32) -> PgPool {
         .expect("the test database must be reachable (see README: running the tests)")
 }
 
-/// A migrated queue in a schema of its own, dropped with the value.
-pub struct TestQueue {
+/// A migrated queue schema of the test suite's own, dropped with the value (the suite's
+/// counterpart of the public `harel_jobs::testing::TestSchema`, with the raw pools and
+/// SQL the suite's attacks and fault tests need).
+pub struct SuiteSchema {
     /// A pool on the test database (20 connections).
     pub pool: PgPool,
     /// The queue's schema.
@@ -64,7 +66,7 @@ pub struct TestQueue {
     url: String,
 }
 
-impl TestQueue {
+impl SuiteSchema {
     /// A fresh, migrated queue.
     pub async fn new() -> Self {
         Self::new_at(&database_url()).await
@@ -85,7 +87,7 @@ impl TestQueue {
         Self::unmigrated_at(&database_url()).await
     }
 
-    /// [`TestQueue::unmigrated`] on the server and database of `url`.
+    /// [`SuiteSchema::unmigrated`] on the server and database of `url`.
     pub async fn unmigrated_at(url: &str) -> Self {
         let url = url.to_owned();
         let pool = pool_with(&url, 20).await;
@@ -113,7 +115,7 @@ impl TestQueue {
     }
 }
 
-impl Drop for TestQueue {
+impl Drop for SuiteSchema {
     fn drop(&mut self) {
         let statement = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema.name());
         run_cleanup(self.url.clone(), statement);
@@ -209,17 +211,17 @@ pub const OPERATOR_GRANTS: &[&str] = &[
 impl TestRole {
     /// Creates a login role with exactly `grants` on `queue`'s schema (see
     /// [`PRODUCER_GRANTS`], [`WORKER_GRANTS`]).
-    pub async fn with_grants(queue: &TestQueue, grants: &[&str]) -> Self {
+    pub async fn with_grants(queue: &SuiteSchema, grants: &[&str]) -> Self {
         Self::create(queue, grants, None).await
     }
 
     /// Creates a role with a worker's grants that may hold at most `connection_limit`
     /// connections at once.
-    pub async fn with_connection_limit(queue: &TestQueue, connection_limit: u32) -> Self {
+    pub async fn with_connection_limit(queue: &SuiteSchema, connection_limit: u32) -> Self {
         Self::create(queue, WORKER_GRANTS, Some(connection_limit)).await
     }
 
-    async fn create(queue: &TestQueue, grants: &[&str], connection_limit: Option<u32>) -> Self {
+    async fn create(queue: &SuiteSchema, grants: &[&str], connection_limit: Option<u32>) -> Self {
         let admin_url = database_url();
         let name = unique_name("harel_role");
         let schema = format!("\"{}\"", queue.schema.name());

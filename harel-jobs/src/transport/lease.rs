@@ -5,9 +5,9 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::vocabulary::Priority;
+use crate::vocabulary::{JobId, Priority};
 
-/// The fencing token of one claim. Every write a lease holder makes (ack, nack, extend) is
+/// The fencing token of one claim. Every write a lease holder makes (settle, extend) is
 /// applied only while the group is still leased to this token.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseToken(Uuid);
@@ -42,13 +42,14 @@ impl fmt::Display for LeaseToken {
     }
 }
 
-/// The right to complete one message: its group, its sequence number and the claim's token.
+/// The right to complete one message: its group, its job's id and the claim's token.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Lease {
     /// The group (execution id).
     pub group: String,
-    /// The message's sequence number: unique, increasing in publish order.
-    pub seq: i64,
+    /// The job's id: unique, increasing in publish order (the `seq` column). Named `seq`
+    /// before 0.2.
+    pub id: JobId,
     /// The claim's fencing token.
     pub token: LeaseToken,
 }
@@ -56,7 +57,7 @@ pub struct Lease {
 /// A message handed out by a claim, with its lease.
 #[derive(Clone, Debug)]
 pub struct ClaimedMessage {
-    /// What to pass to ack, nack or extend.
+    /// What to pass to settle or extend.
     pub lease: Lease,
     /// The job kind.
     pub kind: String,

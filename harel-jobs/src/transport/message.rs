@@ -1,4 +1,4 @@
-//! Messages on their way in: validation and scheduling.
+//! Messages on their way in: validation and start times.
 
 use std::time::Duration;
 
@@ -11,9 +11,10 @@ use crate::vocabulary::{
     validate_payload_size, validate_queue_name, validate_unique_key,
 };
 
-/// When a message may start.
+/// When a message may start: now, after a delay, or at a time. (Not a periodic schedule:
+/// those are [`Periodic`](crate::Periodic)'s.)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Schedule {
+pub enum StartAt {
     /// As soon as a worker is free.
     #[default]
     Now,
@@ -25,7 +26,7 @@ pub enum Schedule {
     At(DateTime<Utc>),
 }
 
-/// A message to publish: a group, a job kind, a JSON payload, a priority and a schedule.
+/// A message to publish: a group, a job kind, a JSON payload, a priority and a start time.
 ///
 /// ```
 /// use harel_jobs::transport::OutgoingMessage;
@@ -40,12 +41,12 @@ pub enum Schedule {
 /// ```
 #[derive(Clone, Debug)]
 pub struct OutgoingMessage {
-    /// `None`: a group of its own, named by `harel_publish` after the message's seq.
+    /// `None`: a group of its own, named by `harel_publish` after the job's id.
     pub(crate) group: Option<String>,
     pub(crate) kind: String,
     pub(crate) payload: String,
     pub(crate) priority: Priority,
-    pub(crate) schedule: Schedule,
+    pub(crate) start_at: StartAt,
     /// The payload came from `serde_json` and needs no second parse.
     pub(crate) payload_is_json: bool,
     /// The unique key and how long it is held after completion (`harel_take_key`).
@@ -69,7 +70,7 @@ impl OutgoingMessage {
             kind: kind.into(),
             payload: payload.into(),
             priority: Priority::default(),
-            schedule: Schedule::Now,
+            start_at: StartAt::Now,
             payload_is_json: false,
             unique: None,
             queue: None,
@@ -101,20 +102,27 @@ impl OutgoingMessage {
 
     /// Lets the message start only after `delay` (database clock).
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.schedule = Schedule::After(delay);
+        self.start_at = StartAt::After(delay);
         self
     }
 
     /// Lets the message start only at or after `time` (compared with the database's clock).
     pub fn not_before(mut self, time: DateTime<Utc>) -> Self {
-        self.schedule = Schedule::At(time);
+        self.start_at = StartAt::At(time);
         self
     }
 
-    /// Replaces the schedule.
-    pub fn schedule(mut self, schedule: Schedule) -> Self {
-        self.schedule = schedule;
+    /// Replaces the start time (what [`delay`](Self::delay) and
+    /// [`not_before`](Self::not_before) set).
+    pub fn start_at(mut self, start_at: StartAt) -> Self {
+        self.start_at = start_at;
         self
+    }
+
+    /// The old name of [`start_at`](Self::start_at).
+    #[deprecated(since = "0.2.0", note = "renamed to start_at")]
+    pub fn schedule(self, start_at: StartAt) -> Self {
+        self.start_at(start_at)
     }
 
     /// Makes the message unique under `key` (1 to [`MAX_UNIQUE_KEY_BYTES`](super::MAX_UNIQUE_KEY_BYTES) bytes): it is
@@ -154,8 +162,8 @@ impl OutgoingMessage {
         self.queue.as_deref().unwrap_or(DEFAULT_QUEUE)
     }
 
-    /// Puts the message in a group of its own, named when it is published after its seq
-    /// (`own:` and the seq in 19 digits: [`own_group`](super::own_group)), instead of the group it was made
+    /// Puts the message in a group of its own, named when it is published after its id
+    /// (`own:` and the id in 19 digits: [`own_group`](super::own_group)), instead of the group it was made
     /// with. Cheaper than a group id of the caller's: the queue finds the job by its id
     /// through the group's key, with no second index.
     pub fn in_own_group(mut self) -> Self {
@@ -195,7 +203,7 @@ impl OutgoingMessage {
             serde_json::from_str::<serde::de::IgnoredAny>(&self.payload)
                 .map_err(InvalidMessage::PayloadNotJson)?;
         }
-        if let Schedule::After(delay) = self.schedule {
+        if let StartAt::After(delay) = self.start_at {
             delay_millis(delay)?;
         }
         if let Some(queue) = &self.queue {
@@ -248,6 +256,22 @@ mod tests {
 
     fn message(group: &str, payload: &str) -> OutgoingMessage {
         OutgoingMessage::new(group, "kind", payload)
+    }
+
+    #[test]
+    fn start_at_is_what_delay_and_not_before_set() {
+        let delay = Duration::from_secs(5);
+        assert_eq!(message("g", "{}").start_at, StartAt::Now);
+        assert_eq!(
+            message("g", "{}").delay(delay).start_at,
+            StartAt::After(delay)
+        );
+        let at = DateTime::<Utc>::UNIX_EPOCH;
+        assert_eq!(message("g", "{}").not_before(at).start_at, StartAt::At(at));
+        // the old names still compile, and mean the same
+        #[allow(deprecated)]
+        let old = message("g", "{}").schedule(crate::transport::Schedule::After(delay));
+        assert_eq!(old.start_at, StartAt::After(delay));
     }
 
     #[test]

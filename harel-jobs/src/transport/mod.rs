@@ -38,31 +38,41 @@ use std::time::Duration;
 use sqlx::PgExecutor;
 
 pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
-pub use message::{OutgoingMessage, Schedule};
+pub use message::{OutgoingMessage, StartAt};
 
-use crate::vocabulary::delay_millis;
+/// The old name of [`StartAt`]: a message's start time, not a periodic schedule.
+#[deprecated(since = "0.2.0", note = "renamed to StartAt")]
+pub type Schedule = StartAt;
+
 pub use crate::vocabulary::{
     DEFAULT_QUEUE, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DELAY, MAX_ERROR_BYTES,
     MAX_GROUP_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_QUEUE_NAME_LEN,
     MAX_TRACE_CONTEXT_BYTES, MAX_UNIQUE_KEY_BYTES, Priority, own_group,
 };
+use crate::vocabulary::{JobId, delay_millis};
 
 /// What a publish did with one message ([`Transport::publish_many_outcomes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Published {
-    /// Queued, with this sequence number.
-    New(i64),
-    /// Not queued: its unique key is held by the message with this sequence number.
-    Duplicate(i64),
+    /// Queued, with this id.
+    New(JobId),
+    /// Not queued: its unique key is held by the job with this id.
+    Duplicate(JobId),
 }
 
 impl Published {
-    /// The sequence number of the new message, or of the one holding the key.
-    pub fn seq(self) -> i64 {
+    /// The id of the new job, or of the one holding the key.
+    pub fn id(self) -> JobId {
         match self {
-            Self::New(seq) | Self::Duplicate(seq) => seq,
+            Self::New(id) | Self::Duplicate(id) => id,
         }
+    }
+
+    /// The old name of [`id`](Self::id), as a number.
+    #[deprecated(since = "0.2.0", note = "renamed to id")]
+    pub fn seq(self) -> i64 {
+        self.id().get()
     }
 }
 pub use settlement::{Receipt, Settlement, storable_error};
@@ -180,7 +190,7 @@ impl Transport {
     /// Runs on whatever executor it is given: inside the caller's transaction, the message
     /// exists if and only if that transaction commits. Publishing into a group that is
     /// leased or parked leaves its lease and its priority alone. Idle workers are woken by a
-    /// `NOTIFY` sent on commit. Returns the message's sequence number.
+    /// `NOTIFY` sent on commit. Returns the job's id.
     ///
     /// # Errors
     /// [`PublishError::Invalid`] for a message [`OutgoingMessage::validate`] refuses (nothing
@@ -189,18 +199,18 @@ impl Transport {
         &self,
         executor: E,
         message: &OutgoingMessage,
-    ) -> Result<i64, PublishError> {
-        let seqs = self
+    ) -> Result<JobId, PublishError> {
+        let ids = self
             .publish_many(executor, std::slice::from_ref(message))
             .await?;
-        seqs.into_iter().next().ok_or_else(|| {
+        ids.into_iter().next().ok_or_else(|| {
             PublishError::Database(crate::error::DatabaseError::new(sqlx::Error::RowNotFound))
         })
     }
 
     /// Publishes many messages in one round trip, in order: messages of one group keep
     /// their order in the slice. All are validated first; one invalid message and none is
-    /// written. Returns the sequence numbers in the slice's order (for a unique message
+    /// written. Returns the jobs' ids in the slice's order (for a unique message
     /// whose key was held, the holder's: see [`publish_many_outcomes`](Self::publish_many_outcomes)).
     ///
     /// # Errors
@@ -210,9 +220,9 @@ impl Transport {
         &self,
         executor: E,
         messages: &[OutgoingMessage],
-    ) -> Result<Vec<i64>, PublishError> {
+    ) -> Result<Vec<JobId>, PublishError> {
         let outcomes = self.publish_many_outcomes(executor, messages).await?;
-        Ok(outcomes.into_iter().map(Published::seq).collect())
+        Ok(outcomes.into_iter().map(Published::id).collect())
     }
 
     /// [`publish_many`](Self::publish_many), saying for each message whether it was queued
@@ -267,10 +277,10 @@ impl Transport {
             batch.kinds.push(message.kind.as_str());
             batch.payloads.push(message.payload.as_str());
             batch.priorities.push(i16::from(message.priority.get()));
-            let (not_before, delay) = match message.schedule {
-                Schedule::Now => (None, None),
-                Schedule::After(delay) => (None, Some(delay_millis(delay)?)),
-                Schedule::At(at) => (Some(at), None),
+            let (not_before, delay) = match message.start_at {
+                StartAt::Now => (None, None),
+                StartAt::After(delay) => (None, Some(delay_millis(delay)?)),
+                StartAt::At(at) => (Some(at), None),
             };
             batch.not_before.push(not_before);
             batch.delays.push(delay);
@@ -286,9 +296,9 @@ impl Transport {
             .into_iter()
             .map(|seq| {
                 if seq < 0 {
-                    Published::Duplicate(-seq)
+                    Published::Duplicate(JobId::new(-seq))
                 } else {
-                    Published::New(seq)
+                    Published::New(JobId::new(seq))
                 }
             })
             .collect())
@@ -364,7 +374,7 @@ impl Transport {
                     ClaimedMessage {
                         lease: Lease {
                             group,
-                            seq,
+                            id: JobId::new(seq),
                             token: request.token,
                         },
                         kind,
@@ -616,7 +626,7 @@ fn lease_millis(lease: Duration) -> Result<i64, TransportError> {
 fn lease_columns<'a>(leases: impl ExactSizeIterator<Item = &'a Lease>) -> LeaseColumns<'a> {
     let mut columns = LeaseColumns::with_capacity(leases.len());
     for lease in leases {
-        columns.push(&lease.group, lease.seq, lease.token.as_uuid());
+        columns.push(&lease.group, lease.id.get(), lease.token.as_uuid());
     }
     columns
 }

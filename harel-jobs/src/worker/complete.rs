@@ -18,9 +18,9 @@ use tokio::sync::mpsc;
 
 use super::Shared;
 use super::connection::{OwnConnection, bounded};
-use super::outcome::Outcome;
 use super::task::{TaskResult, WorkerTask};
 use crate::error::TransportError;
+use crate::retry::Decision;
 use crate::transport::{Lease, LeaseOutcome, Receipt, Settlement};
 
 /// A job's lease and what the policy decided for it.
@@ -31,7 +31,7 @@ pub(crate) struct Finished {
     pub lease: Lease,
     /// The job's metrics labels.
     pub labels: crate::telemetry::Labels,
-    pub outcome: Outcome,
+    pub decision: Decision,
     /// How long to keep the job in the history if it succeeded (`None`: not at all).
     pub retain: Option<Duration>,
     /// Set when the handler completed the job in its own transaction
@@ -42,10 +42,7 @@ pub(crate) struct Finished {
 impl Finished {
     /// What the transport writes for it.
     fn settlement(&self) -> Settlement {
-        match (&self.outcome, self.retain) {
-            (Outcome::Succeeded, Some(keep)) => Settlement::Retain { keep },
-            (outcome, _) => outcome.settlement(),
-        }
+        self.decision.settlement(self.retain)
     }
 }
 
@@ -54,7 +51,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     mut receiver: mpsc::UnboundedReceiver<Finished>,
 ) -> TaskResult {
-    let max_batch = shared.config.ack_batch;
+    let max_batch = shared.config.settle_batch;
     let mut batch = Vec::with_capacity(max_batch);
     // outcomes need no WAL-flush wait (see OwnConnection::without_commit_wait), unless the
     // pool is told to wait for it (WorkerBuilder::durable_outcomes)
@@ -83,23 +80,23 @@ async fn flush<S: Send + Sync + 'static>(
     writer: &mut Writer,
     batch: &mut Vec<Finished>,
 ) {
-    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut decided = Vec::with_capacity(batch.len());
     let settlements: Vec<(Lease, Settlement)> = batch
         .drain(..)
         .map(|finished| {
             let settlement = finished.settlement();
-            outcomes.push((
+            decided.push((
                 finished.lane,
                 finished.labels,
-                finished.outcome,
+                finished.decision,
                 finished.completed_in_tx,
             ));
             (finished.lease, settlement)
         })
         .collect();
     let written = writer.write(shared, &settlements).await;
-    for (((lease, _), (lane, labels, outcome, completed_in_tx)), written) in
-        settlements.iter().zip(&outcomes).zip(written)
+    for (((lease, _), (lane, labels, decision, completed_in_tx)), written) in
+        settlements.iter().zip(&decided).zip(written)
     {
         shared.inflight.remove(lease);
         match written {
@@ -108,7 +105,7 @@ async fn flush<S: Send + Sync + 'static>(
                 shared.stats.cancelled(labels);
                 tracing::info!(
                     group = %lease.group,
-                    message_id = lease.seq,
+                    message_id = lease.id.get(),
                     "job cancelled while it ran: ended as cancelled"
                 );
             }
@@ -116,16 +113,16 @@ async fn flush<S: Send + Sync + 'static>(
                 if completed_in_tx.completed_in_tx.load(Ordering::Acquire) =>
             {
                 // the handler's own transaction completed it (and committed)
-                shared.stats.settled(labels, outcome);
+                shared.stats.settled(labels, decision);
             }
             Written::AsDecided(written) if written.is_applied() => {
                 if written == LeaseOutcome::AlreadyApplied {
-                    tracing::debug!(message_id = lease.seq, "outcome was already written");
+                    tracing::debug!(message_id = lease.id.get(), "outcome was already written");
                 }
-                if let Some(wait) = outcome.wait() {
+                if let Some(wait) = decision.wait() {
                     shared.lanes[*lane].wake_after(wait);
                 }
-                shared.stats.settled(labels, outcome);
+                shared.stats.settled(labels, decision);
             }
             Written::AsDeadLetter(written) if written.is_applied() => {
                 shared.stats.dead_lettered(labels);
@@ -141,7 +138,7 @@ fn lost<S>(shared: &Shared<S>, lease: &Lease, labels: &crate::telemetry::Labels)
     shared.stats.lease_lost(labels);
     tracing::warn!(
         group = %lease.group,
-        message_id = lease.seq,
+        message_id = lease.id.get(),
         "lease lost before the outcome was written: another worker may run the job again"
     );
 }
@@ -252,7 +249,7 @@ impl Writer {
         if matches!(settlement, Settlement::Ack | Settlement::Retain { .. }) {
             tracing::error!(
                 error = %error,
-                message_id = lease.seq,
+                message_id = lease.id.get(),
                 "the database refused a job's ack: the outcome is dropped, the job will run again"
             );
             return Written::Dropped;
@@ -265,7 +262,7 @@ impl Writer {
         };
         tracing::error!(
             error = %error,
-            message_id = lease.seq,
+            message_id = lease.id.get(),
             "the database refused a job's outcome: moving the job to the dead letters"
         );
         let fallback = [(lease.clone(), fallback)];
@@ -286,7 +283,7 @@ impl Writer {
                     shared.stats.database_error();
                     tracing::error!(
                         error = %error,
-                        message_id = lease.seq,
+                        message_id = lease.id.get(),
                         "not even as a dead letter: the outcome is dropped, the job will run again"
                     );
                     return Written::Dropped;

@@ -42,8 +42,8 @@ pub(crate) struct WorkerConfig {
     pub min_priority: Priority,
     /// Most groups claimed in one round trip. Default 256.
     pub claim_batch: usize,
-    /// Most completions written in one round trip. Default 512.
-    pub ack_batch: usize,
+    /// Most outcomes (of every kind) settled in one round trip. Default 512.
+    pub settle_batch: usize,
     /// How often the pool reports itself to operators (`Client::workers`). Default 10 s.
     pub report_interval: Duration,
     /// Whether outcomes commit with `synchronous_commit = on` (waiting for the WAL flush,
@@ -94,7 +94,7 @@ impl Default for WorkerConfig {
             database_timeout: Duration::from_secs(10),
             min_priority: Priority::LOWEST,
             claim_batch: 256,
-            ack_batch: 512,
+            settle_batch: 512,
             durable_outcomes: false,
             listen: true,
             maintenance: true,
@@ -107,8 +107,8 @@ impl Default for WorkerConfig {
 
 impl WorkerConfig {
     /// The limits of a job type that sets none of its own.
-    pub fn limits(&self) -> super::outcome::Limits {
-        super::outcome::Limits {
+    pub fn limits(&self) -> crate::retry::Limits {
+        crate::retry::Limits {
             max_attempts: self.max_attempts,
             backoff: self.backoff,
             retain: self.retain,
@@ -209,8 +209,8 @@ impl WorkerConfig {
         if self.claim_batch == 0 || self.claim_batch > 10_000 {
             return invalid("claim_batch", "must be between 1 and 10,000");
         }
-        if self.ack_batch == 0 || self.ack_batch > 100_000 {
-            return invalid("ack_batch", "must be between 1 and 100,000");
+        if self.settle_batch == 0 || self.settle_batch > 100_000 {
+            return invalid("settle_batch", "must be between 1 and 100,000");
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return invalid("timeout", "must be above zero");
@@ -324,9 +324,9 @@ mod tests {
                 },
             ),
             (
-                "ack_batch",
+                "settle_batch",
                 WorkerConfig {
-                    ack_batch: 0,
+                    settle_batch: 0,
                     ..Default::default()
                 },
             ),

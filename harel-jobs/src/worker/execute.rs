@@ -12,9 +12,9 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::complete::Finished;
-use super::outcome::{Attempted, Limits, Outcome, decide};
 use crate::context::{Completion, Execution, ExecutionFlags, JobContext};
 use crate::job_error::{Action, JobResult};
+use crate::retry::{Attempted, Decision, Limits, decide};
 use crate::transport::ClaimedMessage;
 use crate::vocabulary::MAX_DELAY;
 
@@ -60,7 +60,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             shared.config.limits(),
         ),
     };
-    let outcome = {
+    let decision = {
         let _entered = span.enter();
         decided(message.attempt, limits, attempted)
     };
@@ -83,7 +83,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         lane,
         lease: message.lease,
         labels,
-        outcome,
+        decision,
         retain: limits.retain,
         completed_in_tx: flags,
     };
@@ -107,11 +107,11 @@ pub(super) fn job_span(message: &ClaimedMessage, queue: &str) -> tracing::Span {
         messaging.operation = "process",
         messaging.destination.name = %queue,
         // a string in the semantic conventions
-        messaging.message.id = %message.lease.seq,
+        messaging.message.id = %message.lease.id,
         kind = %message.kind,
         queue = %queue,
         group = %message.lease.group,
-        message_id = message.lease.seq,
+        message_id = message.lease.id.get(),
         attempt = message.attempt,
     );
     crate::trace_context::set_parent(&span, message.trace_context.as_deref());
@@ -152,7 +152,7 @@ pub(super) async fn attempt<S: Send + Sync + 'static>(
     let execution = Execution {
         kind: message.kind.clone(),
         group: message.lease.group.clone(),
-        message_id: message.lease.seq,
+        job_id: message.lease.id,
         attempt: message.attempt,
         max_attempts: limits.max_attempts,
         cancel: cancel.clone(),
@@ -237,7 +237,7 @@ pub(super) async fn attempt<S: Send + Sync + 'static>(
 }
 
 /// The policy's decision for `attempted`, logged.
-pub(super) fn decided(attempt: u32, limits: Limits, attempted: Attempted) -> Outcome {
+pub(super) fn decided(attempt: u32, limits: Limits, attempted: Attempted) -> Decision {
     if let Attempted::Snoozed(delay)
     | Attempted::Failed {
         retry_after: Some(delay),
@@ -250,25 +250,25 @@ pub(super) fn decided(attempt: u32, limits: Limits, attempted: Attempted) -> Out
             "the handler asked for a delay over the maximum of 100 years: cut to it"
         );
     }
-    let outcome = decide(attempt, limits, attempted, rand::random());
-    match &outcome {
-        Outcome::Succeeded => tracing::debug!("job succeeded"),
-        Outcome::Retry { delay, error } => tracing::warn!(
+    let decision = decide(attempt, limits, attempted, rand::random());
+    match &decision {
+        Decision::Succeeded => tracing::debug!("job succeeded"),
+        Decision::Retry { delay, error } => tracing::warn!(
             error = %error,
             retry_in_ms = delay.as_millis() as u64,
             "job failed, will retry"
         ),
-        Outcome::Dead { error, .. } => {
+        Decision::Dead { error, .. } => {
             tracing::error!(error = %error, "job failed for good: moved to the dead letters");
         }
-        Outcome::Snooze(delay) => {
+        Decision::Snooze(delay) => {
             tracing::debug!(snooze_ms = delay.as_millis() as u64, "job snoozed");
         }
-        Outcome::Released { started } => {
+        Decision::Released { started } => {
             tracing::debug!(started, "job given back: the worker is shutting down");
         }
     }
-    outcome
+    decision
 }
 
 /// The text of a panic payload (`&str` or `String`, as `panic!` makes them).

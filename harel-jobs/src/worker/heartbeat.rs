@@ -65,7 +65,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                 {
                     tracing::info!(
                         group = %lease.group,
-                        message_id = lease.seq,
+                        message_id = lease.id.get(),
                         "the job's cancel was asked for: signalling its handler"
                     );
                 }
@@ -73,7 +73,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
                     shared.stats.lease_lost(&labels);
                     tracing::warn!(
                         group = %lease.group,
-                        message_id = lease.seq,
+                        message_id = lease.id.get(),
                         "lease lost while the job runs: cancelling it; another worker may run it"
                     );
                 }

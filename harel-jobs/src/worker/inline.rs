@@ -11,15 +11,15 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::execute::{attempt, decided, job_span, panic_message};
-use super::outcome::{Attempted, Outcome};
 use crate::context::ExecutionFlags;
 use crate::error::TransportError;
-use crate::transport::{ClaimRequest, ClaimedMessage, LeaseOutcome, LeaseToken, Settlement};
+use crate::retry::{Attempted, Decision};
+use crate::transport::{ClaimRequest, ClaimedMessage, LeaseOutcome, LeaseToken};
 
 /// What became of one job run by [`work_one`].
 pub(crate) struct Inline {
     pub message: ClaimedMessage,
-    pub outcome: Outcome,
+    pub decision: Decision,
     pub written: LeaseOutcome,
     /// The handler completed the job in its own transaction (`JobContext::complete_in`).
     pub completed_in_tx: bool,
@@ -65,14 +65,11 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
             let error = format!("job panicked: {}", panic_message(&*panic));
             (Attempted::failed(error), shared.config.limits())
         });
-    let outcome = {
+    let decision = {
         let _entered = span.enter();
         decided(message.attempt, limits, attempted)
     };
-    let settlement = match (&outcome, limits.retain) {
-        (Outcome::Succeeded, Some(keep)) => Settlement::Retain { keep },
-        (outcome, _) => outcome.settlement(),
-    };
+    let settlement = decision.settlement(limits.retain);
     let written = shared
         .transport
         .settle(&mut *connection, &message.lease, settlement)
@@ -82,13 +79,13 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
         .load(std::sync::atomic::Ordering::Acquire);
     match written {
         LeaseOutcome::Cancelled => shared.stats.cancelled(&labels),
-        LeaseOutcome::LeaseLost if completed_in_tx => shared.stats.settled(&labels, &outcome),
-        written if written.is_applied() => shared.stats.settled(&labels, &outcome),
+        LeaseOutcome::LeaseLost if completed_in_tx => shared.stats.settled(&labels, &decision),
+        written if written.is_applied() => shared.stats.settled(&labels, &decision),
         _ => shared.stats.lease_lost(&labels),
     }
     Ok(Some(Inline {
         message,
-        outcome,
+        decision,
         written,
         completed_in_tx,
     }))

@@ -4,7 +4,8 @@
 //! - the **fetcher** claims as many groups as there are free slots (more while
 //!   handlers are fast), in one round trip, and spawns a task per job (`fetch.rs`);
 //! - each **job task** decodes the payload, runs the handler with its timeout, catches
-//!   panics, and decides the outcome (`execute.rs`);
+//!   panics, and asks the retry policy (`crate::retry`) what becomes of the job
+//!   (`execute.rs`);
 //! - the **completer** writes outcomes in batches (`complete.rs`);
 //! - the **heartbeat** extends every held lease in one round trip per beat (`heartbeat.rs`);
 //! - the **listener** wakes the fetcher on `NOTIFY` (`listen.rs`);
@@ -36,7 +37,6 @@ pub(crate) mod inline;
 mod lane;
 mod listen;
 mod maintain;
-pub(crate) mod outcome;
 mod registry;
 mod report;
 mod schedule;
@@ -385,10 +385,18 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         self
     }
 
-    /// Most outcomes written per round trip (default 512).
-    pub fn ack_batch(mut self, batch: usize) -> Self {
-        self.config.ack_batch = batch;
+    /// Most outcomes written per round trip (default 512): one settle call carries
+    /// successes, retries, snoozes and dead letters alike.
+    pub fn settle_batch(mut self, batch: usize) -> Self {
+        self.config.settle_batch = batch;
         self
+    }
+
+    /// The old name of [`settle_batch`](Self::settle_batch): the batch was never of acks
+    /// only.
+    #[deprecated(since = "0.2.0", note = "renamed to settle_batch")]
+    pub fn ack_batch(self, batch: usize) -> Self {
+        self.settle_batch(batch)
     }
 
     /// Whether outcomes (acks, retries, dead letters) commit durably: with
@@ -653,7 +661,7 @@ impl WorkerHandle {
     }
 
     /// Shuts down gracefully: claims nothing more, lets running handlers finish within the
-    /// grace period, gives back (nack now) whatever did not finish, writes every outcome,
+    /// grace period, gives back (releases at once) whatever did not finish, writes every outcome,
     /// then returns the final counters. Nothing is lost, and nothing waits for a lease to
     /// lapse.
     ///

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::outcome::Outcome;
+use crate::retry::Decision;
 use crate::telemetry::Labels;
 
 /// A snapshot of a worker pool's counters since it started.
@@ -59,26 +59,26 @@ impl Stats {
         bump(&self.claimed, 1);
         crate::telemetry::claimed(labels);
     }
-    /// An outcome was written: counted by what it was.
-    pub fn settled(&self, labels: &Labels, outcome: &Outcome) {
-        let counter = match outcome {
-            Outcome::Succeeded => {
+    /// An outcome was written: counted by what was decided.
+    pub fn settled(&self, labels: &Labels, decision: &Decision) {
+        let counter = match decision {
+            Decision::Succeeded => {
                 crate::telemetry::succeeded(labels);
                 &self.succeeded
             }
-            Outcome::Retry { .. } => {
+            Decision::Retry { .. } => {
                 crate::telemetry::retried(labels);
                 &self.retried
             }
-            Outcome::Snooze(_) => {
+            Decision::Snooze(_) => {
                 crate::telemetry::snoozed(labels);
                 &self.snoozed
             }
-            Outcome::Dead { .. } => {
+            Decision::Dead { .. } => {
                 crate::telemetry::dead_lettered(labels);
                 &self.dead_lettered
             }
-            Outcome::Released { .. } => &self.released,
+            Decision::Released { .. } => &self.released,
         };
         bump(counter, 1);
     }
