@@ -7,10 +7,14 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::db;
+use crate::noise::{self, Noise};
 use crate::jobs::Probe;
 use crate::queue::{self, expect_empty, fill_groups, fill_single, prepare};
 use crate::report::Target;
 use crate::{Ctx, Res, bail};
+
+/// The longest a noisy neighbour may run (it is stopped as soon as its drain ends).
+const NOISE_BOUND: Duration = Duration::from_secs(600);
 
 /// The drain target (jobs/s).
 pub const DRAIN_TARGET: f64 = 35_000.0;
@@ -53,6 +57,19 @@ pub async fn drain_once_retaining(
     fill: Fill,
     retain: Option<Duration>,
 ) -> Res<f64> {
+    drain_once_beside(ctx, worker_pool, concurrency, fill, retain, None).await
+}
+
+/// [`drain_once_retaining`] with `noise` running beside the drain (started after the fill,
+/// stopped when the queue is drained) when it is set.
+pub async fn drain_once_beside(
+    ctx: &Ctx,
+    worker_pool: &PgPool,
+    concurrency: usize,
+    fill: Fill,
+    retain: Option<Duration>,
+    noise: Option<noise::Kind>,
+) -> Res<f64> {
     let n = prepare(&ctx.pool, async || match fill {
         Fill::Single(n) => fill_single(&ctx.fill_pool, &ctx.transport, n).await,
         Fill::Groups { groups, per_group } => {
@@ -64,8 +81,13 @@ pub async fn drain_once_retaining(
         Fill::Single(_) => Probe::new(),
         Fill::Groups { .. } => Probe::with_fifo_check(),
     };
+    let running = noise
+        .map(|kind| Noise::start(kind, NOISE_BOUND))
+        .transpose()?;
     let outcome =
-        queue::drain_retaining(worker_pool, probe.clone(), concurrency, n, retain).await?;
+        queue::drain_retaining(worker_pool, probe.clone(), concurrency, n, retain).await;
+    drop(running);
+    let outcome = outcome?;
     expect_empty(&ctx.pool, "drain").await?;
     if retain.is_some() {
         let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM harel.job_history")
@@ -242,6 +264,54 @@ pub async fn run_grouped(ctx: &Ctx) -> Res<()> {
         .figure("grouped_drain_c16", "jobs/s", &c16, None, extra.clone());
     ctx.report
         .figure("grouped_drain_c64", "jobs/s", &c64, None, extra);
+    worker_pool.close().await;
+    Ok(())
+}
+
+/// The drain beside a noisy neighbour (`bench noisy`): quiet and noisy rounds alternate, at
+/// concurrency 16 and 64; the noise is one `nice 19` CPU loop per core and an fsync writer
+/// (`HAREL_BENCH_NOISE=cpu` or `disk`: one half only). Reports each figure and the noisy ÷
+/// quiet ratio of the medians (goal: ≥ 0.75).
+pub async fn run_noisy(ctx: &Ctx) -> Res<()> {
+    let kind = match std::env::var("HAREL_BENCH_NOISE").as_deref() {
+        Ok("cpu") => noise::Kind::Cpu,
+        Ok("disk") => noise::Kind::Disk,
+        _ => noise::Kind::Both,
+    };
+    println!("# noise: {}", Noise::describe(kind));
+    let n = ctx.size(100_000, 5_000);
+    let fill = Fill::Single(n);
+    let worker_pool = db::pool(&ctx.url, 8, &[]).await?;
+    drain_once(ctx, &worker_pool, 64, Fill::Single(n / 5)).await?;
+    for concurrency in [16, 64] {
+        let (mut quiet, mut noisy) = (Vec::new(), Vec::new());
+        for _ in 0..ctx.runs {
+            quiet.push(drain_once(ctx, &worker_pool, concurrency, fill).await?);
+            noisy.push(
+                drain_once_beside(ctx, &worker_pool, concurrency, fill, None, Some(kind)).await?,
+            );
+        }
+        let extra = format!("jobs={n} groups={n}");
+        let quiet_median = ctx.report.figure(
+            format!("drain_c{concurrency}_quiet"),
+            "jobs/s",
+            &quiet,
+            None,
+            extra.clone(),
+        );
+        let noisy_median = ctx.report.figure(
+            format!("drain_c{concurrency}_{}", kind.label()),
+            "jobs/s",
+            &noisy,
+            None,
+            extra,
+        );
+        println!(
+            "# drain_c{concurrency}: {} ÷ quiet = {:.2} (goal >= 0.75)",
+            kind.label(),
+            noisy_median / quiet_median
+        );
+    }
     worker_pool.close().await;
     Ok(())
 }

@@ -29,6 +29,7 @@ mod env;
 mod floor;
 mod horizon;
 mod jobs;
+mod noise;
 #[cfg(feature = "opentelemetry")]
 mod otel;
 mod pgbench;
@@ -68,8 +69,9 @@ const SCENARIOS: &[&str] = &[
     "profile",
 ];
 /// Scenarios run only when named (not part of `all`): `horizon` takes 20 minutes at its
-/// defaults, and hours with `--minutes 60`; `metrics` installs a global recorder.
-const BY_NAME_ONLY: &[&str] = &["horizon", "retention", "limits", "metrics"];
+/// defaults, and hours with `--minutes 60`; `metrics` installs a global recorder; `noisy`
+/// loads the whole machine.
+const BY_NAME_ONLY: &[&str] = &["horizon", "retention", "limits", "metrics", "noisy"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -314,6 +316,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "enqueue" => enqueue::run(&ctx).await?,
             "drain" => drain::run(&ctx).await?,
             "grouped" => drain::run_grouped(&ctx).await?,
+            "noisy" => drain::run_noisy(&ctx).await?,
             "retention" => drain::run_retention(&ctx).await?,
             "limits" => drain::run_limits(&ctx).await?,
             "steady" => steady::run(&ctx).await?,

@@ -1,0 +1,112 @@
+//! A defined noisy neighbour: what a database server's machine often has beside the queue.
+//!
+//! [`Noise::start`] starts, as child processes of the bench, one CPU-bound loop per core at
+//! the lowest priority (`nice -n 19 sh -c 'while :; do :; done'`) and one writer that writes
+//! 64 MiB with `oflag=dsync` in a loop (`dd`, into a file under the system's temporary
+//! directory). Every child runs under `timeout`, so that none outlives the bench by more
+//! than the bound even if the bench is killed; dropping the value stops them at once.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::Res;
+
+/// Which halves of the noise to start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The CPU loops and the fsync writer.
+    Both,
+    /// One `nice 19` CPU loop per core only.
+    Cpu,
+    /// The fsync writer only.
+    Disk,
+}
+
+impl Kind {
+    /// The figure suffix of this noise.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Both => "noisy",
+            Kind::Cpu => "cpu_noise",
+            Kind::Disk => "disk_noise",
+        }
+    }
+}
+
+/// The running noise; stopped when dropped.
+pub struct Noise {
+    children: Vec<Child>,
+    file: std::path::PathBuf,
+}
+
+impl Noise {
+    /// Starts `kind` of noise, for at most `bound`.
+    pub fn start(kind: Kind, bound: Duration) -> Res<Self> {
+        let bound = bound.as_secs().max(1).to_string();
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let file = std::env::temp_dir().join(format!("harel-bench-noise-{}", std::process::id()));
+        let mut noise = Self {
+            children: Vec::new(),
+            file,
+        };
+        if kind != Kind::Disk {
+            for _ in 0..cores {
+                noise.children.push(
+                    Command::new("timeout")
+                        .args([&bound, "nice", "-n", "19", "sh", "-c", "while :; do :; done"])
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .process_group(0)
+                        .spawn()?,
+                );
+            }
+        }
+        if kind != Kind::Cpu {
+            let script = format!(
+                "while :; do dd if=/dev/zero of='{}' bs=1M count=64 oflag=dsync 2>/dev/null; done",
+                noise.file.display()
+            );
+            noise.children.push(
+                Command::new("timeout")
+                    .args([&bound, "sh", "-c", &script])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .process_group(0)
+                    .spawn()?,
+            );
+        }
+        // let the loops reach their steady state before anything is timed
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(noise)
+    }
+
+    /// A `# noise:` context line: what runs beside the measured run.
+    pub fn describe(kind: Kind) -> String {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        match kind {
+            Kind::Both => format!(
+                "{cores} × `nice -n 19` CPU loop + a `dd bs=1M count=64 oflag=dsync` loop"
+            ),
+            Kind::Cpu => format!("{cores} × `nice -n 19` CPU loop"),
+            Kind::Disk => "a `dd bs=1M count=64 oflag=dsync` loop".to_owned(),
+        }
+    }
+}
+
+impl Drop for Noise {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            // each child leads a process group of its own: the loop and its `dd` go together
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &format!("-{}", child.id())])
+                .status();
+        }
+        for child in &mut self.children {
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
