@@ -7,8 +7,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::db;
-use crate::noise::{self, Noise};
 use crate::jobs::Probe;
+use crate::noise::{self, Noise};
 use crate::queue::{self, expect_empty, fill_groups, fill_single, prepare};
 use crate::report::Target;
 use crate::{Ctx, Res, bail};
@@ -84,8 +84,7 @@ pub async fn drain_once_beside(
     let running = noise
         .map(|kind| Noise::start(kind, NOISE_BOUND))
         .transpose()?;
-    let outcome =
-        queue::drain_retaining(worker_pool, probe.clone(), concurrency, n, retain).await;
+    let outcome = queue::drain_retaining(worker_pool, probe.clone(), concurrency, n, retain).await;
     drop(running);
     let outcome = outcome?;
     expect_empty(&ctx.pool, "drain").await?;

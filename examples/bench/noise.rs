@@ -4,7 +4,8 @@
 //! the lowest priority (`nice -n 19 sh -c 'while :; do :; done'`) and one writer that writes
 //! 64 MiB with `oflag=dsync` in a loop (`dd`, into a file under the system's temporary
 //! directory). Every child runs under `timeout`, so that none outlives the bench by more
-//! than the bound even if the bench is killed; dropping the value stops them at once.
+//! than the bound, and each gets SIGTERM when the bench dies (`PR_SET_PDEATHSIG`, which
+//! `timeout` passes on to its command); dropping the value stops them at once.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -54,11 +55,20 @@ impl Noise {
             for _ in 0..cores {
                 noise.children.push(
                     Command::new("timeout")
-                        .args([&bound, "nice", "-n", "19", "sh", "-c", "while :; do :; done"])
+                        .args([
+                            &bound,
+                            "nice",
+                            "-n",
+                            "19",
+                            "sh",
+                            "-c",
+                            "while :; do :; done",
+                        ])
                         .stdin(Stdio::null())
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
                         .process_group(0)
+                        .die_with_parent()
                         .spawn()?,
                 );
             }
@@ -75,6 +85,7 @@ impl Noise {
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .process_group(0)
+                    .die_with_parent()
                     .spawn()?,
             );
         }
@@ -87,9 +98,9 @@ impl Noise {
     pub fn describe(kind: Kind) -> String {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         match kind {
-            Kind::Both => format!(
-                "{cores} × `nice -n 19` CPU loop + a `dd bs=1M count=64 oflag=dsync` loop"
-            ),
+            Kind::Both => {
+                format!("{cores} × `nice -n 19` CPU loop + a `dd bs=1M count=64 oflag=dsync` loop")
+            }
             Kind::Cpu => format!("{cores} × `nice -n 19` CPU loop"),
             Kind::Disk => "a `dd bs=1M count=64 oflag=dsync` loop".to_owned(),
         }
@@ -108,5 +119,25 @@ impl Drop for Noise {
             let _ = child.wait();
         }
         let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// Stops a child when the bench dies, however it dies (a killed bench runs no `Drop`).
+trait DieWithParent {
+    fn die_with_parent(&mut self) -> &mut Self;
+}
+
+impl DieWithParent for Command {
+    fn die_with_parent(&mut self) -> &mut Self {
+        // SAFETY: prctl is async-signal-safe, and the closure touches nothing else
+        unsafe {
+            self.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            })
+        }
     }
 }

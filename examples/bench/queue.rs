@@ -140,6 +140,13 @@ pub fn worker_retaining(
         .register::<Noop>()
         .register::<Stamped>()
         .concurrency(concurrency);
+    // `HAREL_BENCH_PIPELINES=n`: claims and settle batches in flight (default: the pool's)
+    if let Some(pipelines) = std::env::var("HAREL_BENCH_PIPELINES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        builder = builder.pipelines(pipelines);
+    }
     if let Some(period) = retain {
         builder = builder.retain_completed(period);
     }

@@ -590,6 +590,7 @@ macro_rules! worker_scenarios {
         crate::scenarios::worker_scenarios!(@single $connection; a_rolled_back_enqueue_never_runs);
         crate::scenarios::worker_scenarios!(@multi $connection; jobs_of_a_group_run_in_order_and_never_two_at_once);
         crate::scenarios::worker_scenarios!(@multi $connection; jobs_enqueued_a_transaction_each_run_once_in_group_order_over_two_pools);
+        crate::scenarios::worker_scenarios!(@multi $connection; pools_with_two_pipelines_run_every_job_once_in_group_order);
         crate::scenarios::worker_scenarios!(@single $connection; shutdown_mid_run_loses_nothing_and_nothing_waits_for_a_lease);
         crate::scenarios::worker_scenarios!(@single $connection; a_panicking_handler_is_retried_and_the_pool_keeps_running);
         crate::scenarios::worker_scenarios!(@single $connection; an_attempt_past_its_timeout_fails_and_is_retried);
@@ -921,6 +922,65 @@ pub async fn jobs_enqueued_a_transaction_each_run_once_in_group_order_over_two_p
     // the completer's `synchronous_commit = off` stayed in its own transactions
     let settings = setup.synchronous_commit_everywhere().await;
     assert!(settings.iter().all(|s| s == "on"), "{settings:?}");
+}
+
+/// Two claims and two settle batches in flight per pool (`WorkerBuilder::pipelines`), over
+/// three pools: every job once, a group's jobs one at a time and in order, and a shutdown
+/// that flushes both writers.
+pub async fn pools_with_two_pipelines_run_every_job_once_in_group_order(connection: Connection) {
+    let setup = Setup::new(connection).await;
+    let ledger = Arc::new(Ledger::default());
+    let handles: Vec<_> = (0..3)
+        .map(|n| {
+            setup
+                .builder(n, &ledger)
+                .pipelines(2)
+                .concurrency(8)
+                .claim_batch(16)
+                .settle_batch(16)
+                .build()
+                .unwrap()
+                .start()
+        })
+        .collect();
+    // 60 groups × 30 jobs, interleaved across groups in one batch, and 600 of no group
+    let jobs = (0..30).flat_map(|index| {
+        (0..60).map(move |group| Work {
+            key: group * 1000 + index,
+            group: Some(format!("group-{group}")),
+            sleep_ms: if index % 9 == 0 { 1 } else { 0 },
+        })
+    });
+    setup.enqueue_all(jobs).await;
+    setup.enqueue_all((100_000..100_600).map(work)).await;
+    setup.wait_until_idle(Duration::from_secs(120)).await;
+    let mut succeeded = 0;
+    for handle in handles {
+        let stats = handle.shutdown().await.unwrap();
+        assert_no_database_errors(&stats);
+        succeeded += stats.succeeded;
+    }
+    assert_eq!(succeeded, 2400, "every outcome written");
+    assert!(
+        ledger.overlaps.lock().unwrap().is_empty(),
+        "a group ran twice at once"
+    );
+    let mut runs = ledger.runs();
+    let keys: HashSet<u64> = runs.iter().map(|r| r.key).collect();
+    assert_eq!((runs.len(), keys.len()), (2400, 2400), "each job ran once");
+    runs.sort_by_key(|r| r.started);
+    let mut last: HashMap<String, u64> = HashMap::new();
+    for run in runs.iter().filter(|r| r.key < 100_000) {
+        if let Some(previous) = last.insert(run.group.clone(), run.key) {
+            assert!(
+                previous < run.key,
+                "{}: {previous} ran before {}",
+                run.group,
+                run.key
+            );
+        }
+    }
+    assert_eq!(setup.stats().await.jobs.exact(), Some(0));
 }
 
 pub async fn shutdown_mid_run_loses_nothing_and_nothing_waits_for_a_lease(connection: Connection) {

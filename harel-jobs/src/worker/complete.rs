@@ -46,10 +46,25 @@ impl Finished {
     }
 }
 
-/// Runs until the channel closes (every sender dropped), then flushes what is left.
+/// Runs until the channel closes (every sender dropped), then flushes what is left:
+/// `pipelines` writers, each on a connection of its own, take the waiting outcomes in
+/// turn, so that while one batch is on its way the next is already being written.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
-    mut receiver: mpsc::UnboundedReceiver<Finished>,
+    receiver: mpsc::UnboundedReceiver<Finished>,
+) -> TaskResult {
+    let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+    let writers = (0..shared.config.pipelines)
+        .map(|_| write_batches(Arc::clone(&shared), Arc::clone(&receiver)));
+    futures_util::future::try_join_all(writers).await?;
+    Ok(())
+}
+
+/// One writer: takes whatever outcomes wait (holding the receiver only while it waits for
+/// them), writes them in one round trip, and again, until the channel is closed and empty.
+async fn write_batches<S: Send + Sync + 'static>(
+    shared: Arc<Shared<S>>,
+    receiver: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Finished>>>,
 ) -> TaskResult {
     let max_batch = shared.config.settle_batch;
     let mut batch = Vec::with_capacity(max_batch);
@@ -62,11 +77,14 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     }
     .through_pooler(shared.config.transaction_pooler);
     let mut writer = Writer::new(connection);
-    while receiver.recv_many(&mut batch, max_batch).await > 0 {
+    loop {
+        let taken = receiver.lock().await.recv_many(&mut batch, max_batch).await;
+        if taken == 0 {
+            break; // closed and drained
+        }
         shared.faults.check(WorkerTask::Completer)?;
         flush(&shared, &mut writer, &mut batch).await;
     }
-    // closed and drained
     writer
         .connection
         .close(shared.config.database_timeout)

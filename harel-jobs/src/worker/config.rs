@@ -7,6 +7,9 @@ use crate::retry::Backoff;
 use crate::schema::Schema;
 use crate::vocabulary::Priority;
 
+/// The most pipelines a pool may run (`WorkerBuilder::pipelines`).
+const MAX_PIPELINES: usize = 8;
+
 /// Every setting of a worker pool. Filled with the defaults below by
 /// [`Worker::builder`](super::Worker::builder), validated by `build`.
 #[derive(Clone, Debug)]
@@ -44,6 +47,9 @@ pub(crate) struct WorkerConfig {
     pub claim_batch: usize,
     /// Most outcomes (of every kind) settled in one round trip. Default 512.
     pub settle_batch: usize,
+    /// Claims in flight at once per queue, and settle batches in flight at once, each on a
+    /// connection of its own. Default 1.
+    pub pipelines: usize,
     /// How often the pool reports itself to operators (`Client::workers`). Default 10 s.
     pub report_interval: Duration,
     /// Whether outcomes commit with `synchronous_commit = on` (waiting for the WAL flush,
@@ -95,6 +101,7 @@ impl Default for WorkerConfig {
             min_priority: Priority::LOWEST,
             claim_batch: 256,
             settle_batch: 512,
+            pipelines: 1,
             durable_outcomes: false,
             listen: true,
             maintenance: true,
@@ -212,6 +219,9 @@ impl WorkerConfig {
         if self.settle_batch == 0 || self.settle_batch > 100_000 {
             return invalid("settle_batch", "must be between 1 and 100,000");
         }
+        if self.pipelines == 0 || self.pipelines > MAX_PIPELINES {
+            return invalid("pipelines", "must be between 1 and 8");
+        }
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return invalid("timeout", "must be above zero");
         }
@@ -327,6 +337,20 @@ mod tests {
                 "settle_batch",
                 WorkerConfig {
                     settle_batch: 0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "pipelines",
+                WorkerConfig {
+                    pipelines: 0,
+                    ..Default::default()
+                },
+            ),
+            (
+                "pipelines",
+                WorkerConfig {
+                    pipelines: 9,
                     ..Default::default()
                 },
             ),

@@ -15,14 +15,24 @@ use crate::error::TransportError;
 use crate::transport::{ClaimRequest, ClaimedMessage, Lease, LeaseToken, Settlement};
 
 /// Claims and starts the jobs of every queue the pool serves until told to stop claiming:
-/// one [`run_lane`] per queue. Ends when they all have, or at the first that failed.
+/// [`run_lane`] `pipelines` times per queue, each on a connection of its own, so that
+/// that many claims of a queue are in flight at once (they share the queue's claim limit,
+/// and skip each other's groups as any two claims do). Ends when they all have, or at the
+/// first that failed.
 pub(crate) async fn run<S: Send + Sync + 'static>(
     shared: Arc<Shared<S>>,
     jobs: TaskTracker,
     completions: mpsc::UnboundedSender<Finished>,
 ) -> TaskResult {
-    let lanes = (0..shared.lanes.len())
-        .map(|lane| run_lane(Arc::clone(&shared), lane, jobs.clone(), completions.clone()));
+    let lanes = shared.lanes.len();
+    let lanes = (0..lanes * shared.config.pipelines).map(|pipeline| {
+        run_lane(
+            Arc::clone(&shared),
+            pipeline % lanes,
+            jobs.clone(),
+            completions.clone(),
+        )
+    });
     futures_util::future::try_join_all(lanes).await?;
     Ok(())
 }

@@ -392,6 +392,24 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         self
     }
 
+    /// How many claims per queue, and how many settle batches, the pool keeps in flight at
+    /// once, each on a connection of its own (default 1, at most 8).
+    ///
+    /// With one of each, a pool's throughput is its batch over its round trip, and a round
+    /// trip is what a busy machine stretches: each one waits for the database's backend,
+    /// then for the pool's thread, to be given a core, and for the disk. Beside two
+    /// `nice 19` CPU loops and an fsync writer on the 2-core machine of BENCHMARKS.md
+    /// ("Noisy neighbour"), a pool of 16 drained 100,000 no-op jobs about 4 times faster
+    /// with 2 than with 1. But claims in flight add up over a fleet, and concurrent claims
+    /// skip and wait for each other's rows: on a quiet machine, 8 processes with 2 each
+    /// drained 0.7 × what they drained with 1. So: 2 for one or two worker processes on a
+    /// machine they share with other work; 1 (the default) for a fleet. Each pipeline past
+    /// the first is one more connection per queue (claims) and one per pool (settles).
+    pub fn pipelines(mut self, pipelines: usize) -> Self {
+        self.config.pipelines = pipelines;
+        self
+    }
+
     /// The old name of [`settle_batch`](Self::settle_batch): the batch was never of acks
     /// only.
     #[deprecated(since = "0.2.0", note = "renamed to settle_batch")]
