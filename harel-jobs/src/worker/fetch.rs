@@ -102,6 +102,7 @@ async fn run_lane<S: Send + Sync + 'static>(
 
         let limit = shared.config.database_timeout;
         let started = std::time::Instant::now();
+        let claimed_at = tokio::time::Instant::now();
         let claimed = match bounded(limit, claim(&shared, lane, &mut connection, &request)).await {
             Ok(claimed) => {
                 crate::telemetry::claim_round_trip(started.elapsed());
@@ -154,7 +155,7 @@ async fn run_lane<S: Send + Sync + 'static>(
                 biased;
                 () = shared.stop_claiming.cancelled() => break,
                 () = this.wake.notified() => {}
-                () = tokio::time::sleep_until(this.next_look(shared.config.poll_interval)) => {}
+                () = tokio::time::sleep_until(this.next_look(shared.config.poll_interval, claimed_at)) => {}
             }
         }
     }

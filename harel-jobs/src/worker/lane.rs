@@ -103,8 +103,9 @@ impl Lane {
         }
     }
 
-    /// When the fetcher, finding the queue drained, should look again: after
-    /// `poll_interval`, or earlier when a group this lane parked becomes due.
+    /// When the fetcher, finding the queue drained by a claim sent at `claimed_at`, should
+    /// look again: after `poll_interval`, or earlier when a group this lane parked becomes
+    /// due.
     ///
     /// The due time is kept until it has passed (and a claim has had its chance at the
     /// group), not taken by the first call: the fetcher computes this before it waits, and
@@ -112,13 +113,16 @@ impl Lane {
     /// the call taken the due time, the group would wait for the next poll (an hour, in a
     /// test through PgBouncer on a busy machine, where claims are slow enough for that to
     /// happen 3 runs in 4).
-    pub fn next_look(&self, poll_interval: Duration) -> tokio::time::Instant {
-        let now = tokio::time::Instant::now();
-        let poll = now + poll_interval;
+    pub fn next_look(
+        &self,
+        poll_interval: Duration,
+        claimed_at: tokio::time::Instant,
+    ) -> tokio::time::Instant {
+        let poll = tokio::time::Instant::now() + poll_interval;
         let mut next = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
         match *next {
-            // past, and looked at since: forget it
-            Some(due) if due + DUE_MARGIN <= now => {
+            // due before the claim that just came back was sent: that claim has looked
+            Some(due) if due + DUE_MARGIN <= claimed_at => {
                 *next = None;
                 poll
             }
@@ -160,12 +164,16 @@ mod tests {
         let soon = tokio::time::Instant::now() + Duration::from_secs(1);
         // the fetcher computes its wait, and a pending wake-up ends it at once: the next
         // wait still ends when the group is due, not at the next poll
-        let first = lane.next_look(hour);
+        let claimed_at = tokio::time::Instant::now();
+        let first = lane.next_look(hour, claimed_at);
         assert!(first < soon);
-        assert_eq!(lane.next_look(hour), first);
-        // past it (a claim has looked): the poll again
+        assert_eq!(lane.next_look(hour, claimed_at), first);
         std::thread::sleep(Duration::from_millis(310));
-        assert!(lane.next_look(hour) > tokio::time::Instant::now() + hour / 2);
+        // past it, but the claim that came back was sent before: still due
+        assert_eq!(lane.next_look(hour, claimed_at), first);
+        // a claim sent since has looked: the poll again
+        let claimed_at = tokio::time::Instant::now();
+        assert!(lane.next_look(hour, claimed_at) > claimed_at + hour / 2);
     }
 
     #[test]
