@@ -6,6 +6,14 @@
 //! directory). Every child runs under `timeout`, so that none outlives the bench by more
 //! than the bound, and each gets SIGTERM when the bench dies (`PR_SET_PDEATHSIG`, which
 //! `timeout` passes on to its command); dropping the value stops them at once.
+//!
+//! Each child runs in a session of its own (`setsid`), as a neighbour does: another service,
+//! a backup, a compile in another terminal. With `HAREL_BENCH_NOISE_SESSION=shared` they stay
+//! in the bench's session instead. That matters on Linux with `kernel.sched_autogroup_enabled`
+//! (the default of desktop and many server kernels) and with cgroups: CPU is shared fairly
+//! between sessions (cgroups), and a nice value ranks a task only against the others of its
+//! own session, so loops in the bench's session take the bench's share, and more: see
+//! BENCHMARKS.md, "Noisy neighbour".
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -47,6 +55,7 @@ impl Noise {
         let bound = bound.as_secs().max(1).to_string();
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let file = std::env::temp_dir().join(format!("harel-bench-noise-{}", std::process::id()));
+        let own_sessions = Self::own_sessions();
         let mut noise = Self {
             children: Vec::new(),
             file,
@@ -67,8 +76,7 @@ impl Noise {
                         .stdin(Stdio::null())
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
-                        .process_group(0)
-                        .die_with_parent()
+                        .apart(own_sessions)
                         .spawn()?,
                 );
             }
@@ -84,8 +92,7 @@ impl Noise {
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
-                    .process_group(0)
-                    .die_with_parent()
+                    .apart(own_sessions)
                     .spawn()?,
             );
         }
@@ -94,15 +101,26 @@ impl Noise {
         Ok(noise)
     }
 
+    /// Whether the noise runs in sessions of its own (the default), not the bench's
+    /// (`HAREL_BENCH_NOISE_SESSION=shared`).
+    pub fn own_sessions() -> bool {
+        std::env::var("HAREL_BENCH_NOISE_SESSION").as_deref() != Ok("shared")
+    }
+
     /// A `# noise:` context line: what runs beside the measured run.
     pub fn describe(kind: Kind) -> String {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        match kind {
+        let what = match kind {
             Kind::Both => {
                 format!("{cores} × `nice -n 19` CPU loop + a `dd bs=1M count=64 oflag=dsync` loop")
             }
             Kind::Cpu => format!("{cores} × `nice -n 19` CPU loop"),
             Kind::Disk => "a `dd bs=1M count=64 oflag=dsync` loop".to_owned(),
+        };
+        if Self::own_sessions() {
+            format!("{what}, each in a session of its own")
+        } else {
+            format!("{what}, in the bench's session (HAREL_BENCH_NOISE_SESSION=shared)")
         }
     }
 }
@@ -110,7 +128,8 @@ impl Noise {
 impl Drop for Noise {
     fn drop(&mut self) {
         for child in &mut self.children {
-            // each child leads a process group of its own: the loop and its `dd` go together
+            // each child leads a process group of its own (and, unless shared, a session):
+            // the loop and its `dd` go together
             let _ = Command::new("kill")
                 .args(["-TERM", "--", &format!("-{}", child.id())])
                 .status();
@@ -122,16 +141,25 @@ impl Drop for Noise {
     }
 }
 
-/// Stops a child when the bench dies, however it dies (a killed bench runs no `Drop`).
-trait DieWithParent {
-    fn die_with_parent(&mut self) -> &mut Self;
+/// Sets a child apart: the leader of a process group of its own (with `own_session`, of a
+/// session of its own), stopped when the bench dies, however it dies (a killed bench runs no
+/// `Drop`).
+trait Apart {
+    fn apart(&mut self, own_session: bool) -> &mut Self;
 }
 
-impl DieWithParent for Command {
-    fn die_with_parent(&mut self) -> &mut Self {
-        // SAFETY: prctl is async-signal-safe, and the closure touches nothing else
+impl Apart for Command {
+    fn apart(&mut self, own_session: bool) -> &mut Self {
+        if !own_session {
+            self.process_group(0);
+        }
+        // SAFETY: setsid and prctl are async-signal-safe, and the closure touches nothing else
         unsafe {
-            self.pre_exec(|| {
+            self.pre_exec(move || {
+                // a new session is a new process group too
+                if own_session && libc::setsid() == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == 0 {
                     Ok(())
                 } else {
