@@ -76,6 +76,9 @@
 //! out-of-range priority is an [`InvalidPriority`] wherever it is refused. A lost lease is
 //! not an error but an outcome ([`transport::LeaseOutcome`]).
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly (package.metadata.docs.rs), where the
+// `doc(cfg(…))` badges below ("Available on crate feature … only") need this feature gate.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]
@@ -103,6 +106,7 @@ mod schema;
 mod store;
 pub mod telemetry;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod trace_context;
 pub mod transport;
