@@ -28,6 +28,25 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # The guide
+//!
+//! The API reference is here; how to use it, by what you are doing, is in the guide (the
+//! [README](https://github.com/harel-jobs/harel-jobs/blob/main/README.md) is its front door:
+//! installing, features, one complete worker, the guarantees in short):
+//!
+//! - [Writing jobs](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/writing-jobs.md): `#[job]`, groups, failing and retries, batches,
+//!   dead letters.
+//! - [Seeing and steering jobs](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/steering-jobs.md): the [`Client`], a job's states,
+//!   listing, cancel, retention, unique jobs, completing a job in your own transaction, the
+//!   worker pools.
+//! - [Periodic jobs, named queues, pause and limits](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/scheduling.md).
+//! - [Testing your jobs](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/testing.md) (feature `testing`).
+//! - [Operating harel-jobs](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md): configuration, scaling out (and past one
+//!   PostgreSQL primary), PgBouncer, database roles, upgrading.
+//! - [Command line, dashboard, metrics and traces](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/monitoring.md).
+//! - [Guarantees](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/guarantees.md), each in full, and what is not promised.
+//! - [How it works](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/how-it-works.md).
+//!
 //! # Layers
 //!
 //! - **Jobs**: [`Job`] (a serialisable value with a stable [`Job::KIND`]) and [`Handler`]
@@ -80,10 +99,63 @@
 // `doc(cfg(…))` badges below ("Available on crate feature … only") need this feature gate.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The Rust examples of the README and of the guide (docs/guide/), compiled as doc tests.
+// `cfg(doctest)` only: these files are outside the crate's directory, so the packaged crate
+// does not have them (cargo copies the `readme` file alone), and a normal build never reads
+// them.
+
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The examples of the guide's "Writing jobs", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/writing-jobs.md")]
+pub struct GuideWritingJobsDoctests;
+
+/// The examples of the guide's "Seeing and steering jobs", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/steering-jobs.md")]
+pub struct GuideSteeringJobsDoctests;
+
+/// The examples of the guide's "Periodic jobs, named queues, pause and limits", compiled as
+/// doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/scheduling.md")]
+pub struct GuideSchedulingDoctests;
+
+/// The examples of the guide's "Testing your jobs", compiled as doc tests (its test itself
+/// is `ignore`d there and run by the workspace's tests/readme.rs).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/testing.md")]
+pub struct GuideTestingDoctests;
+
+/// The examples of the guide's "Command line, dashboard, metrics and traces", compiled as
+/// doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/monitoring.md")]
+pub struct GuideMonitoringDoctests;
+
+/// The examples of the guide's "Guarantees", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/guarantees.md")]
+pub struct GuideGuaranteesDoctests;
+
+/// The examples of the guide's "Operating harel-jobs", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/operating.md")]
+pub struct GuideOperatingDoctests;
+
+/// The examples of the guide's "How it works", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/how-it-works.md")]
+pub struct GuideHowItWorksDoctests;
+
+/// The guide's index, compiled as doc tests (it has no example today).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/README.md")]
+pub struct GuideIndexDoctests;
 
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
