@@ -30,22 +30,30 @@
 //!
 //! # The guide
 //!
-//! The API reference is here; how to use it, by what you are doing, is in the guide (the
-//! [README](https://github.com/harel-jobs/harel-jobs/blob/main/README.md) is its front door:
-//! installing, features, one complete worker, the guarantees in short):
+//! The API reference is here; how to use it, by what you are doing, is in the guide, whose
+//! front door is the [README][readme] (installing, the features, one complete worker, the
+//! guarantees in short):
 //!
-//! - [Writing jobs](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/writing-jobs.md): `#[job]`, groups, failing and retries, batches,
-//!   dead letters.
-//! - [Seeing and steering jobs](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/steering-jobs.md): the [`Client`], a job's states,
-//!   listing, cancel, retention, unique jobs, completing a job in your own transaction, the
-//!   worker pools.
-//! - [Periodic jobs, named queues, pause and limits](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/scheduling.md).
-//! - [Testing your jobs](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/testing.md) (feature `testing`).
-//! - [Operating harel-jobs](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md): configuration, scaling out (and past one
-//!   PostgreSQL primary), PgBouncer, database roles, upgrading.
-//! - [Command line, dashboard, metrics and traces](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/monitoring.md).
-//! - [Guarantees](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/guarantees.md), each in full, and what is not promised.
-//! - [How it works](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/how-it-works.md).
+//! - [Writing jobs][writing]: `#[job]`, groups, failing and retries, batches, dead letters.
+//! - [Seeing and steering jobs][steering]: the [`Client`], a job's states, listing, cancel,
+//!   retention, unique jobs, completing a job in your own transaction, the worker pools.
+//! - [Periodic jobs, named queues, pause and limits][scheduling].
+//! - [Testing your jobs][testing] (feature `testing`).
+//! - [Operating harel-jobs][operating]: configuration, scaling out (and past one PostgreSQL
+//!   primary), PgBouncer, database roles, upgrading.
+//! - [Command line, dashboard, metrics and traces][monitoring].
+//! - [Guarantees][guarantees], each in full, and what is not promised.
+//! - [How it works][how].
+//!
+//! [readme]: https://github.com/harel-jobs/harel-jobs/blob/main/README.md
+//! [writing]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/writing-jobs.md
+//! [steering]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/steering-jobs.md
+//! [scheduling]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/scheduling.md
+//! [testing]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/testing.md
+//! [operating]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md
+//! [monitoring]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/monitoring.md
+//! [guarantees]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/guarantees.md
+//! [how]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/how-it-works.md
 //!
 //! # Layers
 //!
