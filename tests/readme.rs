@@ -1,9 +1,10 @@
-//! The README's job example, tested with `harel_jobs::testing` as the README shows it; and
-//! the README's test command, the one CI runs.
+//! The guide's job example (docs/guide/writing-jobs.md), tested with `harel_jobs::testing` as
+//! the guide's "Testing your jobs" (docs/guide/testing.md) shows it; the README's test
+//! command, the one CI runs; and the license files the published crates ship.
 //!
-//! The README shows the part between the `README:` markers verbatim (its block is `ignore`d
-//! there: it needs the `testing` feature and a database); `the_readme_shows_this_test`
-//! fails when the two differ.
+//! The testing page shows the part between the `README:` markers verbatim (its block is
+//! `ignore`d there: it needs the `testing` feature and a database);
+//! `the_guide_shows_this_test` fails when the two differ.
 
 use harel_jobs::{JobContext, JobResult, job};
 
@@ -11,7 +12,7 @@ struct AppState {
     smtp_host: String,
 }
 
-/// Sends the welcome mail (the README's job, as written there).
+/// Sends the welcome mail (the guide's job, as written in docs/guide/writing-jobs.md).
 #[job(max_attempts = 5, priority = 2)]
 async fn send_welcome_email(
     ctx: JobContext<AppState>,
@@ -69,17 +70,48 @@ async fn sign_up_sends_the_welcome_mail() -> Result<(), Box<dyn std::error::Erro
 // README: end
 
 #[test]
-fn the_readme_shows_this_test() {
+fn the_guide_shows_this_test() {
     let this = include_str!("readme.rs");
     let begin = this.find("// README: begin\n").expect("begin marker") + 17;
     let end = begin + this[begin..].find("// README: end").expect("end marker");
     let shown = &this[begin..end];
-    let readme = include_str!("../README.md");
+    let page = include_str!("../docs/guide/testing.md");
     let block = format!("```rust,ignore\n{shown}```");
     assert!(
-        readme.contains(&block),
-        "the README's testing example differs from tests/readme.rs; paste this block:\n{block}"
+        page.contains(&block),
+        "docs/guide/testing.md's testing example differs from tests/readme.rs; paste this block:\n{block}"
     );
+}
+
+/// Each published crate ships the licenses (`cargo package` takes only the files of the
+/// crate's own directory): copies of the repository's, kept identical.
+#[test]
+fn the_published_crates_ship_the_licenses() {
+    let mit = include_str!("../LICENSE-MIT");
+    let apache = include_str!("../LICENSE-APACHE");
+    assert!(mit.contains("Copyright (c) The harel-jobs contributors"));
+    assert!(apache.contains("Apache License") && apache.contains("Version 2.0, January 2004"));
+    for (krate, crate_mit, crate_apache) in [
+        (
+            "harel-jobs",
+            include_str!("../harel-jobs/LICENSE-MIT"),
+            include_str!("../harel-jobs/LICENSE-APACHE"),
+        ),
+        (
+            "harel-jobs-macros",
+            include_str!("../harel-jobs-macros/LICENSE-MIT"),
+            include_str!("../harel-jobs-macros/LICENSE-APACHE"),
+        ),
+    ] {
+        assert_eq!(
+            crate_mit, mit,
+            "{krate}/LICENSE-MIT differs from LICENSE-MIT"
+        );
+        assert_eq!(
+            crate_apache, apache,
+            "{krate}/LICENSE-APACHE differs from LICENSE-APACHE"
+        );
+    }
 }
 
 /// CI (`.ci/run`) runs exactly the README's test command, and that command, CI's clippy and

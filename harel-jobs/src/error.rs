@@ -266,7 +266,8 @@ pub enum MigrateError {
     },
     /// The role may not read the schema's bookkeeping: it lacks a privilege (`USAGE` on
     /// the schema, as a role granted nothing does), which the schema's owner grants (see
-    /// the README's "Database roles"). Not a sign that the schema is not migrated.
+    /// the guide's ["Database roles"](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md#database-roles)). Not a sign that the
+    /// schema is not migrated.
     #[error("{0}: the schema's owner must grant it (see the README's \"Database roles\")")]
     PermissionDenied(MissingPrivilege),
     /// Reaching the database, taking the migration lock or reading the bookkeeping failed.

@@ -28,6 +28,33 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # The guide
+//!
+//! The API reference is here; how to use it, by what you are doing, is in the guide, whose
+//! front door is the [README][readme] (installing, the features, one complete worker, the
+//! guarantees in short):
+//!
+//! - [Writing jobs][writing]: `#[job]`, groups, failing and retries, batches, dead letters.
+//! - [Seeing and steering jobs][steering]: the [`Client`], a job's states, listing, cancel,
+//!   retention, unique jobs, completing a job in your own transaction, the worker pools.
+//! - [Periodic jobs, named queues, pause and limits][scheduling].
+//! - [Testing your jobs][testing] (feature `testing`).
+//! - [Operating harel-jobs][operating]: configuration, scaling out (and past one PostgreSQL
+//!   primary), PgBouncer, database roles, upgrading.
+//! - [Command line, dashboard, metrics and traces][monitoring].
+//! - [Guarantees][guarantees], each in full, and what is not promised.
+//! - [How it works][how].
+//!
+//! [readme]: https://github.com/harel-jobs/harel-jobs/blob/main/README.md
+//! [writing]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/writing-jobs.md
+//! [steering]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/steering-jobs.md
+//! [scheduling]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/scheduling.md
+//! [testing]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/testing.md
+//! [operating]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md
+//! [monitoring]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/monitoring.md
+//! [guarantees]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/guarantees.md
+//! [how]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/how-it-works.md
+//!
 //! # Layers
 //!
 //! - **Jobs**: [`Job`] (a serialisable value with a stable [`Job::KIND`]) and [`Handler`]
@@ -76,11 +103,67 @@
 //! out-of-range priority is an [`InvalidPriority`] wherever it is refused. A lost lease is
 //! not an error but an outcome ([`transport::LeaseOutcome`]).
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly (package.metadata.docs.rs), where the
+// `doc(cfg(…))` badges below ("Available on crate feature … only") need this feature gate.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+// The Rust examples of the README and of the guide (docs/guide/), compiled as doc tests.
+// `cfg(doctest)` only: these files are outside the crate's directory, so the packaged crate
+// does not have them (cargo copies the `readme` file alone), and a normal build never reads
+// them.
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The examples of the guide's "Writing jobs", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/writing-jobs.md")]
+pub struct GuideWritingJobsDoctests;
+
+/// The examples of the guide's "Seeing and steering jobs", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/steering-jobs.md")]
+pub struct GuideSteeringJobsDoctests;
+
+/// The examples of the guide's "Periodic jobs, named queues, pause and limits", compiled as
+/// doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/scheduling.md")]
+pub struct GuideSchedulingDoctests;
+
+/// The examples of the guide's "Testing your jobs", compiled as doc tests (its test itself
+/// is `ignore`d there and run by the workspace's tests/readme.rs).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/testing.md")]
+pub struct GuideTestingDoctests;
+
+/// The examples of the guide's "Command line, dashboard, metrics and traces", compiled as
+/// doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/monitoring.md")]
+pub struct GuideMonitoringDoctests;
+
+/// The examples of the guide's "Guarantees", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/guarantees.md")]
+pub struct GuideGuaranteesDoctests;
+
+/// The examples of the guide's "Operating harel-jobs", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/operating.md")]
+pub struct GuideOperatingDoctests;
+
+/// The examples of the guide's "How it works", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/how-it-works.md")]
+pub struct GuideHowItWorksDoctests;
+
+/// The guide's index, compiled as doc tests (it has no example today).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/README.md")]
+pub struct GuideIndexDoctests;
 
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
@@ -103,6 +186,7 @@ mod schema;
 mod store;
 pub mod telemetry;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod trace_context;
 pub mod transport;

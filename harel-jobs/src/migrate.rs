@@ -293,7 +293,8 @@ pub async fn migrate(pool: &PgPool) -> Result<(), MigrateError> {
 /// owner can take), each with its bookkeeping row: any number of processes may call this
 /// at once, one does the work and the others find it done. The schema itself is created
 /// (`CREATE SCHEMA IF NOT EXISTS`) first. Run it as the role that is to own the queue: the functions
-/// run with their owner's rights (see the README's "Database roles").
+/// run with their owner's rights (see the guide's
+/// ["Database roles"](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md#database-roles)).
 ///
 /// When the schema is already current, this only reads the bookkeeping tables (readable by
 /// every role with `USAGE` on the schema) and changes nothing, so a worker whose role may

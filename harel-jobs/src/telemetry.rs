@@ -6,7 +6,8 @@
 //! the [`Job::KIND`](crate::Job::KIND) of an enqueued type; `queue` is the named queue the
 //! job was enqueued into, or the queue the worker's lane serves (1 to 64 characters, at most
 //! 1,000 per schema); `schema` is the queue's schema. Never a group id, a job id or a
-//! payload. The names, one table, are in the README ("Metrics").
+//! payload. The names, one table, are in the guide's
+//! ["Metrics"](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/monitoring.md#metrics).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! The `harel-jobs` command line (feature `cli`): look at and steer a queue from a shell,
-//! as a thin layer over the public [`Client`](crate::Client) API. See the README's "Command
-//! line" for the commands, their JSON and their exit codes.
+//! as a thin layer over the public [`Client`](crate::Client) API. See the guide's
+//! ["Command line"](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/monitoring.md#command-line) for the commands, their JSON and
+//! their exit codes.
 //!
 //! - `args`: the grammar (clap);
 //! - `commands`: each subcommand, as calls to the library;

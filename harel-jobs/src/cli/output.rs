@@ -1,5 +1,6 @@
 //! What the command line prints: the JSON shape of each thing it shows (stable, documented
-//! in the README's "Command line") and the tables and key-value lists people read.
+//! in the guide's "Command line", docs/guide/monitoring.md) and the tables and key-value
+//! lists people read.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;

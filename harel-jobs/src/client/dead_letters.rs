@@ -85,7 +85,8 @@ impl Default for DeadLetterQuery {
 /// parameters are sent unnamed (one round trip more than a cached statement),
 /// [`count`](Self::count) by the simple protocol; only a transaction keeps an unnamed
 /// statement's parse and execution on one server connection there, so use the `_in`
-/// twins with a transaction (see the README's "Behind PgBouncer").
+/// twins with a transaction (see the guide's
+/// ["Behind PgBouncer"](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md#behind-pgbouncer)).
 ///
 /// ```no_run
 /// use harel_jobs::{Client, DeadLetterQuery};

@@ -41,7 +41,8 @@ use crate::vocabulary::{Count, STATS_WINDOW_PAGES};
 /// relies on TID range scans (PostgreSQL 14 and later); an older server gives the same
 /// figures at the cost of reading each table whole, twice.
 ///
-/// The statement needs only the operator's grants of the README's "Database roles"
+/// The statement needs only the operator's grants of the guide's
+/// ["Database roles"](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md#database-roles)
 /// (`SELECT` on the three tables); the file sizes and statistics it reads are open to every
 /// role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -213,7 +213,8 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     /// schedule are handled, when a worker starts, by the schedule's
     /// [`MissedTicks`](crate::MissedTicks) policy. `Client::schedules` lists the schedules
     /// with their last and next tick. The worker's role needs `EXECUTE` on
-    /// `harel_schedule_fire` and `harel_schedules` (README, "Database roles").
+    /// `harel_schedule_fire` and `harel_schedules` (the guide's
+    /// ["Database roles"](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md#database-roles)).
     ///
     /// ```no_run
     /// use harel_jobs::{job, JobContext, JobResult, Periodic, Worker};
@@ -477,7 +478,8 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     ///   its durability (claims and heartbeats wait for the WAL flush, outcomes do not);
     /// - its statements are unnamed ([`PreparedStatements::Unnamed`](crate::PreparedStatements)),
     ///   parsed inside that transaction: nothing prepared is left on a server connection;
-    /// - maintenance takes no session lock (see the README's "Behind PgBouncer");
+    /// - maintenance takes no session lock (see the guide's
+    ///   ["Behind PgBouncer"](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md#behind-pgbouncer));
     /// - LISTEN needs a connection past the pooler: with
     ///   [`listen_connect_options`](Self::listen_connect_options) it LISTENs there; without,
     ///   the pool polls only (every [`poll_interval`](Self::poll_interval)) and logs a
