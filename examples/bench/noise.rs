@@ -56,29 +56,15 @@ impl Noise {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let file = std::env::temp_dir().join(format!("harel-bench-noise-{}", std::process::id()));
         let own_sessions = Self::own_sessions();
+        // built first: an early return drops it, stopping the children already started
         let mut noise = Self {
             children: Vec::new(),
             file,
         };
         if kind != Kind::Disk {
             for _ in 0..cores {
-                noise.children.push(
-                    Command::new("timeout")
-                        .args([
-                            &bound,
-                            "nice",
-                            "-n",
-                            "19",
-                            "sh",
-                            "-c",
-                            "while :; do :; done",
-                        ])
-                        .stdin(Stdio::null())
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .apart(own_sessions)
-                        .spawn()?,
-                );
+                let script = "exec nice -n 19 sh -c 'while :; do :; done'";
+                noise.children.push(spawn(&bound, script, own_sessions)?);
             }
         }
         if kind != Kind::Cpu {
@@ -86,15 +72,7 @@ impl Noise {
                 "while :; do dd if=/dev/zero of='{}' bs=1M count=64 oflag=dsync 2>/dev/null; done",
                 noise.file.display()
             );
-            noise.children.push(
-                Command::new("timeout")
-                    .args([&bound, "sh", "-c", &script])
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .apart(own_sessions)
-                    .spawn()?,
-            );
+            noise.children.push(spawn(&bound, &script, own_sessions)?);
         }
         // let the loops reach their steady state before anything is timed
         std::thread::sleep(Duration::from_millis(500));
@@ -139,6 +117,17 @@ impl Drop for Noise {
         }
         let _ = std::fs::remove_file(&self.file);
     }
+}
+
+/// Starts `sh -c script` under `timeout bound`, silent and set apart (see [`Apart`]).
+fn spawn(bound: &str, script: &str, own_session: bool) -> std::io::Result<Child> {
+    Command::new("timeout")
+        .args([bound, "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .apart(own_session)
+        .spawn()
 }
 
 /// Sets a child apart: the leader of a process group of its own (with `own_session`, of a
