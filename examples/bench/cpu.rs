@@ -1,5 +1,12 @@
 //! CPU time from /proc, in clock ticks: of a process, of its waited-for children, and of
-//! the whole machine (to tell the server's share from the clients' on one host).
+//! the whole machine (to tell the server's share from the clients' on one host), and the
+//! split of a piece of work's CPU time between this process and the PostgreSQL server
+//! ([`with_cpu`]).
+
+use std::future::Future;
+use std::time::Instant;
+
+use crate::Res;
 
 /// The counters of the machine's `cpu` line in /proc/stat (user, nice, system, idle,
 /// iowait, irq, softirq, steal, …), in clock ticks since boot; empty if unreadable.
@@ -58,4 +65,84 @@ pub fn clock_ticks_per_second() -> f64 {
         .ok()
         .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
         .unwrap_or(100.0)
+}
+
+/// CPU time of the PostgreSQL server on this machine, in clock ticks: utime+stime of every
+/// `postgres` process, plus cutime+cstime (the postmaster's holds the backends that have
+/// exited, such as a worker pool's own connections closed at its end). 0 when the server
+/// runs elsewhere.
+fn server_ticks() -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            name.parse::<u32>().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{name}/comm")).ok()?;
+            (comm.trim() == "postgres").then_some(())?;
+            let fields = stat_fields(&name)?;
+            Some(fields.get(11)? + fields.get(12)? + fields.get(13)? + fields.get(14)?)
+        })
+        .sum()
+}
+
+/// CPU time (s) of this process, of the PostgreSQL server, and of the machine (busy,
+/// total), around a piece of work.
+pub struct CpuSplit {
+    /// Wall-clock seconds.
+    pub wall: f64,
+    /// CPU seconds of this process.
+    pub bench: f64,
+    /// CPU seconds of the PostgreSQL server's processes (every database: the bench's is
+    /// the only busy one).
+    pub backends: f64,
+    /// Busy CPU seconds of the whole machine.
+    pub machine_busy: f64,
+    /// CPU seconds of the whole machine, busy or not.
+    pub machine_total: f64,
+}
+
+/// Runs `work` and measures its [`CpuSplit`].
+pub async fn with_cpu<T>(work: impl Future<Output = Res<T>>) -> Res<(T, CpuSplit)> {
+    let server_before = server_ticks();
+    let self_before = proc_ticks(std::process::id()).unwrap_or(0);
+    let machine_before = machine_ticks();
+    let started = Instant::now();
+    let value = work.await?;
+    let wall = started.elapsed().as_secs_f64();
+    let self_after = proc_ticks(std::process::id()).unwrap_or(0);
+    let machine_after = machine_ticks();
+    let server_after = server_ticks();
+    let hz = clock_ticks_per_second();
+    let backends = server_after.saturating_sub(server_before);
+    Ok((
+        value,
+        CpuSplit {
+            wall,
+            bench: (self_after - self_before) as f64 / hz,
+            backends: backends as f64 / hz,
+            machine_busy: (machine_after.0 - machine_before.0) as f64 / hz,
+            machine_total: (machine_after.1 - machine_before.1) as f64 / hz,
+        },
+    ))
+}
+
+/// Prints `cpu` as two `# profile` lines: totals, and per one of `units`.
+pub fn print_cpu(label: &str, units: u64, unit: &str, cpu: &CpuSplit) {
+    println!(
+        "# profile {label} cpu: wall_s={:.2} bench_process_s={:.2} ({:.0}% of one core) server_s={:.2} ({:.0}% of one core) machine_busy={:.0}% of all cores",
+        cpu.wall,
+        cpu.bench,
+        100.0 * cpu.bench / cpu.wall,
+        cpu.backends,
+        100.0 * cpu.backends / cpu.wall,
+        100.0 * cpu.machine_busy / cpu.machine_total.max(0.001)
+    );
+    println!(
+        "# profile {label} cpu per {unit}: bench_process_us={:.1} server_us={:.1} machine_busy_us={:.1}",
+        1e6 * cpu.bench / units as f64,
+        1e6 * cpu.backends / units as f64,
+        1e6 * cpu.machine_busy / units as f64
+    );
 }

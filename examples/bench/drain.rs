@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
+use crate::cpu::{CpuSplit, print_cpu, with_cpu};
 use crate::db;
 use crate::jobs::Probe;
 use crate::noise::{self, Noise};
@@ -57,11 +58,13 @@ pub async fn drain_once_retaining(
     fill: Fill,
     retain: Option<Duration>,
 ) -> Res<f64> {
-    drain_once_beside(ctx, worker_pool, concurrency, fill, retain, None).await
+    let (rate, _) = drain_once_beside(ctx, worker_pool, concurrency, fill, retain, None).await?;
+    Ok(rate)
 }
 
 /// [`drain_once_retaining`] with `noise` running beside the drain (started after the fill,
-/// stopped when the queue is drained) when it is set.
+/// stopped when the queue is drained) when it is set. Returns jobs/s and the CPU time the
+/// drain took (this process, the bench database's backends, the machine).
 pub async fn drain_once_beside(
     ctx: &Ctx,
     worker_pool: &PgPool,
@@ -69,7 +72,7 @@ pub async fn drain_once_beside(
     fill: Fill,
     retain: Option<Duration>,
     noise: Option<noise::Kind>,
-) -> Res<f64> {
+) -> Res<(f64, CpuSplit)> {
     let n = prepare(&ctx.pool, async || match fill {
         Fill::Single(n) => fill_single(&ctx.fill_pool, &ctx.transport, n).await,
         Fill::Groups { groups, per_group } => {
@@ -84,9 +87,14 @@ pub async fn drain_once_beside(
     let running = noise
         .map(|kind| Noise::start(kind, NOISE_BOUND))
         .transpose()?;
-    let outcome = queue::drain_retaining(worker_pool, probe.clone(), concurrency, n, retain).await;
-    drop(running);
-    let outcome = outcome?;
+    let drained = with_cpu(async {
+        let outcome =
+            queue::drain_retaining(worker_pool, probe.clone(), concurrency, n, retain).await;
+        drop(running);
+        outcome
+    })
+    .await;
+    let (outcome, cpu) = drained?;
     expect_empty(&ctx.pool, "drain").await?;
     if retain.is_some() {
         let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM harel.job_history")
@@ -103,7 +111,7 @@ pub async fn drain_once_beside(
     if violations > 0 {
         bail!("drain: {violations} jobs started before an earlier job of their group");
     }
-    Ok(outcome.rate())
+    Ok((outcome.rate(), cpu))
 }
 
 pub async fn run(ctx: &Ctx) -> Res<()> {
@@ -271,6 +279,47 @@ pub async fn run_grouped(ctx: &Ctx) -> Res<()> {
 /// concurrency 16 and 64; the noise is one `nice 19` CPU loop per core and an fsync writer
 /// (`HAREL_BENCH_NOISE=cpu` or `disk`: one half only). Reports each figure and the noisy ÷
 /// quiet ratio of the medians (goal: ≥ 0.75).
+/// Where a noisy drain's throughput went: the CPU the queue (this process and the bench
+/// database's backends) obtained per second of wall time, and the CPU it spent per job,
+/// quiet and noisy (medians). Throughput is their quotient, so the two ratios say whether
+/// the noise took CPU from the queue (the first) or made each job cost more (the second:
+/// spinning, context switches, cache misses).
+fn print_cpu_share(
+    concurrency: usize,
+    label: &str,
+    jobs: u64,
+    quiet: &[CpuSplit],
+    noisy: &[CpuSplit],
+) {
+    let obtained = |cpu: &[CpuSplit]| {
+        median(
+            cpu.iter()
+                .map(|c| (c.bench + c.backends) / c.wall.max(1e-9)),
+        )
+    };
+    let per_job = |cpu: &[CpuSplit]| {
+        median(
+            cpu.iter()
+                .map(|c| 1e6 * (c.bench + c.backends) / jobs as f64),
+        )
+    };
+    let (quiet_cores, noisy_cores) = (obtained(quiet), obtained(noisy));
+    let (quiet_us, noisy_us) = (per_job(quiet), per_job(noisy));
+    println!(
+        "# drain_c{concurrency}: the queue's CPU (bench + server), quiet / {label}: {quiet_cores:.2} / {noisy_cores:.2} cores obtained (ratio {:.2}), {quiet_us:.1} / {noisy_us:.1} us per job (ratio {:.2}); throughput ratio = cores ratio ÷ per-job ratio = {:.2}",
+        noisy_cores / quiet_cores.max(1e-9),
+        noisy_us / quiet_us.max(1e-9),
+        (noisy_cores / quiet_cores.max(1e-9)) / (noisy_us / quiet_us.max(1e-9)).max(1e-9),
+    );
+}
+
+/// The median of `values` (0 when empty).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
 pub async fn run_noisy(ctx: &Ctx) -> Res<()> {
     let kind = match std::env::var("HAREL_BENCH_NOISE").as_deref() {
         Ok("cpu") => noise::Kind::Cpu,
@@ -284,11 +333,23 @@ pub async fn run_noisy(ctx: &Ctx) -> Res<()> {
     drain_once(ctx, &worker_pool, 64, Fill::Single(n / 5)).await?;
     for concurrency in [16, 64] {
         let (mut quiet, mut noisy) = (Vec::new(), Vec::new());
+        let (mut quiet_cpu, mut noisy_cpu) = (Vec::new(), Vec::new());
         for _ in 0..ctx.runs {
-            quiet.push(drain_once(ctx, &worker_pool, concurrency, fill).await?);
-            noisy.push(
-                drain_once_beside(ctx, &worker_pool, concurrency, fill, None, Some(kind)).await?,
+            let (rate, cpu) =
+                drain_once_beside(ctx, &worker_pool, concurrency, fill, None, None).await?;
+            print_cpu(&format!("drain_c{concurrency}_quiet"), n, "job", &cpu);
+            quiet.push(rate);
+            quiet_cpu.push(cpu);
+            let (rate, cpu) =
+                drain_once_beside(ctx, &worker_pool, concurrency, fill, None, Some(kind)).await?;
+            print_cpu(
+                &format!("drain_c{concurrency}_{}", kind.label()),
+                n,
+                "job",
+                &cpu,
             );
+            noisy.push(rate);
+            noisy_cpu.push(cpu);
         }
         let extra = format!("jobs={n} groups={n}");
         let quiet_median = ctx.report.figure(
@@ -310,6 +371,7 @@ pub async fn run_noisy(ctx: &Ctx) -> Res<()> {
             kind.label(),
             noisy_median / quiet_median
         );
+        print_cpu_share(concurrency, kind.label(), n, &quiet_cpu, &noisy_cpu);
     }
     worker_pool.close().await;
     Ok(())

@@ -12,13 +12,9 @@
 //!    (HOT updates, dead rows), the CPU time of this process vs the bench database's
 //!    backends vs the whole machine, and a `top` snapshot.
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use sqlx::PgPool;
-
-use crate::cpu::{clock_ticks_per_second, machine_ticks, proc_ticks};
+use crate::cpu::{print_cpu, with_cpu};
 use crate::depth::{TASKS, claim_ack_loop};
 use crate::jobs::Probe;
 use crate::queue::{self, expect_empty, fill_single, prepare};
@@ -127,17 +123,6 @@ async fn auto_explain(ctx: &Ctx, label: &str, file: &str) -> Res<()> {
     Ok(())
 }
 
-async fn backend_ticks(pool: &PgPool) -> Res<HashMap<u32, u64>> {
-    let pids: Vec<i32> =
-        sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
-            .fetch_all(pool)
-            .await?;
-    Ok(pids
-        .into_iter()
-        .filter_map(|pid| Some((pid as u32, proc_ticks(pid as u32)?)))
-        .collect())
-}
-
 async fn top_snapshot() {
     let Ok(output) = tokio::process::Command::new("top")
         .args(["-b", "-n", "2", "-d", "1", "-w", "160"])
@@ -153,61 +138,6 @@ async fn top_snapshot() {
     for line in format!("top - {last}").lines().take(22) {
         println!("#   {line}");
     }
-}
-
-/// CPU time (s) of this process, of the bench database's backends, and of the machine
-/// (busy, total), around `work`.
-struct CpuSplit {
-    wall: f64,
-    bench: f64,
-    backends: f64,
-    machine_busy: f64,
-    machine_total: f64,
-}
-
-async fn with_cpu<T>(ctx: &Ctx, work: impl Future<Output = Res<T>>) -> Res<(T, CpuSplit)> {
-    let backends_before = backend_ticks(&ctx.pool).await?;
-    let self_before = proc_ticks(std::process::id()).unwrap_or(0);
-    let machine_before = machine_ticks();
-    let started = Instant::now();
-    let value = work.await?;
-    let wall = started.elapsed().as_secs_f64();
-    let self_after = proc_ticks(std::process::id()).unwrap_or(0);
-    let machine_after = machine_ticks();
-    let backends_after = backend_ticks(&ctx.pool).await?;
-    let hz = clock_ticks_per_second();
-    let backends: u64 = backends_after
-        .iter()
-        .map(|(pid, after)| after - backends_before.get(pid).copied().unwrap_or(0).min(*after))
-        .sum();
-    Ok((
-        value,
-        CpuSplit {
-            wall,
-            bench: (self_after - self_before) as f64 / hz,
-            backends: backends as f64 / hz,
-            machine_busy: (machine_after.0 - machine_before.0) as f64 / hz,
-            machine_total: (machine_after.1 - machine_before.1) as f64 / hz,
-        },
-    ))
-}
-
-fn print_cpu(label: &str, units: u64, unit: &str, cpu: &CpuSplit) {
-    println!(
-        "# profile {label} cpu: wall_s={:.2} bench_process_s={:.2} ({:.0}% of one core) db_backends_s={:.2} ({:.0}% of one core) machine_busy={:.0}% of all cores",
-        cpu.wall,
-        cpu.bench,
-        100.0 * cpu.bench / cpu.wall,
-        cpu.backends,
-        100.0 * cpu.backends / cpu.wall,
-        100.0 * cpu.machine_busy / cpu.machine_total.max(0.001)
-    );
-    println!(
-        "# profile {label} cpu per {unit}: bench_process_us={:.1} db_backends_us={:.1} machine_busy_us={:.1}",
-        1e6 * cpu.bench / units as f64,
-        1e6 * cpu.backends / units as f64,
-        1e6 * cpu.machine_busy / units as f64
-    );
 }
 
 /// Prints the function and table counters of the sessions just closed, over `wall` s.
@@ -265,7 +195,7 @@ async fn profiled_drain(ctx: &Ctx, concurrency: usize, n: u64, top: bool) -> Res
             top_snapshot().await;
         })
     });
-    let (outcome, cpu) = with_cpu(ctx, queue::drain(&pool, Probe::new(), concurrency, n)).await?;
+    let (outcome, cpu) = with_cpu(queue::drain(&pool, Probe::new(), concurrency, n)).await?;
     if let Some(snapshot) = snapshot {
         let _ = snapshot.await;
     }
@@ -291,7 +221,7 @@ async fn profiled_unbatched(ctx: &Ctx, m: u64) -> Res<()> {
     sqlx::query("SELECT pg_stat_reset()")
         .execute(&ctx.pool)
         .await?;
-    let (rate, cpu) = with_cpu(ctx, claim_ack_loop(&pool, &ctx.transport, TASKS, m)).await?;
+    let (rate, cpu) = with_cpu(claim_ack_loop(&pool, &ctx.transport, TASKS, m)).await?;
     println!(
         "# profile {label}: pairs={m} wall_s={:.2} pairs_s={rate:.0}",
         cpu.wall
