@@ -1,7 +1,7 @@
 //! The `harel-jobs` command line, run as a real process (tests/bin/cli.rs, the same
 //! `harel_jobs::cli::main` as the crate's `harel-jobs` binary) against a real PostgreSQL.
 //! Every command that touches a queue runs as a role with exactly the operator's grants of
-//! the README's "Database roles" (least privilege); the test's own pool (the schema's owner)
+//! the guide's "Database roles" (least privilege); the test's own pool (the schema's owner)
 //! only sets jobs up and checks what the command did, through the library.
 
 use std::time::Duration;
@@ -264,7 +264,12 @@ async fn a_role_without_the_operators_grants_is_told_which_it_lacks() {
         1,
         "permission denied",
     );
-    assert!(run.stderr.contains("Database roles"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("docs/guide/operating.md, \"Database roles\""),
+        "{}",
+        run.stderr
+    );
 }
 
 /// A login granted nothing is told it lacks USAGE on the schema (not that the schema is

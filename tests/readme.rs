@@ -1,6 +1,7 @@
 //! The guide's job example (docs/guide/writing-jobs.md), tested with `harel_jobs::testing` as
 //! the guide's "Testing your jobs" (docs/guide/testing.md) shows it; the README's test
-//! command, the one CI runs; and the license files the published crates ship.
+//! command, the one CI runs; the license files the published crates ship; and the relative
+//! links of the repository's documents.
 //!
 //! The testing page shows the part between the `README:` markers verbatim (its block is
 //! `ignore`d there: it needs the `testing` feature and a database);
@@ -157,4 +158,152 @@ fn ci_runs_the_readmes_test_command_with_every_feature() {
         development.contains(&format!("`{readme_command}`")),
         "the Development section must show the same test command"
     );
+}
+
+/// The repository's Markdown files whose relative links are checked: the root documents,
+/// the guide, the decision records and the SQL and peers' READMEs.
+fn linked_documents(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<std::path::PathBuf> = [
+        "README.md",
+        "BENCHMARKS.md",
+        "RELIABILITY.md",
+        "CHANGELOG.md",
+        "harel-jobs/sql/README.md",
+        "migrations/README.md",
+    ]
+    .iter()
+    .map(|path| root.join(path))
+    .collect();
+    for dir in [
+        "docs/guide",
+        "docs/adr",
+        "examples/bench/peers/graphile",
+        "examples/bench/peers/awa",
+        "examples/bench/peers/underway",
+    ] {
+        let entries = std::fs::read_dir(root.join(dir)).expect("a documentation folder");
+        for entry in entries {
+            let path = entry.expect("a directory entry").path();
+            if path.extension().is_some_and(|ext| ext == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped but `-` and `_`, spaces
+/// as `-`.
+fn heading_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Lines outside fenced code blocks.
+fn prose_lines(text: &str) -> Vec<&str> {
+    let mut in_code = false;
+    text.lines()
+        .filter(|line| {
+            if line.trim_start().starts_with("```") {
+                in_code = !in_code;
+                return false;
+            }
+            !in_code
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (a repeated heading gets `-1`, `-2`, …).
+fn anchors(text: &str) -> std::collections::HashSet<String> {
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let mut anchors = std::collections::HashSet::new();
+    for line in prose_lines(text) {
+        let Some(heading) = line.strip_prefix('#') else {
+            continue;
+        };
+        let heading = heading.trim_start_matches('#');
+        if !heading.starts_with(' ') {
+            continue;
+        }
+        let anchor = heading_anchor(heading);
+        let count = seen.entry(anchor.clone()).or_default();
+        anchors.insert(if *count == 0 {
+            anchor.clone()
+        } else {
+            format!("{anchor}-{count}")
+        });
+        *count += 1;
+    }
+    anchors
+}
+
+/// The targets of a line's inline links (`[text](target)`) and of a reference definition
+/// (`[name]: target`).
+fn link_targets(line: &str) -> Vec<&str> {
+    let mut targets = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("](") {
+        let after = &rest[at + 2..];
+        let end = after.find([')', ' ']).unwrap_or(after.len());
+        targets.push(&after[..end]);
+        rest = &after[end..];
+    }
+    if let Some(definition) = line.strip_prefix('[')
+        && let Some((_, target)) = definition.split_once("]: ")
+    {
+        targets.push(target.trim());
+    }
+    targets
+}
+
+/// Every relative link of the documents resolves: its file exists, and a `#fragment` into
+/// a Markdown file names one of its headings. (A renamed section or a moved file breaks a
+/// link silently otherwise; web links are not checked.)
+#[test]
+fn relative_links_in_the_docs_resolve() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in linked_documents(root) {
+        let text = std::fs::read_to_string(&file).expect("a readable document");
+        let dir = file.parent().expect("a file in a folder");
+        for line in prose_lines(&text) {
+            for target in link_targets(line) {
+                if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                checked += 1;
+                let (path, fragment) = target.split_once('#').unwrap_or((target, ""));
+                let linked = if path.is_empty() {
+                    file.clone()
+                } else {
+                    dir.join(path)
+                };
+                let shown = file
+                    .strip_prefix(root)
+                    .unwrap_or(&file)
+                    .display()
+                    .to_string();
+                if !linked.exists() {
+                    broken.push(format!("{shown}: {target} (no such file)"));
+                } else if !fragment.is_empty() && linked.extension().is_some_and(|e| e == "md") {
+                    let linked_text = std::fs::read_to_string(&linked).expect("a readable file");
+                    if !anchors(&linked_text).contains(fragment) {
+                        broken.push(format!("{shown}: {target} (no such heading)"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 100,
+        "only {checked} relative links found: is the parser right?"
+    );
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }

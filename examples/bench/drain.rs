@@ -198,7 +198,7 @@ pub async fn run_retention(ctx: &Ctx) -> Res<()> {
 
 /// The cost of a fleet-wide limit: the same drain at concurrency 16 and 64 on the default
 /// queue without a limit and with a concurrency limit too high to bind (every claim then
-/// takes the queue's advisory lock and counts its live leases), interleaved.
+/// locks the queue's row and counts its live leases), interleaved.
 pub async fn run_limits(ctx: &Ctx) -> Res<()> {
     let n = ctx.size(100_000, 5_000);
     let worker_pool = db::pool(&ctx.url, 8, &[]).await?;

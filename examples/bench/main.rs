@@ -13,11 +13,11 @@
 //!
 //! Scenarios (default `all`, in this order): `enqueue`, `drain`, `grouped`, `steady`,
 //! `depth`, `soak`, `ceiling`, `floor`, `scale`, `rss`, `profile`; by name only: `horizon`
-//! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`), `retention`, `metrics`
-//! (the drain with and without a metrics recorder). `--recorder` installs a Prometheus
-//! recorder for harel-jobs' metrics for the whole run; `--otel` (built with `--features
-//! opentelemetry`) an OpenTelemetry layer in the tracing subscriber. See BENCHMARKS.md for
-//! what each measures.
+//! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`), `retention`, `limits`,
+//! `metrics` (the drain with and without a metrics recorder), `noisy` (the drain beside a
+//! noisy neighbour). `--recorder` installs a Prometheus recorder for harel-jobs' metrics for
+//! the whole run; `--otel` (built with `--features opentelemetry`) an OpenTelemetry layer in
+//! the tracing subscriber. See BENCHMARKS.md for what each measures.
 
 mod ceiling;
 mod cpu;

@@ -268,7 +268,9 @@ pub enum MigrateError {
     /// the schema, as a role granted nothing does), which the schema's owner grants (see
     /// the guide's ["Database roles"](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md#database-roles)). Not a sign that the
     /// schema is not migrated.
-    #[error("{0}: the schema's owner must grant it (see the README's \"Database roles\")")]
+    #[error(
+        "{0}: the schema's owner must grant it (see docs/guide/operating.md, \"Database roles\")"
+    )]
     PermissionDenied(MissingPrivilege),
     /// Reaching the database, taking the migration lock or reading the bookkeeping failed.
     #[error("migrating failed: {0}")]

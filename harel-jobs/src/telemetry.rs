@@ -37,7 +37,8 @@ pub const HANDLER_DURATION: &str = "harel_jobs_handler_duration_seconds";
 /// clock at enqueue and this process's at start), by `kind` and `queue`. A delayed job's
 /// delay is part of it.
 pub const START_LATENCY: &str = "harel_jobs_start_latency_seconds";
-/// Histogram, seconds: one claim round trip of the fetcher (a batch of up to 64 groups).
+/// Histogram, seconds: one claim round trip of a fetcher (a batch of up to `claim_batch`
+/// groups, 256 by default).
 pub const CLAIM_DURATION: &str = "harel_jobs_claim_duration_seconds";
 /// Histogram, seconds: one round trip writing a batch of outcomes (acks, retries, dead
 /// letters).

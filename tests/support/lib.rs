@@ -50,7 +50,7 @@ pub async fn pool_with(url: &str, connections: u32) -> PgPool {
         .acquire_timeout(Duration::from_secs(60))
         .connect_with(options)
         .await
-        .expect("the test database must be reachable (see README: running the tests)")
+        .expect("the test database must be reachable (see the README's \"Development\")")
 }
 
 /// A migrated queue schema of the test suite's own, dropped with the value (the suite's
@@ -167,14 +167,14 @@ pub struct TestRole {
     admin_url: String,
 }
 
-/// What the README's "Database roles" grants a producer, `@schema@` standing for the queue's
-/// schema.
+/// What the guide's "Database roles" (docs/guide/operating.md) grants a producer, `@schema@`
+/// standing for the queue's schema.
 pub const PRODUCER_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA @schema@",
     "EXECUTE ON FUNCTION @schema@.harel_publish",
 ];
 
-/// What the README's "Database roles" grants a worker.
+/// What the guide's "Database roles" grants a worker.
 pub const WORKER_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA @schema@",
     "EXECUTE ON FUNCTION @schema@.harel_claim",
@@ -186,7 +186,7 @@ pub const WORKER_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_worker_report",
 ];
 
-/// What the README's "Database roles" grants an operator (stats, dead letters, job and group
+/// What the guide's "Database roles" grants an operator (stats, dead letters, job and group
 /// lookup, cancel: everything the `harel-jobs` command line does).
 pub const OPERATOR_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA @schema@",

@@ -50,7 +50,8 @@ pub(crate) struct Cli {
     )]
     pub(crate) schema: String,
 
-    /// Print JSON (one object on stdout; see the README's "Command line") instead of tables.
+    /// Print JSON (one object on stdout; see docs/guide/monitoring.md, "Command line") instead
+    /// of tables.
     #[arg(long, global = true)]
     pub(crate) json: bool,
 
@@ -275,7 +276,7 @@ Examples:
         limit: u32,
     },
     /// The groups that have waited longest for a worker, or the largest (ranked by
-    /// PostgreSQL's statistics of the queue; see the README).
+    /// PostgreSQL's statistics of the queue; see docs/guide/steering-jobs.md).
     #[command(after_help = "\
 Examples:
   harel-jobs groups top                 # the longest waiting ready groups

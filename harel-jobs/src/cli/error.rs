@@ -107,7 +107,7 @@ impl CliError {
 
     /// A line of advice to print after the error, if there is one.
     pub(crate) fn hint(&self) -> Option<String> {
-        const ROLES: &str = "the README's \"Database roles\" lists each role's grants";
+        const ROLES: &str = "docs/guide/operating.md, \"Database roles\", lists each role's grants";
         let grants = |missing: &[MissingPrivilege]| {
             let grants: Vec<String> = missing.iter().map(MissingPrivilege::grant).collect();
             format!("as the schema's owner: {}; {ROLES}", grants.join("; "))

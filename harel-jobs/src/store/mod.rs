@@ -103,7 +103,8 @@ pub(crate) use workers::Report;
 /// Behind a pooler that does not (Debian 12's PgBouncer 1.18, for one), use
 /// [`Unnamed`](Self::Unnamed) and run each call inside a transaction: sqlx parses an unnamed
 /// statement in one exchange and binds it in the next, and only a transaction keeps both on
-/// one server connection. See the README's "Behind PgBouncer".
+/// one server connection. See the guide's
+/// ["Behind PgBouncer"](https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md#behind-pgbouncer).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PreparedStatements {

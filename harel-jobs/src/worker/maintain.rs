@@ -249,8 +249,8 @@ enum Due {
 /// When the next `VACUUM` may run. A `VACUUM` reads every page not known to be all-visible,
 /// which under an old snapshot is the whole table, and removes nothing that snapshot may
 /// still see: run back to back, such vacuums took a core of a 2-core machine and slowed
-/// every enqueue and claim (see BENCHMARKS.md, horizon). So each run buys a wait in
-/// proportion to its duration, a much longer one when it was futile; a futile streak ends
+/// every enqueue and claim (docs/adr/0021-maintenance-vacuum.md). So each run buys a wait
+/// in proportion to its duration, a much longer one when it was futile; a futile streak ends
 /// early when the oldest transaction we see (`pg_snapshot_xmin`) has moved on, since the
 /// snapshot that kept the rows may be gone. (A session holding only a snapshot, without a
 /// transaction id, does not show there; for it the backoff alone applies.)

@@ -140,8 +140,9 @@ impl<S: Send + Sync + 'static> Worker<S> {
     ///
     /// The pool's defaults: concurrency 16, lease 30 s with a heartbeat every 10 s, poll
     /// every 1 s when no notification comes, 10 attempts, backoff 2 s doubling to 1 h, no
-    /// timeout, 30 s shutdown grace, 10 s database timeout, claims of up to 64 groups,
-    /// schema `harel`.
+    /// timeout, 30 s shutdown grace, 10 s database timeout, claims of up to 256 groups and
+    /// settles of up to 512 outcomes per round trip (one claim per queue and one settle in
+    /// flight at a time), schema `harel`.
     ///
     /// The worker opens four connections of its own besides `pool` (claims, outcomes, the
     /// heartbeat, LISTEN), so that handlers holding every pooled connection cannot starve
