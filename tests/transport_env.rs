@@ -526,7 +526,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             .unwrap();
         // a group's jobs (by its key, not a walk of the queue), and one group (a listing of
         // groups from a cursor steps over the dead index entries after it, as a listing of
-        // jobs does: see the README)
+        // jobs does: see docs/guide/how-it-works.md)
         sqlx::query(q.sql("SELECT * FROM @schema@.harel_list_jobs(NULL, NULL, $1, NULL, 10)"))
             .bind(format!("deep-{round}"))
             .execute(&mut conn)
@@ -890,8 +890,9 @@ async fn functions_called(
     .unwrap()
 }
 
-/// "Leases use the database's clock: workers send durations, never times" (README), checked
-/// on the wire and in the catalogue, with nothing but the server:
+/// "Leases use the database's clock: workers send durations, never times"
+/// (docs/guide/guarantees.md), checked on the wire and in the catalogue, with nothing but
+/// the server:
 ///
 /// - everything the transport prepares on a worker's connection for claims, heartbeats,
 ///   and settles binds no parameter that holds a time;
