@@ -401,9 +401,9 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     /// trip is what a busy machine stretches: each one waits for the database's backend,
     /// then for the pool's thread, to be given a core, and for the disk. Beside two
     /// `nice 19` CPU loops and an fsync writer on the 2-core machine of BENCHMARKS.md
-    /// ("Noisy neighbour"), a pool of 16 drained 100,000 no-op jobs about 2 times faster
+    /// ("Noisy neighbour"), a pool of 16 drained 100,000 no-op jobs 2 to 3.5 times faster
     /// with 2 than with 1 when the loops ran in the application's own session (or cgroup),
-    /// and 1.1-1.2 times faster when they ran in sessions of their own, as a neighbour's
+    /// and 1.1 to 1.3 times faster when they ran in sessions of their own, as a neighbour's
     /// processes do. But claims in flight add up over a fleet, and concurrent claims
     /// skip and wait for each other's rows: on a quiet machine, 8 processes with 2 each
     /// drained 0.7 × what they drained with 1. So: 2 for one or two worker processes on a
