@@ -608,6 +608,7 @@ macro_rules! worker_scenarios {
         crate::scenarios::worker_scenarios!(@multi $connection; jobs_of_a_group_run_in_order_and_never_two_at_once);
         crate::scenarios::worker_scenarios!(@multi $connection; jobs_enqueued_a_transaction_each_run_once_in_group_order_over_two_pools);
         crate::scenarios::worker_scenarios!(@multi $connection; pools_with_two_pipelines_run_every_job_once_in_group_order);
+        crate::scenarios::worker_scenarios!(@multi $connection; a_pool_on_a_thread_of_its_own_runs_every_job_once_in_group_order);
         crate::scenarios::worker_scenarios!(@single $connection; shutdown_mid_run_loses_nothing_and_nothing_waits_for_a_lease);
         crate::scenarios::worker_scenarios!(@single $connection; a_panicking_handler_is_retried_and_the_pool_keeps_running);
         crate::scenarios::worker_scenarios!(@single $connection; an_attempt_past_its_timeout_fails_and_is_retried);
@@ -975,6 +976,59 @@ pub async fn pools_with_two_pipelines_run_every_job_once_in_group_order(connecti
     let keys: HashSet<u64> = runs.iter().map(|r| r.key).collect();
     assert_eq!((runs.len(), keys.len()), (2400, 2400), "each job ran once");
     runs.retain(|r| r.key < 100_000); // the jobs of no group have a group each
+    assert_started_in_key_order_per_group(&mut runs);
+    assert_eq!(setup.stats().await.jobs.exact(), Some(0));
+}
+
+/// The guide's pattern for a machine busy with other work: the application builds and runs
+/// its pool on a current-thread runtime of its own, on a thread of its own, with the sqlx
+/// pool of its main runtime; it enqueues from the main runtime and stops the pool from there.
+/// Every job once, a group's jobs one at a time and in order, every outcome written at the
+/// shutdown. The only pool: if the pattern did not work, nothing would drain the queue.
+pub async fn a_pool_on_a_thread_of_its_own_runs_every_job_once_in_group_order(
+    connection: Connection,
+) {
+    let setup = Setup::new(connection).await;
+    let ledger = Arc::new(Ledger::default());
+    let builder = setup.builder(0, &ledger).concurrency(8).claim_batch(16);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let pool_thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let handle = builder.build().unwrap().start();
+            let _ = stopped.await;
+            handle.shutdown().await.unwrap()
+        })
+    });
+    // 40 groups × 25 jobs, interleaved across groups in one batch, and 200 of no group
+    let jobs = (0..25).flat_map(|index| {
+        (0..40).map(move |group| Work {
+            key: group * 1000 + index,
+            group: Some(format!("group-{group}")),
+            sleep_ms: if index % 9 == 0 { 1 } else { 0 },
+        })
+    });
+    setup.enqueue_all(jobs).await;
+    setup.enqueue_all((100_000..100_200).map(work)).await;
+    setup.wait_until_idle(Duration::from_secs(120)).await;
+    stop.send(()).unwrap();
+    let stats = tokio::task::spawn_blocking(move || pool_thread.join())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_no_database_errors(&stats);
+    assert_eq!(stats.succeeded, 1200, "every outcome written");
+    assert!(
+        ledger.overlaps.lock().unwrap().is_empty(),
+        "a group ran twice at once"
+    );
+    let mut runs = ledger.runs();
+    let keys: HashSet<u64> = runs.iter().map(|r| r.key).collect();
+    assert_eq!((runs.len(), keys.len()), (1200, 1200), "each job ran once");
+    runs.retain(|r| r.key < 100_000);
     assert_started_in_key_order_per_group(&mut runs);
     assert_eq!(setup.stats().await.jobs.exact(), Some(0));
 }
