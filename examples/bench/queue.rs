@@ -8,7 +8,7 @@ use harel_jobs::{Job, Worker, WorkerStats};
 use sqlx::PgPool;
 
 use crate::jobs::{Noop, Probe, Stamped, State};
-use crate::{Error, Res, bail};
+use crate::{Res, bail};
 
 /// Messages per `publish_many` round trip when filling.
 pub const FILL_CHUNK: usize = 10_000;
@@ -147,6 +147,10 @@ pub fn worker_retaining(
     {
         builder = builder.pipelines(pipelines);
     }
+    // `HAREL_BENCH_POOL_THREAD=1`: the pool on a thread of its own (`own_thread`)
+    if std::env::var_os("HAREL_BENCH_POOL_THREAD").is_some_and(|v| v == "1") {
+        builder = builder.own_thread(true);
+    }
     if let Some(period) = retain {
         builder = builder.retain_completed(period);
     }
@@ -174,12 +178,8 @@ pub async fn drain_retaining(
     expect: u64,
     retain: Option<Duration>,
 ) -> Res<DrainOutcome> {
-    let outcome = if std::env::var_os("HAREL_BENCH_POOL_THREAD").is_some() {
-        drain_on_own_thread(pool.clone(), state, concurrency, expect, retain).await?
-    } else {
-        let worker = worker_retaining(pool, state, concurrency, retain)?;
-        drain_worker(worker, expect).await?
-    };
+    let worker = worker_retaining(pool, state, concurrency, retain)?;
+    let outcome = drain_worker(worker, expect).await?;
     let stats = outcome.stats;
     if stats.succeeded != expect {
         bail!("the pool acked {} jobs, expected {expect}", stats.succeeded);
@@ -192,36 +192,6 @@ pub async fn drain_retaining(
         &format!("drain of {expect} at concurrency {concurrency}"),
     );
     Ok(outcome)
-}
-
-/// The drain of [`drain_retaining`] with the worker pool on a current-thread runtime of its
-/// own, on a thread of its own (`HAREL_BENCH_POOL_THREAD`), as an application can run it.
-async fn drain_on_own_thread(
-    pool: PgPool,
-    state: State,
-    concurrency: usize,
-    expect: u64,
-    retain: Option<Duration>,
-) -> Res<DrainOutcome> {
-    let (sender, receiver) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("harel-pool".to_owned())
-        .spawn(move || {
-            let outcome = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(Error::from)
-                .and_then(|runtime| {
-                    runtime.block_on(async move {
-                        let worker = worker_retaining(&pool, state, concurrency, retain)?;
-                        drain_worker(worker, expect).await
-                    })
-                });
-            let _ = sender.send(outcome);
-        })?;
-    receiver
-        .await
-        .map_err(|_| Error::from("the pool's thread ended without an outcome"))?
 }
 
 /// Database errors and lost leases the worker pools reported (and survived: the pool
@@ -286,7 +256,13 @@ pub async fn wait_for_acks(
                 handle.stats()
             );
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::time::sleep(Duration::from_millis(
+            std::env::var("HAREL_BENCH_POLL_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
+        ))
+        .await;
     }
 }
 

@@ -331,6 +331,8 @@ pub struct Ledger {
     pub runs: Mutex<Vec<Run>>,
     pub running_groups: Mutex<HashSet<String>>,
     pub overlaps: Mutex<Vec<String>>,
+    /// The names of the threads handlers ran on ("unnamed" for a thread without one).
+    pub threads: Mutex<HashSet<String>>,
 }
 
 impl Ledger {
@@ -365,6 +367,11 @@ impl Shared {
         {
             self.ledger.overlaps.lock().unwrap().push(group.clone());
         }
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_owned();
+        self.ledger.threads.lock().unwrap().insert(thread);
         let started = Instant::now();
         work.await;
         self.ledger.running_groups.lock().unwrap().remove(&group);
@@ -609,6 +616,7 @@ macro_rules! worker_scenarios {
         crate::scenarios::worker_scenarios!(@multi $connection; jobs_enqueued_a_transaction_each_run_once_in_group_order_over_two_pools);
         crate::scenarios::worker_scenarios!(@multi $connection; pools_with_two_pipelines_run_every_job_once_in_group_order);
         crate::scenarios::worker_scenarios!(@multi $connection; a_pool_on_a_thread_of_its_own_runs_every_job_once_in_group_order);
+        crate::scenarios::worker_scenarios!(@multi $connection; a_pool_with_own_thread_runs_every_job_once_in_group_order_on_that_thread);
         crate::scenarios::worker_scenarios!(@single $connection; shutdown_mid_run_loses_nothing_and_nothing_waits_for_a_lease);
         crate::scenarios::worker_scenarios!(@single $connection; a_panicking_handler_is_retried_and_the_pool_keeps_running);
         crate::scenarios::worker_scenarios!(@single $connection; an_attempt_past_its_timeout_fails_and_is_retried);
@@ -992,18 +1000,53 @@ pub async fn a_pool_on_a_thread_of_its_own_runs_every_job_once_in_group_order(
     let ledger = Arc::new(Ledger::default());
     let builder = setup.builder(0, &ledger).concurrency(8).claim_batch(16);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let pool_thread = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let handle = builder.build().unwrap().start();
-            let _ = stopped.await;
-            handle.shutdown().await.unwrap()
+    let pool_thread = std::thread::Builder::new()
+        .name("application-pool".to_owned())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let handle = builder.build().unwrap().start();
+                let _ = stopped.await;
+                handle.shutdown().await.unwrap()
+            })
         })
-    });
-    // 40 groups × 25 jobs, interleaved across groups in one batch, and 200 of no group
+        .unwrap();
+    enqueue_groups_and_singles_and_wait(&setup).await;
+    stop.send(()).unwrap();
+    let stats = tokio::task::spawn_blocking(move || pool_thread.join())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_each_ran_once_in_order_on(&setup, &ledger, &stats, "application-pool").await;
+}
+
+/// `WorkerBuilder::own_thread`: the pool starts its own thread and runtime, and is started,
+/// stopped and joined from the test's runtime like any pool. Every job once, a group's jobs
+/// one at a time and in order, every handler on the pool's thread, every outcome written.
+pub async fn a_pool_with_own_thread_runs_every_job_once_in_group_order_on_that_thread(
+    connection: Connection,
+) {
+    let setup = Setup::new(connection).await;
+    let ledger = Arc::new(Ledger::default());
+    let handle = setup
+        .builder(0, &ledger)
+        .own_thread(true)
+        .concurrency(8)
+        .claim_batch(16)
+        .build()
+        .unwrap()
+        .start();
+    enqueue_groups_and_singles_and_wait(&setup).await;
+    let stats = handle.shutdown().await.unwrap();
+    assert_each_ran_once_in_order_on(&setup, &ledger, &stats, "harel-jobs-pool").await;
+}
+
+/// 40 groups × 25 jobs, interleaved across groups in one batch, and 200 of no group; then
+/// waits until the queue is idle.
+async fn enqueue_groups_and_singles_and_wait(setup: &Setup) {
     let jobs = (0..25).flat_map(|index| {
         (0..40).map(move |group| Work {
             key: group * 1000 + index,
@@ -1014,12 +1057,17 @@ pub async fn a_pool_on_a_thread_of_its_own_runs_every_job_once_in_group_order(
     setup.enqueue_all(jobs).await;
     setup.enqueue_all((100_000..100_200).map(work)).await;
     setup.wait_until_idle(Duration::from_secs(120)).await;
-    stop.send(()).unwrap();
-    let stats = tokio::task::spawn_blocking(move || pool_thread.join())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_no_database_errors(&stats);
+}
+
+/// The 1,200 jobs of [`enqueue_groups_and_singles_and_wait`]: each ran once, a group's one at
+/// a time and in order, every outcome written, every handler on the thread named `thread`.
+async fn assert_each_ran_once_in_order_on(
+    setup: &Setup,
+    ledger: &Ledger,
+    stats: &harel_jobs::WorkerStats,
+    thread: &str,
+) {
+    assert_no_database_errors(stats);
     assert_eq!(stats.succeeded, 1200, "every outcome written");
     assert!(
         ledger.overlaps.lock().unwrap().is_empty(),
@@ -1031,6 +1079,11 @@ pub async fn a_pool_on_a_thread_of_its_own_runs_every_job_once_in_group_order(
     runs.retain(|r| r.key < 100_000);
     assert_started_in_key_order_per_group(&mut runs);
     assert_eq!(setup.stats().await.jobs.exact(), Some(0));
+    assert_eq!(
+        *ledger.threads.lock().unwrap(),
+        HashSet::from([thread.to_owned()]),
+        "every handler ran on the pool's thread"
+    );
 }
 
 pub async fn shutdown_mid_run_loses_nothing_and_nothing_waits_for_a_lease(connection: Connection) {

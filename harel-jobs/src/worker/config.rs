@@ -57,6 +57,9 @@ pub(crate) struct WorkerConfig {
     pub durable_outcomes: bool,
     /// Whether to LISTEN for enqueue notifications. Default true.
     pub listen: bool,
+    /// Whether the pool runs on a current-thread runtime of its own, on a thread of its own,
+    /// rather than on the runtime it was built in. Default false.
+    pub own_thread: bool,
     /// Whether to vacuum the queue tables when autovacuum is off (housekeeping runs
     /// regardless). Default true.
     pub maintenance: bool,
@@ -104,6 +107,7 @@ impl Default for WorkerConfig {
             pipelines: 1,
             durable_outcomes: false,
             listen: true,
+            own_thread: false,
             maintenance: true,
             schema: Schema::default(),
             transaction_pooler: false,

@@ -37,6 +37,7 @@ pub(crate) mod inline;
 mod lane;
 mod listen;
 mod maintain;
+mod own_thread;
 mod registry;
 mod report;
 mod schedule;
@@ -172,7 +173,11 @@ impl<S: Send + Sync + 'static> Worker<S> {
         let shared = self.shared;
         let stats = Arc::clone(&shared);
         let stop = shared.stop_claiming.clone();
-        let supervisor = self.runtime.spawn(supervise::supervise(shared));
+        let supervisor = if shared.config.own_thread {
+            own_thread::spawn(&self.runtime, shared)
+        } else {
+            self.runtime.spawn(supervise::supervise(shared))
+        };
         WorkerHandle {
             stop,
             supervisor: Some(supervisor),
@@ -411,6 +416,33 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     /// the first is one more connection per queue (claims) and one per pool (settles).
     pub fn pipelines(mut self, pipelines: usize) -> Self {
         self.config.pipelines = pipelines;
+        self
+    }
+
+    /// Whether the pool runs on a current-thread Tokio runtime of its own, on a thread of
+    /// its own (default false: on the runtime [`build`](Self::build) is called in).
+    ///
+    /// The pool's tasks hand work to each other once per round trip (a claimed job to its
+    /// task, an outcome to the writer, a reply to the task waiting for it). On a
+    /// multi-threaded runtime each hand-off may wake another thread, and a woken thread
+    /// waits for a core: beside CPU-bound work, for the rest of the running task's time
+    /// slice, whatever the nice values. On a thread of its own the hand-offs stay on one
+    /// thread. On the 2-core machine of BENCHMARKS.md ("Noisy neighbour"), a pool of 16
+    /// drained 100,000 no-op jobs 1.16 × faster on a quiet machine, and about 3 × faster
+    /// beside two `nice 19` CPU loops and an fsync writer in the application's own session
+    /// (or cgroup), whose runtime also woke every millisecond there (about 5.5 × with that
+    /// runtime idle); beside the same noise in sessions of their own, where the kernel's
+    /// fair share of CPU between sessions decides, it made no difference.
+    ///
+    /// The handlers run on that thread too, one at a time on the CPU (up to the concurrency
+    /// at once while they await): keep CPU-heavy work off it
+    /// ([`spawn_blocking`](tokio::task::spawn_blocking), or your main runtime's
+    /// [`Handle`](tokio::runtime::Handle) in the state), and never block it. The pool's
+    /// own connections are opened on that runtime; the sqlx pool you pass in stays on
+    /// yours. [`WorkerHandle`] works from any runtime. If the thread or its runtime cannot
+    /// be created, the pool runs on the runtime it was built in and logs a warning.
+    pub fn own_thread(mut self, enabled: bool) -> Self {
+        self.config.own_thread = enabled;
         self
     }
 
