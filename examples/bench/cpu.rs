@@ -96,7 +96,7 @@ pub struct CpuSplit {
     pub bench: f64,
     /// CPU seconds of the PostgreSQL server's processes (every database: the bench's is
     /// the only busy one).
-    pub backends: f64,
+    pub server: f64,
     /// Busy CPU seconds of the whole machine.
     pub machine_busy: f64,
     /// CPU seconds of the whole machine, busy or not.
@@ -115,13 +115,13 @@ pub async fn with_cpu<T>(work: impl Future<Output = Res<T>>) -> Res<(T, CpuSplit
     let machine_after = machine_ticks();
     let server_after = server_ticks();
     let hz = clock_ticks_per_second();
-    let backends = server_after.saturating_sub(server_before);
+    let server = server_after.saturating_sub(server_before);
     Ok((
         value,
         CpuSplit {
             wall,
             bench: (self_after - self_before) as f64 / hz,
-            backends: backends as f64 / hz,
+            server: server as f64 / hz,
             machine_busy: (machine_after.0 - machine_before.0) as f64 / hz,
             machine_total: (machine_after.1 - machine_before.1) as f64 / hz,
         },
@@ -135,14 +135,14 @@ pub fn print_cpu(label: &str, units: u64, unit: &str, cpu: &CpuSplit) {
         cpu.wall,
         cpu.bench,
         100.0 * cpu.bench / cpu.wall,
-        cpu.backends,
-        100.0 * cpu.backends / cpu.wall,
+        cpu.server,
+        100.0 * cpu.server / cpu.wall,
         100.0 * cpu.machine_busy / cpu.machine_total.max(0.001)
     );
     println!(
         "# profile {label} cpu per {unit}: bench_process_us={:.1} server_us={:.1} machine_busy_us={:.1}",
         1e6 * cpu.bench / units as f64,
-        1e6 * cpu.backends / units as f64,
+        1e6 * cpu.server / units as f64,
         1e6 * cpu.machine_busy / units as f64
     );
 }

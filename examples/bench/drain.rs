@@ -11,7 +11,7 @@ use crate::db;
 use crate::jobs::Probe;
 use crate::noise::{self, Noise};
 use crate::queue::{self, expect_empty, fill_groups, fill_single, prepare};
-use crate::report::Target;
+use crate::report::{Summary, Target};
 use crate::{Ctx, Res, bail};
 
 /// The longest a noisy neighbour may run (it is stopped as soon as its drain ends).
@@ -279,8 +279,8 @@ pub async fn run_grouped(ctx: &Ctx) -> Res<()> {
 /// concurrency 16 and 64; the noise is one `nice 19` CPU loop per core and an fsync writer
 /// (`HAREL_BENCH_NOISE=cpu` or `disk`: one half only). Reports each figure and the noisy ÷
 /// quiet ratio of the medians (goal: ≥ 0.75).
-/// Where a noisy drain's throughput went: the CPU the queue (this process and the bench
-/// database's backends) obtained per second of wall time, and the CPU it spent per job,
+/// Where a noisy drain's throughput went: the CPU the queue (this process and the
+/// PostgreSQL server) obtained per second of wall time, and the CPU it spent per job,
 /// quiet and noisy (medians). Throughput is their quotient, so the two ratios say whether
 /// the noise took CPU from the queue (the first) or made each job cost more (the second:
 /// spinning, context switches, cache misses).
@@ -291,16 +291,19 @@ fn print_cpu_share(
     quiet: &[CpuSplit],
     noisy: &[CpuSplit],
 ) {
+    let median = |values: Vec<f64>| Summary::of(&values).median;
     let obtained = |cpu: &[CpuSplit]| {
         median(
             cpu.iter()
-                .map(|c| (c.bench + c.backends) / c.wall.max(1e-9)),
+                .map(|c| (c.bench + c.server) / c.wall.max(1e-9))
+                .collect(),
         )
     };
     let per_job = |cpu: &[CpuSplit]| {
         median(
             cpu.iter()
-                .map(|c| 1e6 * (c.bench + c.backends) / jobs as f64),
+                .map(|c| 1e6 * (c.bench + c.server) / jobs as f64)
+                .collect(),
         )
     };
     let (quiet_cores, noisy_cores) = (obtained(quiet), obtained(noisy));
@@ -311,13 +314,6 @@ fn print_cpu_share(
         noisy_us / quiet_us.max(1e-9),
         (noisy_cores / quiet_cores.max(1e-9)) / (noisy_us / quiet_us.max(1e-9)).max(1e-9),
     );
-}
-
-/// The median of `values` (0 when empty).
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut values: Vec<f64> = values.collect();
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 pub async fn run_noisy(ctx: &Ctx) -> Res<()> {

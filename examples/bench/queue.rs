@@ -239,6 +239,13 @@ pub async fn wait_for_acks(
     started: Instant,
 ) -> Res<()> {
     let stall = Duration::from_secs(60);
+    // `HAREL_BENCH_POLL_MS=n`: how often the counters are read (default every millisecond)
+    let poll = Duration::from_millis(
+        std::env::var("HAREL_BENCH_POLL_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1),
+    );
     let mut last = 0;
     let mut last_change = Instant::now();
     loop {
@@ -256,13 +263,7 @@ pub async fn wait_for_acks(
                 handle.stats()
             );
         }
-        tokio::time::sleep(Duration::from_millis(
-            std::env::var("HAREL_BENCH_POLL_MS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1),
-        ))
-        .await;
+        tokio::time::sleep(poll).await;
     }
 }
 
