@@ -617,6 +617,7 @@ macro_rules! worker_scenarios {
         crate::scenarios::worker_scenarios!(@multi $connection; pools_with_two_pipelines_run_every_job_once_in_group_order);
         crate::scenarios::worker_scenarios!(@multi $connection; a_pool_on_a_thread_of_its_own_runs_every_job_once_in_group_order);
         crate::scenarios::worker_scenarios!(@multi $connection; a_pool_with_own_thread_runs_every_job_once_in_group_order_on_that_thread);
+        crate::scenarios::worker_scenarios!(@multi $connection; an_own_thread_pool_leaves_no_connection_of_its_runtime_in_the_applications_pool);
         crate::scenarios::worker_scenarios!(@single $connection; shutdown_mid_run_loses_nothing_and_nothing_waits_for_a_lease);
         crate::scenarios::worker_scenarios!(@single $connection; a_panicking_handler_is_retried_and_the_pool_keeps_running);
         crate::scenarios::worker_scenarios!(@single $connection; an_attempt_past_its_timeout_fails_and_is_retried);
@@ -1042,6 +1043,46 @@ pub async fn a_pool_with_own_thread_runs_every_job_once_in_group_order_on_that_t
     enqueue_groups_and_singles_and_wait(&setup).await;
     let stats = handle.shutdown().await.unwrap();
     assert_each_ran_once_in_order_on(&setup, &ledger, &stats, "harel-jobs-pool").await;
+}
+
+/// `WorkerBuilder::own_thread` leaves nothing of its runtime in the application's pool: a
+/// socket belongs to the runtime that opened it, so a connection the pool opened there and
+/// gave back to the application's pool would fail once the pool stops. After the pool ran,
+/// every connection of the application's pool (one that does not ping before handing out)
+/// serves a query.
+pub async fn an_own_thread_pool_leaves_no_connection_of_its_runtime_in_the_applications_pool(
+    connection: Connection,
+) {
+    let mut setup = Setup::new(connection).await;
+    let application = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .test_before_acquire(false)
+        .connect_lazy_with((*setup.pool.connect_options()).clone());
+    setup.pool = application.clone();
+    let ledger = Arc::new(Ledger::default());
+    let handle = setup
+        .builder(0, &ledger)
+        .own_thread(true)
+        .concurrency(8)
+        .claim_batch(16)
+        .build()
+        .unwrap()
+        .start();
+    enqueue_groups_and_singles_and_wait(&setup).await;
+    let stats = handle.shutdown().await.unwrap();
+    assert_each_ran_once_in_order_on(&setup, &ledger, &stats, "harel-jobs-pool").await;
+    // every connection the application's pool holds, at once, each asked for a query
+    let mut held = Vec::new();
+    for _ in 0..application.size().max(1) {
+        held.push(application.acquire().await.expect("a connection"));
+    }
+    for connection in &mut held {
+        // the simple protocol: nothing prepared, as behind a transaction pooler
+        sqlx::raw_sql("SELECT 1")
+            .execute(&mut **connection)
+            .await
+            .expect("a connection of the application's pool serves a query after the pool stopped");
+    }
 }
 
 /// 40 groups × 25 jobs, interleaved across groups in one batch, and 200 of no group; then

@@ -437,10 +437,17 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     /// The handlers run on that thread too, one at a time on the CPU (up to the concurrency
     /// at once while they await): keep CPU-heavy work off it
     /// ([`spawn_blocking`](tokio::task::spawn_blocking), or your main runtime's
-    /// [`Handle`](tokio::runtime::Handle) in the state), and never block it. The pool's
-    /// own connections are opened on that runtime; the sqlx pool you pass in stays on
-    /// yours. [`WorkerHandle`] works from any runtime. If the thread or its runtime cannot
-    /// be created, the pool runs on the runtime it was built in and logs a warning.
+    /// [`Handle`](tokio::runtime::Handle) in the state), and never block it.
+    ///
+    /// A socket belongs to the runtime that opens it, and fails once that runtime ends. So
+    /// on its own thread the pool takes none of its connections from the sqlx pool you pass
+    /// in: its occasional queries (schema check, reports, maintenance, schedules) use a sqlx
+    /// pool of its own, with your pool's connection settings and size, opened as needed and
+    /// closed when the pool stops. Handlers that query your pool from that thread open
+    /// its connections there too; after the pool stops, such a connection fails at its next
+    /// use, which sqlx's default `test_before_acquire` catches (it is replaced): keep that
+    /// on. [`WorkerHandle`] works from any runtime. If the thread or its runtime cannot be
+    /// created, the pool runs on the runtime it was built in and logs a warning.
     pub fn own_thread(mut self, enabled: bool) -> Self {
         self.config.own_thread = enabled;
         self
@@ -578,8 +585,14 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             self.config.schema.clone(),
             self.config.prepared_statements(),
         );
+        // on its own thread, the pool's queries use connections of that thread's runtime
+        let pool = if self.config.own_thread {
+            own_thread::pool_of_its_own(&self.pool)
+        } else {
+            self.pool
+        };
         let shared = Shared {
-            pool: self.pool,
+            pool,
             transport: Transport::on(store.clone()),
             store,
             state: self.state,
