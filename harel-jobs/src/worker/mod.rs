@@ -427,12 +427,12 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     /// multi-threaded runtime each hand-off may wake another thread, and a woken thread
     /// waits for a core: beside CPU-bound work, for the rest of the running task's time
     /// slice, whatever the nice values. On a thread of its own the hand-offs stay on one
-    /// thread. On the 2-core machine of BENCHMARKS.md ("Noisy neighbour"), a pool of 16
-    /// drained 100,000 no-op jobs 1.16 × faster on a quiet machine, and about 3 × faster
+    /// thread. On the 2-core machine of BENCHMARKS.md ("Drain", "Noisy neighbour"), a pool
+    /// drained 100,000 no-op jobs 1.01–1.21 × faster on a quiet machine, and 6.6 × faster
     /// beside two `nice 19` CPU loops and an fsync writer in the application's own session
-    /// (or cgroup), whose runtime also woke every millisecond there (about 5.5 × with that
-    /// runtime idle); beside the same noise in sessions of their own, where the kernel's
-    /// fair share of CPU between sessions decides, it made no difference.
+    /// (or cgroup) while the application's runtime there was mostly idle (about 3 × when
+    /// it woke every millisecond); beside the same noise in sessions of their own, where
+    /// the kernel's fair share of CPU between sessions decides, 1.15–1.22 ×.
     ///
     /// The handlers run on that thread too, one at a time on the CPU (up to the concurrency
     /// at once while they await): keep CPU-heavy work off it
