@@ -54,7 +54,7 @@ SET auto_explain.log_level = notice;
 SET auto_explain.log_min_duration = -1;
 SET client_min_messages = notice;
 CREATE TEMP TABLE claimed (group_id text, seq bigint, kind text, payload text, attempt int,
-                           priority smallint, enqueued_at timestamptz);
+                           priority smallint, enqueued_at timestamptz, trace_context text);
 ",
     );
     for _ in 0..6 {
@@ -86,10 +86,13 @@ async fn auto_explain(ctx: &Ctx, label: &str, file: &str) -> Res<()> {
     };
     let text = String::from_utf8_lossy(&output.stderr).into_owned();
     if !output.status.success() {
-        println!(
-            "# auto_explain failed: {}",
-            text.lines().last().unwrap_or("")
-        );
+        // the error's own line, not the caret under it
+        let error = text
+            .lines()
+            .find(|line| line.contains("ERROR:"))
+            .or_else(|| text.lines().last())
+            .unwrap_or("");
+        println!("# auto_explain failed: {}", error.trim());
         return Ok(());
     }
     std::fs::create_dir_all("bench-results")?;
