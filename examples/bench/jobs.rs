@@ -27,8 +27,11 @@ pub struct Probe {
     pub record: AtomicBool,
     /// (enqueue instant in µs since the epoch, delay in µs)
     pub delays: Mutex<Vec<(u64, u64)>>,
-    /// How long each [`Stamped`] handler works (sleeps) after recording its start.
+    /// How long each [`Stamped`] and [`Tenant`] handler works (sleeps) after recording its
+    /// start.
     pub work: Duration,
+    /// Each [`Tenant`] job's start: (tenant, start in µs since the epoch, its delay in µs).
+    pub tenant_starts: Mutex<Vec<(u8, u64, u64)>>,
 }
 
 pub type State = Arc<Probe>;
@@ -135,6 +138,35 @@ impl Handler<State> for Stamped {
                 .unwrap()
                 .push((self.at_us, now.saturating_sub(self.at_us)));
         }
+        if !probe.work.is_zero() {
+            tokio::time::sleep(probe.work).await;
+        }
+        Ok(())
+    }
+}
+
+/// A job of one tenant (`fair` scenario): its handler records its tenant, start and delay
+/// since `at_us`, then works for the probe's [`work`](Probe::work).
+#[derive(Serialize, Deserialize)]
+pub struct Tenant {
+    pub tenant: u8,
+    pub at_us: u64,
+}
+
+impl Job for Tenant {
+    const KIND: &'static str = "bench_tenant";
+}
+
+impl Handler<State> for Tenant {
+    async fn handle(self, ctx: JobContext<State>) -> JobResult {
+        let now = now_us();
+        let probe = ctx.state();
+        probe.hit(&ctx);
+        probe.tenant_starts.lock().unwrap().push((
+            self.tenant,
+            now,
+            now.saturating_sub(self.at_us),
+        ));
         if !probe.work.is_zero() {
             tokio::time::sleep(probe.work).await;
         }

@@ -15,7 +15,8 @@
 //! `depth`, `soak`, `ceiling`, `floor`, `scale`, `rss`, `profile`; by name only: `horizon`
 //! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`), `retention`, `limits`,
 //! `metrics` (the drain with and without a metrics recorder), `noisy` (the drain beside a
-//! noisy neighbour). `--recorder` installs a Prometheus recorder for harel-jobs' metrics for
+//! noisy neighbour), `fair` (three tenants on one queue: shares of starts, a light tenant's
+//! latency). `--recorder` installs a Prometheus recorder for harel-jobs' metrics for
 //! the whole run; `--otel` (built with `--features opentelemetry`) an OpenTelemetry layer in
 //! the tracing subscriber. See BENCHMARKS.md for what each measures.
 
@@ -26,6 +27,7 @@ mod depth;
 mod drain;
 mod enqueue;
 mod env;
+mod fair;
 mod floor;
 mod horizon;
 mod jobs;
@@ -71,7 +73,7 @@ const SCENARIOS: &[&str] = &[
 /// Scenarios run only when named (not part of `all`): `horizon` takes 20 minutes at its
 /// defaults, and hours with `--minutes 60`; `metrics` installs a global recorder; `noisy`
 /// loads the whole machine.
-const BY_NAME_ONLY: &[&str] = &["horizon", "retention", "limits", "metrics", "noisy"];
+const BY_NAME_ONLY: &[&str] = &["horizon", "retention", "limits", "metrics", "noisy", "fair"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -329,6 +331,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "rss" => rss::run(&ctx).await?,
             "profile" => profile::run(&ctx).await?,
             "metrics" => recorder::run(&ctx).await?,
+            "fair" => fair::run(&ctx).await?,
             other => bail!("unknown scenario {other}"),
         }
         println!(

@@ -7,7 +7,7 @@ use harel_jobs::transport::{OutgoingMessage, Transport};
 use harel_jobs::{Job, Worker, WorkerStats};
 use sqlx::PgPool;
 
-use crate::jobs::{Noop, Probe, Stamped, State};
+use crate::jobs::{Noop, Probe, Stamped, State, Tenant};
 use crate::{Res, bail};
 
 /// Messages per `publish_many` round trip when filling.
@@ -139,6 +139,7 @@ pub fn worker_retaining(
     let mut builder = Worker::builder(pool.clone(), state)
         .register::<Noop>()
         .register::<Stamped>()
+        .register::<Tenant>()
         .concurrency(concurrency);
     // `HAREL_BENCH_PIPELINES=n`: claims and settle batches in flight (default: the pool's)
     if let Some(pipelines) = std::env::var("HAREL_BENCH_PIPELINES")
