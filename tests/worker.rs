@@ -158,3 +158,69 @@ async fn check_out(
     }
     held
 }
+
+/// The state of handlers that query the application's pool.
+#[derive(Clone)]
+struct App {
+    pool: sqlx::PgPool,
+}
+
+/// Queries the application's pool, holding its connection for a moment so that several are
+/// open at once.
+#[derive(Serialize, Deserialize)]
+struct QueriesAppPool {}
+
+impl Job for QueriesAppPool {
+    const KIND: &'static str = "queries_app_pool";
+}
+
+impl Handler<App> for QueriesAppPool {
+    async fn handle(self, ctx: JobContext<App>) -> JobResult {
+        sqlx::query("SELECT pg_sleep(0.02)")
+            .execute(&ctx.state().pool)
+            .await?;
+        Ok(())
+    }
+}
+
+/// `own_thread`: handlers that query the application's pool from the pool's thread open its
+/// connections there, and a socket belongs to the runtime that opened it. After the pool
+/// stops, every connection of the application's pool (one that does not ping before
+/// handing out) still serves a query: the pool's runtime keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_handlers_opened_on_the_pools_own_thread_work_after_it_stops() {
+    let setup = Setup::new(Connection::Direct).await;
+    let application = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .test_before_acquire(false)
+        .connect_lazy_with((*setup.pool.connect_options()).clone());
+    let handle = Worker::builder(
+        application.clone(),
+        App {
+            pool: application.clone(),
+        },
+    )
+    .schema(setup.queue.schema.clone())
+    .register::<QueriesAppPool>()
+    .own_thread(true)
+    .concurrency(4)
+    .poll_interval(Duration::from_millis(50))
+    .build()
+    .unwrap()
+    .start();
+    setup.enqueue_all((0..40).map(|_| QueriesAppPool {})).await;
+    setup.wait_until_idle(Duration::from_secs(30)).await;
+    let stats = handle.shutdown().await.unwrap();
+    assert_eq!(stats.succeeded, 40);
+    assert!(application.size() > 0, "the handlers opened connections");
+    let mut held = Vec::new();
+    for _ in 0..application.size() {
+        held.push(application.acquire().await.expect("a connection"));
+    }
+    for connection in &mut held {
+        sqlx::query("SELECT 1")
+            .execute(&mut **connection)
+            .await
+            .expect("a connection a handler opened serves a query after the pool stopped");
+    }
+}

@@ -1001,26 +1001,28 @@ pub async fn a_pool_on_a_thread_of_its_own_runs_every_job_once_in_group_order(
     let ledger = Arc::new(Ledger::default());
     let builder = setup.builder(0, &ledger).concurrency(8).claim_batch(16);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let pool_thread = std::thread::Builder::new()
+    let (report, reported) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
         .name("application-pool".to_owned())
         .spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
-            runtime.block_on(async move {
+            let stats = runtime.block_on(async move {
                 let handle = builder.build().unwrap().start();
                 let _ = stopped.await;
                 handle.shutdown().await.unwrap()
-            })
+            });
+            let _ = report.send(stats);
+            // connections opened on this runtime went into the main runtime's sqlx pool:
+            // they work only while it runs, so it keeps running (as `own_thread` does)
+            runtime.block_on(std::future::pending::<()>());
         })
         .unwrap();
     enqueue_groups_and_singles_and_wait(&setup).await;
     stop.send(()).unwrap();
-    let stats = tokio::task::spawn_blocking(move || pool_thread.join())
-        .await
-        .unwrap()
-        .unwrap();
+    let stats = reported.await.unwrap();
     assert_each_ran_once_in_order_on(&setup, &ledger, &stats, "application-pool").await;
 }
 

@@ -443,10 +443,11 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     /// on its own thread the pool takes none of its connections from the sqlx pool you pass
     /// in: its occasional queries (schema check, reports, maintenance, schedules) use a sqlx
     /// pool of its own, with your pool's connection settings and size, opened as needed and
-    /// closed when the pool stops. Handlers that query your pool from that thread open
-    /// its connections there too; after the pool stops, such a connection fails at its next
-    /// use, which sqlx's default `test_before_acquire` catches (it is replaced): keep that
-    /// on. [`WorkerHandle`] works from any runtime. If the thread or its runtime cannot be
+    /// closed when the pool stops. Handlers that query your pools from that thread open
+    /// their connections there too, and those work only while its runtime runs: so after
+    /// the pool stops, the thread stays, parked, running that runtime until the process
+    /// exits (one idle thread per pool that stopped). [`WorkerHandle`] works from any
+    /// runtime. If the thread or its runtime cannot be
     /// created, the pool runs on the runtime it was built in and logs a warning.
     pub fn own_thread(mut self, enabled: bool) -> Self {
         self.config.own_thread = enabled;

@@ -70,7 +70,15 @@ pub(super) fn spawn<S: Send + Sync + 'static>(
             {
                 // a panic of the supervisor ends the thread's runtime, not the thread
                 // unreported: it comes back as the supervisor's error, as on `caller`
-                Ok(runtime) => Ended::Ran(runtime.block_on(supervise_and_close(for_thread))),
+                Ok(runtime) => {
+                    let result = runtime.block_on(supervise_and_close(for_thread));
+                    let _ = sender.send(Ended::Ran(result));
+                    // Handlers may have opened connections of the application's pools on
+                    // this runtime; they work only while it runs. So it keeps running, idle,
+                    // until the process exits (one parked thread per pool that stopped).
+                    runtime.block_on(std::future::pending::<()>());
+                    return;
+                }
                 Err(error) => Ended::NoRuntime(error),
             };
             let _ = sender.send(ended);
