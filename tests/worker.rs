@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 #[path = "scenarios/worker.rs"]
 mod scenarios;
 
-use scenarios::{Connection, Ledger, Run, Setup, Shared, Work, wait_for, work};
+use scenarios::{
+    Connection, Ledger, Run, Setup, Shared, Work, assert_every_connection_serves_a_query, wait_for,
+    work,
+};
 
 scenarios::worker_scenarios!(Connection::Direct);
 
@@ -213,14 +216,5 @@ async fn connections_handlers_opened_on_the_pools_own_thread_work_after_it_stops
     let stats = handle.shutdown().await.unwrap();
     assert_eq!(stats.succeeded, 40);
     assert!(application.size() > 0, "the handlers opened connections");
-    let mut held = Vec::new();
-    for _ in 0..application.size() {
-        held.push(application.acquire().await.expect("a connection"));
-    }
-    for connection in &mut held {
-        sqlx::query("SELECT 1")
-            .execute(&mut **connection)
-            .await
-            .expect("a connection a handler opened serves a query after the pool stopped");
-    }
+    assert_every_connection_serves_a_query(&application, application.size()).await;
 }

@@ -27,6 +27,15 @@ const WORK: Duration = Duration::from_millis(20);
 const C_RATE: f64 = 50.0;
 const NAMES: [&str; 3] = ["a", "b", "c"];
 
+/// A's jobs and groups, and B's jobs (over 10 groups), at this size.
+fn tenants(ctx: &Ctx) -> (u64, u64, u64) {
+    (
+        ctx.size(100_000, 20_000),
+        ctx.size(10_000, 2_000),
+        ctx.size(1_000, 200),
+    )
+}
+
 /// One run's starts: per window, the starts of A, B and C; and C's delays in ms.
 struct Phase {
     windows: Vec<[u64; 3]>,
@@ -84,8 +93,9 @@ async fn produce_c(pool: PgPool, start: Instant, end: Instant) -> Res<()> {
 async fn phase(ctx: &Ctx, flood: bool, duration: Duration, window: Duration) -> Res<Phase> {
     reset(&ctx.pool).await?;
     if flood {
-        fill(ctx, 0, ctx.size(10_000, 2_000), ctx.size(100_000, 20_000)).await?;
-        fill(ctx, 1, 10, ctx.size(1_000, 200)).await?;
+        let (a_jobs, a_groups, b_jobs) = tenants(ctx);
+        fill(ctx, 0, a_groups, a_jobs).await?;
+        fill(ctx, 1, 10, b_jobs).await?;
     }
     let probe = Probe::recording(WORK);
     let handle = worker(&ctx.pool, probe.clone(), CONCURRENCY)?.start();
@@ -172,13 +182,11 @@ pub async fn run(ctx: &Ctx) -> Res<()> {
         alone_p99.push(q99);
         ratio.push(p99 / q99);
     }
+    let (a_jobs, a_groups, b_jobs) = tenants(ctx);
     let extra = format!(
-        "concurrency={CONCURRENCY} handler_ms={} window_s={} A={} jobs over {} groups, B={} jobs over 10 groups, C={C_RATE}/s ungrouped; no fairness key",
+        "concurrency={CONCURRENCY} handler_ms={} window_s={} A={a_jobs} jobs over {a_groups} groups, B={b_jobs} jobs over 10 groups, C={C_RATE}/s ungrouped; no fairness key",
         WORK.as_millis(),
         window.as_secs(),
-        ctx.size(100_000, 20_000),
-        ctx.size(10_000, 2_000),
-        ctx.size(1_000, 200)
     );
     for (t, name) in NAMES.iter().enumerate() {
         ctx.report.figure(

@@ -65,6 +65,13 @@ impl Probe {
         })
     }
 
+    /// A handler's work: sleeps for [`work`](Probe::work), if any.
+    async fn work(&self) {
+        if !self.work.is_zero() {
+            tokio::time::sleep(self.work).await;
+        }
+    }
+
     pub fn started(&self) -> u64 {
         self.started.load(Ordering::Relaxed)
     }
@@ -138,9 +145,7 @@ impl Handler<State> for Stamped {
                 .unwrap()
                 .push((self.at_us, now.saturating_sub(self.at_us)));
         }
-        if !probe.work.is_zero() {
-            tokio::time::sleep(probe.work).await;
-        }
+        probe.work().await;
         Ok(())
     }
 }
@@ -167,9 +172,7 @@ impl Handler<State> for Tenant {
             now,
             now.saturating_sub(self.at_us),
         ));
-        if !probe.work.is_zero() {
-            tokio::time::sleep(probe.work).await;
-        }
+        probe.work().await;
         Ok(())
     }
 }

@@ -617,7 +617,7 @@ macro_rules! worker_scenarios {
         crate::scenarios::worker_scenarios!(@multi $connection; pools_with_two_pipelines_run_every_job_once_in_group_order);
         crate::scenarios::worker_scenarios!(@multi $connection; a_pool_on_a_thread_of_its_own_runs_every_job_once_in_group_order);
         crate::scenarios::worker_scenarios!(@multi $connection; a_pool_with_own_thread_runs_every_job_once_in_group_order_on_that_thread);
-        crate::scenarios::worker_scenarios!(@multi $connection; an_own_thread_pool_leaves_no_connection_of_its_runtime_in_the_applications_pool);
+        crate::scenarios::worker_scenarios!(@multi $connection; connections_an_own_thread_pool_opened_in_the_applications_pool_work_after_it_stops);
         crate::scenarios::worker_scenarios!(@single $connection; shutdown_mid_run_loses_nothing_and_nothing_waits_for_a_lease);
         crate::scenarios::worker_scenarios!(@single $connection; a_panicking_handler_is_retried_and_the_pool_keeps_running);
         crate::scenarios::worker_scenarios!(@single $connection; an_attempt_past_its_timeout_fails_and_is_retried);
@@ -1033,34 +1033,29 @@ pub async fn a_pool_with_own_thread_runs_every_job_once_in_group_order_on_that_t
     connection: Connection,
 ) {
     let setup = Setup::new(connection).await;
-    let ledger = Arc::new(Ledger::default());
-    let handle = setup
-        .builder(0, &ledger)
-        .own_thread(true)
-        .concurrency(8)
-        .claim_batch(16)
-        .build()
-        .unwrap()
-        .start();
-    enqueue_groups_and_singles_and_wait(&setup).await;
-    let stats = handle.shutdown().await.unwrap();
-    assert_each_ran_once_in_order_on(&setup, &ledger, &stats, "harel-jobs-pool").await;
+    run_on_own_thread_and_check(&setup).await;
 }
 
-/// `WorkerBuilder::own_thread` leaves nothing of its runtime in the application's pool: a
-/// socket belongs to the runtime that opened it, so a connection the pool opened there and
-/// gave back to the application's pool would fail once the pool stops. After the pool ran,
-/// every connection of the application's pool (one that does not ping before handing out)
-/// serves a query.
-pub async fn an_own_thread_pool_leaves_no_connection_of_its_runtime_in_the_applications_pool(
+/// `WorkerBuilder::own_thread`: the connections the pool opened on its thread for its own
+/// queries went into the application's pool, and a socket works only while the runtime that
+/// opened it runs. After the pool stopped, every connection of the application's pool (one
+/// that does not ping before handing out) still serves a query.
+pub async fn connections_an_own_thread_pool_opened_in_the_applications_pool_work_after_it_stops(
     connection: Connection,
 ) {
     let mut setup = Setup::new(connection).await;
-    let application = sqlx::postgres::PgPoolOptions::new()
+    let application = PgPoolOptions::new()
         .max_connections(4)
         .test_before_acquire(false)
         .connect_lazy_with((*setup.pool.connect_options()).clone());
     setup.pool = application.clone();
+    run_on_own_thread_and_check(&setup).await;
+    assert_every_connection_serves_a_query(&application, application.size().max(1)).await;
+}
+
+/// Runs [`enqueue_groups_and_singles_and_wait`]'s jobs through a pool with `own_thread`, then
+/// checks them ([`assert_each_ran_once_in_order_on`] the pool's thread).
+async fn run_on_own_thread_and_check(setup: &Setup) {
     let ledger = Arc::new(Ledger::default());
     let handle = setup
         .builder(0, &ledger)
@@ -1070,13 +1065,17 @@ pub async fn an_own_thread_pool_leaves_no_connection_of_its_runtime_in_the_appli
         .build()
         .unwrap()
         .start();
-    enqueue_groups_and_singles_and_wait(&setup).await;
+    enqueue_groups_and_singles_and_wait(setup).await;
     let stats = handle.shutdown().await.unwrap();
-    assert_each_ran_once_in_order_on(&setup, &ledger, &stats, "harel-jobs-pool").await;
-    // every connection the application's pool holds, at once, each asked for a query
+    assert_each_ran_once_in_order_on(setup, &ledger, &stats, "harel-jobs-pool").await;
+}
+
+/// Checks out `count` connections of `pool` at once (so every idle one is among them) and
+/// runs a query on each: none may be a socket of a runtime that has ended.
+pub async fn assert_every_connection_serves_a_query(pool: &PgPool, count: u32) {
     let mut held = Vec::new();
-    for _ in 0..application.size().max(1) {
-        held.push(application.acquire().await.expect("a connection"));
+    for _ in 0..count {
+        held.push(pool.acquire().await.expect("a connection"));
     }
     for connection in &mut held {
         // the simple protocol: nothing prepared, as behind a transaction pooler

@@ -439,16 +439,14 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     /// ([`spawn_blocking`](tokio::task::spawn_blocking), or your main runtime's
     /// [`Handle`](tokio::runtime::Handle) in the state), and never block it.
     ///
-    /// A socket belongs to the runtime that opens it, and fails once that runtime ends. So
-    /// on its own thread the pool takes none of its connections from the sqlx pool you pass
-    /// in: its occasional queries (schema check, reports, maintenance, schedules) use a sqlx
-    /// pool of its own, with your pool's connection settings and size, opened as needed and
-    /// closed when the pool stops. Handlers that query your pools from that thread open
-    /// their connections there too, and those work only while its runtime runs: so after
-    /// the pool stops, the thread stays, parked, running that runtime until the process
-    /// exits (one idle thread per pool that stopped). [`WorkerHandle`] works from any
-    /// runtime. If the thread or its runtime cannot be
-    /// created, the pool runs on the runtime it was built in and logs a warning.
+    /// A socket belongs to the runtime that opens it, and fails once that runtime ends. The
+    /// pool's occasional queries (schema check, reports, maintenance, schedules) and your
+    /// handlers' queries open connections of your sqlx pools on that thread's runtime; so
+    /// after the pool stops, the thread stays, parked, running that runtime until the
+    /// process exits (one idle thread per pool that stopped), and those connections keep
+    /// working in your pools. [`WorkerHandle`] works from any runtime. If the thread or its
+    /// runtime cannot be created, the pool runs on the runtime it was built in and logs a
+    /// warning.
     pub fn own_thread(mut self, enabled: bool) -> Self {
         self.config.own_thread = enabled;
         self
@@ -586,14 +584,8 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             self.config.schema.clone(),
             self.config.prepared_statements(),
         );
-        // on its own thread, the pool's queries use connections of that thread's runtime
-        let pool = if self.config.own_thread {
-            own_thread::pool_of_its_own(&self.pool)
-        } else {
-            self.pool
-        };
         let shared = Shared {
-            pool,
+            pool: self.pool,
             transport: Transport::on(store.clone()),
             store,
             state: self.state,
