@@ -21,7 +21,7 @@ use crate::signature::{ItemFn, JobFn};
 
 /// The whole macro on `proc_macro2` tokens (so that unit tests can run it).
 ///
-/// Always emits the user's function (less `#[group]`), so an IDE keeps seeing it; emits the
+/// Always emits the user's function (less `#[group]` and `#[fair_key]`), so an IDE keeps seeing it; emits the
 /// generated items too unless the signature itself is unusable; appends one
 /// `compile_error!` per mistake.
 pub(crate) fn job(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -209,13 +209,19 @@ fn generate(
         .enumerate()
         .map(|(index, field)| {
             let name = field.ident.unraw();
+            let mut doc = format!(" The `{name}` argument of `{fn_name}`");
             if job.group == Some(index) {
-                format!(
-                    " The `{name}` argument of `{fn_name}`; also the job's group: jobs with the same `{name}` run one at a time, in enqueue order."
-                )
-            } else {
-                format!(" The `{name}` argument of `{fn_name}`.")
+                doc.push_str(&format!(
+                    "; also the job's group: jobs with the same `{name}` run one at a time, in enqueue order"
+                ));
             }
+            if job.fair_key == Some(index) {
+                doc.push_str(&format!(
+                    "; also the job's fairness key: claims share the starts between the values of `{name}` in proportion to their weights"
+                ));
+            }
+            doc.push('.');
+            doc
         })
         .collect();
 
@@ -237,6 +243,25 @@ fn generate(
                 #assert
                 let #value = &self.#ident;
                 ::core::option::Option::Some(#group_id)
+            }
+        }
+    });
+
+    let fair_key = job.fair_key.map(|index| {
+        let field = &job.fields[index];
+        let ident = &field.ident;
+        let span = field.ty.span();
+        let ty = &field.ty;
+        // As for the group, both name the parameter's type: a type without `Display` is
+        // reported there, once.
+        let assert = quote_spanned!(span=> #private::assert_fair_key_display::<#ty>(););
+        let fair_key_fn = respan(quote!(#private::fair_key), span);
+        let key = quote_spanned!(span=> #fair_key_fn::<#ty>(&self.#ident));
+        // The value as is, not prefixed by the kind: a tenant is shared across job kinds.
+        quote! {
+            fn fair_key(&self) -> ::core::option::Option<::std::string::String> {
+                #assert
+                ::core::option::Option::Some(#key)
             }
         }
     });
@@ -328,6 +353,8 @@ fn generate(
             }
 
             #group
+
+            #fair_key
 
             #unique
         }
@@ -668,6 +695,101 @@ mod tests {
         assert!(out.contains(
             ":: harel_jobs :: JobOptions :: new () . max_attempts (5u32) . priority (:: harel_jobs :: __private :: priority (2u8)) . backoff (:: harel_jobs :: Backoff :: exponential (:: core :: time :: Duration :: from_millis (2000u64) , :: core :: time :: Duration :: from_millis (60000u64))) . timeout (:: core :: time :: Duration :: from_millis (90000u64))"
         ), "{out}");
+    }
+
+    #[test]
+    fn fair_key_is_the_value_as_is() {
+        let out = expand(
+            quote!(),
+            quote!(
+                async fn send(ctx: JobContext<App>, user_id: i64, #[fair_key] tenant: String) {}
+            ),
+        );
+        assert!(!out.contains("compile_error"), "{out}");
+        assert!(
+            out.starts_with(
+                "async fn send (ctx : JobContext < App > , user_id : i64 , tenant : String) { }"
+            ),
+            "{out}"
+        );
+        assert!(out.contains(
+            "fn fair_key (& self) -> :: core :: option :: Option < :: std :: string :: String > { :: harel_jobs :: __private :: assert_fair_key_display :: < String > () ; :: core :: option :: Option :: Some (:: harel_jobs :: __private :: fair_key :: < String > (& self . tenant)) }"
+        ), "{out}");
+        assert!(!out.contains("fn group"), "{out}");
+        assert!(
+            out.contains("\" The `tenant` argument of `send`; also the job's fairness key: claims share the starts between the values of `tenant` in proportion to their weights.\""),
+            "{out}"
+        );
+        // without `#[fair_key]`: the trait's default
+        let out = expand(
+            quote!(),
+            quote!(
+                async fn send(#[group] tenant: String) {}
+            ),
+        );
+        assert!(!out.contains("fn fair_key"), "{out}");
+    }
+
+    #[test]
+    fn group_and_fair_key_on_one_parameter() {
+        let out = expand(
+            quote!(),
+            quote!(
+                async fn send(
+                    #[group]
+                    #[fair_key]
+                    tenant: String,
+                ) {
+                }
+            ),
+        );
+        assert!(!out.contains("compile_error"), "{out}");
+        assert!(
+            out.starts_with("async fn send (tenant : String ,) { }"),
+            "{out}"
+        );
+        assert!(out.contains("fn group (& self)"), "{out}");
+        assert!(
+            out.contains(
+                "Some (:: harel_jobs :: __private :: fair_key :: < String > (& self . tenant))"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("in enqueue order; also the job's fairness key:"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn fair_key_errors() {
+        let out = expand(
+            quote!(),
+            quote!(
+                async fn send(
+                    #[fair_key] ctx: JobContext<App>,
+                    #[fair_key] a: String,
+                    #[fair_key] b: String,
+                ) {
+                }
+            ),
+        );
+        assert!(!out.contains("struct"), "{out}");
+        assert!(
+            out.starts_with(
+                "async fn send (ctx : JobContext < App > , a : String , b : String ,) { }"
+            ),
+            "{out}"
+        );
+        assert_eq!(out.matches("compile_error").count(), 2, "{out}");
+        assert!(
+            out.contains("`#[fair_key]` cannot mark the job context"),
+            "{out}"
+        );
+        assert!(
+            out.contains("only one parameter can be `#[fair_key]`"),
+            "{out}"
+        );
     }
 
     #[test]

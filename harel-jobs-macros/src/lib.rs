@@ -127,6 +127,23 @@ use proc_macro::TokenStream;
 /// a group of its own. `.group("…")` at enqueue overrides either, and is how several job
 /// types share one group.
 ///
+/// # Fairness keys
+///
+/// A job's fairness key is a tenant, an account, a customer: within a queue and a priority
+/// level, claims share the starts between the keys that have ready work in proportion to
+/// their weights, however many groups or jobs each has. Mark at most one parameter
+/// `#[fair_key]` (it may also be the `#[group]` one); its type must implement `Display`, and
+/// its value is the key as is, not prefixed by the kind, so job types of one tenant share
+/// its share. A key is at most 255 bytes, without NUL; `""` (and the default, without
+/// `#[fair_key]`) is the key of jobs without one. An enqueue's `fair_key` option
+/// (`EnqueueOptions::fair_key`, `.fair_key("…")`) overrides it. The operator sets the
+/// weights with `Client::set_fair_weight` (1 by default).
+///
+/// ```ignore
+/// #[job]
+/// async fn index_document(#[group] #[fair_key] tenant: String, document_id: i64) { /* … */ }
+/// ```
+///
 /// # Unique jobs
 ///
 /// With `unique`, while a job holding the same key is queued (waiting, scheduled, running or
@@ -168,13 +185,14 @@ use proc_macro::TokenStream;
 /// For `async fn send_welcome_email(ctx: JobContext<AppState>, #[group] user_id: i64,
 /// template: String)`:
 ///
-/// - the function itself, unchanged but for `#[group]`;
+/// - the function itself, unchanged but for `#[group]` and `#[fair_key]`;
 /// - `struct SendWelcomeEmail { pub user_id: i64, pub template: String }`, with the
 ///   function's visibility, its doc comments and `#[cfg]`s, and serde's `Serialize` and
 ///   `Deserialize`, and the traits of `derive(…)` (no others by default: a job may hold
 ///   secrets, so it is not `Debug` unless asked);
 /// - `impl Job for SendWelcomeEmail`: `KIND`, `options()` from the arguments, `group()`
-///   from the `#[group]` parameter, and `unique()` from `unique`;
+///   from the `#[group]` parameter, `fair_key()` from the `#[fair_key]` one, and `unique()`
+///   from `unique`;
 /// - `impl Handler<AppState> for SendWelcomeEmail`, which calls the function with the
 ///   context and the fields (`impl<S: Send + Sync + 'static> Handler<S>` without a context
 ///   parameter). The function's future must be `Send`;
@@ -193,12 +211,13 @@ use proc_macro::TokenStream;
 /// # Errors
 ///
 /// Mistakes are compile errors at the offending token: a function that is not `async`, takes
-/// `self`, is generic, has two `#[group]` parameters, a context parameter that is not first
-/// or marked `#[group]`, a parameter that is a pattern or a reference, a `#[derive]` on the
+/// `self`, is generic, has two `#[group]` or two `#[fair_key]` parameters, a `#[group]` or
+/// `#[fair_key]` with arguments, a context parameter that is not first or marked `#[group]`
+/// or `#[fair_key]`, a parameter that is a pattern or a reference, a `#[derive]` on the
 /// function; an unknown (the message lists the valid keys) or repeated key, an empty or
 /// repeated `derive(…)` list or one naming serde's traits, an out-of-range number, a malformed
-/// duration, a name in `unique(…)` that is not a parameter (the message lists them). A return type that is not a job result, or a `#[group]` type without `Display`,
-/// is reported at that type. All are reported at once, and the function is still emitted, so
+/// duration, a name in `unique(…)` that is not a parameter (the message lists them). A return type that is not a job result, or a `#[group]` or `#[fair_key]` type
+/// without `Display`, is reported at that type. All are reported at once, and the function is still emitted, so
 /// an IDE keeps working while the attribute is wrong.
 #[proc_macro_attribute]
 pub fn job(args: TokenStream, item: TokenStream) -> TokenStream {

@@ -12,8 +12,17 @@ use syn::{
 
 use crate::diagnostic::Errors;
 
-/// The name of the parameter attribute that picks the group.
-const GROUP: &str = "group";
+/// The parameter attribute that picks the group.
+const GROUP: Marker = Marker {
+    name: "group",
+    no_arguments: "`#[group]` takes no arguments: the group is `\"<kind>:<value>\"`; use `.group(…)` when enqueueing for another one",
+};
+
+/// The parameter attribute that picks the fairness key.
+const FAIR_KEY: Marker = Marker {
+    name: "fair_key",
+    no_arguments: "`#[fair_key]` takes no arguments: the fairness key is the parameter's value; use `.fair_key(…)` when enqueueing for another one",
+};
 
 /// The last path segment that makes a parameter the job context.
 const CONTEXT: &str = "JobContext";
@@ -65,7 +74,7 @@ pub(crate) struct Field {
 /// The function, taken apart. Built even when the signature has errors (they are reported
 /// to the caller), so that the function can always be emitted.
 pub(crate) struct JobFn {
-    /// The function as the user wrote it, less the `#[group]` attributes.
+    /// The function as the user wrote it, less the `#[group]` and `#[fair_key]` attributes.
     pub(crate) item: ItemFn,
     /// `T` of a first parameter `JobContext<T>`.
     pub(crate) state: Option<Type>,
@@ -76,6 +85,8 @@ pub(crate) struct JobFn {
     pub(crate) fields: Vec<Field>,
     /// The index in `fields` of the `#[group]` parameter.
     pub(crate) group: Option<usize>,
+    /// The index in `fields` of the `#[fair_key]` parameter.
+    pub(crate) fair_key: Option<usize>,
 }
 
 impl JobFn {
@@ -86,6 +97,7 @@ impl JobFn {
         let mut context = None;
         let mut fields = Vec::new();
         let mut group: Option<usize> = None;
+        let mut fair_key: Option<usize> = None;
         for (index, input) in item.sig.inputs.iter_mut().enumerate() {
             let param = match input {
                 FnArg::Receiver(receiver) => {
@@ -97,7 +109,8 @@ impl JobFn {
                 }
                 FnArg::Typed(param) => param,
             };
-            let group_attr = take_group_attr(param, errors);
+            let group_attr = take_marker_attr(param, &GROUP, errors);
+            let fair_key_attr = take_marker_attr(param, &FAIR_KEY, errors);
             match context_state(&param.ty) {
                 Some(found) => {
                     if let Pat::Ident(pat) = &*param.pat {
@@ -107,6 +120,12 @@ impl JobFn {
                         errors.push(syn::Error::new_spanned(
                             &attr.attr,
                             "`#[group]` cannot mark the job context: mark a parameter that is stored in the job",
+                        ));
+                    }
+                    if let Some(attr) = &fair_key_attr {
+                        errors.push(syn::Error::new_spanned(
+                            &attr.attr,
+                            "`#[fair_key]` cannot mark the job context: mark a parameter that is stored in the job",
                         ));
                     }
                     if index != 0 {
@@ -135,6 +154,15 @@ impl JobFn {
                             None => group = Some(fields.len()),
                         }
                     }
+                    if let Some(attr) = fair_key_attr {
+                        match fair_key {
+                            Some(_) => errors.push(syn::Error::new_spanned(
+                                &attr.attr,
+                                "only one parameter can be `#[fair_key]`: a job has one fairness key",
+                            )),
+                            None => fair_key = Some(fields.len()),
+                        }
+                    }
                     fields.push(Field {
                         ident,
                         ty: (*param.ty).clone(),
@@ -148,6 +176,7 @@ impl JobFn {
             context,
             fields,
             group,
+            fair_key,
         }
     }
 
@@ -194,34 +223,46 @@ fn check_signature(sig: &Signature, errors: &mut Errors) {
     }
 }
 
-/// A `#[group]` found (and removed) on a parameter.
-struct GroupAttr {
+/// A parameter attribute without arguments that marks one parameter: `#[group]`,
+/// `#[fair_key]`.
+struct Marker {
+    name: &'static str,
+    /// The error for arguments given to it.
+    no_arguments: &'static str,
+}
+
+/// A marker attribute found (and removed) on a parameter.
+struct MarkerAttr {
     attr: Attribute,
 }
 
-/// Removes the `#[group]` attributes of `param`; the first is returned, a repeated one is
+/// Removes the `#[<marker>]` attributes of `param`; the first is returned, a repeated one is
 /// an error.
-fn take_group_attr(param: &mut PatType, errors: &mut Errors) -> Option<GroupAttr> {
-    let mut found: Option<GroupAttr> = None;
+fn take_marker_attr(
+    param: &mut PatType,
+    marker: &Marker,
+    errors: &mut Errors,
+) -> Option<MarkerAttr> {
+    let mut found: Option<MarkerAttr> = None;
     let mut kept = Vec::with_capacity(param.attrs.len());
     for attr in param.attrs.drain(..) {
-        if !attr.path().is_ident(GROUP) {
+        if !attr.path().is_ident(marker.name) {
             kept.push(attr);
             continue;
         }
         if let Err(error) = attr.meta.require_path_only() {
-            errors.push(syn::Error::new(
-                error.span(),
-                "`#[group]` takes no arguments: the group is `\"<kind>:<value>\"`; use `.group(…)` when enqueueing for another one",
-            ));
+            errors.push(syn::Error::new(error.span(), marker.no_arguments));
         }
         if found.is_some() {
             errors.push(syn::Error::new_spanned(
                 &attr,
-                "`#[group]` is given more than once on this parameter",
+                format!(
+                    "`#[{}]` is given more than once on this parameter",
+                    marker.name
+                ),
             ));
         } else {
-            found = Some(GroupAttr { attr });
+            found = Some(MarkerAttr { attr });
         }
     }
     param.attrs = kept;
@@ -366,6 +407,51 @@ mod tests {
         assert_eq!(errors.len(), 2, "{errors:#?}");
         assert!(errors[0].contains("cannot mark the job context"));
         assert!(errors[1].contains("takes no arguments"));
+    }
+
+    #[test]
+    fn fair_key() {
+        let (job, errors) = analyze(parse_quote! {
+            async fn send(ctx: JobContext<S>, user_id: i64, #[fair_key] tenant: String) {}
+        });
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(job.fair_key, Some(1));
+        assert_eq!(job.group, None);
+        let emitted = job.item.to_token_stream().to_string();
+        assert!(!emitted.contains("fair_key"), "{emitted}");
+    }
+
+    #[test]
+    fn group_and_fair_key_on_one_parameter() {
+        let (job, errors) = analyze(parse_quote! {
+            async fn send(n: u8, #[group] #[fair_key] tenant: String) {}
+        });
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(job.group, Some(1));
+        assert_eq!(job.fair_key, Some(1));
+        let emitted = job.item.to_token_stream().to_string();
+        assert_eq!(emitted, "async fn send (n : u8 , tenant : String) { }");
+    }
+
+    #[test]
+    fn fair_key_errors() {
+        let (_, errors) = analyze(parse_quote! {
+            async fn job(#[fair_key] ctx: JobContext<S>, #[fair_key] a: u8, #[fair_key] b: u8, #[fair_key(x)] #[fair_key] c: u8) {}
+        });
+        let expected = [
+            "`#[fair_key]` cannot mark the job context",
+            "only one parameter can be `#[fair_key]`",
+            "`#[fair_key]` takes no arguments",
+            "`#[fair_key]` is given more than once on this parameter",
+            "only one parameter can be `#[fair_key]`",
+        ];
+        assert_eq!(errors.len(), expected.len(), "{errors:#?}");
+        for (error, expected) in errors.iter().zip(expected) {
+            assert!(
+                error.contains(expected),
+                "{error} should contain {expected}"
+            );
+        }
     }
 
     #[test]

@@ -55,6 +55,15 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
         None
     }
 
+    /// The fairness key of this job (a tenant, an account, a customer): within a queue and a
+    /// priority level, claims share the starts between the keys that have ready work in
+    /// proportion to their weights, however many groups or jobs each has. `None` (the
+    /// default): the key `""` that jobs without one share. `#[fair_key]` on a `#[job]`
+    /// parameter gives it; an enqueue's `fair_key` option overrides it.
+    fn fair_key(&self) -> Option<String> {
+        None
+    }
+
     /// The unique key of this job, if at most one job with it may be queued at a time
     /// (see [`Unique`]). `None` (the default): no limit.
     fn unique(&self) -> Option<Unique> {

@@ -18,6 +18,15 @@ pub fn group_id<T: std::fmt::Display + ?Sized>(kind: &str, value: &T) -> String 
 /// Makes rustc point at the `#[group]` parameter when its type has no `Display`.
 pub fn assert_group_display<T: std::fmt::Display + ?Sized>() {}
 
+/// The fairness key of a `#[fair_key]` parameter: the value's `Display`, as is (not
+/// namespaced by kind: a tenant is shared across job kinds).
+pub fn fair_key<T: std::fmt::Display + ?Sized>(value: &T) -> String {
+    value.to_string()
+}
+
+/// Makes rustc point at the `#[fair_key]` parameter when its type has no `Display`.
+pub fn assert_fair_key_display<T: std::fmt::Display + ?Sized>() {}
+
 /// Makes rustc point at the user's return type when it is not a valid job result.
 pub fn assert_job_result<T: IntoJobResult>() {}
 
