@@ -177,6 +177,8 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_end_cancelled",
         "harel_ensure_queue",
         "harel_extend",
+        "harel_fair_keys",
+        "harel_fair_tags",
         "harel_job",
         "harel_list_groups",
         "harel_list_jobs",
@@ -189,6 +191,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_release_key",
         "harel_schedule_fire",
         "harel_schedules",
+        "harel_set_fair_weight",
         "harel_set_queue",
         "harel_settle",
         "harel_take_key",
@@ -431,12 +434,29 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
     .execute(&q.pool)
     .await
     .unwrap();
-    // 0010 runs again, as on a schema of the release before it (and 0011 after it, its
-    // objects dropped first)
+    // 0010 runs again, as on a schema of the release before it (and 0011 to 0013 after
+    // it, their objects dropped first)
     sqlx::raw_sql(q.sql(
         "DELETE FROM @schema@._migrations WHERE version >= 10;
          DROP TABLE @schema@.elections;
-         DROP SEQUENCE @schema@.maintain_sweep;",
+         DROP SEQUENCE @schema@.maintain_sweep;
+         DROP VIEW @schema@.jobs;
+         CREATE VIEW @schema@.jobs AS SELECT 1::bigint AS seq;
+         DROP TABLE @schema@.fair_keys;
+         DROP INDEX @schema@.transport_groups_timed, @schema@.transport_groups_ready,
+                    @schema@.transport_groups_ready_by_key;
+         ALTER TABLE @schema@.transport_groups DROP COLUMN fair_key, DROP COLUMN fair_tag;
+         ALTER TABLE @schema@.dead_letters DROP COLUMN fair_key;
+         ALTER TABLE @schema@.job_history DROP COLUMN fair_key;
+         CREATE INDEX transport_groups_claimable
+             ON @schema@.transport_groups (queue_id, priority, available_at);
+         DO $$ DECLARE s RECORD; BEGIN
+             FOR s IN SELECT c.relname FROM pg_class c
+                       WHERE c.relnamespace = '@schema@'::regnamespace AND c.relkind = 'S'
+                         AND c.relname ~ '^fair_' LOOP
+                 EXECUTE format('DROP SEQUENCE @schema@.%I', s.relname);
+             END LOOP;
+         END $$;",
     ))
     .execute(&q.pool)
     .await
@@ -564,7 +584,8 @@ async fn the_jobs_view_shows_each_jobs_queue_and_trace_context() {
             "attempts",
             "last_error",
             "queue",
-            "trace_context"
+            "trace_context",
+            "fair_key"
         ]
     );
 

@@ -20,7 +20,7 @@ use harel_jobs::{
     Client, DatabaseError, Handler, Job, JobContext, JobResult, QueueLimits, ScheduleQuery,
 };
 use harel_jobs_suite::{
-    PRODUCER_GRANTS, SuiteSchema, TestRole, WORKER_GRANTS, database_url, pool_with,
+    PRODUCER_GRANTS, SuiteSchema, TestDatabase, TestRole, WORKER_GRANTS, database_url, pool_with,
 };
 use serde::{Deserialize, Serialize};
 use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
@@ -178,7 +178,8 @@ async fn a_login_granted_nothing_cannot_stop_a_limited_queue_or_housekeeping() {
         .unwrap();
     sqlx::query(q.sql(
         "SELECT setval('@schema@.claim_floor_' || l,
-                       (extract(epoch FROM clock_timestamp() + interval '1 hour') * 1000000)::bigint)
+                       (extract(epoch FROM clock_timestamp() + interval '1 hour') * 1000000)::bigint),
+                setval('@schema@.fair_floor_q0', 4611686018427387903)
            FROM generate_series(0, 4) AS l",
     ))
     .execute(&q.pool)
@@ -484,8 +485,12 @@ async fn a_producer_cannot_slip_a_job_into_another_jobs_own_group() {
 /// one within a bounded number of calls.
 #[tokio::test]
 async fn the_queue_cap_counts_queues_that_exist_and_housekeeping_sweeps_a_window() {
-    let q = SuiteSchema::new().await;
-    let mut connection = PgConnection::connect(&database_url()).await.unwrap();
+    // a database of its own: a schema at the cap holds over 10,000 sequences, more than one
+    // transaction of a stock server can lock (max_locks_per_transaction 64 x 100
+    // connections), so DROP SCHEMA would fail where DROP DATABASE does not
+    let db = TestDatabase::new().await;
+    let q = SuiteSchema::new_at(&db.url).await;
+    let mut connection = PgConnection::connect(&db.url).await.unwrap();
     for n in 0..1_000 {
         sqlx::raw_sql("BEGIN")
             .execute(&mut connection)
@@ -504,13 +509,20 @@ async fn the_queue_cap_counts_queues_that_exist_and_housekeeping_sweeps_a_window
     publish_raw(&mut connection, &q, "g", "first-real").await;
     assert_eq!(q.count("queues").await, 3, "default and the two");
 
-    // fill the cap: 1,000 named queues
-    sqlx::raw_sql(
-        q.sql("SELECT @schema@.harel_ensure_queue('q-' || n) FROM generate_series(1, 998) AS n"),
-    )
-    .execute(&q.pool)
-    .await
-    .unwrap();
+    // fill the cap: 1,000 named queues (100 a transaction: each creates its sequences)
+    for first in (1..=998).step_by(100) {
+        let last = (first + 99).min(998);
+        sqlx::raw_sql(AssertSqlSafe(
+            q.sql(&format!(
+                "SELECT @schema@.harel_ensure_queue('q-' || n)
+                   FROM generate_series({first}, {last}) AS n"
+            ))
+            .0,
+        ))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    }
     assert_eq!(q.count("queues").await, 1_001);
     let refused = sqlstate(
         &q.pool,
@@ -533,7 +545,8 @@ async fn the_queue_cap_counts_queues_that_exist_and_housekeeping_sweeps_a_window
     publish_raw(&mut connection, &q, "straggler", &name).await;
     sqlx::query(AssertSqlSafe(q.sql(&format!(
         "SELECT setval('@schema@.claim_floor_q{last}_' || l,
-                       (extract(epoch FROM clock_timestamp() + interval '1 hour') * 1000000)::bigint)
+                       (extract(epoch FROM clock_timestamp() + interval '1 hour') * 1000000)::bigint),
+                setval('@schema@.fair_floor_q{last}', 4611686018427387903)
            FROM generate_series(0, 4) AS l"
     )).0))
     .execute(&q.pool)

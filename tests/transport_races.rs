@@ -463,10 +463,12 @@ async fn claim_during_a_completion() -> Option<(JobId, Vec<JobId>)> {
         LeaseOutcome::Applied
     );
 
-    // higher-priority groups, all locked by another transaction: a claim skips them one by one
+    // higher-priority groups in the ready domain (tagged), all locked by another
+    // transaction: a claim's scan of the lowest tags skips them one by one
     sqlx::query(q.sql(
-        "INSERT INTO @schema@.transport_groups (group_id, priority, available_at) \
-         SELECT 'filler-' || i, 4, now() - interval '1 hour' FROM generate_series(1, $1) i",
+        "INSERT INTO @schema@.transport_groups (group_id, priority, available_at, fair_tag) \
+         SELECT 'filler-' || i, 4, now() - interval '1 hour', i \
+           FROM generate_series(1, $1) i",
     ))
     .bind(FILLERS)
     .execute(&q.pool)

@@ -65,6 +65,7 @@ pub struct EnqueueOptions {
     start_at: StartAt,
     unique: Option<Unique>,
     queue: Option<String>,
+    fair_key: Option<String>,
 }
 
 impl EnqueueOptions {
@@ -117,6 +118,18 @@ impl EnqueueOptions {
         self
     }
 
+    /// Gives the job this fairness key instead of its type's (`#[fair_key]`), if any: a
+    /// tenant, an account, a customer. Within a queue and a priority level, claims share the
+    /// starts between the keys that have ready work in proportion to their weights
+    /// ([`Client::set_fair_weight`](crate::Client::set_fair_weight)), however many groups or
+    /// jobs each has. At most [`MAX_FAIR_KEY_BYTES`](crate::MAX_FAIR_KEY_BYTES) bytes; `""`
+    /// is the key jobs without one share. A group belongs to the key of the job that created
+    /// it.
+    pub fn fair_key(mut self, key: impl Into<String>) -> Self {
+        self.fair_key = Some(key.into());
+        self
+    }
+
     /// The message for `job`: group override, else the job's group, else a fresh one; with
     /// the current span's trace context (feature `opentelemetry`).
     pub(crate) fn message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
@@ -137,6 +150,9 @@ impl EnqueueOptions {
         // the enqueuing span's trace context (feature `opentelemetry`; otherwise none)
         if let Some(context) = crate::trace_context::current() {
             message = message.trace_context(context);
+        }
+        if let Some(key) = self.fair_key.clone().or_else(|| job.fair_key()) {
+            message = message.fair_key(key);
         }
         let queue = self.queue.as_deref().unwrap_or(J::QUEUE);
         Ok(message
@@ -244,6 +260,13 @@ impl<'c, J: Job, E: PgExecutor<'c>> Enqueue<'c, J, E> {
     /// [`EnqueueOptions::queue`]).
     pub fn queue(mut self, queue: impl Into<String>) -> Self {
         self.options = self.options.queue(queue);
+        self
+    }
+
+    /// Gives the job this fairness key instead of its type's (see
+    /// [`EnqueueOptions::fair_key`]).
+    pub fn fair_key(mut self, key: impl Into<String>) -> Self {
+        self.options = self.options.fair_key(key);
         self
     }
 

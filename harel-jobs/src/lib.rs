@@ -38,6 +38,7 @@
 //! - [Seeing and steering jobs][steering]: the [`Client`], a job's states, listing, cancel,
 //!   retention, unique jobs, completing a job in your own transaction, the worker pools.
 //! - [Periodic jobs, named queues, pause and limits][scheduling].
+//! - [Fair share between tenants][fair]: fairness keys and their weights.
 //! - [Testing your jobs][testing] (feature `testing`).
 //! - [Operating harel-jobs][operating]: configuration, scaling out (and past one PostgreSQL
 //!   primary), PgBouncer, database roles, upgrading.
@@ -49,6 +50,7 @@
 //! [writing]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/writing-jobs.md
 //! [steering]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/steering-jobs.md
 //! [scheduling]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/scheduling.md
+//! [fair]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/fair-share.md
 //! [testing]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/testing.md
 //! [operating]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md
 //! [monitoring]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/monitoring.md
@@ -133,6 +135,11 @@ pub struct GuideSteeringJobsDoctests;
 #[doc = include_str!("../../docs/guide/scheduling.md")]
 pub struct GuideSchedulingDoctests;
 
+/// The examples of the guide's "Fair share between tenants", compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/fair-share.md")]
+pub struct GuideFairShareDoctests;
+
 /// The examples of the guide's "Testing your jobs", compiled as doc tests (its test itself
 /// is `ignore`d there and run by the workspace's tests/readme.rs).
 #[cfg(doctest)]
@@ -198,10 +205,11 @@ mod worker;
 pub mod __private;
 
 pub use client::{
-    Cancel, CancelOutcome, Client, DeadLetter, DeadLetterQuery, DeadLetters, GroupInfo, GroupPage,
-    GroupQuery, GroupRank, GroupStatus, JobInfo, JobPage, JobQuery, JobState, LevelDepth,
-    QueueInfo, QueueLimits, RateLimit, ScheduleInfo, SchedulePage, ScheduleQuery, StateFilter,
-    Stats, ThroughputMinute, TopGroups, WorkerInfo, WorkerList,
+    Cancel, CancelOutcome, Client, DeadLetter, DeadLetterQuery, DeadLetters, FairKeyInfo,
+    FairKeyPage, GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, JobInfo, JobPage,
+    JobQuery, JobState, LevelDepth, MAX_FAIR_KEY_PAGE, QueueInfo, QueueLimits, RateLimit,
+    ScheduleInfo, SchedulePage, ScheduleQuery, StateFilter, Stats, ThroughputMinute, TopGroups,
+    WorkerInfo, WorkerList,
 };
 pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
@@ -235,9 +243,10 @@ pub use schema::Schema;
 pub use sqlx;
 pub use transport::{DEFAULT_QUEUE, PreparedStatements, Priority};
 pub use vocabulary::{
-    Count, DEFAULT_CANCELLED_RETENTION, GROUP_JOBS_COUNT_CAP, JobId, MAX_CATCH_UP, MAX_GROUP_PAGE,
-    MAX_PAGE, MAX_REASON_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_THROUGHPUT_MINUTES,
-    MAX_TOP_GROUPS, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
+    Count, DEFAULT_CANCELLED_RETENTION, GROUP_JOBS_COUNT_CAP, JobId, MAX_CATCH_UP,
+    MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT, MAX_GROUP_PAGE, MAX_PAGE, MAX_REASON_BYTES,
+    MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_THROUGHPUT_MINUTES, MAX_TOP_GROUPS,
+    MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
 };
 #[cfg(feature = "__fault_injection")]
 #[doc(hidden)]

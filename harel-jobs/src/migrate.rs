@@ -112,11 +112,22 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0012_jobs_view.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 13,
+        name: "fair_share",
+        sql: include_str!("../sql/migrations/0013_fair_share.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied: the internal helpers first, then the
 /// entry points that call them (sql/README.md).
 const FUNCTIONS: &[Function] = &[
+    Function {
+        name: "harel_fair_tags",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_fair_tags.sql"),
+    },
     Function {
         name: "harel_drop_empty_groups",
         folder: "internal",
@@ -258,6 +269,16 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_elect.sql"),
     },
     Function {
+        name: "harel_set_fair_weight",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_set_fair_weight.sql"),
+    },
+    Function {
+        name: "harel_fair_keys",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_fair_keys.sql"),
+    },
+    Function {
         name: "harel_delete_schedule",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_delete_schedule.sql"),
@@ -265,7 +286,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 12;
+pub const SCHEMA_VERSION: i32 = 13;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

@@ -23,6 +23,10 @@ pub const MAX_GROUP_BYTES: usize = 1024;
 pub const MAX_KIND_BYTES: usize = 255;
 /// The longest unique key accepted, in bytes (it is indexed).
 pub const MAX_UNIQUE_KEY_BYTES: usize = 1024;
+/// The longest fairness key accepted, in bytes (it is indexed with the group's start tag).
+pub const MAX_FAIR_KEY_BYTES: usize = 255;
+/// The greatest weight of a fairness key (the least is 1, every key's weight unless set).
+pub const MAX_FAIR_WEIGHT: u32 = 1000;
 /// The largest payload accepted, in bytes of JSON text (4 MiB). Queues carry references to
 /// large data, not the data.
 pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
@@ -343,6 +347,17 @@ pub(crate) fn validate_unique_key(key: &str) -> Result<(), InvalidMessage> {
     Ok(())
 }
 
+/// Checks a fairness key: at most [`MAX_FAIR_KEY_BYTES`] bytes, no NUL (the empty key is
+/// the one jobs without a key share).
+pub(crate) fn validate_fair_key(key: &str) -> Result<(), InvalidMessage> {
+    if key.len() > MAX_FAIR_KEY_BYTES || key.contains('\0') {
+        return Err(InvalidMessage::InvalidFairKey {
+            max: MAX_FAIR_KEY_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// Checks a queue name: 1 to [`MAX_QUEUE_NAME_LEN`] ASCII letters, digits, `_`, `-`, `.`
 /// or `:` (the same rule as `harel_ensure_queue`).
 pub(crate) fn validate_queue_name(name: &str) -> Result<(), InvalidMessage> {
@@ -499,6 +514,12 @@ pub enum InvalidMessage {
     /// The unique key is empty, too long, or contains a NUL character.
     #[error("unique key must be 1 to {max} bytes without NUL characters")]
     InvalidUniqueKey {
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The fairness key is longer than [`MAX_FAIR_KEY_BYTES`] or contains a NUL character.
+    #[error("fairness key must be at most {max} bytes without NUL characters")]
+    InvalidFairKey {
         /// The limit in bytes.
         max: usize,
     },

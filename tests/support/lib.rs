@@ -203,6 +203,8 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_queues",
     "EXECUTE ON FUNCTION @schema@.harel_depth",
     "EXECUTE ON FUNCTION @schema@.harel_set_queue",
+    "EXECUTE ON FUNCTION @schema@.harel_set_fair_weight",
+    "EXECUTE ON FUNCTION @schema@.harel_fair_keys",
     "EXECUTE ON FUNCTION @schema@.harel_workers",
     "EXECUTE ON FUNCTION @schema@.harel_throughput",
     "EXECUTE ON FUNCTION @schema@.harel_delete_schedule",

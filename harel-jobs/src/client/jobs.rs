@@ -342,6 +342,8 @@ pub struct JobInfo {
     pub group: String,
     /// Its queue.
     pub queue: String,
+    /// Its fairness key (`""`: none; [`OutgoingMessage::fair_key`](crate::OutgoingMessage::fair_key)).
+    pub fair_key: String,
     /// Its payload, as JSON text ([`decode`](Self::decode) for the typed job).
     pub payload: String,
     /// The priority it was enqueued with.
@@ -390,6 +392,7 @@ impl JobInfo {
             cancel_reason,
             cancel_requested,
             queue,
+            fair_key,
         ) = row;
         let unexpected = || ClientError::UnexpectedReply;
         let (Some(priority), Some(attempts), Some(enqueued_at), Some(cancel_requested)) =
@@ -429,6 +432,7 @@ impl JobInfo {
             kind,
             group,
             queue: queue.unwrap_or_else(|| DEFAULT_QUEUE.to_owned()),
+            fair_key: fair_key.unwrap_or_default(),
             payload,
             priority: Priority::from_db(priority),
             attempts: u32::try_from(attempts).unwrap_or(0),
@@ -442,7 +446,7 @@ impl JobInfo {
 fn job_row(row: ListRow) -> Option<JobRow> {
     Some((
         row.1?, row.2?, row.3?, row.4?, row.5, row.6, row.7, row.8, row.9, row.10, row.11, row.12,
-        row.13, row.14,
+        row.13, row.14, row.15,
     ))
 }
 

@@ -39,6 +39,7 @@
 //! each call is a statement of the data layer (`store/`) and the conversion of its rows.
 
 mod dead_letters;
+mod fair;
 mod groups;
 mod jobs;
 mod queues;
@@ -47,6 +48,7 @@ pub(crate) mod stats;
 mod workers;
 
 pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
+pub use fair::{FairKeyInfo, FairKeyPage, MAX_FAIR_KEY_PAGE};
 pub use groups::{GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, TopGroups};
 pub use jobs::{Cancel, CancelOutcome, JobInfo, JobPage, JobQuery, JobState, StateFilter};
 pub use queues::{LevelDepth, QueueInfo, QueueLimits, RateLimit};

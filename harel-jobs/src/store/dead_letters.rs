@@ -34,7 +34,7 @@ pub(super) const COUNT: &str = "SELECT count(*) FROM @schema@.dead_letters";
 // use) goes back without one, into a group of its own
 pub(super) const RETRY: &str = "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1)
                 RETURNING id, group_id, kind, payload, priority, queue,
-                          trace_context),
+                          trace_context, fair_key),
           a AS (SELECT array_agg(id ORDER BY id) AS ids,
                        array_agg(CASE WHEN group_id !~ '^own:[0-9]{19}$'
                                       THEN group_id END ORDER BY id) AS groups,
@@ -43,13 +43,15 @@ pub(super) const RETRY: &str = "WITH d AS (DELETE FROM @schema@.dead_letters WHE
                        array_agg(priority ORDER BY id) AS priorities,
                        array_agg(queue ORDER BY id) AS queues,
                        array_agg(trace_context ORDER BY id) AS traces,
+                       array_agg(fair_key ORDER BY id) AS fair_keys,
                        count(*)::int AS n
                   FROM d)
      SELECT a.ids[p.n], p.s
        FROM a, LATERAL @schema@.harel_publish(
            a.groups, a.kinds, a.payloads, a.priorities,
            array_fill(NULL::timestamptz, ARRAY[a.n]),
-           array_fill(NULL::bigint, ARRAY[a.n]), NULL, NULL, a.queues, a.traces)
+           array_fill(NULL::bigint, ARRAY[a.n]), NULL, NULL, a.queues, a.traces,
+           a.fair_keys)
            WITH ORDINALITY AS p (s, n)
       WHERE a.n > 0
       ORDER BY p.n";

@@ -7,19 +7,21 @@ use uuid::Uuid;
 use super::{Statement, Store};
 
 pub(super) const PUBLISH: &str =
-    "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) AS s";
+    "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS s";
 
 pub(super) const CLAIM: &str = "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at, trace_context \
      FROM @schema@.harel_claim($1, $2, $3, $4, $5, $6, $7)";
 
 pub(super) const GET: &str =
     "SELECT state, group_id, kind, payload, priority, attempts, enqueued_at, at,
-            started_at, finished_at, last_error, cancel_reason, cancel_requested, queue
+            started_at, finished_at, last_error, cancel_reason, cancel_requested, queue,
+            fair_key
        FROM @schema@.harel_job($1)";
 
 pub(super) const LIST: &str =
     "SELECT id, state, group_id, kind, payload, priority, attempts, enqueued_at, at,
-            started_at, finished_at, last_error, cancel_reason, cancel_requested, queue
+            started_at, finished_at, last_error, cancel_reason, cancel_requested, queue,
+            fair_key
        FROM @schema@.harel_list_jobs($1, $2, $3, $4, $5, $6)";
 
 pub(super) const CANCEL: &str = "SELECT @schema@.harel_cancel($1, $2, $3)";
@@ -49,6 +51,8 @@ pub(crate) struct Publish<'a> {
     pub queues: Option<Vec<Option<&'a str>>>,
     /// Trace contexts.
     pub trace_contexts: Option<Vec<Option<&'a str>>>,
+    /// Fairness keys (`None`: the shared key `""`).
+    pub fair_keys: Option<Vec<Option<&'a str>>>,
 }
 
 /// What `harel_claim` is asked for.
@@ -86,7 +90,8 @@ pub(crate) type ClaimRow = (
 );
 
 /// A row of `harel_job`: state, group, kind, payload, priority, attempts, enqueued at, at,
-/// started at, finished at, last error, cancel reason, cancel requested, queue.
+/// started at, finished at, last error, cancel reason, cancel requested, queue, fairness
+/// key.
 pub(crate) type JobRow = (
     String,
     String,
@@ -101,6 +106,7 @@ pub(crate) type JobRow = (
     Option<String>,
     Option<String>,
     Option<bool>,
+    Option<String>,
     Option<String>,
 );
 
@@ -121,6 +127,7 @@ pub(crate) type ListRow = (
     Option<String>,
     Option<String>,
     Option<bool>,
+    Option<String>,
     Option<String>,
 );
 
@@ -161,6 +168,7 @@ impl Store {
             .bind(batch.unique_holds)
             .bind(batch.queues)
             .bind(batch.trace_contexts)
+            .bind(batch.fair_keys)
             .persistent(self.persistent())
             .fetch_all(executor)
             .await

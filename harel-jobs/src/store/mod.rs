@@ -35,6 +35,8 @@
 //! | [`queues_list`](Store::queues_list) | `harel_queues` |
 //! | [`queues_depth`](Store::queues_depth) | `harel_depth` |
 //! | [`queue_set`](Store::queue_set) | `harel_set_queue` |
+//! | [`fair_weight_set`](Store::fair_weight_set) | `harel_set_fair_weight` |
+//! | [`fair_keys_list`](Store::fair_keys_list) | `harel_fair_keys` |
 //! | [`workers_list`](Store::workers_list) | `harel_workers` |
 //! | [`worker_report`](Store::worker_report) | `harel_worker_report` |
 //! | [`throughput_list`](Store::throughput_list) | `harel_throughput` |
@@ -84,7 +86,7 @@ pub(crate) use jobs::{Claim, JobRow, JobsFilter, ListRow, Publish};
 pub(crate) use leases::{LeaseColumns, Settle};
 pub(crate) use maintenance::VACUUMED_TABLES;
 pub(crate) use migrations::AppliedRow;
-pub(crate) use queues::{DepthRow, QueueRow, QueueSettings};
+pub(crate) use queues::{DepthRow, FairKeyRow, QueueRow, QueueSettings};
 pub(crate) use schedules::Fire;
 pub(crate) use stats::Figures;
 pub(crate) use workers::Report;
@@ -177,6 +179,10 @@ statements! {
     QueuesDepth = queues::DEPTH,
     /// [`Store::queue_set`].
     QueueSet = queues::SET,
+    /// [`Store::fair_weight_set`].
+    FairWeightSet = queues::FAIR_WEIGHT_SET,
+    /// [`Store::fair_keys_list`].
+    FairKeysList = queues::FAIR_KEYS_LIST,
     /// [`Store::workers_list`].
     WorkersList = workers::LIST,
     /// [`Store::worker_report`].

@@ -1,4 +1,5 @@
-//! Named queues: list them, read their depth, set them (pause, resume, limits).
+//! Named queues: list them, read their depth, set them (pause, resume, limits), and their
+//! fairness keys' weights.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
@@ -20,6 +21,21 @@ pub(super) const SET: &str =
     "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms,
             NULL::bigint, NULL::bigint, NULL::boolean, NULL::timestamptz
        FROM @schema@.harel_set_queue($1, $2, $3, $4, $5, $6)";
+
+pub(super) const FAIR_WEIGHT_SET: &str = "SELECT @schema@.harel_set_fair_weight($1, $2, $3)";
+
+pub(super) const FAIR_KEYS_LIST: &str =
+    "SELECT key, weight, ready, ready_exact, more FROM @schema@.harel_fair_keys($1, $2, $3)";
+
+/// A row of `harel_fair_keys`: key, weight, ready groups, whether that count is exact; or
+/// the cursor row (key NULL) with whether more keys follow.
+pub(crate) type FairKeyRow = (
+    Option<String>,
+    Option<i32>,
+    Option<i64>,
+    Option<bool>,
+    Option<bool>,
+);
 
 /// A row of `harel_queues` (and of `harel_set_queue`, its counts NULL): name, paused at,
 /// concurrency limit, rate limit, rate period (ms), ready, running, counts exact, oldest
@@ -96,6 +112,42 @@ impl Store {
             .bind(settings.rate_period_ms)
             .persistent(self.persistent())
             .fetch_one(executor)
+            .await
+    }
+
+    /// `harel_set_fair_weight`: sets a fairness key's weight in a queue (1 removes it).
+    pub(crate) async fn fair_weight_set<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        queue: &str,
+        key: &str,
+        weight: i32,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(self.sql(Statement::FairWeightSet))
+            .bind(queue)
+            .bind(key)
+            .bind(weight)
+            .persistent(self.persistent())
+            .execute(executor)
+            .await
+            .map(drop)
+    }
+
+    /// `harel_fair_keys`: a page of a queue's fairness keys after `after`, then the cursor
+    /// row.
+    pub(crate) async fn fair_keys_list<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        queue: &str,
+        after: Option<&str>,
+        limit: i32,
+    ) -> Result<Vec<FairKeyRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::FairKeysList))
+            .bind(queue)
+            .bind(after)
+            .bind(limit)
+            .persistent(self.persistent())
+            .fetch_all(executor)
             .await
     }
 }

@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use crate::vocabulary::{
     DEFAULT_QUEUE, InvalidMessage, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_TRACE_CONTEXT_BYTES,
-    Priority, delay_millis, is_own_group, is_trace_context, validate_group, validate_kind,
-    validate_payload_size, validate_queue_name, validate_unique_key,
+    Priority, delay_millis, is_own_group, is_trace_context, validate_fair_key, validate_group,
+    validate_kind, validate_payload_size, validate_queue_name, validate_unique_key,
 };
 
 /// When a message may start: now, after a delay, or at a time. (Not a periodic schedule:
@@ -55,6 +55,8 @@ pub struct OutgoingMessage {
     pub(crate) queue: Option<String>,
     /// The enqueuing span's trace context (`None`: nothing stored).
     pub(crate) trace_context: Option<String>,
+    /// The fairness key (`None`: the key `""` that jobs without one share).
+    pub(crate) fair_key: Option<String>,
 }
 
 impl OutgoingMessage {
@@ -75,6 +77,7 @@ impl OutgoingMessage {
             unique: None,
             queue: None,
             trace_context: None,
+            fair_key: None,
         }
     }
 
@@ -145,6 +148,19 @@ impl OutgoingMessage {
         self
     }
 
+    /// Sets the message's fairness key (a tenant, an account, a customer): within a queue
+    /// and a priority level, claims share the starts between the keys that have ready work
+    /// in proportion to their weights (1 unless an operator set one:
+    /// [`Client::set_fair_weight`](crate::Client::set_fair_weight)), however many groups
+    /// or jobs each has. At most [`MAX_FAIR_KEY_BYTES`](super::MAX_FAIR_KEY_BYTES) bytes;
+    /// `""`, the default, is the key that messages without one share. A group belongs to
+    /// the key of the message that created it (a later message's key is not the group's).
+    pub fn fair_key(mut self, key: impl Into<String>) -> Self {
+        let key = key.into();
+        self.fair_key = (!key.is_empty()).then_some(key);
+        self
+    }
+
     /// Stores a trace context with the message, for the claim to return
     /// ([`ClaimedMessage::trace_context`](super::ClaimedMessage::trace_context)): a W3C
     /// `traceparent` (`00-` and the trace id, span id and flags in lowercase hex), then
@@ -208,6 +224,9 @@ impl OutgoingMessage {
         }
         if let Some(queue) = &self.queue {
             validate_queue_name(queue)?;
+        }
+        if let Some(key) = &self.fair_key {
+            validate_fair_key(key)?;
         }
         if let Some(context) = &self.trace_context
             && !is_trace_context(context)

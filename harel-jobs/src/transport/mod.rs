@@ -245,6 +245,7 @@ impl Transport {
         let any_unique = messages.iter().any(|m| m.unique.is_some());
         let any_queue = messages.iter().any(|m| m.queue.is_some());
         let any_trace = messages.iter().any(|m| m.trace_context.is_some());
+        let any_fair = messages.iter().any(|m| m.fair_key.is_some());
         let mut batch = Publish {
             groups: Vec::with_capacity(n),
             kinds: Vec::with_capacity(n),
@@ -256,6 +257,7 @@ impl Transport {
             unique_holds: any_unique.then(|| Vec::with_capacity(n)),
             queues: any_queue.then(|| Vec::with_capacity(n)),
             trace_contexts: any_trace.then(|| Vec::with_capacity(n)),
+            fair_keys: any_fair.then(|| Vec::with_capacity(n)),
         };
         for message in messages {
             message.validate()?;
@@ -272,6 +274,9 @@ impl Transport {
             }
             if let Some(traces) = &mut batch.trace_contexts {
                 traces.push(message.trace_context.as_deref());
+            }
+            if let Some(keys) = &mut batch.fair_keys {
+                keys.push(message.fair_key.as_deref());
             }
             batch.groups.push(message.group.as_deref());
             batch.kinds.push(message.kind.as_str());

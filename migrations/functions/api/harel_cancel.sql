@@ -130,11 +130,13 @@ BEGIN
             RETURNING t.* INTO m;
             INSERT INTO "harel".job_history
                    (id, group_id, kind, payload, priority, state, attempts, last_error,
-                    enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue)
+                    enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue,
+                    fair_key)
             VALUES (m.seq, m.group_id, m.kind, m.payload, m.priority, 'cancelled', m.attempts,
                     m.last_error, m.enqueued_at, NULL, v_now, p_reason,
                     v_now + p_keep_ms * interval '1 millisecond',
-                    (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id))
+                    (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id),
+                    g.fair_key)
             ON CONFLICT (id) DO NOTHING;
             IF m.unique_key IS NOT NULL THEN
                 PERFORM "harel".harel_release_key(m.unique_key, m.seq, false);

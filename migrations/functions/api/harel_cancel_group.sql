@@ -98,12 +98,14 @@ BEGIN
     ), recorded AS (
         INSERT INTO "harel".job_history
                (id, group_id, kind, payload, priority, state, attempts, last_error,
-                enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue)
+                enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue,
+                fair_key)
         SELECT x.seq, x.group_id, x.kind, x.payload, x.priority, 'cancelled',
                CASE WHEN x.seq = g.head_seq THEN g.head_attempts ELSE x.attempts END,
                x.last_error, x.enqueued_at,
                CASE WHEN x.seq = g.head_seq THEN g.head_started_at END, v_now, p_reason,
-               v_now + p_keep_ms * interval '1 millisecond', (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id)
+               v_now + p_keep_ms * interval '1 millisecond',
+               (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id), g.fair_key
           FROM gone x
         ON CONFLICT (id) DO NOTHING
     ), released AS (

@@ -63,7 +63,9 @@ BEGIN
     -- the locked rows are the held ones (checked under the lock, which keeps them so): each
     -- by its key, then by the TID of the version that lookup found (locked by us)
     UPDATE "harel".transport_groups g
-       SET available_at = v_expiry
+       SET available_at = v_expiry,
+           -- a lapsed lease a claim promoted but did not lease yet goes back to its holder
+           fair_tag = NULL
       FROM unnest(v_locked) AS l(group_id)
      CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".transport_groups t
                           WHERE t.group_id = l.group_id

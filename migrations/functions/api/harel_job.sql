@@ -17,6 +17,7 @@
 --   finished_at       for the finished states
 --   cancel_requested  a running job whose cancel was asked for
 --   queue             its queue's name
+--   fair_key          its fairness key ('' for none): its group's while queued
 -- Fence: none: it reads. STABLE: every statement reads one snapshot, so a job moving
 --   between tables is seen in exactly one place.
 -- Locks: none.
@@ -46,7 +47,8 @@ RETURNS TABLE (
     last_error       TEXT,
     cancel_reason    TEXT,
     cancel_requested BOOLEAN,
-    queue            TEXT
+    queue            TEXT,
+    fair_key         TEXT
 )
 LANGUAGE plpgsql
 STABLE
@@ -81,7 +83,7 @@ BEGIN
     ), facts AS (
         SELECT q.*, g.head_seq = q.seq AS is_head, g.head_attempts, g.head_started_at,
                g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason,
-               g.queue_id
+               g.queue_id, g.fair_key
           FROM queued q
           LEFT JOIN LATERAL (SELECT t.* FROM "harel".transport_groups t
                               WHERE t.group_id = q.group_id OFFSET 0) AS g ON true
@@ -101,16 +103,19 @@ BEGIN
            NULL::timestamptz, f.last_error,
            CASE WHEN f.is_head THEN f.cancel_reason END,
            COALESCE(f.is_head AND f.cancel_requested_at IS NOT NULL, false),
-           (SELECT qs.name FROM "harel".queues qs WHERE qs.id = f.queue_id)
+           (SELECT qs.name FROM "harel".queues qs WHERE qs.id = f.queue_id),
+           COALESCE(f.fair_key, '')
       FROM facts f
     UNION ALL
     SELECT h.state, h.group_id, h.kind, h.payload::text, h.priority, h.attempts, h.enqueued_at,
-           NULL, h.started_at, h.finished_at, h.last_error, h.cancel_reason, false, h.queue
+           NULL, h.started_at, h.finished_at, h.last_error, h.cancel_reason, false, h.queue,
+           h.fair_key
       FROM "harel".job_history h
      WHERE h.id = p_id
     UNION ALL
     SELECT 'dead', d.group_id, d.kind, d.payload::text, d.priority, d.attempts, d.enqueued_at,
-           NULL, NULL, d.failed_at, d.last_error, NULL, false, d.queue
+           NULL, NULL, d.failed_at, d.last_error, NULL, false, d.queue,
+           d.fair_key
       FROM "harel".dead_letters d
      WHERE d.id = p_id
      LIMIT 1;

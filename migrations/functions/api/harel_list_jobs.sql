@@ -55,7 +55,8 @@ RETURNS TABLE (
     last_error       TEXT,
     cancel_reason    TEXT,
     cancel_requested BOOLEAN,
-    queue            TEXT
+    queue            TEXT,
+    fair_key         TEXT
 )
 LANGUAGE plpgsql
 STABLE
@@ -175,7 +176,7 @@ BEGIN
     ), queued AS (
         SELECT q.*, g.head_seq = q.seq AS is_head, g.head_attempts, g.head_started_at,
                g.locked_by, g.available_at, g.cancel_requested_at, g.cancel_reason,
-               g.queue_id
+               g.queue_id, g.fair_key
           FROM (SELECT * FROM m UNION ALL SELECT * FROM i UNION ALL SELECT * FROM o) AS q
           LEFT JOIN LATERAL (SELECT t.* FROM "harel".transport_groups t
                               WHERE t.group_id = q.group_id OFFSET 0) AS g ON true
@@ -197,16 +198,18 @@ BEGIN
                CASE WHEN f.is_head THEN f.cancel_reason END AS cancel_reason,
                COALESCE(f.is_head AND f.cancel_requested_at IS NOT NULL, false)
                    AS cancel_requested,
-               (SELECT qs.name FROM "harel".queues qs WHERE qs.id = f.queue_id) AS queue
+               (SELECT qs.name FROM "harel".queues qs WHERE qs.id = f.queue_id) AS queue,
+               COALESCE(f.fair_key, '') AS fair_key
           FROM queued f
         UNION ALL
         SELECT x.id, x.state, x.group_id, x.kind, x.payload::text, x.priority, x.attempts,
                x.enqueued_at, NULL, x.started_at, x.finished_at, x.last_error,
-               x.cancel_reason, false, x.queue
+               x.cancel_reason, false, x.queue, x.fair_key
           FROM h x
         UNION ALL
         SELECT x.id, 'dead', x.group_id, x.kind, x.payload::text, x.priority, x.attempts,
-               x.enqueued_at, NULL, NULL, x.failed_at, x.last_error, NULL, false, x.queue
+               x.enqueued_at, NULL, NULL, x.failed_at, x.last_error, NULL, false, x.queue,
+               x.fair_key
           FROM d x
     ), page AS MATERIALIZED (
         SELECT r.* FROM found r, bound b
@@ -223,7 +226,8 @@ BEGIN
     UNION ALL
     SELECT CASE WHEN (SELECT count(*) FROM page) = p_limit THEN (SELECT max(p.id) FROM page p)
                 ELSE (SELECT b.upto FROM bound b) END,
-           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL;
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL;
 END
 $$;
 

@@ -77,6 +77,8 @@ BEGIN
            inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
            inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL,
            inline_unique_key = NULL, inline_trace_context = NULL,
+           -- timed: a claim promotes it when it is due
+           fair_tag = NULL,
            available_at = CASE WHEN x.lockable THEN statement_timestamp()
                                ELSE clock_timestamp() + p_recheck_ms * interval '1 millisecond' END
       FROM (SELECT p.group_id, l.group_id IS NOT NULL AS lockable

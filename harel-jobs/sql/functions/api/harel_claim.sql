@@ -1,6 +1,7 @@
 -- harel_claim: leases up to p_limit groups of one queue and returns the head message of
--- each: highest priority first, then, within a level, the group claimable the longest
--- (round-robin). A worker's entry point.
+-- each: highest priority first, then, within a level, the lowest start tags (weighted fair
+-- share between fairness keys, round-robin between a key's groups: ADR 0030). A worker's
+-- entry point.
 --
 -- Takes:
 --   p_token         the lease token the groups get
@@ -9,8 +10,9 @@
 --                   a long transaction would get a lease already over)
 --   p_limit         at most this many groups, 1 to 10,000
 --   p_min_priority  the lowest level claimed, 0 to 4
---   p_hint          a position (microseconds since the epoch) from a publisher's NOTIFY: a
---                   group that committed after its level's claim floor passed it, or NULL
+--   p_hint          a position from a publisher's NOTIFY (harel_notify): a tag less 2^62
+--                   for a group that committed below its level's ready floor, microseconds
+--                   since the epoch for one below its claim floor, or NULL
 --   p_queue         the queue's name
 --   p_wait_ms       how long to wait for a limited queue's lock, 0 to 1 h (NULL: 10 s);
 --                   the worker passes half its database timeout
@@ -31,10 +33,13 @@
 --   conflict. A limited queue's row in `queues`, FOR NO KEY UPDATE, waited for at most
 --   p_wait_ms (lock_timeout, restored at the function's end): that queue's claims run one
 --   at a time, each seeing the leases of the one before; other queues never take it.
--- Indexes: transport_groups_claimable (queue_id, priority, available_at): per level one
---   range scan in index order from the level's claim floor to now, stopping after p_limit
---   rows (no sort; the cost does not grow with the waiting groups, nor with the dead
---   entries an old snapshot keeps below the floor). transport_groups' key for the
+-- Indexes: transport_groups_timed (queue_id, priority, available_at) WHERE fair_tag IS
+--   NULL: per level one range scan in index order from the level's claim floor to now,
+--   stopping after p_limit rows; transport_groups_ready (queue_id, priority, fair_tag):
+--   per level one range scan from the level's ready floor, stopping after p_limit rows (no
+--   sort; the cost does not grow with the waiting groups, nor with the number of keys, nor
+--   with the dead entries an old snapshot keeps below the floors); harel_fair_tags' probes
+--   for the groups it promotes. transport_groups' key for the
 --   candidates (written by TID); transport_messages' key (group_id, seq) for a group's
 --   first message; transport_groups_limited for a limited queue's live leases (unlimited
 --   queues write no entry in it). Runs with enable_seqscan = off: on a small table the
@@ -49,24 +54,37 @@
 --      ahead if it is further (a state of an earlier limit: a changed limit applies from
 --      the next claim); nothing allowed: return.
 --   3. Read the level floors (claim_floor_<level> for 'default', claim_floor_q<N>_<level>
---      otherwise). A hint below a floor lowers it for good, but only to a group of this
---      queue and level that is at exactly that position (any login may NOTIFY).
---   4. Lock candidates: per level from 4 down, SKIP LOCKED. This statement only locks: its
+--      otherwise), and the queue's fair share state: its ready floor, mark, greatest tag
+--      started and last step (fair_floor_q<N>, fair_mark_q<N>, fair_v_q<N>,
+--      fair_step_q<N>). A hint below a floor lowers it for good, but only to a group of
+--      this queue that is at exactly that position (any login may NOTIFY).
+--   4. Lock the due timed groups: per level from 4 down, up to 256 (or p_limit if more),
+--      SKIP LOCKED (delays that ended, lapsed leases, retries whose backoff is over). This statement only locks: its
 --      snapshot may predate the commit that changed a candidate.
---   5. After the first round's scan, raise each level's floor to 250 ms below the oldest
---      group it found there (below now for a level with none, when the scan was not cut
---      short), by at least 100 ms (each setval writes WAL). Below the floor is only what is
---      dead, leased until later, or committed more than 250 ms after it was written (its
---      NOTIFY hint or harel_maintain's sweep brings it back).
---   6. A new statement, whose snapshot sees every commit before the locks: read each
+--   5. After the first round's scan, raise each level's claim floor to 250 ms below the
+--      oldest group it found there (below now for a level with none, when the scan was not
+--      cut short), by at least 100 ms (each setval writes WAL). Below the floor is only
+--      what is dead, leased until later, or committed more than 250 ms after it was written
+--      (its NOTIFY hint or harel_maintain's sweep brings it back).
+--   6. Promote the locked groups that are still timed and due into the ready domain: a new
+--      statement reads their keys, harel_fair_tags tags them, in the order they became due.
+--   7. Lock candidates in the ready domain: per level from 4 down, the lowest tags from the
+--      ready floor, SKIP LOCKED (our own promoted groups included).
+--   8. After the first round's ready scan, at most every 250 ms: raise the ready floor to
+--      the greatest tag started marked at the step before, or to a level's lowest ready tag
+--      if lower (one probe per level), and mark the current one. A tag is drawn after its
+--      transaction read the virtual time, so only a transaction that ran 250 ms or more
+--      falls below (its NOTIFY hint or harel_maintain's sweep brings it back).
+--   9. A new statement, whose snapshot sees every commit before the locks: read each
 --      candidate's head (its inline message, else its first message) and update the row by
---      TID: a due head is leased (token, lease end, head, attempt, start, limited_queue); a
---      group whose head is not due sleeps until it is; empty groups and lapsed leases whose
---      cancel was asked for are set aside.
---   7. Return the leased heads; end the cancelled ones (harel_end_cancelled); drop or free
+--      TID: a due head is leased (token, lease end, head, attempt, start, limited_queue,
+--      out of the ready domain); a group whose head is not due sleeps until it is (timed);
+--      empty groups and lapsed leases whose cancel was asked for are set aside. The
+--      queue's greatest tag started goes up to the greatest this claim started (setval).
+--  10. Return the leased heads; end the cancelled ones (harel_end_cancelled); drop or free
 --      the empty groups (harel_drop_empty_groups). Another round while short of p_limit
 --      and this one met an empty group, a head not due or a cancelled lease (at most 8).
---   8. A rate-limited queue: its theoretical arrival time advanced by the starts made
+--  11. A rate-limited queue: its theoretical arrival time advanced by the starts made
 --      (setval: outside MVCC and the transaction).
 CREATE OR REPLACE FUNCTION @schema@.harel_claim(
     p_token        UUID,
@@ -123,7 +141,6 @@ DECLARE
     l            INT;
     v_floors     BIGINT[];
     v_scan_from  TIMESTAMPTZ[];
-    v_levels     INT[];
     v_positions  TIMESTAMPTZ[];
     v_raise_to   TIMESTAMPTZ;
     v_queue      SMALLINT;
@@ -137,6 +154,27 @@ DECLARE
     v_claimed    INT := 0;
     v_rate_reset BOOLEAN := false;
     v_floor_name TEXT;
+    v_timed      TEXT[];
+    v_timed_levels INT[];
+    v_promoted   TID[];
+    v_promoted_tags BIGINT[];
+    v_fair_floor BIGINT;
+    v_mark       BIGINT;
+    v_v          BIGINT;
+    v_step_us    BIGINT;
+    v_fair_name  TEXT := '@schema@.fair_';
+    v_top        BIGINT;
+    v_tag        BIGINT;
+    v_lowest     BIGINT;
+    v_started_top BIGINT;
+    -- how many due timed groups a round promotes at most: all that came due since the last
+    -- claim as a rule, so that they take their places in their keys' lines together, not a
+    -- claim's worth at a time behind the groups tagged meanwhile
+    v_promote    INT;
+    -- a tag's position in a NOTIFY (see harel_notify)
+    c_hint_base  CONSTANT BIGINT := 4611686018427387904;
+    -- the least time between two raises of the ready floors (see above)
+    c_fair_step_us CONSTANT BIGINT := 250000::bigint;
 BEGIN
     IF p_limit NOT BETWEEN 1 AND 10000 OR p_lease_ms NOT BETWEEN 1 AND 86400000
        OR p_min_priority NOT BETWEEN 0 AND 4 OR p_wait_ms NOT BETWEEN 0 AND 3600000 THEN
@@ -222,11 +260,29 @@ BEGIN
     -- (neither LISTEN nor NOTIFY takes a grant), and a forged position that lowered a
     -- floor would make the claims scan every dead entry above it (one index probe a level,
     -- only when a hint is below a floor)
-    IF p_hint IS NOT NULL THEN
+    v_fair_floor := COALESCE(pg_sequence_last_value(
+                        (v_fair_name || 'floor_q' || v_queue)::regclass), 0);
+    v_mark := COALESCE(pg_sequence_last_value((v_fair_name || 'mark_q' || v_queue)::regclass), 0);
+    v_v := COALESCE(pg_sequence_last_value((v_fair_name || 'v_q' || v_queue)::regclass), 0);
+    v_step_us := COALESCE(pg_sequence_last_value(
+                     (v_fair_name || 'step_q' || v_queue)::regclass), 0);
+    IF p_hint IS NOT NULL AND p_hint < 0 THEN
+        -- a tag: the same rule for the ready floor
+        v_tag := p_hint + c_hint_base;
+        IF v_tag >= 0 AND v_tag < v_fair_floor
+           AND EXISTS (SELECT 1 FROM generate_series(0, 4) AS l(level)
+                        WHERE EXISTS (SELECT 1 FROM @schema@.transport_groups g
+                                       WHERE g.queue_id = v_queue AND g.priority = l.level
+                                         AND g.fair_tag = v_tag)) THEN
+            PERFORM setval((v_fair_name || 'floor_q' || v_queue)::regclass, v_tag);
+            v_fair_floor := v_tag;
+        END IF;
+    ELSIF p_hint IS NOT NULL THEN
         FOR l IN p_min_priority..4 LOOP
             IF p_hint < v_floors[l + 1]
                AND EXISTS (SELECT 1 FROM @schema@.transport_groups g
                             WHERE g.queue_id = v_queue AND g.priority = l
+                              AND g.fair_tag IS NULL
                               AND g.available_at = timestamptz 'epoch'
                                                    + p_hint * interval '1 microsecond') THEN
                 PERFORM setval((v_floor_name || l)::regclass, GREATEST(p_hint, 0));
@@ -241,16 +297,17 @@ BEGIN
 
     LOOP
         v_rounds := v_rounds + 1;
+        v_promote := GREATEST(v_need, 256);
 
-        -- Lock candidates. This statement only locks: its snapshot may predate the commit
-        -- of a transaction that completed a candidate's head (a late ack, or a claim and
+        -- Lock the due timed groups. This statement only locks: its snapshot may predate
+        -- the commit of a transaction that changed a candidate (a late ack, or a claim and
         -- ack in one transaction), and the row lock then follows the row to its newest
-        -- version, which can be claimable again. The heads must be read by a statement
-        -- that starts after the locks are granted.
+        -- version. Whether it is still timed and due is read by a statement that starts
+        -- after the locks are granted.
         SELECT array_agg(c.group_id ORDER BY c.level DESC, c.available_at),
                array_agg(c.level ORDER BY c.level DESC, c.available_at),
                array_agg(c.available_at ORDER BY c.level DESC, c.available_at)
-          INTO v_candidates, v_levels, v_positions
+          INTO v_timed, v_timed_levels, v_positions
           FROM (SELECT p.level, c.group_id, c.available_at
                   FROM generate_series(4, p_min_priority, -1) AS p(level)
                  CROSS JOIN LATERAL (
@@ -258,12 +315,13 @@ BEGIN
                           FROM @schema@.transport_groups g
                          WHERE g.queue_id = v_queue
                            AND g.priority = p.level
+                           AND g.fair_tag IS NULL
                            AND g.available_at >= v_scan_from[p.level + 1]
                            AND g.available_at <= v_now
                          ORDER BY g.available_at
-                         LIMIT v_need
+                         LIMIT v_promote
                            FOR NO KEY UPDATE SKIP LOCKED) AS c
-                 LIMIT v_need) AS c;
+                 LIMIT v_promote) AS c;
 
         -- Raise the floors after the first round's scan, which went through each level in
         -- order: a level that gave candidates up to the one it found first; when fewer than
@@ -273,10 +331,10 @@ BEGIN
             FOR l, v_raise_to IN
                 SELECT lv.level,
                        COALESCE(min(x.position),
-                                CASE WHEN COALESCE(cardinality(v_candidates), 0) < v_need
+                                CASE WHEN COALESCE(cardinality(v_timed), 0) < v_promote
                                      THEN v_now END) - c_margin
                   FROM generate_series(p_min_priority, 4) AS lv(level)
-                  LEFT JOIN unnest(v_levels, v_positions) AS x(level, position)
+                  LEFT JOIN unnest(v_timed_levels, v_positions) AS x(level, position)
                     ON x.level = lv.level
                  GROUP BY lv.level
             LOOP
@@ -288,6 +346,67 @@ BEGIN
                 END IF;
             END LOOP;
         END IF;
+
+        -- Promote the locked groups still timed and due into the ready domain, tagged in the
+        -- order they became due (a new statement: it sees their newest versions).
+        IF v_timed IS NOT NULL THEN
+            SELECT array_agg(t.row_ctid ORDER BY t.ord),
+                   @schema@.harel_fair_tags(array_agg(v_queue ORDER BY t.ord),
+                                            array_agg(t.priority ORDER BY t.ord),
+                                            array_agg(t.fair_key ORDER BY t.ord))
+              INTO v_promoted, v_promoted_tags
+              FROM unnest(v_timed) WITH ORDINALITY AS k(group_id, ord)
+             CROSS JOIN LATERAL (SELECT k.ord, g.priority, g.fair_key, g.ctid AS row_ctid
+                                   FROM @schema@.transport_groups g
+                                  WHERE g.group_id = k.group_id AND g.fair_tag IS NULL
+                                    AND g.available_at <= v_now
+                                 OFFSET 0) AS t;
+            IF v_promoted IS NOT NULL THEN
+                UPDATE @schema@.transport_groups g
+                   SET fair_tag = p.tag
+                  FROM unnest(v_promoted, v_promoted_tags) AS p(row_ctid, tag)
+                 WHERE g.ctid = p.row_ctid;
+            END IF;
+        END IF;
+
+        -- Lock candidates in the ready domain, lowest tags first (the groups just promoted
+        -- are ours already). Only locks, as above.
+        SELECT array_agg(c.group_id ORDER BY c.level DESC, c.fair_tag)
+          INTO v_candidates
+          FROM (SELECT p.level, c.group_id, c.fair_tag
+                  FROM generate_series(4, p_min_priority, -1) AS p(level)
+                 CROSS JOIN LATERAL (
+                        SELECT g.group_id, g.fair_tag
+                          FROM @schema@.transport_groups g
+                         WHERE g.queue_id = v_queue
+                           AND g.priority = p.level
+                           AND g.fair_tag >= v_fair_floor
+                         ORDER BY g.fair_tag
+                         LIMIT v_need
+                           FOR NO KEY UPDATE SKIP LOCKED) AS c
+                 LIMIT v_need) AS c;
+
+        -- The ready floor, at most every c_fair_step_us: up to the greatest tag started
+        -- that the last step marked, or to a level's lowest ready tag if lower (a level
+        -- that higher ones starve keeps its own low tags); the current one is marked for
+        -- the next step.
+        IF v_rounds = 1 AND v_now_us - v_step_us >= c_fair_step_us THEN
+            SELECT min((SELECT g.fair_tag FROM @schema@.transport_groups g
+                         WHERE g.queue_id = v_queue AND g.priority = l.level
+                           AND g.fair_tag >= v_fair_floor
+                         ORDER BY g.fair_tag
+                         LIMIT 1))
+              INTO v_lowest
+              FROM generate_series(0, 4) AS l(level);
+            v_top := LEAST(v_mark, v_lowest);
+            IF v_top > v_fair_floor THEN
+                PERFORM setval((v_fair_name || 'floor_q' || v_queue)::regclass, v_top);
+            END IF;
+            IF v_v > v_mark THEN
+                PERFORM setval((v_fair_name || 'mark_q' || v_queue)::regclass, v_v);
+            END IF;
+            PERFORM setval((v_fair_name || 'step_q' || v_queue)::regclass, v_now_us);
+        END IF;
         EXIT WHEN v_candidates IS NULL;
 
         -- A new statement, whose snapshot sees every commit made before our locks were
@@ -298,14 +417,14 @@ BEGIN
             SELECT g.group_id, g.head_seq, g.head_attempts, g.priority, g.inline_seq,
                    g.inline_kind, g.inline_payload, g.inline_enqueued_at, g.inline_not_before,
                    g.inline_trace_context, g.cancel_requested_at IS NOT NULL AS cancel_requested,
-                   k.ord, g.ctid AS row_ctid
+                   g.fair_tag, k.ord, g.ctid AS row_ctid
               FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
               JOIN @schema@.transport_groups g ON g.group_id = k.group_id
              WHERE g.group_id = ANY (v_candidates) -- by key (see harel_settle's fence)
         ), head AS (
             -- the group's inline message (the one that created it) while it has one, else
             -- its first message in transport_messages
-            SELECT c.group_id, c.ord, c.row_ctid, c.cancel_requested,
+            SELECT c.group_id, c.ord, c.row_ctid, c.cancel_requested, c.fair_tag,
                    COALESCE(c.inline_seq, m.seq) AS seq,
                    COALESCE(c.inline_kind, m.kind) AS kind,
                    COALESCE(c.inline_payload, m.payload) AS payload,
@@ -339,6 +458,8 @@ BEGIN
                    head_seq      = CASE WHEN h.due THEN h.seq ELSE g.head_seq END,
                    head_attempts = CASE WHEN h.due THEN h.attempt ELSE g.head_attempts END,
                    head_started_at = CASE WHEN h.due THEN v_now ELSE g.head_started_at END,
+                   -- leased, or asleep until its head is due: timed either way
+                   fair_tag      = NULL,
                    limited_queue = CASE WHEN NOT h.due THEN g.limited_queue
                                         WHEN v_limit IS NOT NULL THEN v_queue END
               FROM head h
@@ -358,10 +479,18 @@ BEGIN
                array_agg(h.trace_context ORDER BY h.ord) FILTER (WHERE h.due),
                array_agg(h.group_id)                     FILTER (WHERE h.seq IS NULL),
                array_agg(h.group_id) FILTER (WHERE h.seq IS NOT NULL AND h.cancel_requested),
-               count(*) FILTER (WHERE h.seq IS NOT NULL AND NOT h.due AND NOT h.cancel_requested)
+               count(*) FILTER (WHERE h.seq IS NOT NULL AND NOT h.due AND NOT h.cancel_requested),
+               max(h.fair_tag) FILTER (WHERE h.due)
           INTO v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority, v_enqueued,
-               v_traces, v_empty, v_cancelled, v_not_due
+               v_traces, v_empty, v_cancelled, v_not_due, v_started_top
           FROM head h;
+
+        -- the queue's greatest tag started (outside MVCC; two claims racing may leave the
+        -- lesser of their tops: a bounded step back)
+        IF v_started_top > v_v THEN
+            PERFORM setval((v_fair_name || 'v_q' || v_queue)::regclass, v_started_top);
+            v_v := v_started_top;
+        END IF;
 
         IF v_groups IS NOT NULL THEN
             RETURN QUERY

@@ -6,17 +6,21 @@
 -- Returns one row per queue and level that has any group, by queue id then level from 4
 --   down:
 --   queue, priority
---   ready            groups whose next job may start now (a lapsed lease included)
+--   ready            groups whose next job may start now (a lapsed lease included): the
+--                    ready domain and the due timed groups not promoted into it yet
 --   running          live leases
 --   retrying         groups parked for a failed attempt's backoff
 --   scheduled        groups whose head is delayed or snoozed
 --   counts_exact     false when a scan stopped at its cap: the counts are then lower bounds
---   oldest_ready_at  since when the level's longest-waiting ready group has been claimable
--- Fence: bounded, as harel_queues: `ready` reads at most 10,000 claim index entries per
---   queue and level; `running`, `retrying` and `scheduled` share one scan of at most 1,000,
+--   oldest_ready_at  since when the level's longest-waiting ready group has been claimable:
+--                    among the due timed groups and the 1,000 ready groups next to start
+--                    (fair share may keep a light key's group waiting longer, further on)
+-- Fence: bounded, as harel_queues: `ready` reads at most 10,000 entries of each claim
+--   index per queue and level; `running`, `retrying` and `scheduled` share one scan of at most 1,000,
 --   soonest first, each entry with a heap read for its lease and attempts. STABLE.
 -- Locks: none.
--- Indexes: transport_groups_claimable, range scans in index order; queues' key.
+-- Indexes: transport_groups_timed and transport_groups_ready, range scans in index order;
+--   queues' key.
 -- Errors: none of its own.
 CREATE OR REPLACE FUNCTION @schema@.harel_depth()
 RETURNS TABLE (
@@ -40,6 +44,8 @@ AS $$
 DECLARE
     c_cap        CONSTANT INT := 10000;
     c_future_cap CONSTANT INT := 1000;
+    -- the ready groups next to start whose oldest is reported (see the header)
+    c_oldest_window CONSTANT INT := 1000;
 BEGIN
     RETURN QUERY
     SELECT q.name, l.level::smallint, r.n, f.running, f.retrying, f.scheduled,
@@ -47,13 +53,21 @@ BEGIN
       FROM @schema@.queues q
      CROSS JOIN generate_series(0, 4) AS l(level)
      CROSS JOIN LATERAL (
-            SELECT count(*) AS n
-              FROM (SELECT 1 FROM @schema@.transport_groups g
-                     WHERE g.queue_id = q.id AND g.priority = l.level
-                       AND g.available_at <= statement_timestamp()
-                     -- in the claim index's order: its range scan, never a walk of the table
-                     ORDER BY g.available_at
-                     LIMIT c_cap) AS x) AS r
+            -- the ready domain (tagged) and the timed groups that are due (not promoted yet),
+            -- each in its index's order: range scans, never a walk of the table
+            SELECT (SELECT count(*)
+                      FROM (SELECT 1 FROM @schema@.transport_groups g
+                             WHERE g.queue_id = q.id AND g.priority = l.level
+                               AND g.fair_tag IS NOT NULL
+                             ORDER BY g.fair_tag
+                             LIMIT c_cap) AS x)
+                   + (SELECT count(*)
+                        FROM (SELECT 1 FROM @schema@.transport_groups g
+                               WHERE g.queue_id = q.id AND g.priority = l.level
+                                 AND g.fair_tag IS NULL
+                                 AND g.available_at <= statement_timestamp()
+                               ORDER BY g.available_at
+                               LIMIT c_cap) AS x) AS n) AS r
      CROSS JOIN LATERAL (
             SELECT count(*) FILTER (WHERE y.locked_by IS NOT NULL) AS running,
                    count(*) FILTER (WHERE y.locked_by IS NULL AND y.head_attempts > 0)
@@ -63,15 +77,23 @@ BEGIN
                    count(*) AS seen
               FROM (SELECT g.locked_by, g.head_attempts FROM @schema@.transport_groups g
                      WHERE g.queue_id = q.id AND g.priority = l.level
+                       AND g.fair_tag IS NULL
                        AND g.available_at > statement_timestamp()
                      ORDER BY g.available_at
                      LIMIT c_future_cap) AS y) AS f
      CROSS JOIN LATERAL (
-            SELECT (SELECT g.available_at FROM @schema@.transport_groups g
-                     WHERE g.queue_id = q.id AND g.priority = l.level
-                       AND g.available_at <= statement_timestamp()
-                     ORDER BY g.available_at
-                     LIMIT 1) AS oldest) AS o
+            SELECT LEAST((SELECT g.available_at FROM @schema@.transport_groups g
+                           WHERE g.queue_id = q.id AND g.priority = l.level
+                             AND g.fair_tag IS NULL
+                             AND g.available_at <= statement_timestamp()
+                           ORDER BY g.available_at
+                           LIMIT 1),
+                         (SELECT min(x.available_at)
+                            FROM (SELECT g.available_at FROM @schema@.transport_groups g
+                                   WHERE g.queue_id = q.id AND g.priority = l.level
+                                     AND g.fair_tag IS NOT NULL
+                                   ORDER BY g.fair_tag
+                                   LIMIT c_oldest_window) AS x)) AS oldest) AS o
      WHERE r.n > 0 OR f.seen > 0
      ORDER BY q.id, l.level DESC;
 END

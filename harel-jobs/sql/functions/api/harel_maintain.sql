@@ -4,14 +4,14 @@
 --
 -- Takes: nothing.
 -- Returns one row:
---   floors_lowered   claim floors lowered to a straggler
+--   floors_lowered   claim and ready floors lowered to a straggler
 --   receipts_pruned  settle receipts deleted
 --   history_pruned   job_history rows deleted
 -- Fence: the 'housekeeping' row of `elections`: a call that cannot lock it returns zeros
 --   at once.
 -- Locks: that row, FOR UPDATE SKIP LOCKED (never waits; held until the caller's transaction
 --   ends); the rows it deletes.
--- Indexes: transport_groups_claimable below each floor; settle_receipts' key;
+-- Indexes: transport_groups_timed and transport_groups_ready below each floor; settle_receipts' key;
 --   job_history_keep_until; unique_keys_held_until; throughput's key (minute, worker);
 --   workers_seen_at.
 -- Errors: none of its own.
@@ -24,7 +24,8 @@
 --      a call a second, each is swept every 16 s). Per level, a claimable group below the
 --      floor is a straggler: its transaction committed well after it wrote (a long
 --      transaction around an enqueue whose NOTIFY reached no worker). The floor goes down
---      to 1 ms below the oldest, so that the next claim finds it. This reads the dead
+--      to 1 ms below the oldest, so that the next claim finds it; likewise a ready group
+--      tagged below its queue's ready floor (fair_floor_q<N>). This reads the dead
 --      entries below the floor: cheap while vacuum keeps up, slower under an old snapshot,
 --      which is why the worker spaces its calls by how long they take.
 --   3. Prune, oldest first, by index: settle receipts older than an hour (each worker
@@ -43,6 +44,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_floor     BIGINT;
+    v_tag       BIGINT;
     v_floor_name TEXT;
     q           RECORD;
     v_straggler TIMESTAMPTZ;
@@ -88,6 +90,7 @@ BEGIN
             SELECT g.available_at INTO v_straggler
               FROM @schema@.transport_groups g
              WHERE g.queue_id = q.id AND g.priority = l
+               AND g.fair_tag IS NULL
                AND g.available_at < timestamptz 'epoch' + v_floor * interval '1 microsecond'
              ORDER BY g.available_at
              LIMIT 1;
@@ -97,6 +100,21 @@ BEGIN
                 v_lowered := v_lowered + 1;
             END IF;
         END LOOP;
+        -- the same for the queue's ready floor: a tag below it committed late (a
+        -- transaction of more than 250 ms whose NOTIFY reached no worker)
+        v_floor := COALESCE(pg_sequence_last_value(
+                       ('@schema@.fair_floor_q' || q.id)::regclass), 0);
+        SELECT min((SELECT g.fair_tag FROM @schema@.transport_groups g
+                     WHERE g.queue_id = q.id AND g.priority = l.level
+                       AND g.fair_tag IS NOT NULL AND g.fair_tag < v_floor
+                     ORDER BY g.fair_tag
+                     LIMIT 1))
+          INTO v_tag
+          FROM generate_series(0, 4) AS l(level);
+        IF v_tag IS NOT NULL THEN
+            PERFORM setval(('@schema@.fair_floor_q' || q.id)::regclass, v_tag);
+            v_lowered := v_lowered + 1;
+        END IF;
     END LOOP;
 
     WITH pruned AS (

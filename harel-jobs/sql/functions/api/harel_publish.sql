@@ -20,12 +20,15 @@
 --   p_trace_contexts  NULL, or per message a W3C traceparent, optionally a line feed and
 --                     its tracestate, at most 1,024 bytes; anything else is stored as NULL
 --                     (tracing never refuses a job)
+--   p_fair_keys       NULL, or per message its fairness key, 0 to 255 bytes (NULL or '':
+--                     the shared key of jobs without one)
 -- Returns one row per message, in input order: its seq (the job's id, drawn in input
 --   order, so a group's messages keep their order), or, for a duplicate of a unique job,
 --   the id of the job holding the key, negated: nothing is written for it.
 -- Fence: a message whose unique key is held is a duplicate (harel_take_key); within a
 --   batch, the first message with a key takes it and the later ones are its duplicates.
---   A group belongs to the queue of the message that created it.
+--   A group belongs to the queue and the fairness key of the message that created it (a
+--   later message's key is not the group's).
 -- Locks: KEY SHARE on each existing group row it adds to, in group order, until commit, so
 --   that a settle draining the group cannot delete the row under a message it cannot see
 --   yet (it frees the row instead: harel_drop_empty_groups); claims, settles and
@@ -33,7 +36,8 @@
 --   deletes such a row or holds it FOR UPDATE, then inserts the row again. Unique keys
 --   are taken in key order and new queues created in name order: concurrent batches never
 --   wait for each other in a cycle.
--- Indexes: transport_groups' key; transport_messages' identity sequence for every seq.
+-- Indexes: transport_groups' key; transport_messages' identity sequence for every seq;
+--   harel_fair_tags' probes for the groups it creates due now.
 -- Errors: 22023 for arrays of different lengths or a message outside the limits; HJ001
 --   for a message into an existing group of another queue, or a batch that puts one new
 --   group in two queues; harel_ensure_queue's and harel_take_key's.
@@ -43,18 +47,20 @@
 --      trace contexts NULL.
 --   2. One message (the common enqueue): the steps below with scalar statements: its
 --      queue, its seq and group name, its unique key; then the group row with the message
---      inline, or, the group existing, KEY SHARE on it, its queue checked, and the message
+--      inline (tagged into the ready domain when due: harel_fair_tags), or, the group
+--      existing, KEY SHARE on it, its queue checked, and the message
 --      into transport_messages.
 --   3. A batch: every seq in input order, and each group of its own named after its seq.
 --   4. Each named queue looked up or created once, in name order.
 --   5. Unique keys taken in key order; duplicates dropped from the arrays.
---   6. Only messages without a group (the bulk load): their group rows by one plain
+--   6. The tags of the groups the batch creates due now (harel_fair_tags: one call).
+--      Only messages without a group (the bulk load): their group rows by one plain
 --      INSERT, each message inline. Otherwise, each group's first message of the batch
 --      creates its row with the message inline, in group order (ON CONFLICT DO NOTHING);
 --      the existing rows are KEY SHARE-locked and their queue checked, and a row deleted
 --      between the two statements is inserted in the next round; then every other message
 --      goes to transport_messages.
---   7. Messages due now: harel_notify, with the position of the oldest new due group.
+--   7. Messages due now: harel_notify, with the lowest new tag as the position.
 CREATE OR REPLACE FUNCTION @schema@.harel_publish(
     p_groups      TEXT[],
     p_kinds       TEXT[],
@@ -65,7 +71,8 @@ CREATE OR REPLACE FUNCTION @schema@.harel_publish(
     p_unique_keys    TEXT[] DEFAULT NULL,
     p_unique_hold_ms BIGINT[] DEFAULT NULL,
     p_queues         TEXT[] DEFAULT NULL,
-    p_trace_contexts TEXT[] DEFAULT NULL
+    p_trace_contexts TEXT[] DEFAULT NULL,
+    p_fair_keys      TEXT[] DEFAULT NULL
 ) RETURNS SETOF BIGINT
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -78,7 +85,11 @@ DECLARE
     -- the statement's own time, not the transaction's start: a group row is placed in the
     -- claim order by it, and a transaction may have begun long before
     v_now        TIMESTAMPTZ := clock_timestamp();
-    v_new_from   TIMESTAMPTZ;
+    v_new_from   BIGINT;
+    v_tags       BIGINT[];
+    v_tag_keys   TEXT[];
+    -- a tag's position in a NOTIFY (see harel_notify)
+    c_hint_base  CONSTANT BIGINT := 4611686018427387904;
     v_count      INT := cardinality(p_groups);
     v_pending    TEXT[];
     v_firsts     BIGINT[];
@@ -117,7 +128,8 @@ BEGIN
        OR (p_unique_keys IS NOT NULL AND cardinality(p_unique_keys) <> v_count)
        OR (p_unique_hold_ms IS NOT NULL AND cardinality(p_unique_hold_ms) <> v_count)
        OR (p_queues IS NOT NULL AND cardinality(p_queues) <> v_count)
-       OR (p_trace_contexts IS NOT NULL AND cardinality(p_trace_contexts) <> v_count) THEN
+       OR (p_trace_contexts IS NOT NULL AND cardinality(p_trace_contexts) <> v_count)
+       OR (p_fair_keys IS NOT NULL AND cardinality(p_fair_keys) <> v_count) THEN
         RAISE EXCEPTION 'harel_publish: the arrays must have one element per message'
             USING ERRCODE = '22023';
     END IF;
@@ -136,6 +148,15 @@ BEGIN
             RAISE EXCEPTION 'harel_publish: unique hold periods are 0 to 100 years'
                 USING ERRCODE = '22023';
         END IF;
+    END IF;
+    -- (nested, as the unique keys: most publishes name no fairness key)
+    IF p_fair_keys IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(p_fair_keys) AS u(key) WHERE octet_length(u.key) > 255) THEN
+            RAISE EXCEPTION 'harel_publish: fairness keys must be at most 255 bytes'
+                USING ERRCODE = '22023';
+        END IF;
+    ELSE
+        p_fair_keys := array_fill(''::text, ARRAY[v_count]);
     END IF;
     SELECT CASE
              WHEN bool_or(octet_length(x.group_id) NOT BETWEEN 1 AND 1024)
@@ -210,17 +231,23 @@ BEGIN
             END IF;
         END IF;
         RETURN NEXT v_seq;
+        p_fair_keys[1] := COALESCE(p_fair_keys[1], '');
+        -- due now: the group goes into the ready domain with its start tag (if it is created)
+        IF v_ready IS NULL OR v_ready <= v_now THEN
+            v_tags := @schema@.harel_fair_tags(ARRAY[v_queue], ARRAY[p_priorities[1]],
+                                               ARRAY[p_fair_keys[1]]);
+        END IF;
         LOOP
             INSERT INTO @schema@.transport_groups
                    (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
                     inline_enqueued_at, inline_not_before, inline_unique_key, queue_id,
-                    inline_trace_context)
+                    inline_trace_context, fair_key, fair_tag)
             VALUES (p_groups[1], p_priorities[1], GREATEST(v_now, v_ready), v_seq, p_kinds[1],
                     p_payloads[1]::json, v_now, v_ready, p_unique_keys[1], v_queue,
-                    p_trace_contexts[1])
+                    p_trace_contexts[1], p_fair_keys[1], v_tags[1])
             ON CONFLICT (group_id) DO NOTHING;
             IF FOUND THEN
-                v_new_from := GREATEST(v_now, v_ready);
+                v_new_from := v_tags[1] - c_hint_base;
                 EXIT;
             END IF;
             SELECT g.queue_id INTO v_group_q FROM @schema@.transport_groups g
@@ -318,9 +345,10 @@ BEGIN
                    array_agg(p_payloads[o] ORDER BY o), array_agg(p_priorities[o] ORDER BY o),
                    array_agg(p_not_before[o] ORDER BY o), array_agg(p_delay_ms[o] ORDER BY o),
                    array_agg(p_unique_keys[o] ORDER BY o), array_agg(v_seqs[o] ORDER BY o),
-                   array_agg(v_queues[o] ORDER BY o), array_agg(p_trace_contexts[o] ORDER BY o)
+                   array_agg(v_queues[o] ORDER BY o), array_agg(p_trace_contexts[o] ORDER BY o),
+                   array_agg(p_fair_keys[o] ORDER BY o)
               INTO p_groups, p_kinds, p_payloads, p_priorities, p_not_before, p_delay_ms,
-                   p_unique_keys, v_seqs, v_queues, p_trace_contexts
+                   p_unique_keys, v_seqs, v_queues, p_trace_contexts, p_fair_keys
               FROM unnest(v_kept) AS o;
             v_count := cardinality(v_kept);
         END IF;
@@ -331,33 +359,50 @@ BEGIN
     -- only this function names groups so (see above). So no ON CONFLICT, whose speculative
     -- insertion (a probe of the key and a second write per row) makes a 20,000-job insert
     -- 1.5 times as costly, and no sort: the names are in seq order.
-    IF v_all_own THEN
-        INSERT INTO @schema@.transport_groups
-               (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
-                inline_enqueued_at, inline_not_before, inline_unique_key, queue_id,
-                inline_trace_context)
-        SELECT x.group_id, x.priority,
-               GREATEST(v_now, COALESCE(x.not_before,
-                                        v_now + x.delay_ms * interval '1 millisecond')),
-               x.seq, x.kind, x.payload::json, v_now,
-               COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'),
-               x.unique_key, x.queue_id, x.trace_context
-          FROM unnest(p_groups, v_seqs, p_kinds, p_payloads, p_priorities, p_not_before,
-                      p_delay_ms, p_unique_keys, v_queues, p_trace_contexts)
-               AS x(group_id, seq, kind, payload, priority, not_before, delay_ms, unique_key,
-                    queue_id, trace_context);
-        -- the position of the oldest new group that is due: every due one is at v_now (the
-        -- hint matters only when a message is due now, see the end)
-        v_new_from := v_now;
-    ELSE
-        -- Each group's first message of the batch, sorted by group so that concurrent
-        -- publishers take row locks in one order: it creates the group row if there is none.
+    -- Each group's first message of the batch, sorted by group so that concurrent
+    -- publishers take row locks in one order: it creates the group row if there is none
+    -- (every message, in a batch of messages without a group).
+    IF NOT v_all_own THEN
         SELECT array_agg(f.group_id ORDER BY f.group_id), array_agg(f.ord ORDER BY f.group_id)
           INTO v_pending, v_firsts
           FROM (SELECT DISTINCT ON (x.group_id) x.group_id, x.ord
                   FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord)
                  ORDER BY x.group_id, x.ord) AS f;
+    END IF;
+    -- The start tags of the groups the batch creates due now; NULL for the others (a NULL
+    -- key: harel_fair_tags gives it a partition of its own, unused), which stay timed.
+    SELECT array_agg(CASE WHEN (v_all_own OR f.ord IS NOT NULL)
+                               AND COALESCE(COALESCE(x.not_before, v_now + x.delay_ms
+                                                     * interval '1 millisecond') <= v_now,
+                                            true)
+                          THEN COALESCE(x.fair_key, '') END ORDER BY x.ord)
+      INTO v_tag_keys
+      FROM unnest(p_fair_keys, p_not_before, p_delay_ms) WITH ORDINALITY
+           AS x(fair_key, not_before, delay_ms, ord)
+      -- (a hash join: a batch costs linear time in its size)
+      LEFT JOIN unnest(v_firsts) AS f(ord) ON f.ord = x.ord;
+    v_tags := @schema@.harel_fair_tags(v_queues, p_priorities, v_tag_keys);
+    SELECT array_agg(CASE WHEN k.key IS NOT NULL THEN v_tags[k.ord] END ORDER BY k.ord),
+           min(v_tags[k.ord]) FILTER (WHERE k.key IS NOT NULL) - c_hint_base
+      INTO v_tags, v_new_from
+      FROM unnest(v_tag_keys) WITH ORDINALITY AS k(key, ord);
 
+    IF v_all_own THEN
+        INSERT INTO @schema@.transport_groups
+               (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
+                inline_enqueued_at, inline_not_before, inline_unique_key, queue_id,
+                inline_trace_context, fair_key, fair_tag)
+        SELECT x.group_id, x.priority,
+               GREATEST(v_now, COALESCE(x.not_before,
+                                        v_now + x.delay_ms * interval '1 millisecond')),
+               x.seq, x.kind, x.payload::json, v_now,
+               COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'),
+               x.unique_key, x.queue_id, x.trace_context, COALESCE(x.fair_key, ''), x.fair_tag
+          FROM unnest(p_groups, v_seqs, p_kinds, p_payloads, p_priorities, p_not_before,
+                      p_delay_ms, p_unique_keys, v_queues, p_trace_contexts, p_fair_keys, v_tags)
+               AS x(group_id, seq, kind, payload, priority, not_before, delay_ms, unique_key,
+                    queue_id, trace_context, fair_key, fair_tag);
+    ELSE
         -- Every group needs a row that stays until we commit: insert the missing ones, their
         -- first message inline (existing groups keep their lease and priority), and KEY
         -- SHARE-lock the rest (the ones we just inserted too, harmlessly) so a draining settle
@@ -369,22 +414,22 @@ BEGIN
                 INSERT INTO @schema@.transport_groups AS g
                        (group_id, priority, available_at, inline_seq, inline_kind, inline_payload,
                         inline_enqueued_at, inline_not_before, inline_unique_key, queue_id,
-                        inline_trace_context)
+                        inline_trace_context, fair_key, fair_tag)
                 SELECT u.group_id, p_priorities[u.ord],
                        GREATEST(v_now, COALESCE(p_not_before[u.ord],
                                                 v_now + p_delay_ms[u.ord] * interval '1 millisecond')),
                        v_seqs[u.ord], p_kinds[u.ord], p_payloads[u.ord]::json, v_now,
                        COALESCE(p_not_before[u.ord],
                                 v_now + p_delay_ms[u.ord] * interval '1 millisecond'),
-                       p_unique_keys[u.ord], v_queues[u.ord], p_trace_contexts[u.ord]
+                       p_unique_keys[u.ord], v_queues[u.ord], p_trace_contexts[u.ord],
+                       COALESCE(p_fair_keys[u.ord], ''), v_tags[u.ord]
                   FROM unnest(v_pending, v_firsts) AS u(group_id, ord)
                  ORDER BY u.group_id
                 ON CONFLICT (group_id) DO NOTHING
-                RETURNING g.inline_seq, g.available_at
+                RETURNING g.inline_seq
             )
-            SELECT count(*), v_inlined || array_agg(i.inline_seq),
-                   LEAST(v_new_from, min(i.available_at) FILTER (WHERE i.available_at <= v_now))
-              INTO v_inserted, v_inlined, v_new_from
+            SELECT count(*), v_inlined || array_agg(i.inline_seq)
+              INTO v_inserted, v_inlined
               FROM inserted i;
             EXIT WHEN v_inserted = cardinality(v_pending);
 
@@ -439,5 +484,5 @@ $$;
 
 REVOKE ALL ON FUNCTION @schema@.harel_publish(
     TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], BIGINT[], TEXT[],
-    TEXT[])
+    TEXT[], TEXT[])
     FROM PUBLIC;

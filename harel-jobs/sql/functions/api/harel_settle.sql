@@ -23,8 +23,9 @@
 --   Applying it ends the lease (the token cleared, or the row gone), so the same input
 --   applied again is 'lost'; a batch may hold a stale lease and the current lease of one
 --   message. Under a receipt, a second send touches nothing, even while the first is still
---   running (it waits for it). 'ack', 'retain' and 'dead' move the group on: freed behind
---   every waiting group (round-robin) if it has more messages, deleted if it is drained.
+--   running (it waits for it). 'ack', 'retain' and 'dead' move the group on: tagged behind
+--   its key's ready groups (harel_fair_tags) if it has more messages, deleted if it is
+--   drained.
 -- Locks: the receipt's row. Fast path: FOR UPDATE SKIP LOCKED on the groups whose input
 --   acks their only job (inline), in no particular order, never waiting. The rest: FOR NO
 --   KEY UPDATE of each leased group, in group order, waiting. Claims, heartbeats and
@@ -35,7 +36,8 @@
 -- Indexes: transport_groups' key, by `group_id = ANY (array)` (index scans: it runs with
 --   enable_seqscan = off) or one lookup per group, rows written by the TID that lookup
 --   found; transport_messages' key (group_id, seq), a LATERAL (… OFFSET 0) lookup per
---   message; the keys of settle_receipts, dead_letters and job_history.
+--   message; the keys of settle_receipts, dead_letters and job_history; harel_fair_tags'
+--   probes for the groups it moves on.
 -- Errors: 22023 for arrays of different lengths, an unknown action, 'dead' without an
 --   error, or a period out of range; 40P01 in the rare cycle above.
 --
@@ -48,7 +50,7 @@
 --      statement: it sees the messages committed before the locks). The rest go on.
 --   4. The fence: each remaining input's group FOR NO KEY UPDATE, in group order, where it
 --      is leased to the token at the seq; a cancel asked for makes the action 'cancel'.
---   5. Releases: the group parked for p_delay_ms, its lease ended, the attempt given back
+--   5. Releases: the group parked for p_delay_ms (timed), its lease ended, the attempt given back
 --      if not counted; the error recorded (on the group row for an inline message; on the
 --      message, with its attempts, otherwise).
 --   6. Dead: copied into dead_letters with the queue's name and the trace context.
@@ -56,8 +58,9 @@
 --   7. The finished messages of transport_messages deleted in one statement; the finished
 --      jobs' unique keys released (held on for their period when completed).
 --   8. The finished groups moved on, in a new statement that sees the messages committed
---      since the fence: freed (inline message cleared), claimable when their next message
---      is due; the drained ones to harel_drop_empty_groups.
+--      since the fence: freed (inline message cleared); tagged into the ready domain when
+--      their next message is due (harel_fair_tags), else timed until it is; the drained
+--      ones to harel_drop_empty_groups.
 --   9. The cancelled heads ended (harel_end_cancelled).
 --  10. What applied recorded under p_receipt; the outcomes returned.
 CREATE OR REPLACE FUNCTION @schema@.harel_settle(
@@ -102,6 +105,12 @@ DECLARE
     v_free_done BOOLEAN[];
     v_cancels  TEXT[];
     v_drained  TEXT[];
+    v_next_ctids      TID[];
+    v_next_not_before TIMESTAMPTZ[];
+    v_next_queues     SMALLINT[];
+    v_next_levels     SMALLINT[];
+    v_next_keys       TEXT[];
+    v_next_tags       BIGINT[];
     v_err_groups   TEXT[];
     v_err_seqs     BIGINT[];
     v_err_attempts INT[];
@@ -241,6 +250,7 @@ BEGIN
             UPDATE @schema@.transport_groups g
                SET locked_by         = NULL,
                    available_at      = v_now + f.delay_ms * interval '1 millisecond',
+                   fair_tag          = NULL,
                    head_attempts     = g.head_attempts
                                        - CASE WHEN COALESCE(f.counted, true) THEN 0 ELSE 1 END,
                    inline_last_error = CASE WHEN f.inline AND f.error IS NOT NULL THEN f.error
@@ -275,11 +285,11 @@ BEGIN
         IF 'dead' = ANY (v_actions) THEN
             INSERT INTO @schema@.dead_letters
                    (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at,
-                    queue, trace_context)
+                    queue, trace_context, fair_key)
             SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, d.attempts, d.error,
                    m.enqueued_at,
                    (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = gq.queue_id),
-                   m.trace_context
+                   m.trace_context, gq.fair_key
               FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_errors, v_inline)
                    AS d(group_id, seq, action, attempts, error, inline)
              CROSS JOIN LATERAL (SELECT t.* FROM @schema@.transport_messages t
@@ -295,7 +305,7 @@ BEGIN
             SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
                    d.attempts, d.error, g.inline_enqueued_at,
                    (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id),
-                   g.inline_trace_context
+                   g.inline_trace_context, g.fair_key
               FROM unnest(v_groups, v_actions, v_attempts, v_errors, v_inline)
                    AS d(group_id, action, attempts, error, inline)
              CROSS JOIN LATERAL (SELECT t.* FROM @schema@.transport_groups t
@@ -306,11 +316,12 @@ BEGIN
         IF 'retain' = ANY (v_actions) THEN
             INSERT INTO @schema@.job_history
                    (id, group_id, kind, payload, priority, state, attempts, last_error,
-                    enqueued_at, started_at, finished_at, keep_until, queue)
+                    enqueued_at, started_at, finished_at, keep_until, queue, fair_key)
             SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, 'completed', d.attempts,
                    m.last_error, m.enqueued_at, d.started, v_now,
                    v_now + d.delay_ms * interval '1 millisecond',
-                   (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = gq.queue_id)
+                   (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = gq.queue_id),
+                   gq.fair_key
               FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_delays, v_started, v_inline)
                    AS d(group_id, seq, action, attempts, delay_ms, started, inline)
              CROSS JOIN LATERAL (SELECT t.* FROM @schema@.transport_messages t
@@ -325,7 +336,8 @@ BEGIN
             UNION ALL
             SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
                    'completed', d.attempts, g.inline_last_error, g.inline_enqueued_at, d.started,
-                   v_now, v_now + d.delay_ms * interval '1 millisecond', (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id)
+                   v_now, v_now + d.delay_ms * interval '1 millisecond',
+                   (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id), g.fair_key
               FROM unnest(v_groups, v_actions, v_attempts, v_delays, v_started, v_inline)
                    AS d(group_id, action, attempts, delay_ms, started, inline)
              -- one lookup by key per row (a join with `group_id = ANY (v_groups)` looked the
@@ -371,36 +383,54 @@ BEGIN
 
         -- Move the finished groups on (an inline message ends here). A new statement: its
         -- snapshot sees messages committed since the fence.
-        WITH finished AS (
-            SELECT f.group_id FROM unnest(v_groups, v_actions) AS f(group_id, action)
-             WHERE f.action IN ('ack', 'retain', 'dead')
-        ), next_head AS (
-            SELECT f.group_id, n.not_before, n.seq IS NOT NULL AS has_next,
-                   -- the group row's current version (locked by us since the fence): one
-                   -- lookup by key per group, so that the update below is a TID lookup per
-                   -- row, not a join of the batch against itself (a nested loop that compared
-                   -- each of 256 groups with the others: 32,640 rows filtered, 2.6 ms)
-                   (SELECT g.ctid FROM @schema@.transport_groups g
-                     WHERE g.group_id = f.group_id) AS row_ctid
-              FROM finished f
-              LEFT JOIN LATERAL (
-                    SELECT m.seq, m.not_before
-                      FROM @schema@.transport_messages m
-                     WHERE m.group_id = f.group_id
-                     ORDER BY m.seq
-                     LIMIT 1) AS n ON true
-        ), freed AS (
+        SELECT array_agg(nh.group_id) FILTER (WHERE NOT nh.has_next),
+               array_agg(nh.row_ctid) FILTER (WHERE nh.has_next),
+               array_agg(nh.not_before) FILTER (WHERE nh.has_next),
+               array_agg(nh.queue_id) FILTER (WHERE nh.has_next),
+               array_agg(nh.priority) FILTER (WHERE nh.has_next),
+               -- (a NULL key for a group whose next message is not due: not tagged)
+               array_agg(CASE WHEN nh.not_before IS NULL OR nh.not_before <= v_now
+                              THEN nh.fair_key END) FILTER (WHERE nh.has_next)
+          INTO v_drained, v_next_ctids, v_next_not_before, v_next_queues, v_next_levels,
+               v_next_keys
+          FROM (SELECT f.group_id, n.not_before, n.seq IS NOT NULL AS has_next, r.row_ctid,
+                       r.queue_id, r.priority, r.fair_key
+                  FROM unnest(v_groups, v_actions) AS f(group_id, action)
+                 -- the group row's current version (locked by us since the fence): one
+                 -- lookup by key per group, so that the update below is a TID lookup per
+                 -- row, not a join of the batch against itself (a nested loop that compared
+                 -- each of 256 groups with the others: 32,640 rows filtered, 2.6 ms)
+                 CROSS JOIN LATERAL (SELECT g.ctid AS row_ctid, g.queue_id, g.priority,
+                                            g.fair_key
+                                       FROM @schema@.transport_groups g
+                                      WHERE g.group_id = f.group_id
+                                     OFFSET 0) AS r
+                  LEFT JOIN LATERAL (
+                        SELECT m.seq, m.not_before
+                          FROM @schema@.transport_messages m
+                         WHERE m.group_id = f.group_id
+                         ORDER BY m.seq
+                         LIMIT 1) AS n ON true
+                 WHERE f.action IN ('ack', 'retain', 'dead')) AS nh;
+
+        IF v_next_ctids IS NOT NULL THEN
+            -- a group whose next message is due goes behind its key's ready groups
+            IF array_position(v_next_keys, NULL) IS NULL
+               OR cardinality(array_positions(v_next_keys, NULL)) < cardinality(v_next_keys) THEN
+                v_next_tags := @schema@.harel_fair_tags(v_next_queues, v_next_levels,
+                                                        v_next_keys);
+            END IF;
             UPDATE @schema@.transport_groups g
                SET locked_by = NULL, head_seq = NULL, head_attempts = 0, head_started_at = NULL,
-                   available_at = GREATEST(v_now, nh.not_before),
+                   available_at = GREATEST(v_now, x.not_before),
+                   fair_tag = CASE WHEN x.fair_key IS NOT NULL THEN x.tag END,
                    inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
                    inline_enqueued_at = NULL, inline_not_before = NULL, inline_last_error = NULL,
                    inline_unique_key = NULL, inline_trace_context = NULL
-              FROM next_head nh
-             WHERE g.ctid = nh.row_ctid AND nh.has_next
-        )
-        SELECT array_agg(nh.group_id) FILTER (WHERE NOT nh.has_next) INTO v_drained
-          FROM next_head nh;
+              FROM unnest(v_next_ctids, v_next_not_before, v_next_keys, v_next_tags)
+                   AS x(row_ctid, not_before, fair_key, tag)
+             WHERE g.ctid = x.row_ctid;
+        END IF;
 
         IF v_drained IS NOT NULL THEN
             PERFORM @schema@.harel_drop_empty_groups(v_drained, 200);

@@ -3,22 +3,26 @@
 --
 -- Takes:
 --   p_rank   'waiting': the ready groups that have waited longest (since their
---            available_at), whichever queue or level; 'size': the largest groups
+--            available_at), whichever queue or level, among the due timed groups and
+--            the 1,000 ready groups next to start per queue and level (fair share may
+--            keep a light key's group waiting longer, further on); 'size': the largest
+--            groups
 --   p_limit  1 to 100
 -- Returns harel_list_groups' columns for each group (the one place that says a group's
 --   status and counts), ranked, and:
 --   jobs_estimate  ('size') the statistics' figure: the group's frequency in the sample
 --                  times the table's estimated rows, plus its first job (in its group row)
 --   stats_at       ('size') when the statistics were gathered
--- Fence: bounded. 'waiting' reads at most p_limit claim index entries per queue and level.
+-- Fence: bounded. 'waiting' reads at most p_limit + 1,000 claim index entries per queue
+--   and level.
 --   'size' does not count every job: its candidates are the most common values of
 --   transport_messages.group_id in PostgreSQL's statistics (ANALYZE's sample), 2 × p_limit
 --   of them, each then looked up and counted as harel_list_groups does. Groups drained
 --   since the sample are left out; when no group stands out in it, there are none.
 --   STABLE.
 -- Locks: none.
--- Indexes: transport_groups_claimable ('waiting'); pg_stats and pg_stat_all_tables
---   ('size'); harel_list_groups' for each group.
+-- Indexes: transport_groups_timed and transport_groups_ready ('waiting'); pg_stats and
+--   pg_stat_all_tables ('size'); harel_list_groups' for each group.
 -- Errors: 22023 for a limit out of range or an unknown rank.
 --
 -- Steps:
@@ -64,11 +68,20 @@ BEGIN
               FROM @schema@.queues q
              CROSS JOIN generate_series(0, 4) AS l(level)
              CROSS JOIN LATERAL (
-                    SELECT g.group_id, g.available_at FROM @schema@.transport_groups g
-                     WHERE g.queue_id = q.id AND g.priority = l.level
-                       AND g.available_at <= statement_timestamp()
-                     ORDER BY g.available_at
-                     LIMIT p_limit) AS w
+                    -- the due timed groups, and the ready groups next to start (fair share
+                    -- orders these: a light key's group further on is not among them)
+                    (SELECT g.group_id, g.available_at FROM @schema@.transport_groups g
+                      WHERE g.queue_id = q.id AND g.priority = l.level
+                        AND g.fair_tag IS NULL
+                        AND g.available_at <= statement_timestamp()
+                      ORDER BY g.available_at
+                      LIMIT p_limit)
+                    UNION ALL
+                    (SELECT g.group_id, g.available_at FROM @schema@.transport_groups g
+                      WHERE g.queue_id = q.id AND g.priority = l.level
+                        AND g.fair_tag IS NOT NULL
+                      ORDER BY g.fair_tag
+                      LIMIT 1000)) AS w
              ORDER BY w.available_at, w.group_id
              LIMIT p_limit
         )

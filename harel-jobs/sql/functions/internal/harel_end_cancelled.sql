@@ -41,7 +41,8 @@ BEGIN
         IF g.inline_seq IS NOT NULL THEN
             INSERT INTO @schema@.job_history
                    (id, group_id, kind, payload, priority, state, attempts, last_error,
-                    enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue)
+                    enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue,
+                    fair_key)
             VALUES (g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
                     'cancelled',
                     CASE WHEN g.head_seq = g.inline_seq THEN g.head_attempts ELSE 0 END,
@@ -49,7 +50,8 @@ BEGIN
                     CASE WHEN g.head_seq = g.inline_seq THEN g.head_started_at END, v_now,
                     g.cancel_reason,
                     v_now + COALESCE(g.cancel_keep_ms, 0) * interval '1 millisecond',
-                    (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id))
+                    (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id),
+                    g.fair_key)
             ON CONFLICT (id) DO NOTHING;
             IF g.inline_unique_key IS NOT NULL THEN
                 PERFORM @schema@.harel_release_key(g.inline_unique_key, g.inline_seq, false);
@@ -63,14 +65,16 @@ BEGIN
             IF m.seq IS NOT NULL THEN
                 INSERT INTO @schema@.job_history
                        (id, group_id, kind, payload, priority, state, attempts, last_error,
-                        enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue)
+                        enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue,
+                    fair_key)
                 VALUES (m.seq, m.group_id, m.kind, m.payload, m.priority, 'cancelled',
                         CASE WHEN g.head_seq = m.seq THEN g.head_attempts ELSE m.attempts END,
                         m.last_error, m.enqueued_at,
                         CASE WHEN g.head_seq = m.seq THEN g.head_started_at END, v_now,
                         g.cancel_reason,
                         v_now + COALESCE(g.cancel_keep_ms, 0) * interval '1 millisecond',
-                        (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id))
+                        (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id),
+                    g.fair_key)
                 ON CONFLICT (id) DO NOTHING;
                 IF m.unique_key IS NOT NULL THEN
                     PERFORM @schema@.harel_release_key(m.unique_key, m.seq, false);

@@ -5,7 +5,8 @@
 --   p_name  the queue's name: 1 to 64 letters, digits, '_', '-', '.' or ':'
 -- Returns: the queue's id (0 is 'default'; named queues 1 to 1,000).
 -- Fence: an existing queue is only read (no lock, no write). At most 1,000 named queues,
---   counting the queues that exist: each has claim floors and a rate sequence of its own,
+--   counting the queues that exist: each has claim floors, a rate sequence and fair share's
+--   sequences of its own,
 --   so a producer cannot make the schema grow without bound.
 -- Locks: a creation writes the queue's row and sequences in the caller's transaction: a
 --   concurrent creation of the same name, or of another name that picked the same id,
@@ -34,6 +35,7 @@ AS $$
 DECLARE
     v_id   SMALLINT;
     v_free SMALLINT;
+    v_fair TEXT;
 BEGIN
     SELECT q.id INTO v_id FROM @schema@.queues q WHERE q.name = p_name;
     IF FOUND THEN
@@ -69,6 +71,12 @@ BEGIN
             END LOOP;
             EXECUTE format('CREATE SEQUENCE @schema@.%I AS BIGINT MINVALUE 0 START WITH 0',
                            'queue_rate_q' || v_id);
+            -- fair share's state (migration 0013)
+            FOREACH v_fair IN ARRAY ARRAY['fair_v_q', 'fair_floor_q', 'fair_mark_q',
+                                          'fair_step_q'] LOOP
+                EXECUTE format('CREATE SEQUENCE @schema@.%I AS BIGINT MINVALUE 0 START WITH 0',
+                               v_fair || v_id);
+            END LOOP;
             RETURN v_id;
         END IF;
         SELECT q.id INTO v_id FROM @schema@.queues q WHERE q.name = p_name;

@@ -1,6 +1,6 @@
 -- harel_move_on: moves a group on after its head ended outside a settle (a cancel): frees
--- it behind every waiting group, claimable when its next message is due, or drops it if it
--- has none. Internal: called by harel_end_cancelled and harel_cancel_group, which hold the
+-- it behind its key's ready groups (harel_fair_tags) when its next message is due, timed
+-- until then otherwise, or drops it if it has none. Internal: called by harel_end_cancelled and harel_cancel_group, which hold the
 -- group's row locked. (harel_settle does the same for a batch, set-based.)
 --
 -- Takes:
@@ -18,7 +18,7 @@
 --   2. None: harel_drop_empty_groups (deletes the row, or frees it while a publisher adds
 --      to it); return false.
 --   3. Otherwise free the row (lease, head, cancel request and inline message cleared),
---      available now or when that message is due; return true.
+--      tagged if that message is due, timed until it is otherwise; return true.
 CREATE OR REPLACE FUNCTION @schema@.harel_move_on(p_group TEXT) RETURNS BOOLEAN
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -29,6 +29,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_next RECORD;
+    v_row  RECORD;
+    v_tags BIGINT[];
 BEGIN
     SELECT n.seq, n.not_before INTO v_next
       FROM @schema@.transport_messages n
@@ -39,9 +41,16 @@ BEGIN
         PERFORM @schema@.harel_drop_empty_groups(ARRAY[p_group], 200);
         RETURN false;
     END IF;
+    IF v_next.not_before IS NULL OR v_next.not_before <= statement_timestamp() THEN
+        SELECT t.queue_id, t.priority, t.fair_key INTO v_row
+          FROM @schema@.transport_groups t WHERE t.group_id = p_group;
+        v_tags := @schema@.harel_fair_tags(ARRAY[v_row.queue_id], ARRAY[v_row.priority],
+                                           ARRAY[v_row.fair_key]);
+    END IF;
     UPDATE @schema@.transport_groups t
        SET locked_by = NULL, head_seq = NULL, head_attempts = 0, head_started_at = NULL,
            available_at = GREATEST(statement_timestamp(), v_next.not_before),
+           fair_tag = v_tags[1],
            cancel_requested_at = NULL, cancel_reason = NULL, cancel_keep_ms = NULL,
            inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
            inline_enqueued_at = NULL, inline_not_before = NULL,

@@ -1,0 +1,117 @@
+//! Fair share between fairness keys, as an operator sees it: set a key's weight
+//! ([`Client::set_fair_weight`]) and list a queue's keys ([`Client::fair_keys`]).
+
+use super::Client;
+use crate::error::{ClientError, DatabaseError};
+use crate::store::FairKeyRow;
+use crate::vocabulary::{
+    Count, MAX_FAIR_WEIGHT, QUEUE_NAME_RULE, validate_fair_key, validate_queue_name,
+};
+
+/// A fairness key of a queue, as [`Client::fair_keys`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FairKeyInfo {
+    /// The key (`""`: the jobs enqueued without one).
+    pub key: String,
+    /// Its weight: its share of the starts against the other keys with ready work (1
+    /// unless set).
+    pub weight: u32,
+    /// Its ready groups (every level), counted up to 10,000 per level.
+    pub ready: Count,
+}
+
+/// A page of [`Client::fair_keys`], in key order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FairKeyPage {
+    /// The keys of this page.
+    pub keys: Vec<FairKeyInfo>,
+    /// Where the next page starts (pass it as `after`); `None`: this was the last.
+    pub next: Option<String>,
+}
+
+/// The most keys one page of [`Client::fair_keys`] holds.
+pub const MAX_FAIR_KEY_PAGE: u32 = 1_000;
+
+impl Client {
+    /// Sets a fairness key's weight in a queue (1 to [`MAX_FAIR_WEIGHT`]; 1, every key's
+    /// weight unless set, removes the setting). Among the keys with ready work in a queue
+    /// and a priority level, claims give each key starts in proportion to its weight. The
+    /// change applies to the groups that become ready after it: those already waiting keep
+    /// their places. Creates the queue if nothing was published into it yet.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidArgument`] for an invalid queue name, key or weight;
+    /// [`ClientError::Database`] (also past 100,000 weighted keys per schema).
+    pub async fn set_fair_weight(
+        &self,
+        queue: &str,
+        key: &str,
+        weight: u32,
+    ) -> Result<(), ClientError> {
+        validate_queue_name(queue).map_err(|_| ClientError::InvalidArgument(QUEUE_NAME_RULE))?;
+        validate_fair_key(key).map_err(|_| {
+            ClientError::InvalidArgument("a fairness key is at most 255 bytes, without NUL")
+        })?;
+        if !(1..=MAX_FAIR_WEIGHT).contains(&weight) {
+            return Err(ClientError::InvalidArgument("a weight is 1 to 1,000"));
+        }
+        self.store()
+            .fair_weight_set(self.pool(), queue, key, weight as i32)
+            .await
+            .map_err(DatabaseError::new)?;
+        Ok(())
+    }
+
+    /// A page of a queue's fairness keys in key order, after `after` (`None`: from the
+    /// first): the keys that have ready groups and the keys with a weight set, with their
+    /// weights and ready groups. At most `limit` keys (1 to [`MAX_FAIR_KEY_PAGE`]); one
+    /// round trip whose cost does not grow with the number of keys. Leased, retrying and
+    /// scheduled groups are not in the ready count. An unknown queue has no keys.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidArgument`] for a limit out of range; [`ClientError::Database`].
+    pub async fn fair_keys(
+        &self,
+        queue: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<FairKeyPage, ClientError> {
+        if !(1..=MAX_FAIR_KEY_PAGE).contains(&limit) {
+            return Err(ClientError::InvalidArgument("a page holds 1 to 1,000 keys"));
+        }
+        let rows = self
+            .store()
+            .fair_keys_list(self.pool(), queue, after, limit as i32)
+            .await
+            .map_err(DatabaseError::new)?;
+        Ok(fair_key_page(rows))
+    }
+}
+
+fn fair_key_page(rows: Vec<FairKeyRow>) -> FairKeyPage {
+    let mut page = FairKeyPage::default();
+    let mut more = false;
+    for (key, weight, ready, exact, cursor_more) in rows {
+        match key {
+            Some(key) => {
+                let n = ready.unwrap_or(0);
+                page.keys.push(FairKeyInfo {
+                    key,
+                    weight: u32::try_from(weight.unwrap_or(1)).unwrap_or(1),
+                    ready: if exact.unwrap_or(true) {
+                        Count::Exact(n)
+                    } else {
+                        Count::AtLeast(n)
+                    },
+                });
+            }
+            None => more = cursor_more.unwrap_or(false),
+        }
+    }
+    if more {
+        page.next = page.keys.last().map(|k| k.key.clone());
+    }
+    page
+}
