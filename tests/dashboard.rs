@@ -244,6 +244,18 @@ async fn paused(owner: &Client, name: &str) -> bool {
         .is_some_and(|queue| queue.is_paused())
 }
 
+/// The weight and ready groups of the fairness key `key` of the default queue, if listed.
+async fn fair_key(owner: &Client, key: &str) -> Option<(u32, harel_jobs::Count)> {
+    owner
+        .fair_keys(harel_jobs::DEFAULT_QUEUE, None, 100)
+        .await
+        .unwrap()
+        .keys
+        .into_iter()
+        .find(|info| info.key == key)
+        .map(|info| (info.weight, info.ready))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_uses_the_dashboard_in_a_browser() {
     let q = SuiteSchema::new().await;
@@ -557,11 +569,137 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     );
     screenshot(&client, "overview_after").await;
 
+    // fairness keys: two tenants' work in the default queue (published now that the worker
+    // pool is gone, so it stays ready), seen from the queue's row, a weight set from the page
+    let keyed: Vec<OutgoingMessage> = [
+        ("a-1", "tenant-a"),
+        ("a-2", "tenant-a"),
+        ("b-1", "tenant-b"),
+    ]
+    .into_iter()
+    .map(|(group, key)| OutgoingMessage::new(group, "sync_crm", "{}").fair_key(key))
+    .collect();
+    q.transport.publish_many(&q.pool, &keyed).await.unwrap();
+    client.goto(&format!("{base}/queues")).await.unwrap();
+    click(&client, Locator::XPath(&format!("{row}//a[text()='Keys']"))).await;
+    wait_for_url(&client, "/queues/keys?name=default").await;
+    assert_eq!(text(&client, "h1").await, "Fairness keys of default");
+    let key_row = |key: &str| format!("//tr[td/span[@class='fair-key' and text()='{key}']]");
+    let tenant_a = text_of(&client, &key_row("tenant-a")).await;
+    assert!(tenant_a.starts_with("tenant-a 1 2"), "{tenant_a}");
+    let tenant_b = text_of(&client, &key_row("tenant-b")).await;
+    assert!(tenant_b.starts_with("tenant-b 1 1"), "{tenant_b}");
+    screenshot(&client, "queue_keys").await;
+    // a listed key's weight, from its row
+    let input = client
+        .find(Locator::XPath(&format!(
+            "{}//input[@name='weight']",
+            key_row("tenant-a")
+        )))
+        .await
+        .unwrap();
+    input.clear().await.unwrap();
+    input.send_keys("5").await.unwrap();
+    click(
+        &client,
+        Locator::XPath(&format!("{}//button[text()='Set']", key_row("tenant-a"))),
+    )
+    .await;
+    wait_for_url(&client, "done=weight_set").await;
+    assert!(text(&client, ".notice").await.contains("Weight set"));
+    let tenant_a = text_of(&client, &key_row("tenant-a")).await;
+    assert!(tenant_a.starts_with("tenant-a 5 2"), "{tenant_a}");
+    assert_eq!(
+        fair_key(&owner, "tenant-a").await,
+        Some((5, harel_jobs::Count::Exact(2)))
+    );
+    // a key not listed yet (no work of its own so far), from the form below the table
+    client
+        .goto(&format!("{base}/queues/keys?name=default"))
+        .await
+        .unwrap();
+    assert!(fair_key(&owner, "tenant-c").await.is_none());
+    client
+        .find(Locator::Id("new-key"))
+        .await
+        .unwrap()
+        .send_keys("tenant-c")
+        .await
+        .unwrap();
+    let input = client.find(Locator::Id("new-weight")).await.unwrap();
+    input.clear().await.unwrap();
+    input.send_keys("7").await.unwrap();
+    click(&client, Locator::Id("set-new-weight")).await;
+    wait_for_url(&client, "done=weight_set").await;
+    let tenant_c = text_of(&client, &key_row("tenant-c")).await;
+    assert!(tenant_c.starts_with("tenant-c 7 0"), "{tenant_c}");
+    assert_eq!(
+        fair_key(&owner, "tenant-c").await,
+        Some((7, harel_jobs::Count::Exact(0)))
+    );
+    screenshot(&client, "queue_keys_weighted").await;
+    // bad input is refused with 400, changing nothing; so is a post without the token
+    let (_, page) = get_as(address, "/queues/keys?name=default", &address.to_string()).await;
+    let csrf = csrf_of(&page);
+    let long = "k".repeat(256);
+    for body in [
+        format!("csrf={csrf}&name=default&key=tenant-a&weight=0"),
+        format!("csrf={csrf}&name=default&key=tenant-a&weight=1001"),
+        format!("csrf={csrf}&name=default&key=tenant-a&weight=abc"),
+        format!("csrf={csrf}&name=default&key=tenant-a&weight=-3"),
+        format!("csrf={csrf}&name=default&key=tenant-a&weight=4294967297"),
+        format!("csrf={csrf}&name=default&key=tenant-a"),
+        format!("csrf={csrf}&name=default&weight=2"),
+        format!("csrf={csrf}&name=default&key={long}&weight=2"),
+        format!("csrf={csrf}&name=default&key=a%00b&weight=2"),
+        format!("csrf={csrf}&key=tenant-a&weight=2"),
+        format!("csrf={csrf}&name=no+such+queue&key=tenant-a&weight=2"),
+    ] {
+        let (status, response) = post(address, "/queues/weight", &body).await;
+        assert_eq!(status, 400, "{body}: {response}");
+    }
+    let (status, response) = post(
+        address,
+        "/queues/weight",
+        "name=default&key=tenant-a&weight=9",
+    )
+    .await;
+    assert_eq!(status, 403, "{response}");
+    assert!(response.contains("CSRF"), "{response}");
+    let (status, _) = post(
+        address,
+        "/queues/weight",
+        "csrf=guess&name=default&key=tenant-a&weight=9",
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        fair_key(&owner, "tenant-a").await,
+        Some((5, harel_jobs::Count::Exact(2)))
+    );
+    // the page asks for a queue, by a valid name
+    for path in [
+        "/queues/keys",
+        "/queues/keys?name=",
+        "/queues/keys?name=a+b",
+    ] {
+        let (status, response) = get_as(address, path, &address.to_string()).await;
+        assert_eq!(status, 400, "{path}: {response}");
+    }
+    // an unknown queue has no keys
+    let (status, response) =
+        get_as(address, "/queues/keys?name=nowhere", &address.to_string()).await;
+    assert_eq!(status, 200, "{response}");
+    assert!(
+        response.contains("No fairness key in this queue"),
+        "{response}"
+    );
+
     // what Chromium sent with each form POST: its Origin, always (the dashboard's
     // `Referrer-Policy: same-origin` keeps it from being `null`)
     let sent = sent.lock().unwrap().clone();
     let by_browser: Vec<_> = sent.iter().filter(|[_, site, _]| site.is_some()).collect();
-    assert_eq!(by_browser.len(), 6, "{sent:?}");
+    assert_eq!(by_browser.len(), 8, "{sent:?}");
     for [origin, site, referer] in by_browser {
         assert_eq!(origin.as_deref(), Some(base.as_str()), "{sent:?}");
         assert_eq!(site.as_deref(), Some("same-origin"), "{sent:?}");
@@ -591,8 +729,16 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let operator = pool_with(&role.url, 3).await;
     let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
     let id = dead_letter(&q, "a@example.com", "boom").await;
-    let router = dashboard::router_with(queue, DashboardConfig::new().read_only(true));
+    // 101 weighted keys: the keys page shows 100 and links to the rest
+    for n in 0..=100 {
+        owner
+            .set_fair_weight("default", &format!("k{n:03}"), 2)
+            .await
+            .unwrap();
+    }
+    let router = dashboard::router_with(queue.clone(), DashboardConfig::new().read_only(true));
     let address = serve(router).await;
 
     let get = |path: &str| {
@@ -611,6 +757,27 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
         "{queues}"
     );
     assert!(
+        queues.contains("href=\"/queues/keys?name=default\""),
+        "{queues}"
+    );
+    let (status, keys) = get("/queues/keys?name=default").await;
+    assert_eq!(status, 200, "{keys}");
+    assert!(keys.contains(">k000<") && keys.contains(">k099<"), "{keys}");
+    assert!(!keys.contains(">k100<"), "{keys}");
+    assert!(
+        !keys.contains("<form") && !keys.contains("name=\"weight\"") && !keys.contains("csrf"),
+        "{keys}"
+    );
+    let more = "href=\"/queues/keys?name=default&amp;after=k099\"";
+    assert!(keys.contains(more), "{keys}");
+    let (status, rest) = get("/queues/keys?name=default&after=k099").await;
+    assert_eq!(status, 200, "{rest}");
+    assert!(
+        rest.contains(">k100<") && !rest.contains(">k099<"),
+        "{rest}"
+    );
+    assert!(!rest.contains("after="), "no page after the last: {rest}");
+    assert!(
         !page.contains("name=\"csrf\""),
         "no token to be had: {page}"
     );
@@ -621,6 +788,7 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
         "/groups",
         "/dead",
         "/schedules",
+        "/queues/keys?name=default",
         "/assets/style.css",
     ] {
         let (status, response) = get(path).await;
@@ -635,6 +803,14 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
     assert!(body.contains("read-only"), "{body}");
     let dead = Client::with_schema(q.pool.clone(), q.schema.clone()).dead_letters();
     assert!(dead.get(id).await.unwrap().is_some());
+    let (status, body) = post(address, "/queues/weight", "name=default&key=k000&weight=9").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("read-only"), "{body}");
+    let first = owner.fair_keys("default", None, 1).await.unwrap();
+    assert_eq!(
+        (first.keys[0].key.as_str(), first.keys[0].weight),
+        ("k000", 2)
+    );
     operator.close().await;
 }
 
@@ -738,6 +914,7 @@ async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() 
     let (_, page) = get_as(address, "/queues", &ours).await;
     let csrf = csrf_of(&page);
     let pause = format!("csrf={csrf}&name=default");
+    let weigh = format!("csrf={csrf}&name=default&key=evil&weight=9");
 
     // posting with the token (as if the page had it): every foreign origin is refused
     let origin = |url: &str| format!("Origin: {url}\r\n");
@@ -776,6 +953,12 @@ async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() 
         assert!(
             !paused(&owner, "default").await,
             "{headers:?} paused the queue"
+        );
+        let (status, response) = post_with(address, "/queues/weight", host, headers, &weigh).await;
+        assert_eq!(status, *expected, "Host {host}, {headers:?}: {response}");
+        assert!(
+            fair_key(&owner, "evil").await.is_none(),
+            "{headers:?} set a weight"
         );
     }
     let (_, response) = post_with(address, "/queues/pause", &ours, "", &pause).await;
@@ -824,6 +1007,28 @@ async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() 
     assert_eq!(status, 403, "{response}");
     assert!(response.contains("CSRF"), "{response}");
     assert!(paused(&owner, "default").await);
+    let (status, response) = post_with(
+        address,
+        "/queues/weight",
+        &ours,
+        &origin(&format!("http://{ours}")),
+        "name=default&key=evil&weight=9",
+    )
+    .await;
+    assert_eq!(status, 403, "{response}");
+    assert!(response.contains("CSRF"), "{response}");
+    assert!(fair_key(&owner, "evil").await.is_none());
+    // with both, the weight is set
+    let (status, response) = post_with(
+        address,
+        "/queues/weight",
+        &ours,
+        &origin(&format!("http://{ours}")),
+        &weigh,
+    )
+    .await;
+    assert_eq!(status, 303, "{response}");
+    assert!(fair_key(&owner, "evil").await.is_some());
     operator.close().await;
 }
 

@@ -400,6 +400,34 @@ pub(crate) enum QueuesCommand {
         /// The queue's name.
         name: String,
     },
+    /// A queue's fairness keys in key order: the keys with ready groups and the keys with a
+    /// weight set, each with its weight and ready groups.
+    #[command(after_help = "\
+Examples:
+  harel-jobs queues keys default
+  harel-jobs queues keys default --after tenant-41 --limit 100")]
+    Keys {
+        /// The queue's name.
+        name: String,
+        /// Start after this key (the cursor the previous page printed).
+        #[arg(long)]
+        after: Option<String>,
+        /// At most this many keys (1 to 1000).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// Set a fairness key's weight in a queue: its share of the starts against the other
+    /// keys with ready work (1 to 1000; 1, the default, removes the setting).
+    #[command(after_help = "Example:\n  harel-jobs queues weight default tenant-42 3")]
+    Weight {
+        /// The queue's name.
+        name: String,
+        /// The fairness key ("" for the jobs enqueued without one).
+        key: String,
+        /// The weight, 1 to 1000.
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=1000))]
+        weight: u32,
+    },
 }
 
 /// `schedules …`

@@ -14,8 +14,8 @@ use super::args::{
 use super::confirm::confirm;
 use super::error::CliError;
 use super::output::{
-    DeadView, DepthView, GroupView, JobView, QueueView, ScheduleView, StatsView, cancel_outcome,
-    time,
+    DeadView, DepthView, FairKeyView, GroupView, JobView, QueueView, ScheduleView, StatsView,
+    cancel_outcome, time,
 };
 use crate::client::{CancelOutcome, Client, JobQuery, ScheduleQuery, StateFilter};
 use crate::client::{DeadLetter, DeadLetterQuery};
@@ -185,6 +185,16 @@ async fn dispatch(command: Command, client: &Client, out: &Printer) -> Result<()
             out.emit(&QueueView::new(&info), || {
                 format!("queue {name}: {}\n", QueueView::status(&info))
             })
+        }
+        Command::Queues(QueuesCommand::Keys { name, after, limit }) => {
+            fair_keys(client, out, &name, after, limit).await
+        }
+        Command::Queues(QueuesCommand::Weight { name, key, weight }) => {
+            client.set_fair_weight(&name, &key, weight).await?;
+            out.emit(
+                &json!({ "queue": name, "key": key, "weight": weight }),
+                || format!("queue {name}: key {key:?} has weight {weight}\n"),
+            )
         }
         Command::Schedules(SchedulesCommand::List { after, limit }) => {
             schedules(client, out, after, limit).await
@@ -652,6 +662,26 @@ async fn queues_depth(client: &Client, out: &Printer) -> Result<(), CliError> {
     let views: Vec<DepthView> = depth.iter().map(DepthView::new).collect();
     out.emit(&json!({ "depth": views }), || {
         DepthView::table(&depth).render("nothing is queued")
+    })
+}
+
+async fn fair_keys(
+    client: &Client,
+    out: &Printer,
+    queue: &str,
+    after: Option<String>,
+    limit: u32,
+) -> Result<(), CliError> {
+    let page = client.fair_keys(queue, after.as_deref(), limit).await?;
+    let views: Vec<FairKeyView> = page.keys.iter().map(FairKeyView::new).collect();
+    out.emit(&json!({ "keys": views, "next": page.next }), || {
+        let mut text = FairKeyView::table(&page.keys).render("no fairness keys");
+        text.push_str(&more(
+            page.keys.len(),
+            "--after",
+            page.next.as_deref().map(shell_word),
+        ));
+        text
     })
 }
 

@@ -10,7 +10,7 @@ use crate::client::DeadLetter;
 use crate::client::GroupInfo;
 use crate::client::Stats;
 use crate::client::{CancelOutcome, JobInfo, JobState, ScheduleInfo};
-use crate::client::{LevelDepth, QueueInfo};
+use crate::client::{FairKeyInfo, LevelDepth, QueueInfo};
 use crate::vocabulary::Count;
 
 /// The widest a table cell gets before it is cut (with `…`).
@@ -163,6 +163,8 @@ pub(crate) struct JobView {
     state: &'static str,
     kind: String,
     group: String,
+    /// The fairness key (`""`: none).
+    fair_key: String,
     priority: u8,
     attempts: u32,
     enqueued_at: DateTime<Utc>,
@@ -219,6 +221,7 @@ impl JobView {
             state,
             kind: job.kind.clone(),
             group: job.group.clone(),
+            fair_key: job.fair_key.clone(),
             priority: job.priority.get(),
             attempts: job.attempts,
             enqueued_at: job.enqueued_at,
@@ -266,6 +269,7 @@ impl JobView {
             ("state", view.state.to_owned()),
             ("kind", view.kind.clone()),
             ("group", view.group.clone()),
+            ("fair key", view.fair_key.clone()),
             ("priority", view.priority.to_string()),
             ("attempts", view.attempts.to_string()),
             ("enqueued at", time(view.enqueued_at)),
@@ -507,6 +511,38 @@ impl ScheduleView {
                 opt_time(schedule.next_tick),
                 time(schedule.updated_at),
             ]);
+        }
+        table
+    }
+}
+
+/// A fairness key in JSON.
+#[derive(Serialize)]
+pub(crate) struct FairKeyView {
+    key: String,
+    weight: u32,
+    ready: CountView,
+}
+
+impl FairKeyView {
+    pub(crate) fn new(key: &FairKeyInfo) -> Self {
+        Self {
+            key: key.key.clone(),
+            weight: key.weight,
+            ready: key.ready.into(),
+        }
+    }
+
+    /// A table of fairness keys (`""` shown as `(none)`).
+    pub(crate) fn table(keys: &[FairKeyInfo]) -> Table {
+        let mut table = Table::new(vec!["KEY", "WEIGHT", "READY"]);
+        for key in keys {
+            let name = if key.key.is_empty() {
+                "(none)".to_owned()
+            } else {
+                key.key.clone()
+            };
+            table.row(vec![name, key.weight.to_string(), key.ready.to_string()]);
         }
         table
     }

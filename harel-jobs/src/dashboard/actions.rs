@@ -1,6 +1,7 @@
-//! The actions (POST): cancel a job or a group, retry or delete dead letters. Each checks
-//! the read-only switch and the CSRF token first, then calls the library and redirects
-//! (303) to a page that shows the outcome.
+//! The actions (POST): cancel a job or a group, retry or delete dead letters, pause or
+//! resume a queue, set a fairness key's weight. Each checks the read-only switch and the
+//! CSRF token first, then calls the library and redirects (303) to a page that shows the
+//! outcome.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -10,7 +11,8 @@ use rand::Rng as _;
 use super::html::query_value;
 use super::{Ctx, PageError};
 use crate::client::CancelOutcome;
-use crate::vocabulary::JobId;
+use crate::vocabulary::{JobId, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT};
+use crate::vocabulary::{QUEUE_NAME_RULE, validate_fair_key, validate_queue_name};
 
 /// A new CSRF token: 32 random bytes, in hex.
 pub(crate) fn new_csrf_token() -> String {
@@ -174,6 +176,44 @@ async fn set_paused(ctx: &Ctx, body: &[u8], pause: bool) -> Result<Redirect, Pag
     Ok(ctx.redirect(&format!("/queues?done={done}")))
 }
 
+/// `POST /queues/weight` (`name`, `key`, `weight`): a fairness key's weight in a queue,
+/// then back to the queue's keys.
+pub(crate) async fn set_weight(State(ctx): State<Ctx>, body: Bytes) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let name = form
+        .get("name")
+        .ok_or_else(|| PageError::BadRequest("no queue named".into()))?;
+    validate_queue_name(name).map_err(|_| PageError::BadRequest(QUEUE_NAME_RULE.into()))?;
+    // (the empty key is a key: the jobs enqueued without one)
+    let key = form
+        .get("key")
+        .ok_or_else(|| PageError::BadRequest("no fairness key given".into()))?;
+    validate_fair_key(key).map_err(|_| {
+        PageError::BadRequest(format!(
+            "a fairness key is at most {MAX_FAIR_KEY_BYTES} bytes, without NUL"
+        ))
+    })?;
+    let weight = weight(form.get("weight").unwrap_or_default())?;
+    ctx.client.set_fair_weight(name, key, weight).await?;
+    Ok(ctx.redirect(&format!(
+        "/queues/keys?name={}&done=weight_set",
+        query_value(name)
+    )))
+}
+
+/// A weight as a form gives it: a whole number from 1 to [`MAX_FAIR_WEIGHT`].
+fn weight(text: &str) -> Result<u32, PageError> {
+    text.trim()
+        .parse()
+        .ok()
+        .filter(|w| (1..=MAX_FAIR_WEIGHT).contains(w))
+        .ok_or_else(|| {
+            PageError::BadRequest(format!(
+                "a weight is a whole number from 1 to {MAX_FAIR_WEIGHT}"
+            ))
+        })
+}
+
 /// `POST /dead/retry` (`id`, repeated): back to the dead letters, or with `single`, to the
 /// retried job's page.
 pub(crate) async fn retry_dead(State(ctx): State<Ctx>, body: Bytes) -> Result<Redirect, PageError> {
@@ -227,5 +267,17 @@ mod tests {
         assert_eq!(form.get("reason"), Some("a b&c"));
         assert!(ids(&Form::parse(b"id=x")).is_err());
         assert!(ids(&Form::parse(b"csrf=t")).is_err());
+    }
+
+    #[test]
+    fn weights_are_whole_numbers_in_range() {
+        assert_eq!(weight("1").ok(), Some(1));
+        assert_eq!(weight(" 1000 ").ok(), Some(MAX_FAIR_WEIGHT));
+        for bad in ["", "0", "1001", "-1", "2.5", "x", "99999999999999999999"] {
+            assert!(
+                matches!(weight(bad), Err(PageError::BadRequest(_))),
+                "{bad:?}"
+            );
+        }
     }
 }

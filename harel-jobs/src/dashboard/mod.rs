@@ -17,8 +17,8 @@
 //! ```
 //!
 //! Pages: an overview (depth, jobs per minute as a chart, worker pools seen recently,
-//! running jobs, latest dead letters), queues (pause, resume),
-//! jobs by state with
+//! running jobs, latest dead letters), queues (pause, resume) and their fairness keys
+//! (set a key's weight), jobs by state with
 //! filters and keyset pagination, a job's page (cancel), groups (cancel a group), dead
 //! letters (retry, delete, one or in bulk), schedules. Every page's work is bounded
 //! whatever the queue holds: the same bounded calls as the library's (see [`Client::jobs`],
@@ -190,6 +190,8 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
         .route("/queues", get(pages::queues))
         .route("/queues/pause", post(actions::pause_queue))
         .route("/queues/resume", post(actions::resume_queue))
+        .route("/queues/keys", get(pages::queue_keys))
+        .route("/queues/weight", post(actions::set_weight))
         .route("/jobs", get(pages::jobs))
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/{id}/cancel", post(actions::cancel_job))

@@ -14,8 +14,9 @@ use crate::client::LevelDepth;
 use crate::client::{DeadLetter, DeadLetterQuery};
 use crate::client::{GroupInfo, GroupQuery, GroupRank};
 use crate::client::{JobInfo, JobQuery, JobState, ScheduleQuery, StateFilter};
-use crate::vocabulary::Count;
 use crate::vocabulary::JobId;
+use crate::vocabulary::{Count, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT};
+use crate::vocabulary::{QUEUE_NAME_RULE, validate_queue_name};
 
 /// Rows a list page shows.
 const PAGE_SIZE: u32 = 50;
@@ -46,6 +47,10 @@ impl Done {
             "deleted" => format!("Deleted {n} dead letter(s)."),
             "paused" => "Paused: no job of the queue starts until it is resumed.".to_owned(),
             "resumed" => "Resumed: workers start the queue's jobs again.".to_owned(),
+            "weight_set" => {
+                "Weight set: it applies to the key's groups that become ready from now on."
+                    .to_owned()
+            }
             _ => return None,
         })
     }
@@ -273,7 +278,7 @@ fn depth_table(depth: &[LevelDepth]) -> String {
          10,000 ready or 1,000 others per row are shown as at least (>=).</p>",
         table(
             &[
-                "Client",
+                "Queue",
                 "Priority",
                 "Ready",
                 "Oldest ready since",
@@ -692,7 +697,7 @@ fn groups_table(ctx: &Ctx, groups: &[GroupInfo], empty: &str) -> String {
     table(
         &[
             "Group",
-            "Client",
+            "Queue",
             "Status",
             "Priority",
             "Jobs",
@@ -1024,6 +1029,10 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
                 escape(&queue.ready.to_string()),
                 queue.oldest_ready_at.map_or_else(|| "–".to_owned(), time),
                 escape(&queue.running.to_string()),
+                format!(
+                    "<a href=\"{}\" class=\"keys-link\">Keys</a>",
+                    escape(&ctx.href(&format!("/queues/keys?name={}", query_value(&queue.name))))
+                ),
             ];
             if !ctx.read_only {
                 let (path, label, class) = if queue.is_paused() {
@@ -1044,12 +1053,13 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
         })
         .collect();
     let mut headers = vec![
-        "Client",
+        "Queue",
         "Status",
         "Limits",
         "Ready groups",
         "Oldest ready since",
         "Running",
+        "Fairness keys",
     ];
     if !ctx.read_only {
         headers.push("");
@@ -1060,6 +1070,133 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
         table(&headers, &rows, "No queues.")
     );
     let shell = ctx.shell("Queues", "/queues", &done);
+    Ok(ctx.render(&shell, &body))
+}
+
+/// Fairness keys `/queues/keys` shows a page.
+const KEYS_PAGE_SIZE: u32 = 100;
+
+/// The queue and cursor of `/queues/keys`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct KeysPage {
+    name: Option<String>,
+    after: Option<String>,
+}
+
+/// The form that sets a fairness key's weight in `queue`: for a listed key (`Some`: the
+/// key hidden, the weight shown), or for any key (`None`: a text field for it).
+fn weight_form(ctx: &Ctx, queue: &str, key: Option<&str>, weight: u32) -> String {
+    let key_field = match key {
+        Some(key) => format!(
+            "<input type=\"hidden\" name=\"key\" value=\"{}\">",
+            escape(key)
+        ),
+        None => format!(
+            "<label>Key<input type=\"text\" name=\"key\" id=\"new-key\" \
+             maxlength=\"{MAX_FAIR_KEY_BYTES}\" placeholder=\"empty: the jobs without one\"></label>"
+        ),
+    };
+    let (class, weight_field, button) = match key {
+        Some(key) => (
+            "inline weight",
+            format!(
+                "<input type=\"number\" name=\"weight\" min=\"1\" max=\"{MAX_FAIR_WEIGHT}\" \
+                 step=\"1\" required value=\"{weight}\" aria-label=\"weight of {}\">",
+                escape(if key.is_empty() { "(none)" } else { key })
+            ),
+            "<button type=\"submit\">Set</button>",
+        ),
+        None => (
+            "filters weight",
+            format!(
+                "<label>Weight<input type=\"number\" name=\"weight\" id=\"new-weight\" \
+                 min=\"1\" max=\"{MAX_FAIR_WEIGHT}\" step=\"1\" required value=\"{weight}\"></label>"
+            ),
+            "<button type=\"submit\" id=\"set-new-weight\">Set weight</button>",
+        ),
+    };
+    format!(
+        "<form method=\"post\" action=\"{action}\" class=\"{class}\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+         <input type=\"hidden\" name=\"name\" value=\"{queue}\">\
+         {key_field}{weight_field}{button}</form>",
+        action = escape(&ctx.href("/queues/weight")),
+        csrf = escape(&ctx.csrf),
+        queue = escape(queue),
+    )
+}
+
+/// `/queues/keys?name=…`: a queue's fairness keys in key order, [`KEYS_PAGE_SIZE`] a page,
+/// with their weights and ready groups, and forms to set a weight.
+pub(crate) async fn queue_keys(
+    State(ctx): State<Ctx>,
+    Query(page): Query<KeysPage>,
+    Query(done): Query<Done>,
+) -> PageResult {
+    let name = non_empty(page.name.as_ref())
+        .ok_or_else(|| PageError::BadRequest("no queue named".into()))?;
+    validate_queue_name(name).map_err(|_| PageError::BadRequest(QUEUE_NAME_RULE.into()))?;
+    let after = page.after.as_deref().filter(|a| !a.is_empty());
+    let keys = ctx.client.fair_keys(name, after, KEYS_PAGE_SIZE).await?;
+    let rows: Vec<Vec<String>> = keys
+        .keys
+        .iter()
+        .map(|info| {
+            let shown = if info.key.is_empty() {
+                "<span class=\"fair-key muted\">(none)</span>".to_owned()
+            } else {
+                format!("<span class=\"fair-key\">{}</span>", short(&info.key, 60))
+            };
+            let mut row = vec![
+                shown,
+                info.weight.to_string(),
+                escape(&info.ready.to_string()),
+            ];
+            if !ctx.read_only {
+                row.push(weight_form(&ctx, name, Some(&info.key), info.weight));
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec!["Key", "Weight", "Ready groups"];
+    if !ctx.read_only {
+        headers.push("Set weight");
+    }
+    let empty = if after.is_some() {
+        "No more keys after these."
+    } else {
+        "No fairness key in this queue: none has ready groups or a weight set."
+    };
+    let mut body = table(&headers, &rows, empty);
+    if let Some(next) = keys.next {
+        body.push_str(&format!(
+            "<p class=\"pager\"><a href=\"{}\" id=\"more-keys\">More →</a></p>",
+            escape(&ctx.href(&format!(
+                "/queues/keys?name={}&after={}",
+                query_value(name),
+                query_value(&next)
+            )))
+        ));
+    }
+    body.push_str(
+        "<p class=\"muted\">Among the keys with ready work at a priority level, workers start \
+         each key's groups in proportion to its weight (1 unless set). A new weight applies to \
+         the groups that become ready after it; those already waiting keep their places. \
+         Ready groups are counted up to 10,000 per level (>= past that); leased, retrying and \
+         scheduled groups are not counted. (none) is the key of jobs enqueued without one.</p>",
+    );
+    if !ctx.read_only {
+        body.push_str(&format!(
+            "<section id=\"set-weight\"><h2>Set a key's weight</h2>{}</section>",
+            weight_form(&ctx, name, None, 1)
+        ));
+    }
+    body.push_str(&format!(
+        "<p class=\"pager\">{}</p>",
+        link(&ctx.href("/queues"), "← All queues")
+    ));
+    let title = format!("Fairness keys of {name}");
+    let shell = ctx.shell(&title, "/queues", &done);
     Ok(ctx.render(&shell, &body))
 }
 
