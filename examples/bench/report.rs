@@ -8,6 +8,8 @@ use std::sync::Mutex;
 pub enum Target {
     AtLeast(f64),
     AtMost(f64),
+    /// Between the two, both included.
+    Within(f64, f64),
 }
 
 impl Target {
@@ -15,6 +17,7 @@ impl Target {
         match self {
             Target::AtLeast(t) => value >= t,
             Target::AtMost(t) => value <= t,
+            Target::Within(low, high) => (low..=high).contains(&value),
         }
     }
 
@@ -22,6 +25,7 @@ impl Target {
         match self {
             Target::AtLeast(t) => format!(">={}", trim(t)),
             Target::AtMost(t) => format!("<={}", trim(t)),
+            Target::Within(low, high) => format!("{low:.3}..{high:.3}"),
         }
     }
 }
