@@ -42,11 +42,16 @@ DECLARE
     v_floor   BIGINT;
     v_top     BIGINT;
     v_head    BIGINT;
+    v_quantum BIGINT;
     v_weight  INT;
     v_tags    BIGINT[];
 BEGIN
-    -- one group (a single enqueue, a settle of one): scalar statements
-    IF cardinality(p_queues) = 1 THEN
+    -- one group (a single enqueue, a settle of one), or groups of one queue, level and key
+    -- (the common batch: jobs without a key): scalar statements, each tag a quantum after
+    -- the one before
+    IF cardinality(p_queues) = 1
+       OR (p_queues[1] = ALL (p_queues) AND p_priorities[1] = ALL (p_priorities)
+           AND p_keys[1] = ALL (p_keys)) THEN
         v_v := COALESCE(pg_sequence_last_value(
                    ('@schema@.fair_v_q' || p_queues[1])::regclass), 0);
         v_floor := COALESCE(pg_sequence_last_value(
@@ -67,8 +72,13 @@ BEGIN
         SELECT k.weight INTO v_weight
           FROM @schema@.fair_keys k
          WHERE k.queue_id = p_queues[1] AND k.key = p_keys[1];
-        RETURN ARRAY[GREATEST(v_v, v_top)
-                     + round(c_quantum / COALESCE(v_weight, 1))::bigint];
+        v_quantum := round(c_quantum / COALESCE(v_weight, 1))::bigint;
+        v_v := GREATEST(v_v, v_top);
+        IF cardinality(p_queues) = 1 THEN
+            RETURN ARRAY[v_v + v_quantum];
+        END IF;
+        RETURN ARRAY(SELECT v_v + i * v_quantum
+                       FROM generate_series(1, cardinality(p_queues)) AS i);
     END IF;
 
     -- each (queue, level)'s virtual time (see above) once, then each key's base
