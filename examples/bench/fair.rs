@@ -88,9 +88,13 @@ fn tenants(ctx: &Ctx) -> (u64, u64, u64) {
     )
 }
 
-/// One run's starts: per window, the starts of A, B and C; and C's delays in ms.
+/// One run's starts: per window, the starts of A, B and C; the starts of each while all
+/// three had work (up to B's last start: B runs out first) and how long that lasted; and
+/// C's delays in ms.
 struct Phase {
     windows: Vec<[u64; 3]>,
+    while_all: [u64; 3],
+    all_ms: f64,
     c_delays_ms: Vec<f64>,
 }
 
@@ -184,6 +188,18 @@ async fn phase(
     let width = window.as_micros() as u64;
     let mut windows = vec![[0u64; 3]; (duration.as_micros() as u64 / width) as usize];
     let mut c_delays_ms = Vec::new();
+    let b_last = starts
+        .iter()
+        .filter(|(tenant, at, _)| *tenant == 1 && *at >= start_us && *at < end_us)
+        .map(|(_, at, _)| *at)
+        .max()
+        .unwrap_or(start_us);
+    let mut while_all = [0u64; 3];
+    for (tenant, at, _) in &starts {
+        if *at >= start_us && *at <= b_last {
+            while_all[*tenant as usize] += 1;
+        }
+    }
     for (tenant, at, delay) in starts {
         if at < start_us || at >= end_us {
             continue;
@@ -202,6 +218,8 @@ async fn phase(
     reset(&ctx.pool).await?;
     Ok(Phase {
         windows,
+        while_all,
+        all_ms: (b_last - start_us) as f64 / 1000.0,
         c_delays_ms,
     })
 }
@@ -210,6 +228,7 @@ async fn phase(
 #[derive(Default)]
 struct Figures {
     shares: [Vec<f64>; 3],
+    while_all: [Vec<f64>; 3],
     c_p50: Vec<f64>,
     c_p99: Vec<f64>,
     ratio: Vec<f64>,
@@ -251,6 +270,21 @@ pub async fn run(ctx: &Ctx) -> Res<()> {
                 for (share, starts) in figures.shares.iter_mut().zip(w) {
                     share.push(*starts as f64 / total);
                 }
+            }
+            let total = flood.while_all.iter().sum::<u64>().max(1) as f64;
+            println!(
+                "# fair run {run} {}: while all three had work (the first {:.0} ms, up to B's last start): starts A={} B={} C={}; shares {:.3} / {:.3} / {:.3}",
+                mode.name(),
+                flood.all_ms,
+                flood.while_all[0],
+                flood.while_all[1],
+                flood.while_all[2],
+                flood.while_all[0] as f64 / total,
+                flood.while_all[1] as f64 / total,
+                flood.while_all[2] as f64 / total
+            );
+            for (share, starts) in figures.while_all.iter_mut().zip(flood.while_all) {
+                share.push(starts as f64 / total);
             }
             let (p50, p99) = if flood.c_delays_ms.is_empty() {
                 (f64::NAN, f64::NAN)
@@ -294,16 +328,23 @@ pub async fn run(ctx: &Ctx) -> Res<()> {
         let prefix = mode.figure();
         let extra = format!("{setup}; {}", mode.name());
         for (t, name) in NAMES.iter().enumerate() {
+            ctx.report.figure(
+                format!("{prefix}_share_{name}"),
+                "ratio",
+                &figures.shares[t],
+                None,
+                format!("{extra} (every window of every run)"),
+            );
             let target = mode.expected().map(|shares| {
                 // within ±10% of the tenant's share by weight
                 crate::report::Target::Within(shares[t] * 0.9, shares[t] * 1.1)
             });
             ctx.report.figure(
-                format!("{prefix}_share_{name}"),
+                format!("{prefix}_share_while_all_{name}"),
                 "ratio",
-                &figures.shares[t],
+                &figures.while_all[t],
                 target,
-                format!("{extra} (every window of every run)"),
+                format!("{extra} (while all three had work, each run)"),
             );
         }
         ctx.report.figure(
