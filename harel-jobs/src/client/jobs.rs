@@ -342,7 +342,7 @@ pub struct JobInfo {
     pub group: String,
     /// Its queue.
     pub queue: String,
-    /// Its fairness key (`""`: none; [`OutgoingMessage::fair_key`](crate::OutgoingMessage::fair_key)).
+    /// Its fairness key (`""`: none; [`OutgoingMessage::fair_key`](crate::transport::OutgoingMessage::fair_key)).
     pub fair_key: String,
     /// Its payload, as JSON text ([`decode`](Self::decode) for the typed job).
     pub payload: String,

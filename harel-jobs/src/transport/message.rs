@@ -152,7 +152,7 @@ impl OutgoingMessage {
     /// and a priority level, claims share the starts between the keys that have ready work
     /// in proportion to their weights (1 unless an operator set one:
     /// [`Client::set_fair_weight`](crate::Client::set_fair_weight)), however many groups
-    /// or jobs each has. At most [`MAX_FAIR_KEY_BYTES`](super::MAX_FAIR_KEY_BYTES) bytes;
+    /// or jobs each has. At most [`MAX_FAIR_KEY_BYTES`](crate::MAX_FAIR_KEY_BYTES) bytes;
     /// `""`, the default, is the key that messages without one share. A group belongs to
     /// the key of the message that created it (a later message's key is not the group's).
     pub fn fair_key(mut self, key: impl Into<String>) -> Self {
