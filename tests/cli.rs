@@ -948,3 +948,69 @@ async fn queues_are_listed_paused_and_resumed() {
     );
     fails(&mut op(), &["queues", "pause"], 2, "<NAME>");
 }
+
+/// A queue's fairness keys: weights set by an operator role, listed a page at a time with
+/// their ready groups, in a table and in JSON; a weight out of range is a usage error.
+#[tokio::test]
+async fn fairness_keys_are_listed_and_weighted() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    for (group, key) in [("a1", "tenant-a"), ("a2", "tenant-a"), ("b1", "tenant-b")] {
+        q.transport
+            .publish(
+                &q.pool,
+                &OutgoingMessage::new(group, "k", "{}").fair_key(key),
+            )
+            .await
+            .unwrap();
+    }
+    let set = ok(&mut op(), &["queues", "weight", "default", "tenant-b", "3"]).stdout;
+    assert_eq!(set, "queue default: key \"tenant-b\" has weight 3\n");
+    let set = ok(
+        &mut op(),
+        &["--json", "queues", "weight", "default", "tenant-c", "7"],
+    )
+    .json();
+    assert_eq!(set["weight"], 7);
+
+    let page = ok(
+        &mut op(),
+        &["--json", "queues", "keys", "default", "--limit", "2"],
+    )
+    .json();
+    assert_eq!(
+        page["keys"],
+        serde_json::json!([
+            {"key": "tenant-a", "weight": 1, "ready": {"value": 2, "kind": "exact"}},
+            {"key": "tenant-b", "weight": 3, "ready": {"value": 1, "kind": "exact"}},
+        ])
+    );
+    assert_eq!(page["next"], "tenant-b");
+    let rest = ok(
+        &mut op(),
+        &["--json", "queues", "keys", "default", "--after", "tenant-b"],
+    )
+    .json();
+    assert_eq!(rest["keys"][0]["key"], "tenant-c");
+    assert_eq!(rest["next"], Value::Null);
+    let table = ok(&mut op(), &["queues", "keys", "default", "--limit", "2"]).stdout;
+    assert!(table.starts_with("KEY"), "{table}");
+    assert!(
+        table.contains("tenant-a") && table.contains("more: --after tenant-b"),
+        "{table}"
+    );
+
+    fails(
+        &mut op(),
+        &["queues", "weight", "default", "x", "0"],
+        2,
+        "1..=1000",
+    );
+    fails(
+        &mut op(),
+        &["queues", "weight", "default", "x", "1001"],
+        2,
+        "1..=1000",
+    );
+}
