@@ -192,11 +192,13 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_schedule_fire",
         "harel_schedules",
         "harel_set_fair_weight",
+        "harel_set_key_limits",
         "harel_set_queue",
         "harel_settle",
         "harel_take_key",
         "harel_throughput",
         "harel_top_groups",
+        "harel_unpark",
         "harel_worker_report",
         "harel_workers",
     ]

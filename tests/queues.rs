@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
 use harel_jobs::{
-    Client, Handler, InvalidMessage, Job, JobContext, JobResult, PublishError, QueueLimits,
-    WorkerHandle, job,
+    Client, InvalidMessage, Job, JobContext, JobResult, PublishError, QueueLimits, WorkerHandle,
+    job,
 };
-use harel_jobs_suite::{SuiteSchema, database_url, pool_with};
+use harel_jobs_suite::SuiteSchema;
+use harel_jobs_suite::limits::{Hold, most_at_once, start_hold_pool};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
@@ -253,38 +254,6 @@ async fn a_flood_in_one_queue_never_takes_the_slots_of_another() {
     worker.shutdown().await.unwrap();
 }
 
-/// Runs `hold` and records nothing: its jobs are kept in the history (started, finished).
-#[derive(Serialize, Deserialize)]
-struct Hold {
-    millis: u64,
-}
-
-impl Job for Hold {
-    const KIND: &'static str = "hold";
-    const QUEUE: &'static str = "partner";
-}
-
-impl Handler<()> for Hold {
-    async fn handle(self, _ctx: JobContext<()>) -> JobResult {
-        tokio::time::sleep(Duration::from_millis(self.millis)).await;
-        Ok(())
-    }
-}
-
-async fn start_pool(q: &SuiteSchema, concurrency: usize) -> WorkerHandle {
-    // a pool of its own, as a separate process would have
-    let pool = pool_with(&database_url(), 6).await;
-    Client::with_schema(pool, q.schema.clone())
-        .worker(())
-        .register::<Hold>()
-        .queue("partner", concurrency)
-        .retain_completed(Duration::from_secs(3600))
-        .poll_interval(Duration::from_millis(50))
-        .build()
-        .unwrap()
-        .start()
-}
-
 /// Enqueues `count` jobs of `millis` each, runs them on four pools of `concurrency` 16 and
 /// returns each job's (start, finish) as the database recorded them.
 async fn run_on_four_pools(q: &SuiteSchema, count: u32, millis: u64) -> Vec<(f64, f64)> {
@@ -296,7 +265,7 @@ async fn run_on_four_pools(q: &SuiteSchema, count: u32, millis: u64) -> Vec<(f64
     batch.enqueue(&q.pool).await.unwrap();
     let mut workers = Vec::new();
     for _ in 0..4 {
-        workers.push(start_pool(q, 16).await);
+        workers.push(start_hold_pool(q, 16).await);
     }
     let began = Instant::now();
     loop {
@@ -326,22 +295,6 @@ async fn run_on_four_pools(q: &SuiteSchema, count: u32, millis: u64) -> Vec<(f64
             (secs(start), secs(end))
         })
         .collect()
-}
-
-/// The most intervals that overlap at one moment.
-fn most_at_once(intervals: &[(f64, f64)]) -> usize {
-    let mut events: Vec<(f64, i32)> = intervals
-        .iter()
-        .flat_map(|&(start, end)| [(start, 1), (end, -1)])
-        .collect();
-    // at one instant an end comes before a start (a claim starts after the settle before it)
-    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, step) in events {
-        now += step;
-        most = most.max(now);
-    }
-    most as usize
 }
 
 /// Four pools of concurrency 16 on a queue limited to 5: never more than 5 leases at once

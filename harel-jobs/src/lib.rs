@@ -207,9 +207,9 @@ pub mod __private;
 pub use client::{
     Cancel, CancelOutcome, Client, DeadLetter, DeadLetterQuery, DeadLetters, FairKeyInfo,
     FairKeyPage, GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, JobInfo, JobPage,
-    JobQuery, JobState, LevelDepth, MAX_FAIR_KEY_PAGE, QueueInfo, QueueLimits, RateLimit,
-    ScheduleInfo, SchedulePage, ScheduleQuery, StateFilter, Stats, ThroughputMinute, TopGroups,
-    WorkerInfo, WorkerList,
+    JobQuery, JobState, KeyLimits, LevelDepth, MAX_FAIR_KEY_PAGE, QueueInfo, QueueLimits,
+    RateLimit, ScheduleInfo, SchedulePage, ScheduleQuery, StateFilter, Stats, ThroughputMinute,
+    TopGroups, WorkerInfo, WorkerList,
 };
 pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;

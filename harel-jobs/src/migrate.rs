@@ -118,6 +118,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0013_fair_share.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 14,
+        name: "key_limits",
+        sql: include_str!("../sql/migrations/0014_key_limits.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied: the internal helpers first, then the
@@ -127,6 +133,11 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_fair_tags",
         folder: "internal",
         sql: include_str!("../sql/functions/internal/harel_fair_tags.sql"),
+    },
+    Function {
+        name: "harel_unpark",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_unpark.sql"),
     },
     Function {
         name: "harel_drop_empty_groups",
@@ -274,6 +285,11 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_set_fair_weight.sql"),
     },
     Function {
+        name: "harel_set_key_limits",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_set_key_limits.sql"),
+    },
+    Function {
         name: "harel_fair_keys",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_fair_keys.sql"),
@@ -286,7 +302,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 13;
+pub const SCHEMA_VERSION: i32 = 14;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

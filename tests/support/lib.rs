@@ -7,6 +7,7 @@
 pub mod capture;
 pub mod chromium;
 pub mod cluster;
+pub mod limits;
 pub mod pgbouncer;
 
 use std::time::Duration;
@@ -204,6 +205,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_depth",
     "EXECUTE ON FUNCTION @schema@.harel_set_queue",
     "EXECUTE ON FUNCTION @schema@.harel_set_fair_weight",
+    "EXECUTE ON FUNCTION @schema@.harel_set_key_limits",
     "EXECUTE ON FUNCTION @schema@.harel_fair_keys",
     "EXECUTE ON FUNCTION @schema@.harel_workers",
     "EXECUTE ON FUNCTION @schema@.harel_throughput",

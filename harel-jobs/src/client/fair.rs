@@ -1,5 +1,6 @@
 //! Fair share between fairness keys, as an operator sees it: set a key's weight
-//! ([`Client::set_fair_weight`]) and list a queue's keys ([`Client::fair_keys`]).
+//! ([`Client::set_fair_weight`]), limit each key's running jobs
+//! ([`Client::set_key_limits`]) and list a queue's keys ([`Client::fair_keys`]).
 
 use super::Client;
 use crate::error::{ClientError, DatabaseError};
@@ -17,8 +18,47 @@ pub struct FairKeyInfo {
     /// Its weight: its share of the starts against the other keys with ready work (1
     /// unless set).
     pub weight: u32,
-    /// Its ready groups (every level), counted up to 10,000 per level.
+    /// Its ready groups (every level, those waiting for room under the queue's
+    /// [`KeyLimits`] included), counted up to 10,000 per level.
     pub ready: Count,
+    /// Its running jobs (live leases). Exact in a queue with [`KeyLimits`]; otherwise
+    /// counted among the queue's first 10,000 leased or waiting groups per level, and
+    /// [`Count::AtLeast`] when that scan was cut short.
+    pub running: Count,
+}
+
+/// The limits on each fairness key's jobs in a queue, over every worker process
+/// ([`Client::set_key_limits`]).
+///
+/// ```
+/// use harel_jobs::KeyLimits;
+///
+/// // each customer: at most 5 of their jobs at a time
+/// let per_customer = KeyLimits::none().concurrency(5);
+/// assert_eq!(per_customer.concurrency_limit(), Some(5));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KeyLimits {
+    concurrency: Option<u32>,
+}
+
+impl KeyLimits {
+    /// No limit per key: fair share alone decides.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// At most `running` of each key's jobs of the queue run at once, over every worker
+    /// (1 to 1,000,000).
+    pub fn concurrency(mut self, running: u32) -> Self {
+        self.concurrency = Some(running);
+        self
+    }
+
+    /// The limit on each key's running jobs, if any.
+    pub fn concurrency_limit(&self) -> Option<u32> {
+        self.concurrency
+    }
 }
 
 /// A page of [`Client::fair_keys`], in key order.
@@ -29,6 +69,8 @@ pub struct FairKeyPage {
     pub keys: Vec<FairKeyInfo>,
     /// Where the next page starts (pass it as `after`); `None`: this was the last.
     pub next: Option<String>,
+    /// The queue's limits per key ([`Client::set_key_limits`]).
+    pub limits: KeyLimits,
 }
 
 /// The most keys one page of [`Client::fair_keys`] holds.
@@ -64,6 +106,38 @@ impl Client {
         Ok(())
     }
 
+    /// Sets the limits on each fairness key's jobs in a queue ([`KeyLimits::none`] removes
+    /// them), over every worker process. Creates the queue if nothing was published into
+    /// it yet.
+    ///
+    /// The next claim applies them. Claims of a queue with a limit per key run one at a
+    /// time (as a limited queue's do, [`Client::set_limits`]) and count each key's live
+    /// leases: a key at its limit starts nothing more until one of its jobs ends, and its
+    /// other ready groups wait, in their order, behind every group that can start (they
+    /// are not skipped over at each claim). A lower limit lets the running jobs finish; a
+    /// higher one, or none, puts the waiting groups back in line at once.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidArgument`] for an invalid queue name or a limit out of range;
+    /// [`ClientError::Database`].
+    pub async fn set_key_limits(&self, queue: &str, limits: KeyLimits) -> Result<(), ClientError> {
+        validate_queue_name(queue).map_err(|_| ClientError::InvalidArgument(QUEUE_NAME_RULE))?;
+        let concurrency = match limits.concurrency {
+            Some(n @ 1..=1_000_000) => Some(n as i32),
+            Some(_) => {
+                return Err(ClientError::InvalidArgument(
+                    "a concurrency limit per key is 1 to 1,000,000",
+                ));
+            }
+            None => None,
+        };
+        self.store()
+            .key_limits_set(self.pool(), queue, concurrency)
+            .await
+            .map_err(DatabaseError::new)?;
+        Ok(())
+    }
+
     /// A page of a queue's fairness keys in key order, after `after` (`None`: from the
     /// first): the keys that have ready groups and the keys with a weight set, with their
     /// weights and ready groups. At most `limit` keys (1 to [`MAX_FAIR_KEY_PAGE`]); one
@@ -93,21 +167,26 @@ impl Client {
 fn fair_key_page(rows: Vec<FairKeyRow>) -> FairKeyPage {
     let mut page = FairKeyPage::default();
     let mut more = false;
-    for (key, weight, ready, exact, cursor_more) in rows {
+    let count = |n: Option<i64>, exact: Option<bool>| {
+        let n = n.unwrap_or(0);
+        if exact.unwrap_or(true) {
+            Count::Exact(n)
+        } else {
+            Count::AtLeast(n)
+        }
+    };
+    for (key, weight, ready, ready_exact, running, running_exact, cursor_more, key_limit) in rows {
         match key {
-            Some(key) => {
-                let n = ready.unwrap_or(0);
-                page.keys.push(FairKeyInfo {
-                    key,
-                    weight: u32::try_from(weight.unwrap_or(1)).unwrap_or(1),
-                    ready: if exact.unwrap_or(true) {
-                        Count::Exact(n)
-                    } else {
-                        Count::AtLeast(n)
-                    },
-                });
+            Some(key) => page.keys.push(FairKeyInfo {
+                key,
+                weight: u32::try_from(weight.unwrap_or(1)).unwrap_or(1),
+                ready: count(ready, ready_exact),
+                running: count(running, running_exact),
+            }),
+            None => {
+                more = cursor_more.unwrap_or(false);
+                page.limits.concurrency = key_limit.and_then(|n| u32::try_from(n).ok());
             }
-            None => more = cursor_more.unwrap_or(false),
         }
     }
     if more {

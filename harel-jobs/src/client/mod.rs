@@ -48,7 +48,7 @@ pub(crate) mod stats;
 mod workers;
 
 pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
-pub use fair::{FairKeyInfo, FairKeyPage, MAX_FAIR_KEY_PAGE};
+pub use fair::{FairKeyInfo, FairKeyPage, KeyLimits, MAX_FAIR_KEY_PAGE};
 pub use groups::{GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, TopGroups};
 pub use jobs::{Cancel, CancelOutcome, JobInfo, JobPage, JobQuery, JobState, StateFilter};
 pub use queues::{LevelDepth, QueueInfo, QueueLimits, RateLimit};

@@ -36,6 +36,7 @@
 //! | [`queues_depth`](Store::queues_depth) | `harel_depth` |
 //! | [`queue_set`](Store::queue_set) | `harel_set_queue` |
 //! | [`fair_weight_set`](Store::fair_weight_set) | `harel_set_fair_weight` |
+//! | [`key_limits_set`](Store::key_limits_set) | `harel_set_key_limits` |
 //! | [`fair_keys_list`](Store::fair_keys_list) | `harel_fair_keys` |
 //! | [`workers_list`](Store::workers_list) | `harel_workers` |
 //! | [`worker_report`](Store::worker_report) | `harel_worker_report` |
@@ -181,6 +182,8 @@ statements! {
     QueueSet = queues::SET,
     /// [`Store::fair_weight_set`].
     FairWeightSet = queues::FAIR_WEIGHT_SET,
+    /// [`Store::key_limits_set`].
+    KeyLimitsSet = queues::KEY_LIMITS_SET,
     /// [`Store::fair_keys_list`].
     FairKeysList = queues::FAIR_KEYS_LIST,
     /// [`Store::workers_list`].

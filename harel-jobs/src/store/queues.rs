@@ -24,17 +24,24 @@ pub(super) const SET: &str =
 
 pub(super) const FAIR_WEIGHT_SET: &str = "SELECT @schema@.harel_set_fair_weight($1, $2, $3)";
 
-pub(super) const FAIR_KEYS_LIST: &str =
-    "SELECT key, weight, ready, ready_exact, more FROM @schema@.harel_fair_keys($1, $2, $3)";
+pub(super) const KEY_LIMITS_SET: &str = "SELECT @schema@.harel_set_key_limits($1, $2)";
 
-/// A row of `harel_fair_keys`: key, weight, ready groups, whether that count is exact; or
-/// the cursor row (key NULL) with whether more keys follow.
+pub(super) const FAIR_KEYS_LIST: &str =
+    "SELECT key, weight, ready, ready_exact, running, running_exact, more, key_limit
+       FROM @schema@.harel_fair_keys($1, $2, $3)";
+
+/// A row of `harel_fair_keys`: key, weight, ready groups, whether that count is exact,
+/// running jobs, whether that count is exact; or the cursor row (key NULL) with whether
+/// more keys follow and the queue's limit per key.
 pub(crate) type FairKeyRow = (
     Option<String>,
     Option<i32>,
     Option<i64>,
     Option<bool>,
+    Option<i64>,
     Option<bool>,
+    Option<bool>,
+    Option<i32>,
 );
 
 /// A row of `harel_queues` (and of `harel_set_queue`, its counts NULL): name, paused at,
@@ -127,6 +134,23 @@ impl Store {
             .bind(queue)
             .bind(key)
             .bind(weight)
+            .persistent(self.persistent())
+            .execute(executor)
+            .await
+            .map(drop)
+    }
+
+    /// `harel_set_key_limits`: sets or removes the limit on each fairness key's running
+    /// jobs in a queue.
+    pub(crate) async fn key_limits_set<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        queue: &str,
+        concurrency: Option<i32>,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(self.sql(Statement::KeyLimitsSet))
+            .bind(queue)
+            .bind(concurrency)
             .persistent(self.persistent())
             .execute(executor)
             .await

@@ -26,11 +26,15 @@
 --   queue whose lock is not granted within p_wait_ms (the server gives up before the
 --   worker, so a claim the worker abandoned never leases afterwards). A limited queue gives
 --   at most its concurrency limit less its live leases, and at most the starts its rate
---   allows now (GCRA: a burst of up to the limit after a quiet period). A head not due, or
---   whose cancel was asked for, is not leased.
+--   allows now (GCRA: a burst of up to the limit after a quiet period). A key-limited queue
+--   gives each fairness key at most its limit less its live leases; the key's other due
+--   candidates are parked: kept in the ready domain in their order, their tags raised into
+--   the band above 2^62, behind everything that can start (harel_unpark gives them back as
+--   the key's leases end; a claim that reaches the band leases those whose key has room).
+--   A head not due, or whose cancel was asked for, is not leased.
 -- Locks: FOR NO KEY UPDATE SKIP LOCKED on the candidate group rows: it never waits for
 --   them, concurrent claims lease different groups, and a publisher's KEY SHARE does not
---   conflict. A limited queue's row in `queues`, FOR NO KEY UPDATE, waited for at most
+--   conflict. A limited or key-limited queue's row in `queues`, FOR NO KEY UPDATE, waited for at most
 --   p_wait_ms (lock_timeout, restored at the function's end): that queue's claims run one
 --   at a time, each seeing the leases of the one before; other queues never take it.
 -- Indexes: transport_groups_timed (queue_id, priority, available_at) WHERE fair_tag IS
@@ -41,14 +45,15 @@
 --   with the dead entries an old snapshot keeps below the floors); harel_fair_tags' probes
 --   for the groups it promotes. transport_groups' key for the
 --   candidates (written by TID); transport_messages' key (group_id, seq) for a group's
---   first message; transport_groups_limited for a limited queue's live leases (unlimited
---   queues write no entry in it). Runs with enable_seqscan = off: on a small table the
+--   first message; transport_groups_limited for a limited queue's live leases,
+--   transport_groups_limited_by_key for a key-limited queue's per candidate key (unlimited
+--   queues write no entry in either). Runs with enable_seqscan = off: on a small table the
 --   planner would compare every row with the whole candidate array.
 -- Errors: 22023 for arguments out of range.
 --
 -- Steps:
 --   1. Check the arguments; read the queue by name (none, or paused: return).
---   2. A limited queue: lock its row (not granted within p_wait_ms: return); count its live
+--   2. A limited or key-limited queue: lock its row (not granted within p_wait_ms: return); count its live
 --      leases; start the leases after the lock and the count (clock_timestamp()); read the
 --      rate's theoretical arrival time from queue_rate_q<N>, brought back to one period
 --      ahead if it is further (a state of an earlier limit: a changed limit applies from
@@ -75,15 +80,17 @@
 --      if lower (one probe per level), and mark the current one. A tag is drawn after its
 --      transaction read the virtual time, so only a transaction that ran 250 ms or more
 --      falls below (its NOTIFY hint or harel_maintain's sweep brings it back).
---   9. A new statement, whose snapshot sees every commit before the locks: read each
+--   9. A key-limited queue: each candidate key's room (its limit less its live leases).
+--      A new statement, whose snapshot sees every commit before the locks: read each
 --      candidate's head (its inline message, else its first message) and update the row by
---      TID: a due head is leased (token, lease end, head, attempt, start, limited_queue,
+--      TID: a due head whose key has room is leased, one whose key has none is parked (token, lease end, head, attempt, start, limited_queue,
 --      out of the ready domain); a group whose head is not due sleeps until it is (timed);
 --      empty groups and lapsed leases whose cancel was asked for are set aside. The
 --      queue's greatest tag started goes up to the greatest this claim started (setval).
 --  10. Return the leased heads; end the cancelled ones (harel_end_cancelled); drop or free
 --      the empty groups (harel_drop_empty_groups). Another round while short of p_limit
---      and this one met an empty group, a head not due or a cancelled lease (at most 8).
+--      and this one met an empty group, a head not due, a cancelled lease or parked a group
+--      (at most 8).
 --  11. A rate-limited queue: its theoretical arrival time advanced by the starts made
 --      (setval: outside MVCC and the transaction).
 CREATE OR REPLACE FUNCTION @schema@.harel_claim(
@@ -147,6 +154,10 @@ DECLARE
     v_paused     BOOLEAN;
     v_limit      INT;
     v_rate       INT;
+    v_key_limit  INT;
+    v_room_keys  TEXT[];
+    v_room       BIGINT[];
+    v_parked     BIGINT;
     v_period_us  DOUBLE PRECISION;
     v_running    BIGINT;
     v_now_us     BIGINT := (extract(epoch FROM statement_timestamp()) * 1000000)::bigint;
@@ -173,6 +184,9 @@ DECLARE
     v_promote    INT;
     -- a tag's position in a NOTIFY (see harel_notify)
     c_hint_base  CONSTANT BIGINT := 4611686018427387904;
+    -- the parked band: a group whose key has no room is parked in the ready domain with its
+    -- tag plus this (2^62: above every start tag), behind every group that can start
+    c_parked     CONSTANT BIGINT := 4611686018427387904;
     -- the least time between two raises of the ready floors (see above)
     c_fair_step_us CONSTANT BIGINT := 250000::bigint;
 BEGIN
@@ -183,14 +197,14 @@ BEGIN
     END IF;
 
     SELECT q.id, q.paused_at IS NOT NULL, q.concurrency_limit, q.rate_limit,
-           (q.rate_period_ms * 1000)::double precision
-      INTO v_queue, v_paused, v_limit, v_rate, v_period_us
+           (q.rate_period_ms * 1000)::double precision, q.key_concurrency_limit
+      INTO v_queue, v_paused, v_limit, v_rate, v_period_us, v_key_limit
       FROM @schema@.queues q
      WHERE q.name = p_queue;
     IF NOT FOUND OR v_paused THEN
         RETURN;
     END IF;
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL THEN
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_key_limit IS NOT NULL THEN
         -- one claim of this queue at a time, so that each sees the leases of the last (a
         -- lock only the queue's owner can take, waited for no longer than the caller waits)
         IF p_wait_ms IS NOT NULL THEN
@@ -409,6 +423,20 @@ BEGIN
         END IF;
         EXIT WHEN v_candidates IS NULL;
 
+        -- A key-limited queue: each candidate key's room, its limit less its live leases
+        -- (those of earlier rounds included), counted after the queue's lock.
+        IF v_key_limit IS NOT NULL THEN
+            SELECT array_agg(k.fair_key),
+                   array_agg(v_key_limit
+                             - (SELECT count(*) FROM @schema@.transport_groups l
+                                 WHERE l.limited_queue = v_queue AND l.fair_key = k.fair_key
+                                   AND l.available_at > v_now AND l.locked_by IS NOT NULL))
+              INTO v_room_keys, v_room
+              FROM (SELECT DISTINCT g.fair_key
+                      FROM @schema@.transport_groups g
+                     WHERE g.group_id = ANY (v_candidates)) AS k;
+        END IF;
+
         -- A new statement, whose snapshot sees every commit made before our locks were
         -- granted: read each candidate's head and settle every candidate. A due head is
         -- leased; an empty group is kept aside for the drop below; a group whose head is not
@@ -417,14 +445,14 @@ BEGIN
             SELECT g.group_id, g.head_seq, g.head_attempts, g.priority, g.inline_seq,
                    g.inline_kind, g.inline_payload, g.inline_enqueued_at, g.inline_not_before,
                    g.inline_trace_context, g.cancel_requested_at IS NOT NULL AS cancel_requested,
-                   g.fair_tag, k.ord, g.ctid AS row_ctid
+                   g.fair_tag, g.fair_key, k.ord, g.ctid AS row_ctid
               FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
               JOIN @schema@.transport_groups g ON g.group_id = k.group_id
              WHERE g.group_id = ANY (v_candidates) -- by key (see harel_settle's fence)
         ), head AS (
             -- the group's inline message (the one that created it) while it has one, else
             -- its first message in transport_messages
-            SELECT c.group_id, c.ord, c.row_ctid, c.cancel_requested, c.fair_tag,
+            SELECT c.group_id, c.ord, c.row_ctid, c.cancel_requested, c.fair_tag, c.fair_key,
                    COALESCE(c.inline_seq, m.seq) AS seq,
                    COALESCE(c.inline_kind, m.kind) AS kind,
                    COALESCE(c.inline_payload, m.payload) AS payload,
@@ -451,39 +479,56 @@ BEGIN
                      WHERE c.inline_seq IS NULL AND m.group_id = c.group_id
                      ORDER BY m.seq
                      LIMIT 1) AS m ON true
+        ), ranked AS (
+            -- a due head is taken while its key has room (in claim order), parked otherwise
+            SELECT h.*,
+                   h.due AND (v_key_limit IS NULL
+                              OR row_number() OVER (PARTITION BY h.fair_key, h.due
+                                                    ORDER BY h.ord)
+                                 <= COALESCE(v_room[array_position(v_room_keys, h.fair_key)],
+                                             0)) AS take
+              FROM head h
         ), settled AS (
             UPDATE @schema@.transport_groups g
-               SET locked_by     = CASE WHEN h.due THEN p_token END,
-                   available_at  = CASE WHEN h.due THEN v_expiry ELSE h.not_before END,
-                   head_seq      = CASE WHEN h.due THEN h.seq ELSE g.head_seq END,
-                   head_attempts = CASE WHEN h.due THEN h.attempt ELSE g.head_attempts END,
-                   head_started_at = CASE WHEN h.due THEN v_now ELSE g.head_started_at END,
-                   -- leased, or asleep until its head is due: timed either way
-                   fair_tag      = NULL,
-                   limited_queue = CASE WHEN NOT h.due THEN g.limited_queue
-                                        WHEN v_limit IS NOT NULL THEN v_queue END
-              FROM head h
+               SET locked_by     = CASE WHEN h.take THEN p_token END,
+                   available_at  = CASE WHEN h.take THEN v_expiry
+                                        WHEN h.due THEN g.available_at
+                                        ELSE h.not_before END,
+                   head_seq      = CASE WHEN h.take THEN h.seq ELSE g.head_seq END,
+                   head_attempts = CASE WHEN h.take THEN h.attempt ELSE g.head_attempts END,
+                   head_started_at = CASE WHEN h.take THEN v_now ELSE g.head_started_at END,
+                   -- leased, or asleep until its head is due: timed either way; parked: in
+                   -- the band, in its order
+                   fair_tag      = CASE WHEN h.take OR NOT h.due THEN NULL
+                                        ELSE h.fair_tag % c_parked + c_parked END,
+                   limited_queue = CASE WHEN NOT h.take THEN g.limited_queue
+                                        WHEN v_limit IS NOT NULL OR v_key_limit IS NOT NULL
+                                        THEN v_queue END
+              FROM ranked h
              -- by the row version the candidate read found (locked by us since the first
              -- statement, so it is still the current one): a TID lookup per row, which no
              -- statistics can turn into a walk of the table or a rescan of the batch
              WHERE g.ctid = h.row_ctid
                AND h.seq IS NOT NULL AND NOT h.cancel_requested
+               -- (one parked already: no write)
+               AND (h.take OR NOT h.due OR h.fair_tag < c_parked)
         )
-        SELECT array_agg(h.group_id      ORDER BY h.ord) FILTER (WHERE h.due),
-               array_agg(h.seq           ORDER BY h.ord) FILTER (WHERE h.due),
-               array_agg(h.kind          ORDER BY h.ord) FILTER (WHERE h.due),
-               array_agg(h.payload::text ORDER BY h.ord) FILTER (WHERE h.due),
-               array_agg(h.attempt       ORDER BY h.ord) FILTER (WHERE h.due),
-               array_agg(h.priority      ORDER BY h.ord) FILTER (WHERE h.due),
-               array_agg(h.enqueued_at   ORDER BY h.ord) FILTER (WHERE h.due),
-               array_agg(h.trace_context ORDER BY h.ord) FILTER (WHERE h.due),
+        SELECT array_agg(h.group_id      ORDER BY h.ord) FILTER (WHERE h.take),
+               array_agg(h.seq           ORDER BY h.ord) FILTER (WHERE h.take),
+               array_agg(h.kind          ORDER BY h.ord) FILTER (WHERE h.take),
+               array_agg(h.payload::text ORDER BY h.ord) FILTER (WHERE h.take),
+               array_agg(h.attempt       ORDER BY h.ord) FILTER (WHERE h.take),
+               array_agg(h.priority      ORDER BY h.ord) FILTER (WHERE h.take),
+               array_agg(h.enqueued_at   ORDER BY h.ord) FILTER (WHERE h.take),
+               array_agg(h.trace_context ORDER BY h.ord) FILTER (WHERE h.take),
                array_agg(h.group_id)                     FILTER (WHERE h.seq IS NULL),
                array_agg(h.group_id) FILTER (WHERE h.seq IS NOT NULL AND h.cancel_requested),
                count(*) FILTER (WHERE h.seq IS NOT NULL AND NOT h.due AND NOT h.cancel_requested),
-               max(h.fair_tag) FILTER (WHERE h.due)
+               max(h.fair_tag % c_parked) FILTER (WHERE h.take),
+               count(*) FILTER (WHERE h.due AND NOT h.take AND h.fair_tag < c_parked)
           INTO v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority, v_enqueued,
-               v_traces, v_empty, v_cancelled, v_not_due, v_started_top
-          FROM head h;
+               v_traces, v_empty, v_cancelled, v_not_due, v_started_top, v_parked
+          FROM ranked h;
 
         -- the queue's greatest tag started (outside MVCC; two claims racing may leave the
         -- lesser of their tops: a bounded step back)
@@ -507,7 +552,9 @@ BEGIN
         END IF;
 
         -- Done when full, or when nothing odd was met (the queue has no more due groups).
-        EXIT WHEN v_need = 0 OR (v_empty IS NULL AND v_not_due = 0 AND v_cancelled IS NULL)
+        EXIT WHEN v_need = 0
+                  OR (v_empty IS NULL AND v_not_due = 0 AND v_cancelled IS NULL
+                      AND v_parked = 0)
                   OR v_rounds >= 8;
 
         -- Empty groups: a drain raced a publish, or a stale row. Drop or free them; one whose

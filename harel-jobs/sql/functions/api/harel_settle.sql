@@ -62,6 +62,8 @@
 --      their next message is due (harel_fair_tags), else timed until it is; the drained
 --      ones to harel_drop_empty_groups.
 --   9. The cancelled heads ended (harel_end_cancelled).
+--      The leases ended in limited queues: their keys' parked groups given back, one per
+--      lease (harel_unpark; nothing for queues without a key limit).
 --  10. What applied recorded under p_receipt; the outcomes returned.
 CREATE OR REPLACE FUNCTION @schema@.harel_settle(
     p_groups   TEXT[],
@@ -118,6 +120,11 @@ DECLARE
     v_fast_groups  TEXT[];
     v_fast_ords    BIGINT[];
     v_fast_done    BIGINT[];
+    -- the queues and keys of the leases ended in limited queues (harel_unpark)
+    v_ended_queues SMALLINT[];
+    v_ended_keys   TEXT[];
+    v_more_queues  SMALLINT[];
+    v_more_keys    TEXT[];
 BEGIN
     IF COALESCE(cardinality(p_groups), 0) <> v_count
        OR COALESCE(cardinality(p_tokens), 0) <> v_count
@@ -195,9 +202,12 @@ BEGIN
                -- a subquery per group, not NOT EXISTS (see harel_drop_empty_groups)
                AND (SELECT m.seq FROM @schema@.transport_messages m
                      WHERE m.group_id = g.group_id LIMIT 1) IS NULL
-            RETURNING g.group_id
+            RETURNING g.group_id, g.queue_id, g.fair_key, g.limited_queue
         )
-        SELECT array_agg(f.ord) INTO v_fast_done
+        SELECT array_agg(f.ord),
+               array_agg(gone.queue_id) FILTER (WHERE gone.limited_queue IS NOT NULL),
+               array_agg(gone.fair_key) FILTER (WHERE gone.limited_queue IS NOT NULL)
+          INTO v_fast_done, v_ended_queues, v_ended_keys
           FROM gone
           JOIN unnest(v_fast_groups, v_fast_ords) AS f(group_id, ord)
             ON f.group_id = gone.group_id;
@@ -220,9 +230,11 @@ BEGIN
            array_agg(f.delay_ms), array_agg(f.counted), array_agg(f.attempts),
            array_agg(left(f.error, 16384)), array_agg(f.inline), array_agg(f.started),
            array_agg(f.unique_key), array_agg(f.unique_key) FILTER (WHERE f.unique_key IS NOT NULL),
-           array_agg(f.group_id) FILTER (WHERE f.action = 'cancel')
+           array_agg(f.group_id) FILTER (WHERE f.action = 'cancel'),
+           array_agg(f.queue_id) FILTER (WHERE f.limited),
+           array_agg(f.fair_key) FILTER (WHERE f.limited)
       INTO v_ords, v_groups, v_seqs, v_actions, v_delays, v_counted, v_attempts, v_errors,
-           v_inline, v_started, v_keys, v_keys_held, v_cancels
+           v_inline, v_started, v_keys, v_keys_held, v_cancels, v_more_queues, v_more_keys
       FROM (SELECT x.ord, g.group_id, x.seq,
                    CASE WHEN g.cancel_requested_at IS NOT NULL THEN 'cancel'
                         ELSE x.action END AS action,
@@ -231,7 +243,8 @@ BEGIN
                    g.inline_seq IS NOT DISTINCT FROM x.seq AS inline,
                    g.head_started_at AS started,
                    CASE WHEN g.inline_seq IS NOT DISTINCT FROM x.seq
-                        THEN g.inline_unique_key END AS unique_key
+                        THEN g.inline_unique_key END AS unique_key,
+                   g.queue_id, g.fair_key, g.limited_queue IS NOT NULL AS limited
               FROM unnest(p_groups, p_seqs, p_tokens, p_actions, p_delay_ms, p_counted,
                           p_errors, p_attempts)
                    WITH ORDINALITY AS x(group_id, seq, token, action, delay_ms, counted, error,
@@ -439,6 +452,12 @@ BEGIN
         IF v_cancels IS NOT NULL THEN
             PERFORM @schema@.harel_end_cancelled(v_cancels);
         END IF;
+    END IF;
+
+    -- a key-limited queue's keys get parked groups back, one per lease ended
+    IF v_ended_queues IS NOT NULL OR v_more_queues IS NOT NULL THEN
+        PERFORM @schema@.harel_unpark(v_ended_queues || v_more_queues,
+                                      v_ended_keys || v_more_keys);
     END IF;
 
     SELECT array_agg(a.ord IS NOT NULL ORDER BY x.ord) INTO v_applied

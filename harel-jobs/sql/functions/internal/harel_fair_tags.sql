@@ -3,7 +3,7 @@
 -- or, when the queue has a greater tag started (fair_v_q<queue>) is lower, that one (a
 -- level starved by a higher one keeps its own, so that its newcomers do not queue behind
 -- its backlog); with nothing ready at the level, the queue's greatest tag started. F is the
--- key's greatest ready tag at the level, rank the group's place among the call's groups of
+-- key's greatest ready tag at the level (parked ones, in the band above 2^62, excluded), rank the group's place among the call's groups of
 -- the same queue, level and key (in array order), and the quantum 100,000 / the key's
 -- weight. So the lowest tags interleave the keys that have ready work in proportion to
 -- their weights, however many groups each has. Internal: called by harel_publish,
@@ -38,6 +38,8 @@ AS $$
 DECLARE
     -- a weight-1 key's step; weights of 1 to 1,000 give steps of 100,000 to 100
     c_quantum CONSTANT DOUBLE PRECISION := 100000::double precision;
+    -- the parked band (harel_claim): a parked group's tag is not its key's place in line
+    c_parked  CONSTANT BIGINT := 4611686018427387904;
     v_v       BIGINT;
     v_floor   BIGINT;
     v_top     BIGINT;
@@ -66,7 +68,7 @@ BEGIN
         SELECT g.fair_tag INTO v_top
           FROM @schema@.transport_groups g
          WHERE g.queue_id = p_queues[1] AND g.priority = p_priorities[1]
-           AND g.fair_key = p_keys[1] AND g.fair_tag > v_v
+           AND g.fair_key = p_keys[1] AND g.fair_tag > v_v AND g.fair_tag < c_parked
          ORDER BY g.fair_tag DESC
          LIMIT 1;
         SELECT k.weight INTO v_weight
@@ -104,6 +106,7 @@ BEGIN
                                 FROM @schema@.transport_groups g
                                WHERE g.queue_id = d.queue_id AND g.priority = d.priority
                                  AND g.fair_key = d.fair_key AND g.fair_tag > v.v
+                                 AND g.fair_tag < c_parked
                                ORDER BY g.fair_tag DESC
                                LIMIT 1)) AS base,
                round(c_quantum / COALESCE((SELECT k.weight FROM @schema@.fair_keys k

@@ -1,0 +1,92 @@
+-- harel_set_key_limits: sets or removes the limit on each fairness key's running jobs in a
+-- named queue, creating the queue if nothing was published into it yet. An operator's
+-- entry point.
+--
+-- Takes:
+--   p_queue              the queue's name (harel_ensure_queue's rule)
+--   p_concurrency_limit  at most this many of one key's jobs of the queue leased at once
+--                        over every worker, 1 to 1,000,000 (NULL: none)
+-- Returns: the limit now set.
+-- Fence: none beyond the check. The next claim applies it: a lower limit lets the running
+--   jobs finish and starts no more of a key until it is under the limit; a higher one, or
+--   none, gives every parked group back to the ready domain here, in its order.
+-- Locks: the queue's row (an UPDATE: it waits for a key-limited claim holding it, briefly);
+--   the queue's parked groups, FOR NO KEY UPDATE (waits for a claim deciding about one);
+--   harel_ensure_queue's when it creates the queue.
+-- Indexes: queues' key; transport_groups_ready from the parked band, per level.
+-- Errors: 22023 for a limit out of range; harel_ensure_queue's.
+--
+-- Steps:
+--   1. Check the limit; the queue's id (harel_ensure_queue); update its row.
+--   2. No limit now, or a higher one: the queue's parked groups re-tagged
+--      (harel_fair_tags), in their order.
+--   3. Wake listening workers when the transaction commits (harel_notify).
+CREATE OR REPLACE FUNCTION "harel".harel_set_key_limits(
+    p_queue             TEXT,
+    p_concurrency_limit INT
+) RETURNS INT
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- the parked band (harel_claim)
+    c_parked CONSTANT BIGINT := 4611686018427387904;
+    v_queue  SMALLINT;
+    v_before INT;
+    v_groups TEXT[];
+    v_ctids  TID[];
+    v_levels SMALLINT[];
+    v_keys   TEXT[];
+    v_tags   BIGINT[];
+BEGIN
+    IF p_concurrency_limit NOT BETWEEN 1 AND 1000000 THEN
+        RAISE EXCEPTION 'harel_set_key_limits: a key''s concurrency limit is 1 to 1000000'
+            USING ERRCODE = '22023';
+    END IF;
+    v_queue := "harel".harel_ensure_queue(p_queue);
+    SELECT q.key_concurrency_limit INTO v_before
+      FROM "harel".queues q WHERE q.id = v_queue FOR NO KEY UPDATE;
+    UPDATE "harel".queues q SET key_concurrency_limit = p_concurrency_limit
+     WHERE q.id = v_queue;
+
+    IF v_before IS NOT NULL
+       AND (p_concurrency_limit IS NULL OR p_concurrency_limit > v_before) THEN
+        -- lock them (this statement only locks, as harel_claim's first), then read the ones
+        -- still parked in a new statement
+        SELECT array_agg(p.group_id ORDER BY l.level DESC, p.fair_tag)
+          INTO v_groups
+          FROM generate_series(0, 4) AS l(level)
+         CROSS JOIN LATERAL (
+                SELECT g.group_id, g.fair_tag
+                  FROM "harel".transport_groups g
+                 WHERE g.queue_id = v_queue AND g.priority = l.level
+                   AND g.fair_tag >= c_parked
+                   FOR NO KEY UPDATE) AS p;
+        SELECT array_agg(t.row_ctid ORDER BY t.ord), array_agg(t.priority ORDER BY t.ord),
+               array_agg(t.fair_key ORDER BY t.ord)
+          INTO v_ctids, v_levels, v_keys
+          FROM unnest(v_groups) WITH ORDINALITY AS k(group_id, ord)
+         CROSS JOIN LATERAL (SELECT k.ord, g.ctid AS row_ctid, g.priority, g.fair_key
+                               FROM "harel".transport_groups g
+                              WHERE g.group_id = k.group_id AND g.fair_tag >= c_parked
+                             OFFSET 0) AS t;
+        IF v_ctids IS NOT NULL THEN
+            v_tags := "harel".harel_fair_tags(
+                array_fill(v_queue, ARRAY[cardinality(v_ctids)]), v_levels, v_keys);
+            UPDATE "harel".transport_groups g
+               SET fair_tag = x.tag
+              FROM unnest(v_ctids, v_tags) AS x(row_ctid, tag)
+             WHERE g.ctid = x.row_ctid;
+        END IF;
+    END IF;
+    PERFORM "harel".harel_notify(NULL);
+    RETURN p_concurrency_limit;
+END
+$$;
+
+REVOKE ALL ON FUNCTION "harel".harel_set_key_limits(TEXT, INT) FROM PUBLIC;
