@@ -982,11 +982,14 @@ async fn fairness_keys_are_listed_and_weighted() {
     assert_eq!(
         page["keys"],
         serde_json::json!([
-            {"key": "tenant-a", "weight": 1, "ready": {"value": 2, "kind": "exact"}},
-            {"key": "tenant-b", "weight": 3, "ready": {"value": 1, "kind": "exact"}},
+            {"key": "tenant-a", "weight": 1, "ready": {"value": 2, "kind": "exact"},
+             "running": {"value": 0, "kind": "exact"}},
+            {"key": "tenant-b", "weight": 3, "ready": {"value": 1, "kind": "exact"},
+             "running": {"value": 0, "kind": "exact"}},
         ])
     );
     assert_eq!(page["next"], "tenant-b");
+    assert_eq!(page["key_concurrency_limit"], Value::Null);
     let rest = ok(
         &mut op(),
         &["--json", "queues", "keys", "default", "--after", "tenant-b"],
@@ -999,6 +1002,35 @@ async fn fairness_keys_are_listed_and_weighted() {
     assert!(
         table.contains("tenant-a") && table.contains("more: --after tenant-b"),
         "{table}"
+    );
+
+    // a limit per key, set and removed by the operator role, shown with the keys
+    let set = ok(&mut op(), &["queues", "key-limit", "default", "2"]).stdout;
+    assert_eq!(set, "queue default: at most 2 running per key\n");
+    let page = ok(&mut op(), &["--json", "queues", "keys", "default"]).json();
+    assert_eq!(page["key_concurrency_limit"], 2);
+    let table = ok(&mut op(), &["queues", "keys", "default"]).stdout;
+    assert!(
+        table.starts_with("at most 2 running per key\nKEY"),
+        "{table}"
+    );
+    let set = ok(
+        &mut op(),
+        &["--json", "queues", "key-limit", "default", "--none"],
+    )
+    .json();
+    assert_eq!(set["key_concurrency_limit"], Value::Null);
+    fails(
+        &mut op(),
+        &["queues", "key-limit", "default"],
+        2,
+        "<RUNNING>",
+    );
+    fails(
+        &mut op(),
+        &["queues", "key-limit", "default", "0"],
+        2,
+        "1..=1000000",
     );
 
     fails(

@@ -695,11 +695,60 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         "{response}"
     );
 
+    // the limit per key, set from the page and shown above the keys; bad input is refused
+    client
+        .goto(&format!("{base}/queues/keys?name=default"))
+        .await
+        .unwrap();
+    assert_eq!(text(&client, "#key-limit").await, "No limit per key.");
+    let input = client.find(Locator::Id("key-limit-running")).await.unwrap();
+    input.clear().await.unwrap();
+    input.send_keys("3").await.unwrap();
+    click(&client, Locator::Id("set-key-limit-button")).await;
+    wait_for_url(&client, "done=key_limit_set").await;
+    assert_eq!(
+        text(&client, "#key-limit").await,
+        "Each key: at most 3 running at once."
+    );
+    let limits = |page: harel_jobs::FairKeyPage| page.limits.concurrency_limit();
+    assert_eq!(
+        limits(owner.fair_keys("default", None, 10).await.unwrap()),
+        Some(3)
+    );
+    let (_, page) = get_as(address, "/queues/keys?name=default", &address.to_string()).await;
+    let csrf = csrf_of(&page);
+    for body in [
+        format!("csrf={csrf}&name=default&running=0"),
+        format!("csrf={csrf}&name=default&running=1000001"),
+        format!("csrf={csrf}&name=default&running=abc"),
+        format!("csrf={csrf}&running=2"),
+    ] {
+        let (status, response) = post(address, "/queues/key-limit", &body).await;
+        assert_eq!(status, 400, "{body}: {response}");
+    }
+    let (status, _) = post(address, "/queues/key-limit", "name=default&running=").await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        limits(owner.fair_keys("default", None, 10).await.unwrap()),
+        Some(3)
+    );
+    let (status, _) = post(
+        address,
+        "/queues/key-limit",
+        &format!("csrf={csrf}&name=default&running="),
+    )
+    .await;
+    assert_eq!(status, 303);
+    assert_eq!(
+        limits(owner.fair_keys("default", None, 10).await.unwrap()),
+        None
+    );
+
     // what Chromium sent with each form POST: its Origin, always (the dashboard's
     // `Referrer-Policy: same-origin` keeps it from being `null`)
     let sent = sent.lock().unwrap().clone();
     let by_browser: Vec<_> = sent.iter().filter(|[_, site, _]| site.is_some()).collect();
-    assert_eq!(by_browser.len(), 8, "{sent:?}");
+    assert_eq!(by_browser.len(), 9, "{sent:?}");
     for [origin, site, referer] in by_browser {
         assert_eq!(origin.as_deref(), Some(base.as_str()), "{sent:?}");
         assert_eq!(site.as_deref(), Some("same-origin"), "{sent:?}");
@@ -806,11 +855,16 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
     let (status, body) = post(address, "/queues/weight", "name=default&key=k000&weight=9").await;
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("read-only"), "{body}");
+    let (status, body) = post(address, "/queues/key-limit", "name=default&running=1").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("read-only"), "{body}");
+    assert!(!keys.contains("key-limit-running"), "{keys}");
     let first = owner.fair_keys("default", None, 1).await.unwrap();
     assert_eq!(
         (first.keys[0].key.as_str(), first.keys[0].weight),
         ("k000", 2)
     );
+    assert_eq!(first.limits.concurrency_limit(), None);
     operator.close().await;
 }
 
@@ -915,6 +969,7 @@ async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() 
     let csrf = csrf_of(&page);
     let pause = format!("csrf={csrf}&name=default");
     let weigh = format!("csrf={csrf}&name=default&key=evil&weight=9");
+    let limit = format!("csrf={csrf}&name=default&running=1");
 
     // posting with the token (as if the page had it): every foreign origin is refused
     let origin = |url: &str| format!("Origin: {url}\r\n");
@@ -959,6 +1014,19 @@ async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() 
         assert!(
             fair_key(&owner, "evil").await.is_none(),
             "{headers:?} set a weight"
+        );
+        let (status, response) =
+            post_with(address, "/queues/key-limit", host, headers, &limit).await;
+        assert_eq!(status, *expected, "Host {host}, {headers:?}: {response}");
+        assert_eq!(
+            owner
+                .fair_keys("default", None, 1)
+                .await
+                .unwrap()
+                .limits
+                .concurrency_limit(),
+            None,
+            "{headers:?} set a limit per key"
         );
     }
     let (_, response) = post_with(address, "/queues/pause", &ours, "", &pause).await;

@@ -401,7 +401,8 @@ pub(crate) enum QueuesCommand {
         name: String,
     },
     /// A queue's fairness keys in key order: the keys with ready groups and the keys with a
-    /// weight set, each with its weight and ready groups.
+    /// weight set, each with its weight, ready groups and running jobs, and the queue's
+    /// limit per key.
     #[command(after_help = "\
 Examples:
   harel-jobs queues keys default
@@ -427,6 +428,24 @@ Examples:
         /// The weight, 1 to 1000.
         #[arg(value_parser = clap::value_parser!(u32).range(1..=1000))]
         weight: u32,
+    },
+    /// Limit each fairness key's running jobs in a queue, over every worker (or remove the
+    /// limit with --none). A key at its limit starts nothing more until one of its jobs
+    /// ends.
+    #[command(after_help = "\
+Examples:
+  harel-jobs queues key-limit default 5
+  harel-jobs queues key-limit default --none")]
+    KeyLimit {
+        /// The queue's name.
+        name: String,
+        /// At most this many running jobs per key (1 to 1000000).
+        #[arg(required_unless_present = "none", conflicts_with = "none",
+              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        running: Option<u32>,
+        /// Remove the limit.
+        #[arg(long)]
+        none: bool,
     },
 }
 

@@ -19,7 +19,7 @@ use super::output::{
 };
 use crate::client::{CancelOutcome, Client, JobQuery, ScheduleQuery, StateFilter};
 use crate::client::{DeadLetter, DeadLetterQuery};
-use crate::client::{GroupQuery, GroupRank};
+use crate::client::{GroupQuery, GroupRank, KeyLimits};
 use crate::connect::{ConnectConfig, connect_with};
 use crate::migrate::{SCHEMA_VERSION, check_schema};
 use crate::schema::Schema;
@@ -194,6 +194,20 @@ async fn dispatch(command: Command, client: &Client, out: &Printer) -> Result<()
             out.emit(
                 &json!({ "queue": name, "key": key, "weight": weight }),
                 || format!("queue {name}: key {key:?} has weight {weight}\n"),
+            )
+        }
+        Command::Queues(QueuesCommand::KeyLimit { name, running, .. }) => {
+            let limits = match running {
+                Some(n) => KeyLimits::none().concurrency(n),
+                None => KeyLimits::none(),
+            };
+            client.set_key_limits(&name, limits).await?;
+            out.emit(
+                &json!({ "queue": name, "key_concurrency_limit": running }),
+                || match running {
+                    Some(n) => format!("queue {name}: at most {n} running per key\n"),
+                    None => format!("queue {name}: no limit per key\n"),
+                },
             )
         }
         Command::Schedules(SchedulesCommand::List { after, limit }) => {
@@ -674,8 +688,14 @@ async fn fair_keys(
 ) -> Result<(), CliError> {
     let page = client.fair_keys(queue, after.as_deref(), limit).await?;
     let views: Vec<FairKeyView> = page.keys.iter().map(FairKeyView::new).collect();
-    out.emit(&json!({ "keys": views, "next": page.next }), || {
-        let mut text = FairKeyView::table(&page.keys).render("no fairness keys");
+    let key_limit = page.limits.concurrency_limit();
+    let json = json!({ "keys": views, "next": page.next, "key_concurrency_limit": key_limit });
+    out.emit(&json, || {
+        let mut text = match key_limit {
+            Some(n) => format!("at most {n} running per key\n"),
+            None => String::new(),
+        };
+        text.push_str(&FairKeyView::table(&page.keys).render("no fairness keys"));
         text.push_str(&more(
             page.keys.len(),
             "--after",

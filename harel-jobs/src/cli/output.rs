@@ -522,6 +522,7 @@ pub(crate) struct FairKeyView {
     key: String,
     weight: u32,
     ready: CountView,
+    running: CountView,
 }
 
 impl FairKeyView {
@@ -530,19 +531,25 @@ impl FairKeyView {
             key: key.key.clone(),
             weight: key.weight,
             ready: key.ready.into(),
+            running: key.running.into(),
         }
     }
 
     /// A table of fairness keys (`""` shown as `(none)`).
     pub(crate) fn table(keys: &[FairKeyInfo]) -> Table {
-        let mut table = Table::new(vec!["KEY", "WEIGHT", "READY"]);
+        let mut table = Table::new(vec!["KEY", "WEIGHT", "READY", "RUNNING"]);
         for key in keys {
             let name = if key.key.is_empty() {
                 "(none)".to_owned()
             } else {
                 key.key.clone()
             };
-            table.row(vec![name, key.weight.to_string(), key.ready.to_string()]);
+            table.row(vec![
+                name,
+                key.weight.to_string(),
+                key.ready.to_string(),
+                key.running.to_string(),
+            ]);
         }
         table
     }

@@ -1,7 +1,7 @@
 //! The actions (POST): cancel a job or a group, retry or delete dead letters, pause or
-//! resume a queue, set a fairness key's weight. Each checks the read-only switch and the
-//! CSRF token first, then calls the library and redirects (303) to a page that shows the
-//! outcome.
+//! resume a queue, set a fairness key's weight or the queue's limit per key. Each checks
+//! the read-only switch and the CSRF token first, then calls the library and redirects
+//! (303) to a page that shows the outcome.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -10,7 +10,7 @@ use rand::Rng as _;
 
 use super::html::query_value;
 use super::{Ctx, PageError};
-use crate::client::CancelOutcome;
+use crate::client::{CancelOutcome, KeyLimits};
 use crate::vocabulary::{JobId, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT};
 use crate::vocabulary::{QUEUE_NAME_RULE, validate_fair_key, validate_queue_name};
 
@@ -197,6 +197,37 @@ pub(crate) async fn set_weight(State(ctx): State<Ctx>, body: Bytes) -> Result<Re
     ctx.client.set_fair_weight(name, key, weight).await?;
     Ok(ctx.redirect(&format!(
         "/queues/keys?name={}&done=weight_set",
+        query_value(name)
+    )))
+}
+
+/// `POST /queues/key-limit` (`name`, `running`: empty removes the limit): the limit on
+/// each fairness key's running jobs in a queue, then back to the queue's keys.
+pub(crate) async fn set_key_limit(
+    State(ctx): State<Ctx>,
+    body: Bytes,
+) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let name = form
+        .get("name")
+        .ok_or_else(|| PageError::BadRequest("no queue named".into()))?;
+    validate_queue_name(name).map_err(|_| PageError::BadRequest(QUEUE_NAME_RULE.into()))?;
+    let limits = match form.get("running").map(str::trim).unwrap_or_default() {
+        "" => KeyLimits::none(),
+        text => KeyLimits::none().concurrency(
+            text.parse()
+                .ok()
+                .filter(|n| (1..=1_000_000).contains(n))
+                .ok_or_else(|| {
+                    PageError::BadRequest(
+                        "a limit per key is a whole number from 1 to 1,000,000".into(),
+                    )
+                })?,
+        ),
+    };
+    ctx.client.set_key_limits(name, limits).await?;
+    Ok(ctx.redirect(&format!(
+        "/queues/keys?name={}&done=key_limit_set",
         query_value(name)
     )))
 }

@@ -192,6 +192,7 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
         .route("/queues/resume", post(actions::resume_queue))
         .route("/queues/keys", get(pages::queue_keys))
         .route("/queues/weight", post(actions::set_weight))
+        .route("/queues/key-limit", post(actions::set_key_limit))
         .route("/jobs", get(pages::jobs))
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/{id}/cancel", post(actions::cancel_job))

@@ -51,6 +51,7 @@ impl Done {
                 "Weight set: it applies to the key's groups that become ready from now on."
                     .to_owned()
             }
+            "key_limit_set" => "Limit per key set: it applies from the next claim.".to_owned(),
             _ => return None,
         })
     }
@@ -1151,6 +1152,7 @@ pub(crate) async fn queue_keys(
                 shown,
                 info.weight.to_string(),
                 escape(&info.ready.to_string()),
+                escape(&info.running.to_string()),
             ];
             if !ctx.read_only {
                 row.push(weight_form(&ctx, name, Some(&info.key), info.weight));
@@ -1158,7 +1160,7 @@ pub(crate) async fn queue_keys(
             row
         })
         .collect();
-    let mut headers = vec!["Key", "Weight", "Ready groups"];
+    let mut headers = vec!["Key", "Weight", "Ready groups", "Running"];
     if !ctx.read_only {
         headers.push("Set weight");
     }
@@ -1167,7 +1169,15 @@ pub(crate) async fn queue_keys(
     } else {
         "No fairness key in this queue: none has ready groups or a weight set."
     };
-    let mut body = table(&headers, &rows, empty);
+    let limit = keys.limits.concurrency_limit();
+    let mut body = format!(
+        "<p id=\"key-limit\">{}</p>",
+        match limit {
+            Some(n) => format!("Each key: at most <strong>{n}</strong> running at once."),
+            None => "No limit per key.".to_owned(),
+        }
+    );
+    body.push_str(&table(&headers, &rows, empty));
     if let Some(next) = keys.next {
         body.push_str(&format!(
             "<p class=\"pager\"><a href=\"{}\" id=\"more-keys\">More →</a></p>",
@@ -1182,13 +1192,32 @@ pub(crate) async fn queue_keys(
         "<p class=\"muted\">Among the keys with ready work at a priority level, workers start \
          each key's groups in proportion to its weight (1 unless set). A new weight applies to \
          the groups that become ready after it; those already waiting keep their places. \
-         Ready groups are counted up to 10,000 per level (>= past that); leased, retrying and \
-         scheduled groups are not counted. (none) is the key of jobs enqueued without one.</p>",
+         Ready groups are counted up to 10,000 per level (>= past that), those waiting for \
+         room under the limit per key included; leased, retrying and scheduled groups are not \
+         counted. Running jobs are exact under a limit per key, otherwise counted among the \
+         first 10,000 leased or waiting groups per level. (none) is the key of jobs enqueued \
+         without one.</p>",
     );
     if !ctx.read_only {
         body.push_str(&format!(
             "<section id=\"set-weight\"><h2>Set a key's weight</h2>{}</section>",
             weight_form(&ctx, name, None, 1)
+        ));
+        body.push_str(&format!(
+            "<section id=\"set-key-limit\"><h2>Limit each key's running jobs</h2>\
+             <form method=\"post\" action=\"{action}\" class=\"filters\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+             <input type=\"hidden\" name=\"name\" value=\"{queue}\">\
+             <label>At most<input type=\"number\" name=\"running\" id=\"key-limit-running\" \
+             min=\"1\" max=\"1000000\" step=\"1\" value=\"{value}\" \
+             placeholder=\"empty: no limit\"></label>\
+             <button type=\"submit\" id=\"set-key-limit-button\">Set limit</button></form>\
+             <p class=\"muted\">Over every worker. Empty removes the limit. A key at its limit \
+             starts nothing more until one of its jobs ends.</p></section>",
+            action = escape(&ctx.href("/queues/key-limit")),
+            csrf = escape(&ctx.csrf),
+            queue = escape(name),
+            value = limit.map(|n| n.to_string()).unwrap_or_default(),
         ));
     }
     body.push_str(&format!(
