@@ -1016,6 +1016,35 @@ async fn fairness_keys_are_listed_and_weighted() {
     );
     let set = ok(
         &mut op(),
+        &[
+            "queues",
+            "key-limit",
+            "default",
+            "2",
+            "--rate",
+            "20",
+            "--per",
+            "1s",
+        ],
+    )
+    .stdout;
+    assert_eq!(
+        set,
+        "queue default: at most 2 running per key, at most 20 starts per key per 1s\n"
+    );
+    let page = ok(&mut op(), &["--json", "queues", "keys", "default"]).json();
+    assert_eq!(
+        page["key_rate_limit"],
+        serde_json::json!({"starts": 20, "per_ms": 1000})
+    );
+    fails(
+        &mut op(),
+        &["queues", "key-limit", "default", "--rate", "5"],
+        2,
+        "--per",
+    );
+    let set = ok(
+        &mut op(),
         &["--json", "queues", "key-limit", "default", "--none"],
     )
     .json();

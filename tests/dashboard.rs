@@ -710,6 +710,20 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         text(&client, "#key-limit").await,
         "Each key: at most 3 running at once."
     );
+    let rate = client.find(Locator::Id("key-limit-rate")).await.unwrap();
+    rate.send_keys("20").await.unwrap();
+    click(&client, Locator::Id("set-key-limit-button")).await;
+    wait_for_url(&client, "done=key_limit_set").await;
+    assert_eq!(
+        text(&client, "#key-limit").await,
+        "Each key: at most 3 running at once, at most 20 starts per 1000 ms."
+    );
+    assert_eq!(
+        owner.fair_keys("default", None, 10).await.unwrap().limits,
+        harel_jobs::KeyLimits::none()
+            .concurrency(3)
+            .rate(20, Duration::from_secs(1))
+    );
     let limits = |page: harel_jobs::FairKeyPage| page.limits.concurrency_limit();
     assert_eq!(
         limits(owner.fair_keys("default", None, 10).await.unwrap()),
@@ -722,6 +736,9 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         format!("csrf={csrf}&name=default&running=1000001"),
         format!("csrf={csrf}&name=default&running=abc"),
         format!("csrf={csrf}&running=2"),
+        format!("csrf={csrf}&name=default&rate=5&per_ms="),
+        format!("csrf={csrf}&name=default&rate=5&per_ms=86400001"),
+        format!("csrf={csrf}&name=default&rate=0&per_ms=1000"),
     ] {
         let (status, response) = post(address, "/queues/key-limit", &body).await;
         assert_eq!(status, 400, "{body}: {response}");
@@ -748,7 +765,7 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     // `Referrer-Policy: same-origin` keeps it from being `null`)
     let sent = sent.lock().unwrap().clone();
     let by_browser: Vec<_> = sent.iter().filter(|[_, site, _]| site.is_some()).collect();
-    assert_eq!(by_browser.len(), 9, "{sent:?}");
+    assert_eq!(by_browser.len(), 10, "{sent:?}");
     for [origin, site, referer] in by_browser {
         assert_eq!(origin.as_deref(), Some(base.as_str()), "{sent:?}");
         assert_eq!(site.as_deref(), Some("same-origin"), "{sent:?}");

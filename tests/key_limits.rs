@@ -296,3 +296,156 @@ async fn a_limit_per_key_holds_across_every_worker() {
     assert_eq!(most_at_once(&by_key["busyB"]), 2);
     assert!(most_at_once(&all) > 8, "{} at once", most_at_once(&all));
 }
+
+/// A rate per key: a burst of up to the rate, then the key's next groups are set aside until
+/// the start times the rate gives them, one interval apart, while another key runs; the
+/// next claim after that time starts the next one. Housekeeping forgets a key's rate state
+/// once its times have passed.
+#[tokio::test]
+async fn a_key_past_its_rate_waits_for_its_start_times() {
+    let q = SuiteSchema::new().await;
+    let limits = KeyLimits::none().rate(2, Duration::from_millis(1000));
+    client(&q).set_key_limits("default", limits).await.unwrap();
+    flood(&q, "default", "A", 10, "{}").await;
+    flood(&q, "default", "B", 1, "{}").await;
+
+    let first = claim(&q, 16).await;
+    let counts = per_key(&first);
+    assert_eq!((of(&counts, "A"), of(&counts, "B")), (2, 1), "{counts:?}");
+    let began = Instant::now();
+    assert!(claim(&q, 16).await.is_empty(), "A used its burst");
+    // A's other 8 wait for their start times: 500 ms apart, the first about 500 ms on
+    let waits: Vec<f64> = sqlx::query_scalar(q.sql(
+        "SELECT extract(epoch FROM available_at - now())::float8
+           FROM @schema@.transport_groups
+          WHERE fair_key = 'A' AND locked_by IS NULL ORDER BY available_at",
+    ))
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(waits.len(), 8, "{waits:?}");
+    assert!(waits[0] > 0.3 && waits[0] <= 0.51, "{waits:?}");
+    for pair in waits.windows(2) {
+        assert!((pair[1] - pair[0] - 0.5).abs() < 0.002, "{waits:?}");
+    }
+    // the next start of A comes when the first of them is due, and only one
+    let mut next = Vec::new();
+    while next.is_empty() {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "A never started again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        next = claim(&q, 16).await;
+    }
+    assert_eq!(next.len(), 1, "{:?}", per_key(&next));
+    assert!(began.elapsed() >= Duration::from_millis(300));
+
+    // the limits as set, read back; bad ones refused
+    let page = client(&q).fair_keys("default", None, 10).await.unwrap();
+    assert_eq!(page.limits, limits);
+    for bad in [
+        KeyLimits::none().rate(0, Duration::from_secs(1)),
+        KeyLimits::none().rate(1, Duration::from_secs(86_401)),
+        KeyLimits::none().rate(1, Duration::ZERO),
+    ] {
+        let error = client(&q).set_key_limits("default", bad).await.unwrap_err();
+        assert!(
+            matches!(error, ClientError::InvalidArgument(_)),
+            "{error:?}"
+        );
+    }
+
+    // once the rate's times have passed, housekeeping deletes the keys' rate state
+    let rows = || async {
+        sqlx::query_scalar::<_, i64>(q.sql("SELECT count(*) FROM @schema@.key_rates"))
+            .fetch_one(&q.pool)
+            .await
+            .unwrap()
+    };
+    assert!(rows().await > 0);
+    sqlx::query(q.sql(
+        "UPDATE @schema@.key_rates SET tat_us = tat_us - 3600000000, slot_us = slot_us - 3600000000",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    sqlx::query(q.sql("SELECT * FROM @schema@.harel_maintain()"))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows().await, 0);
+}
+
+/// Four pools of concurrency 16, keys limited to 10 starts a second each: every key's
+/// starts conform to its rate (with the burst of 10 it allows), as the database recorded
+/// them, and the keys run side by side (each key's rate is its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rate_per_key_holds_across_every_worker() {
+    let q = SuiteSchema::new().await;
+    client(&q)
+        .set_key_limits(
+            "partner",
+            KeyLimits::none().rate(10, Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    for key in ["A", "B", "C"] {
+        flood(&q, "partner", key, 25, r#"{"millis":1}"#).await;
+    }
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        workers.push(start_hold_pool(&q, 16).await);
+    }
+    let began = Instant::now();
+    loop {
+        let done: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
+        if done == 75 {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "jobs stopped at {done}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for worker in workers {
+        worker.shutdown().await.unwrap();
+    }
+    let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
+        q.sql("SELECT fair_key, started_at FROM @schema@.job_history ORDER BY started_at"),
+    )
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    let epoch = rows[0].1;
+    let mut by_key: HashMap<String, Vec<f64>> = HashMap::new();
+    for (key, start) in rows {
+        by_key
+            .entry(key)
+            .or_default()
+            .push((start - epoch).as_seconds_f64());
+    }
+    for (key, starts) in &by_key {
+        assert_eq!(starts.len(), 25, "{key}");
+        for i in 0..starts.len() {
+            for j in i + 1..starts.len() {
+                let least = (j - i) as f64 * 0.1 - 0.9 - 0.001;
+                assert!(
+                    starts[j] - starts[i] >= least,
+                    "{key}: starts {i} and {j} only {:.3} s apart: {starts:?}",
+                    starts[j] - starts[i]
+                );
+            }
+        }
+    }
+    // the three keys' first starts came together, not one key after the other
+    let firsts: Vec<f64> = by_key.values().map(|s| s[0]).collect();
+    assert!(
+        firsts.iter().all(|&t| t < 0.5),
+        "each key's burst at once: {firsts:?}"
+    );
+}

@@ -436,7 +436,7 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
     .execute(&q.pool)
     .await
     .unwrap();
-    // 0010 runs again, as on a schema of the release before it (and 0011 to 0013 after
+    // 0010 runs again, as on a schema of the release before it (and 0011 to 0014 after
     // it, their objects dropped first)
     sqlx::raw_sql(q.sql(
         "DELETE FROM @schema@._migrations WHERE version >= 10;
@@ -445,6 +445,10 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
          DROP VIEW @schema@.jobs;
          CREATE VIEW @schema@.jobs AS SELECT 1::bigint AS seq;
          DROP TABLE @schema@.fair_keys;
+         DROP TABLE @schema@.key_rates;
+         DROP INDEX @schema@.transport_groups_limited_by_key;
+         ALTER TABLE @schema@.queues DROP COLUMN key_concurrency_limit,
+             DROP COLUMN key_rate_limit, DROP COLUMN key_rate_period_ms;
          DROP INDEX @schema@.transport_groups_timed, @schema@.transport_groups_ready,
                     @schema@.transport_groups_ready_by_key;
          ALTER TABLE @schema@.transport_groups DROP COLUMN fair_key, DROP COLUMN fair_tag;

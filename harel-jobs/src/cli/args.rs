@@ -429,21 +429,31 @@ Examples:
         #[arg(value_parser = clap::value_parser!(u32).range(1..=1000))]
         weight: u32,
     },
-    /// Limit each fairness key's running jobs in a queue, over every worker (or remove the
-    /// limit with --none). A key at its limit starts nothing more until one of its jobs
-    /// ends.
+    /// Limit each fairness key's jobs in a queue, over every worker: its running jobs, its
+    /// starts per period, or both (--none removes both). A key at its running limit starts
+    /// nothing more until one of its jobs ends; past its rate, its next jobs wait for the
+    /// start times the rate gives them.
     #[command(after_help = "\
 Examples:
   harel-jobs queues key-limit default 5
+  harel-jobs queues key-limit default 5 --rate 20 --per 1s
+  harel-jobs queues key-limit default --rate 100 --per 1m
   harel-jobs queues key-limit default --none")]
     KeyLimit {
         /// The queue's name.
         name: String,
         /// At most this many running jobs per key (1 to 1000000).
-        #[arg(required_unless_present = "none", conflicts_with = "none",
+        #[arg(required_unless_present_any = ["none", "rate"], conflicts_with = "none",
               value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         running: Option<u32>,
-        /// Remove the limit.
+        /// At most this many starts per key per --per (1 to 1000000).
+        #[arg(long, requires = "per", conflicts_with = "none",
+              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        rate: Option<u32>,
+        /// The rate's period, up to a day (1s, 30s, 1m, 1h).
+        #[arg(long, requires = "rate", value_parser = parse_duration)]
+        per: Option<Duration>,
+        /// Remove the limits.
         #[arg(long)]
         none: bool,
     },

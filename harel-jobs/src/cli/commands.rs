@@ -2,6 +2,7 @@
 //! its output. No SQL of its own.
 
 use std::io::{self, Write};
+use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use serde::Serialize;
@@ -196,19 +197,24 @@ async fn dispatch(command: Command, client: &Client, out: &Printer) -> Result<()
                 || format!("queue {name}: key {key:?} has weight {weight}\n"),
             )
         }
-        Command::Queues(QueuesCommand::KeyLimit { name, running, .. }) => {
-            let limits = match running {
-                Some(n) => KeyLimits::none().concurrency(n),
-                None => KeyLimits::none(),
-            };
+        Command::Queues(QueuesCommand::KeyLimit {
+            name,
+            running,
+            rate,
+            per,
+            ..
+        }) => {
+            let mut limits = KeyLimits::none();
+            if let Some(n) = running {
+                limits = limits.concurrency(n);
+            }
+            if let (Some(starts), Some(per)) = (rate, per) {
+                limits = limits.rate(starts, per);
+            }
             client.set_key_limits(&name, limits).await?;
-            out.emit(
-                &json!({ "queue": name, "key_concurrency_limit": running }),
-                || match running {
-                    Some(n) => format!("queue {name}: at most {n} running per key\n"),
-                    None => format!("queue {name}: no limit per key\n"),
-                },
-            )
+            out.emit(&key_limits_json(&name, &limits), || {
+                format!("queue {name}: {}\n", key_limits_text(&limits))
+            })
         }
         Command::Schedules(SchedulesCommand::List { after, limit }) => {
             schedules(client, out, after, limit).await
@@ -679,6 +685,48 @@ async fn queues_depth(client: &Client, out: &Printer) -> Result<(), CliError> {
     })
 }
 
+/// A queue's limits per key in JSON.
+fn key_limits_json(queue: &str, limits: &KeyLimits) -> serde_json::Value {
+    json!({
+        "queue": queue,
+        "key_concurrency_limit": limits.concurrency_limit(),
+        "key_rate_limit": limits.rate_limit().map(|rate| json!({
+            "starts": rate.starts,
+            "per_ms": rate.per.as_millis() as u64,
+        })),
+    })
+}
+
+/// A queue's limits per key in words.
+fn key_limits_text(limits: &KeyLimits) -> String {
+    let running = limits
+        .concurrency_limit()
+        .map(|n| format!("at most {n} running per key"));
+    let rate = limits.rate_limit().map(|rate| {
+        format!(
+            "at most {} starts per key per {}",
+            rate.starts,
+            humantime_ms(rate.per)
+        )
+    });
+    match (running, rate) {
+        (Some(running), Some(rate)) => format!("{running}, {rate}"),
+        (Some(one), None) | (None, Some(one)) => one,
+        (None, None) => "no limit per key".to_owned(),
+    }
+}
+
+/// A period as the command line takes it (500ms, 1s, 2m, 1h).
+fn humantime_ms(period: Duration) -> String {
+    let ms = period.as_millis();
+    match ms {
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms}ms"),
+    }
+}
+
 async fn fair_keys(
     client: &Client,
     out: &Printer,
@@ -688,12 +736,14 @@ async fn fair_keys(
 ) -> Result<(), CliError> {
     let page = client.fair_keys(queue, after.as_deref(), limit).await?;
     let views: Vec<FairKeyView> = page.keys.iter().map(FairKeyView::new).collect();
-    let key_limit = page.limits.concurrency_limit();
-    let json = json!({ "keys": views, "next": page.next, "key_concurrency_limit": key_limit });
+    let mut json = key_limits_json(queue, &page.limits);
+    json["keys"] = json!(views);
+    json["next"] = json!(page.next);
     out.emit(&json, || {
-        let mut text = match key_limit {
-            Some(n) => format!("at most {n} running per key\n"),
-            None => String::new(),
+        let mut text = if page.limits == KeyLimits::none() {
+            String::new()
+        } else {
+            format!("{}\n", key_limits_text(&page.limits))
         };
         text.push_str(&FairKeyView::table(&page.keys).render("no fairness keys"));
         text.push_str(&more(

@@ -4,6 +4,9 @@
 
 use super::Client;
 use crate::error::{ClientError, DatabaseError};
+use std::time::Duration;
+
+use super::RateLimit;
 use crate::store::FairKeyRow;
 use crate::vocabulary::{
     Count, MAX_FAIR_WEIGHT, QUEUE_NAME_RULE, validate_fair_key, validate_queue_name,
@@ -31,15 +34,17 @@ pub struct FairKeyInfo {
 /// ([`Client::set_key_limits`]).
 ///
 /// ```
+/// use std::time::Duration;
 /// use harel_jobs::KeyLimits;
 ///
-/// // each customer: at most 5 of their jobs at a time
-/// let per_customer = KeyLimits::none().concurrency(5);
+/// // each customer: at most 5 of their jobs at a time, 20 starts a second
+/// let per_customer = KeyLimits::none().concurrency(5).rate(20, Duration::from_secs(1));
 /// assert_eq!(per_customer.concurrency_limit(), Some(5));
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct KeyLimits {
     concurrency: Option<u32>,
+    rate: Option<RateLimit>,
 }
 
 impl KeyLimits {
@@ -55,9 +60,22 @@ impl KeyLimits {
         self
     }
 
+    /// At most `starts` of each key's jobs of the queue start per `per`, over every worker
+    /// (1 to 1,000,000 per 1 ms to 24 h); a burst of up to `starts` is allowed after a quiet
+    /// period.
+    pub fn rate(mut self, starts: u32, per: Duration) -> Self {
+        self.rate = Some(RateLimit { starts, per });
+        self
+    }
+
     /// The limit on each key's running jobs, if any.
     pub fn concurrency_limit(&self) -> Option<u32> {
         self.concurrency
+    }
+
+    /// The limit on each key's rate of starts, if any.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.rate
     }
 }
 
@@ -112,10 +130,14 @@ impl Client {
     ///
     /// The next claim applies them. Claims of a queue with a limit per key run one at a
     /// time (as a limited queue's do, [`Client::set_limits`]) and count each key's live
-    /// leases: a key at its limit starts nothing more until one of its jobs ends, and its
-    /// other ready groups wait, in their order, behind every group that can start (they
-    /// are not skipped over at each claim). A lower limit lets the running jobs finish; a
-    /// higher one, or none, puts the waiting groups back in line at once.
+    /// leases and recent starts:
+    /// - a key at its running limit starts nothing more until one of its jobs ends, and its
+    ///   other ready groups wait, in their order, behind every group that can start (they
+    ///   are not skipped over at each claim). A lower limit lets the running jobs finish; a
+    ///   higher one, or none, puts the waiting groups back in line at once;
+    /// - a key past its rate has its next groups set aside until the start time the rate
+    ///   gives each (one interval apart); they show as scheduled until then. A changed rate
+    ///   starts every key afresh; groups already set aside keep their times.
     ///
     /// # Errors
     /// [`ClientError::InvalidArgument`] for an invalid queue name or a limit out of range;
@@ -131,8 +153,23 @@ impl Client {
             }
             None => None,
         };
+        let rate = match limits.rate {
+            Some(RateLimit { starts, per })
+                if (1..=1_000_000).contains(&starts)
+                    && per >= Duration::from_millis(1)
+                    && per <= Duration::from_secs(86_400) =>
+            {
+                Some((starts as i32, per.as_millis() as i64))
+            }
+            Some(_) => {
+                return Err(ClientError::InvalidArgument(
+                    "a rate limit per key is 1 to 1,000,000 starts per 1 ms to 24 h",
+                ));
+            }
+            None => None,
+        };
         self.store()
-            .key_limits_set(self.pool(), queue, concurrency)
+            .key_limits_set(self.pool(), queue, concurrency, rate)
             .await
             .map_err(DatabaseError::new)?;
         Ok(())
@@ -175,7 +212,19 @@ fn fair_key_page(rows: Vec<FairKeyRow>) -> FairKeyPage {
             Count::AtLeast(n)
         }
     };
-    for (key, weight, ready, ready_exact, running, running_exact, cursor_more, key_limit) in rows {
+    for (
+        key,
+        weight,
+        ready,
+        ready_exact,
+        running,
+        running_exact,
+        cursor_more,
+        key_limit,
+        rate,
+        rate_ms,
+    ) in rows
+    {
         match key {
             Some(key) => page.keys.push(FairKeyInfo {
                 key,
@@ -186,6 +235,13 @@ fn fair_key_page(rows: Vec<FairKeyRow>) -> FairKeyPage {
             None => {
                 more = cursor_more.unwrap_or(false);
                 page.limits.concurrency = key_limit.and_then(|n| u32::try_from(n).ok());
+                page.limits.rate = match (rate, rate_ms) {
+                    (Some(starts), Some(ms)) => Some(RateLimit {
+                        starts: u32::try_from(starts).unwrap_or(0),
+                        per: Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
+                    }),
+                    _ => None,
+                };
             }
         }
     }

@@ -3,6 +3,8 @@
 //! the read-only switch and the CSRF token first, then calls the library and redirects
 //! (303) to a page that shows the outcome.
 
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::Redirect;
@@ -201,8 +203,9 @@ pub(crate) async fn set_weight(State(ctx): State<Ctx>, body: Bytes) -> Result<Re
     )))
 }
 
-/// `POST /queues/key-limit` (`name`, `running`: empty removes the limit): the limit on
-/// each fairness key's running jobs in a queue, then back to the queue's keys.
+/// `POST /queues/key-limit` (`name`, `running`, `rate`, `per_ms`: an empty `running` or
+/// `rate` removes that limit): the limits on each fairness key of a queue, then back to
+/// the queue's keys.
 pub(crate) async fn set_key_limit(
     State(ctx): State<Ctx>,
     body: Bytes,
@@ -212,19 +215,30 @@ pub(crate) async fn set_key_limit(
         .get("name")
         .ok_or_else(|| PageError::BadRequest("no queue named".into()))?;
     validate_queue_name(name).map_err(|_| PageError::BadRequest(QUEUE_NAME_RULE.into()))?;
-    let limits = match form.get("running").map(str::trim).unwrap_or_default() {
-        "" => KeyLimits::none(),
-        text => KeyLimits::none().concurrency(
-            text.parse()
+    let whole = |field: &str, max: u64| -> Result<Option<u64>, PageError> {
+        match form.get(field).map(str::trim).unwrap_or_default() {
+            "" => Ok(None),
+            text => text
+                .parse()
                 .ok()
-                .filter(|n| (1..=1_000_000).contains(n))
+                .filter(|n| (1..=max).contains(n))
+                .map(Some)
                 .ok_or_else(|| {
-                    PageError::BadRequest(
-                        "a limit per key is a whole number from 1 to 1,000,000".into(),
-                    )
-                })?,
-        ),
+                    PageError::BadRequest(format!(
+                        "{field} is a whole number from 1 to {max}, or empty"
+                    ))
+                }),
+        }
     };
+    let mut limits = KeyLimits::none();
+    if let Some(n) = whole("running", 1_000_000)? {
+        limits = limits.concurrency(n as u32);
+    }
+    if let Some(starts) = whole("rate", 1_000_000)? {
+        let per_ms = whole("per_ms", 86_400_000)?
+            .ok_or_else(|| PageError::BadRequest("a rate needs its period (per_ms)".into()))?;
+        limits = limits.rate(starts as u32, Duration::from_millis(per_ms));
+    }
     ctx.client.set_key_limits(name, limits).await?;
     Ok(ctx.redirect(&format!(
         "/queues/keys?name={}&done=key_limit_set",

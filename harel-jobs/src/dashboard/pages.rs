@@ -1170,11 +1170,21 @@ pub(crate) async fn queue_keys(
         "No fairness key in this queue: none has ready groups or a weight set."
     };
     let limit = keys.limits.concurrency_limit();
+    let rate = keys.limits.rate_limit();
+    let running_text = limit.map(|n| format!("at most <strong>{n}</strong> running at once"));
+    let rate_text = rate.map(|r| {
+        format!(
+            "at most <strong>{}</strong> starts per {} ms",
+            r.starts,
+            r.per.as_millis()
+        )
+    });
     let mut body = format!(
         "<p id=\"key-limit\">{}</p>",
-        match limit {
-            Some(n) => format!("Each key: at most <strong>{n}</strong> running at once."),
-            None => "No limit per key.".to_owned(),
+        match (running_text, rate_text) {
+            (Some(running), Some(rate)) => format!("Each key: {running}, {rate}."),
+            (Some(one), None) | (None, Some(one)) => format!("Each key: {one}."),
+            (None, None) => "No limit per key.".to_owned(),
         }
     );
     body.push_str(&table(&headers, &rows, empty));
@@ -1204,20 +1214,30 @@ pub(crate) async fn queue_keys(
             weight_form(&ctx, name, None, 1)
         ));
         body.push_str(&format!(
-            "<section id=\"set-key-limit\"><h2>Limit each key's running jobs</h2>\
+            "<section id=\"set-key-limit\"><h2>Limit each key</h2>\
              <form method=\"post\" action=\"{action}\" class=\"filters\">\
              <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
              <input type=\"hidden\" name=\"name\" value=\"{queue}\">\
-             <label>At most<input type=\"number\" name=\"running\" id=\"key-limit-running\" \
-             min=\"1\" max=\"1000000\" step=\"1\" value=\"{value}\" \
+             <label>Running at most<input type=\"number\" name=\"running\" \
+             id=\"key-limit-running\" min=\"1\" max=\"1000000\" step=\"1\" value=\"{value}\" \
              placeholder=\"empty: no limit\"></label>\
-             <button type=\"submit\" id=\"set-key-limit-button\">Set limit</button></form>\
-             <p class=\"muted\">Over every worker. Empty removes the limit. A key at its limit \
-             starts nothing more until one of its jobs ends.</p></section>",
+             <label>Starts at most<input type=\"number\" name=\"rate\" id=\"key-limit-rate\" \
+             min=\"1\" max=\"1000000\" step=\"1\" value=\"{starts}\" \
+             placeholder=\"empty: no rate\"></label>\
+             <label>per (ms)<input type=\"number\" name=\"per_ms\" id=\"key-limit-per\" \
+             min=\"1\" max=\"86400000\" step=\"1\" value=\"{per}\"></label>\
+             <button type=\"submit\" id=\"set-key-limit-button\">Set limits</button></form>\
+             <p class=\"muted\">Over every worker; an empty field removes that limit. A key at \
+             its running limit starts nothing more until one of its jobs ends; past its rate, its \
+             next jobs wait for the start times the rate gives them.</p></section>",
             action = escape(&ctx.href("/queues/key-limit")),
             csrf = escape(&ctx.csrf),
             queue = escape(name),
             value = limit.map(|n| n.to_string()).unwrap_or_default(),
+            starts = rate.map(|r| r.starts.to_string()).unwrap_or_default(),
+            per = rate
+                .map(|r| r.per.as_millis().to_string())
+                .unwrap_or_else(|| "1000".to_owned()),
         ));
     }
     body.push_str(&format!(

@@ -24,15 +24,16 @@ pub(super) const SET: &str =
 
 pub(super) const FAIR_WEIGHT_SET: &str = "SELECT @schema@.harel_set_fair_weight($1, $2, $3)";
 
-pub(super) const KEY_LIMITS_SET: &str = "SELECT @schema@.harel_set_key_limits($1, $2)";
+pub(super) const KEY_LIMITS_SET: &str = "SELECT @schema@.harel_set_key_limits($1, $2, $3, $4)";
 
 pub(super) const FAIR_KEYS_LIST: &str =
-    "SELECT key, weight, ready, ready_exact, running, running_exact, more, key_limit
+    "SELECT key, weight, ready, ready_exact, running, running_exact, more, key_limit,
+            key_rate_limit, key_rate_period_ms
        FROM @schema@.harel_fair_keys($1, $2, $3)";
 
 /// A row of `harel_fair_keys`: key, weight, ready groups, whether that count is exact,
 /// running jobs, whether that count is exact; or the cursor row (key NULL) with whether
-/// more keys follow and the queue's limit per key.
+/// more keys follow and the queue's limits per key (running, rate, rate period in ms).
 pub(crate) type FairKeyRow = (
     Option<String>,
     Option<i32>,
@@ -42,6 +43,8 @@ pub(crate) type FairKeyRow = (
     Option<bool>,
     Option<bool>,
     Option<i32>,
+    Option<i32>,
+    Option<i64>,
 );
 
 /// A row of `harel_queues` (and of `harel_set_queue`, its counts NULL): name, paused at,
@@ -140,17 +143,20 @@ impl Store {
             .map(drop)
     }
 
-    /// `harel_set_key_limits`: sets or removes the limit on each fairness key's running
-    /// jobs in a queue.
+    /// `harel_set_key_limits`: sets or removes the limits on each fairness key of a queue
+    /// (running jobs; starts per period in ms).
     pub(crate) async fn key_limits_set<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
         queue: &str,
         concurrency: Option<i32>,
+        rate: Option<(i32, i64)>,
     ) -> Result<(), sqlx::Error> {
         sqlx::query(self.sql(Statement::KeyLimitsSet))
             .bind(queue)
             .bind(concurrency)
+            .bind(rate.map(|(starts, _)| starts))
+            .bind(rate.map(|(_, per_ms)| per_ms))
             .persistent(self.persistent())
             .execute(executor)
             .await

@@ -19,6 +19,7 @@
 --   running_exact false when that scan stopped at its cap
 --   more          (the cursor row) whether another page follows
 --   key_limit     (the cursor row) the queue's key_concurrency_limit
+--   key_rate_limit, key_rate_period_ms  (the cursor row) the queue's rate per key
 -- Fence: bounded whatever the number of keys: per level, a loose scan of
 --   transport_groups_ready_by_key that steps from one key to the next (p_limit + 1 steps
 --   at most), and a range of fair_keys; per key shown, a capped count per level. Groups
@@ -43,7 +44,9 @@ CREATE OR REPLACE FUNCTION "harel".harel_fair_keys(
     running     BIGINT,
     running_exact BOOLEAN,
     more        BOOLEAN,
-    key_limit   INT
+    key_limit   INT,
+    key_rate_limit INT,
+    key_rate_period_ms BIGINT
 )
 LANGUAGE plpgsql
 STABLE
@@ -58,6 +61,8 @@ DECLARE
     v_queue SMALLINT;
     v_keys  TEXT[];
     v_key_limit INT;
+    v_key_rate  INT;
+    v_key_period BIGINT;
     v_now   TIMESTAMPTZ := statement_timestamp();
     v_run_keys  TEXT[];
     v_run_n     BIGINT[];
@@ -66,11 +71,12 @@ BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION 'harel_fair_keys: need a limit of 1 to 1000' USING ERRCODE = '22023';
     END IF;
-    SELECT q.id, q.key_concurrency_limit INTO v_queue, v_key_limit
+    SELECT q.id, q.key_concurrency_limit, q.key_rate_limit, q.key_rate_period_ms
+      INTO v_queue, v_key_limit, v_key_rate, v_key_period
       FROM "harel".queues q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         RETURN QUERY SELECT NULL::text, NULL::int, NULL::bigint, NULL::boolean, NULL::bigint,
-                            NULL::boolean, false, NULL::int;
+                            NULL::boolean, false, NULL::int, NULL::int, NULL::bigint;
         RETURN;
     END IF;
 
@@ -138,7 +144,7 @@ BEGIN
                        WHERE l.limited_queue = v_queue AND l.fair_key = k.key
                          AND l.available_at > v_now AND l.locked_by IS NOT NULL) END,
            v_key_limit IS NOT NULL OR v_run_exact,
-           NULL::boolean, NULL::int
+           NULL::boolean, NULL::int, NULL::int, NULL::bigint
       FROM unnest(v_keys[1:p_limit]) WITH ORDINALITY AS k(key, ord)
       LEFT JOIN unnest(v_run_keys, v_run_n) AS r(key, n) ON r.key = k.key
      CROSS JOIN LATERAL (
@@ -154,7 +160,7 @@ BEGIN
      ORDER BY k.ord;
     RETURN QUERY SELECT NULL::text, NULL::int, NULL::bigint, NULL::boolean, NULL::bigint,
                         NULL::boolean, COALESCE(cardinality(v_keys), 0) > p_limit,
-                        v_key_limit;
+                        v_key_limit, v_key_rate, v_key_period;
 END
 $$;
 

@@ -155,9 +155,22 @@ DECLARE
     v_limit      INT;
     v_rate       INT;
     v_key_limit  INT;
+    v_key_rate   INT;
+    v_key_period_us DOUBLE PRECISION;
+    -- a limit per key of either kind
+    v_keyed      BOOLEAN;
+    -- per distinct candidate key of a round (in v_room_keys' order): its room, whether the
+    -- rate is what bounds it, its theoretical arrival time brought to now, its last slot
     v_room_keys  TEXT[];
     v_room       BIGINT[];
+    v_key_defer  BOOLEAN[];
+    v_key_tats   DOUBLE PRECISION[];
+    v_key_slots  BIGINT[];
     v_parked     BIGINT;
+    v_deferred   BIGINT;
+    v_taken_keys TEXT[];
+    v_defer_keys TEXT[];
+    v_defer_slots BIGINT[];
     v_period_us  DOUBLE PRECISION;
     v_running    BIGINT;
     v_now_us     BIGINT := (extract(epoch FROM statement_timestamp()) * 1000000)::bigint;
@@ -197,14 +210,17 @@ BEGIN
     END IF;
 
     SELECT q.id, q.paused_at IS NOT NULL, q.concurrency_limit, q.rate_limit,
-           (q.rate_period_ms * 1000)::double precision, q.key_concurrency_limit
-      INTO v_queue, v_paused, v_limit, v_rate, v_period_us, v_key_limit
+           (q.rate_period_ms * 1000)::double precision, q.key_concurrency_limit,
+           q.key_rate_limit, (q.key_rate_period_ms * 1000)::double precision
+      INTO v_queue, v_paused, v_limit, v_rate, v_period_us, v_key_limit, v_key_rate,
+           v_key_period_us
       FROM @schema@.queues q
      WHERE q.name = p_queue;
     IF NOT FOUND OR v_paused THEN
         RETURN;
     END IF;
-    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_key_limit IS NOT NULL THEN
+    v_keyed := v_key_limit IS NOT NULL OR v_key_rate IS NOT NULL;
+    IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_keyed THEN
         -- one claim of this queue at a time, so that each sees the leases of the last (a
         -- lock only the queue's owner can take, waited for no longer than the caller waits)
         IF p_wait_ms IS NOT NULL THEN
@@ -423,18 +439,43 @@ BEGIN
         END IF;
         EXIT WHEN v_candidates IS NULL;
 
-        -- A key-limited queue: each candidate key's room, its limit less its live leases
-        -- (those of earlier rounds included), counted after the queue's lock.
-        IF v_key_limit IS NOT NULL THEN
-            SELECT array_agg(k.fair_key),
-                   array_agg(v_key_limit
-                             - (SELECT count(*) FROM @schema@.transport_groups l
-                                 WHERE l.limited_queue = v_queue AND l.fair_key = k.fair_key
-                                   AND l.available_at > v_now AND l.locked_by IS NOT NULL))
-              INTO v_room_keys, v_room
+        -- A key-limited queue: each candidate key's room, counted after the queue's lock:
+        -- its running limit less its live leases (those of earlier rounds included), and
+        -- the starts its rate allows now (GCRA, its state in key_rates; one further ahead
+        -- than a period is a previous limit's, brought back to one period)
+        IF v_keyed THEN
+            SELECT array_agg(k.fair_key), array_agg(LEAST(c.room, r.room)),
+                   array_agg(r.room IS NOT NULL AND (c.room IS NULL OR r.room < c.room)),
+                   array_agg(r.tat), array_agg(r.slot)
+              INTO v_room_keys, v_room, v_key_defer, v_key_tats, v_key_slots
               FROM (SELECT DISTINCT g.fair_key
                       FROM @schema@.transport_groups g
-                     WHERE g.group_id = ANY (v_candidates)) AS k;
+                     WHERE g.group_id = ANY (v_candidates)) AS k
+             CROSS JOIN LATERAL (
+                    SELECT v_key_limit
+                           - (SELECT count(*) FROM @schema@.transport_groups l
+                               WHERE l.limited_queue = v_queue AND l.fair_key = k.fair_key
+                                 AND l.available_at > v_now AND l.locked_by IS NOT NULL)
+                           AS room) AS c
+             CROSS JOIN LATERAL (
+                    SELECT t.tat, t.slot,
+                           floor((v_now_us + v_key_period_us - t.tat)
+                                 / (v_key_period_us / v_key_rate))::bigint AS room
+                      FROM (SELECT LEAST(GREATEST(COALESCE(max(kr.tat_us), 0), v_now_us)
+                                             ::double precision,
+                                         v_now_us + v_key_period_us) AS tat,
+                                   COALESCE(max(kr.slot_us), 0) AS slot
+                              FROM @schema@.key_rates kr
+                             WHERE kr.queue_id = v_queue AND kr.key = k.fair_key) AS t
+                  ) AS r;
+            -- the leases start after the count, as a limited queue's do (see above): one
+            -- that takes a slot a settle freed starts after that settle, however long this
+            -- backend was descheduled before the count
+            -- (and a rate's arrival time counts from that start: the starts recorded keep
+            -- to the rate)
+            v_now := clock_timestamp();
+            v_expiry := v_now + p_lease_ms * interval '1 millisecond';
+            v_now_us := (extract(epoch FROM v_now) * 1000000)::bigint;
         END IF;
 
         -- A new statement, whose snapshot sees every commit made before our locks were
@@ -479,27 +520,52 @@ BEGIN
                      WHERE c.inline_seq IS NULL AND m.group_id = c.group_id
                      ORDER BY m.seq
                      LIMIT 1) AS m ON true
-        ), ranked AS (
-            -- a due head is taken while its key has room (in claim order), parked otherwise
+        ), keyed AS (
+            -- each due head's place among its key's due candidates, and its key's room
             SELECT h.*,
-                   h.due AND (v_key_limit IS NULL
-                              OR row_number() OVER (PARTITION BY h.fair_key, h.due
-                                                    ORDER BY h.ord)
-                                 <= COALESCE(v_room[array_position(v_room_keys, h.fair_key)],
-                                             0)) AS take
+                   row_number() OVER (PARTITION BY h.fair_key, h.due ORDER BY h.ord)
+                       AS key_rank,
+                   count(*) FILTER (WHERE h.due) OVER (PARTITION BY h.fair_key) AS key_due,
+                   v_room[x.i] AS room, v_key_defer[x.i] AS rate_bound,
+                   v_key_tats[x.i] AS tat, v_key_slots[x.i] AS last_slot
               FROM head h
+              LEFT JOIN LATERAL (SELECT array_position(v_room_keys, h.fair_key) AS i) AS x
+                ON v_keyed
+        ), ranked AS (
+            -- a due head is taken while its key has room (in claim order); past it, parked
+            -- when the running limit bounds the key, deferred to its start time under the
+            -- key's rate when the rate does: one interval after the key's theoretical
+            -- arrival time less a period once this claim's starts are counted, or after
+            -- the last start time given, each one interval after the one before
+            SELECT k.*,
+                   k.due AND (NOT v_keyed OR k.key_rank <= COALESCE(k.room, 0)) AS take,
+                   k.due AND v_keyed AND k.key_rank > COALESCE(k.room, 0)
+                       AND COALESCE(k.rate_bound, false) AS deferred,
+                   CASE WHEN v_keyed AND k.rate_bound THEN
+                       ceil(GREATEST(GREATEST(k.tat, v_now_us)
+                                     + (LEAST(GREATEST(k.room, 0), k.key_due) + 1)
+                                             * (v_key_period_us / v_key_rate)
+                                         - v_key_period_us,
+                                     k.last_slot + v_key_period_us / v_key_rate)
+                            + (k.key_rank - GREATEST(k.room, 0) - 1)
+                              * (v_key_period_us / v_key_rate))::bigint
+                   END AS slot_us
+              FROM keyed k
         ), settled AS (
             UPDATE @schema@.transport_groups g
                SET locked_by     = CASE WHEN h.take THEN p_token END,
                    available_at  = CASE WHEN h.take THEN v_expiry
+                                        WHEN h.deferred
+                                        THEN timestamptz 'epoch'
+                                             + h.slot_us * interval '1 microsecond'
                                         WHEN h.due THEN g.available_at
                                         ELSE h.not_before END,
                    head_seq      = CASE WHEN h.take THEN h.seq ELSE g.head_seq END,
                    head_attempts = CASE WHEN h.take THEN h.attempt ELSE g.head_attempts END,
                    head_started_at = CASE WHEN h.take THEN v_now ELSE g.head_started_at END,
-                   -- leased, or asleep until its head is due: timed either way; parked: in
+                   -- leased, deferred, or asleep until its head is due: timed; parked: in
                    -- the band, in its order
-                   fair_tag      = CASE WHEN h.take OR NOT h.due THEN NULL
+                   fair_tag      = CASE WHEN h.take OR h.deferred OR NOT h.due THEN NULL
                                         ELSE h.fair_tag % c_parked + c_parked END,
                    limited_queue = CASE WHEN NOT h.take THEN g.limited_queue
                                         WHEN v_limit IS NOT NULL OR v_key_limit IS NOT NULL
@@ -511,7 +577,7 @@ BEGIN
              WHERE g.ctid = h.row_ctid
                AND h.seq IS NOT NULL AND NOT h.cancel_requested
                -- (one parked already: no write)
-               AND (h.take OR NOT h.due OR h.fair_tag < c_parked)
+               AND (h.take OR h.deferred OR NOT h.due OR h.fair_tag < c_parked)
         )
         SELECT array_agg(h.group_id      ORDER BY h.ord) FILTER (WHERE h.take),
                array_agg(h.seq           ORDER BY h.ord) FILTER (WHERE h.take),
@@ -525,10 +591,37 @@ BEGIN
                array_agg(h.group_id) FILTER (WHERE h.seq IS NOT NULL AND h.cancel_requested),
                count(*) FILTER (WHERE h.seq IS NOT NULL AND NOT h.due AND NOT h.cancel_requested),
                max(h.fair_tag % c_parked) FILTER (WHERE h.take),
-               count(*) FILTER (WHERE h.due AND NOT h.take AND h.fair_tag < c_parked)
+               count(*) FILTER (WHERE h.due AND NOT h.take AND NOT h.deferred
+                                  AND h.fair_tag < c_parked),
+               count(*) FILTER (WHERE h.deferred),
+               array_agg(h.fair_key) FILTER (WHERE h.take AND v_key_rate IS NOT NULL),
+               array_agg(h.fair_key) FILTER (WHERE h.deferred),
+               array_agg(h.slot_us) FILTER (WHERE h.deferred)
           INTO v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority, v_enqueued,
-               v_traces, v_empty, v_cancelled, v_not_due, v_started_top, v_parked
+               v_traces, v_empty, v_cancelled, v_not_due, v_started_top, v_parked, v_deferred,
+               v_taken_keys, v_defer_keys, v_defer_slots
           FROM ranked h;
+
+        -- a key's rate state: its arrival time advanced by the starts made, its last slot
+        -- by the groups deferred (in this transaction: a claim that rolls back leaves both)
+        IF v_taken_keys IS NOT NULL OR v_defer_keys IS NOT NULL THEN
+            INSERT INTO @schema@.key_rates AS kr (queue_id, key, tat_us, slot_us)
+            SELECT v_queue, u.key,
+                   ceil(GREATEST(v_key_tats[x.i], v_now_us)
+                        + u.starts * (v_key_period_us / v_key_rate))::bigint,
+                   GREATEST(v_key_slots[x.i], COALESCE(u.slot, 0))
+              FROM (SELECT t.key, sum(t.starts) AS starts, max(t.slot) AS slot
+                      FROM (SELECT tk.key, 1 AS starts, NULL::bigint AS slot
+                              FROM unnest(v_taken_keys) AS tk(key)
+                            UNION ALL
+                            SELECT dk.key, 0, dk.slot
+                              FROM unnest(v_defer_keys, v_defer_slots) AS dk(key, slot)) AS t
+                     GROUP BY t.key) AS u
+             CROSS JOIN LATERAL (SELECT array_position(v_room_keys, u.key) AS i) AS x
+            ON CONFLICT (queue_id, key) DO UPDATE
+               SET tat_us = excluded.tat_us,
+                   slot_us = GREATEST(kr.slot_us, excluded.slot_us);
+        END IF;
 
         -- the queue's greatest tag started (outside MVCC; two claims racing may leave the
         -- lesser of their tops: a bounded step back)
@@ -554,7 +647,7 @@ BEGIN
         -- Done when full, or when nothing odd was met (the queue has no more due groups).
         EXIT WHEN v_need = 0
                   OR (v_empty IS NULL AND v_not_due = 0 AND v_cancelled IS NULL
-                      AND v_parked = 0)
+                      AND v_parked = 0 AND v_deferred = 0)
                   OR v_rounds >= 8;
 
         -- Empty groups: a drain raced a publish, or a stale row. Drop or free them; one whose

@@ -13,7 +13,7 @@
 --   ends); the rows it deletes.
 -- Indexes: transport_groups_timed and transport_groups_ready below each floor; settle_receipts' key;
 --   job_history_keep_until; unique_keys_held_until; throughput's key (minute, worker);
---   workers_seen_at.
+--   workers_seen_at; key_rates' key.
 -- Errors: none of its own.
 --
 -- Steps:
@@ -32,7 +32,10 @@
 --      deletes its previous one with every batch: only a stopped worker's last stays),
 --      job_history rows past keep_until, unique keys whose hold is over, throughput rows
 --      older than a day (each at most 10,000 a call); worker pools not seen for a day, and
---      those beyond the 10,000 seen last (each at most 1,000 a call).
+--      those beyond the 10,000 seen last (each at most 1,000 a call); the rate states of
+--      fairness keys whose times have passed (key_rates: such a row means no more than no
+--      row; at most 10,000 a call, found by a walk of that table, which holds a row per key
+--      that started or waited in the last period of a key-rate-limited queue).
 CREATE OR REPLACE FUNCTION @schema@.harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -160,6 +163,16 @@ BEGIN
      WHERE w.id = ANY (ARRAY(SELECT o.id FROM @schema@.workers o
                               ORDER BY o.seen_at DESC
                               OFFSET 10000 LIMIT 1000));
+
+    -- (the times are checked again on the row deleted: a claim may have advanced it since)
+    DELETE FROM @schema@.key_rates kr
+     WHERE (kr.queue_id, kr.key) IN (
+               SELECT o.queue_id, o.key FROM @schema@.key_rates o
+                WHERE GREATEST(o.tat_us, o.slot_us)
+                      < extract(epoch FROM statement_timestamp()) * 1000000
+                LIMIT 10000)
+       AND GREATEST(kr.tat_us, kr.slot_us)
+           < extract(epoch FROM statement_timestamp()) * 1000000;
 
     RETURN QUERY SELECT v_lowered, v_pruned, v_history;
 END
