@@ -283,8 +283,49 @@ async fn flood_one(q: &SuiteSchema, group: &str) {
         .unwrap();
 }
 
-/// A weight applies to the groups tagged after it is set; weights and the ready groups of
-/// every key are listed, a page at a time; bad input is refused with a typed error.
+/// A weight applies to the groups tagged after it is set: those already waiting keep their
+/// places (A and B alternate through their first 40 groups each although A's weight became
+/// 3), and the groups tagged after it start at 3:1.
+#[tokio::test]
+async fn a_new_weight_applies_to_the_groups_tagged_after_it() {
+    let q = SuiteSchema::new().await;
+    flood(&q, "A", 40, 1).await;
+    flood(&q, "B", 40, 1).await;
+    client(&q).set_fair_weight("default", "A", 3).await.unwrap();
+    let mut waiting = Vec::new();
+    while waiting.len() < 40 {
+        waiting.extend(claim_and_ack(&q, 8).await);
+    }
+    let s = shares(&waiting);
+    assert!((share(&s, "A") - 0.5).abs() <= 0.05, "{waiting:?}");
+    // tagged from now on: behind the waiting ones, at the new weight
+    let batch: Vec<_> = ["A", "B"]
+        .into_iter()
+        .flat_map(|key| {
+            (0..100).map(move |g| {
+                OutgoingMessage::new(format!("{key}-new-{g}"), "k", "{}").fair_key(key)
+            })
+        })
+        .collect();
+    q.transport.publish_many(&q.pool, &batch).await.unwrap();
+    let mut rest = Vec::new();
+    while rest.len() < 120 {
+        rest.extend(claim_and_ack(&q, 8).await);
+    }
+    let s = shares(&rest[..40]);
+    assert!(
+        (share(&s, "A") - 0.5).abs() <= 0.05,
+        "the waiting ones first: {rest:?}"
+    );
+    let s = shares(&rest[40..120]);
+    assert!(
+        (share(&s, "A") - 0.75).abs() <= 0.075,
+        "3:1 after: {rest:?}"
+    );
+}
+
+/// Weights and the ready groups of every key are listed, a page at a time; bad input is
+/// refused with a typed error.
 #[tokio::test]
 async fn weights_are_set_listed_and_checked() {
     let q = SuiteSchema::new().await;

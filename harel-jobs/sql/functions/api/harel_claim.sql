@@ -166,6 +166,15 @@ DECLARE
     v_key_defer  BOOLEAN[];
     v_key_tats   DOUBLE PRECISION[];
     v_key_slots  BIGINT[];
+    -- per candidate of a round (by its place in v_candidates): its place among its key's
+    -- candidates, its key's room, whether the rate bounds that room, its key's arrival time
+    -- brought to now, last slot and number of candidates
+    v_c_rank     BIGINT[];
+    v_c_room     BIGINT[];
+    v_c_rated    BOOLEAN[];
+    v_c_tat      DOUBLE PRECISION[];
+    v_c_slot     BIGINT[];
+    v_c_count    BIGINT[];
     v_parked     BIGINT;
     v_deferred   BIGINT;
     v_taken_keys TEXT[];
@@ -468,6 +477,22 @@ BEGIN
                               FROM @schema@.key_rates kr
                              WHERE kr.queue_id = v_queue AND kr.key = k.fair_key) AS t
                   ) AS r;
+            -- each candidate's place among its key's (in claim order: a candidate whose head
+            -- turns out not due still takes its place, so its key may start one fewer this
+            -- round), and its key's figures
+            SELECT array_agg(x.rank ORDER BY x.ord), array_agg(v_room[x.i] ORDER BY x.ord),
+                   array_agg(v_key_defer[x.i] ORDER BY x.ord),
+                   array_agg(v_key_tats[x.i] ORDER BY x.ord),
+                   array_agg(v_key_slots[x.i] ORDER BY x.ord), array_agg(x.n ORDER BY x.ord)
+              INTO v_c_rank, v_c_room, v_c_rated, v_c_tat, v_c_slot, v_c_count
+              FROM (SELECT c.ord, array_position(v_room_keys, c.fair_key) AS i,
+                           row_number() OVER (PARTITION BY c.fair_key ORDER BY c.ord) AS rank,
+                           count(*) OVER (PARTITION BY c.fair_key) AS n
+                      FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
+                      LEFT JOIN LATERAL (SELECT k.ord, g.fair_key
+                                           FROM @schema@.transport_groups g
+                                          WHERE g.group_id = k.group_id
+                                         OFFSET 0) AS c ON true) AS x;
             -- the leases start after the count, as a limited queue's do (see above): one
             -- that takes a slot a settle freed starts after that settle, however long this
             -- backend was descheduled before the count
@@ -486,7 +511,24 @@ BEGIN
             SELECT g.group_id, g.head_seq, g.head_attempts, g.priority, g.inline_seq,
                    g.inline_kind, g.inline_payload, g.inline_enqueued_at, g.inline_not_before,
                    g.inline_trace_context, g.cancel_requested_at IS NOT NULL AS cancel_requested,
-                   g.fair_tag, g.fair_key, k.ord, g.ctid AS row_ctid
+                   g.fair_tag, g.fair_key, k.ord, g.ctid AS row_ctid,
+                   -- a key-limited queue: whether its key has room for it if its head is
+                   -- due; past that room, whether the rate is what bounds it (deferred: to
+                   -- one interval after the key's arrival time less a period once this
+                   -- round's starts are counted, or after the last start time given, each
+                   -- one interval after the one before), else parked
+                   NOT v_keyed OR v_c_rank[k.ord] <= v_c_room[k.ord] AS has_room,
+                   v_keyed AND v_c_rank[k.ord] > v_c_room[k.ord] AND v_c_rated[k.ord]
+                       AS rate_waits,
+                   CASE WHEN v_keyed AND v_c_rated[k.ord] THEN
+                       ceil(GREATEST(GREATEST(v_c_tat[k.ord], v_now_us)
+                                     + (LEAST(GREATEST(v_c_room[k.ord], 0), v_c_count[k.ord])
+                                        + 1) * (v_key_period_us / v_key_rate)
+                                     - v_key_period_us,
+                                     v_c_slot[k.ord] + v_key_period_us / v_key_rate)
+                            + (v_c_rank[k.ord] - GREATEST(v_c_room[k.ord], 0) - 1)
+                              * (v_key_period_us / v_key_rate))::bigint
+                   END AS slot_us
               FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
               JOIN @schema@.transport_groups g ON g.group_id = k.group_id
              WHERE g.group_id = ANY (v_candidates) -- by key (see harel_settle's fence)
@@ -494,6 +536,7 @@ BEGIN
             -- the group's inline message (the one that created it) while it has one, else
             -- its first message in transport_messages
             SELECT c.group_id, c.ord, c.row_ctid, c.cancel_requested, c.fair_tag, c.fair_key,
+                   c.has_room, c.rate_waits, c.slot_us,
                    COALESCE(c.inline_seq, m.seq) AS seq,
                    COALESCE(c.inline_kind, m.kind) AS kind,
                    COALESCE(c.inline_payload, m.payload) AS payload,
@@ -520,37 +563,11 @@ BEGIN
                      WHERE c.inline_seq IS NULL AND m.group_id = c.group_id
                      ORDER BY m.seq
                      LIMIT 1) AS m ON true
-        ), keyed AS (
-            -- each due head's place among its key's due candidates, and its key's room
-            SELECT h.*,
-                   row_number() OVER (PARTITION BY h.fair_key, h.due ORDER BY h.ord)
-                       AS key_rank,
-                   count(*) FILTER (WHERE h.due) OVER (PARTITION BY h.fair_key) AS key_due,
-                   v_room[x.i] AS room, v_key_defer[x.i] AS rate_bound,
-                   v_key_tats[x.i] AS tat, v_key_slots[x.i] AS last_slot
+        ), decided AS (
+            -- a due head is taken while its key has room, deferred past the rate, parked
+            -- past the running limit (see above)
+            SELECT h.*, h.due AND h.has_room AS take, h.due AND h.rate_waits AS deferred
               FROM head h
-              LEFT JOIN LATERAL (SELECT array_position(v_room_keys, h.fair_key) AS i) AS x
-                ON v_keyed
-        ), ranked AS (
-            -- a due head is taken while its key has room (in claim order); past it, parked
-            -- when the running limit bounds the key, deferred to its start time under the
-            -- key's rate when the rate does: one interval after the key's theoretical
-            -- arrival time less a period once this claim's starts are counted, or after
-            -- the last start time given, each one interval after the one before
-            SELECT k.*,
-                   k.due AND (NOT v_keyed OR k.key_rank <= COALESCE(k.room, 0)) AS take,
-                   k.due AND v_keyed AND k.key_rank > COALESCE(k.room, 0)
-                       AND COALESCE(k.rate_bound, false) AS deferred,
-                   CASE WHEN v_keyed AND k.rate_bound THEN
-                       ceil(GREATEST(GREATEST(k.tat, v_now_us)
-                                     + (LEAST(GREATEST(k.room, 0), k.key_due) + 1)
-                                             * (v_key_period_us / v_key_rate)
-                                         - v_key_period_us,
-                                     k.last_slot + v_key_period_us / v_key_rate)
-                            + (k.key_rank - GREATEST(k.room, 0) - 1)
-                              * (v_key_period_us / v_key_rate))::bigint
-                   END AS slot_us
-              FROM keyed k
         ), settled AS (
             UPDATE @schema@.transport_groups g
                SET locked_by     = CASE WHEN h.take THEN p_token END,
@@ -570,7 +587,7 @@ BEGIN
                    limited_queue = CASE WHEN NOT h.take THEN g.limited_queue
                                         WHEN v_limit IS NOT NULL OR v_key_limit IS NOT NULL
                                         THEN v_queue END
-              FROM ranked h
+              FROM decided h
              -- by the row version the candidate read found (locked by us since the first
              -- statement, so it is still the current one): a TID lookup per row, which no
              -- statistics can turn into a walk of the table or a rescan of the batch
@@ -600,7 +617,7 @@ BEGIN
           INTO v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority, v_enqueued,
                v_traces, v_empty, v_cancelled, v_not_due, v_started_top, v_parked, v_deferred,
                v_taken_keys, v_defer_keys, v_defer_slots
-          FROM ranked h;
+          FROM decided h;
 
         -- a key's rate state: its arrival time advanced by the starts made, its last slot
         -- by the groups deferred (in this transaction: a claim that rolls back leaves both)
