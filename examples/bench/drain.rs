@@ -197,29 +197,42 @@ pub async fn run_retention(ctx: &Ctx) -> Res<()> {
 }
 
 /// The cost of a fleet-wide limit: the same drain at concurrency 16 and 64 on the default
-/// queue without a limit and with a concurrency limit too high to bind (every claim then
-/// locks the queue's row and counts its live leases), interleaved.
+/// queue without a limit, with a concurrency limit too high to bind (every claim then
+/// locks the queue's row and counts its live leases), and with a limit per fairness key too
+/// high to bind (every claim locks the row and counts the live leases of each key it meets:
+/// here the one key of jobs without one), interleaved.
 pub async fn run_limits(ctx: &Ctx) -> Res<()> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Limit {
+        None,
+        Queue,
+        Key,
+    }
     let n = ctx.size(100_000, 5_000);
     let worker_pool = db::pool(&ctx.url, 8, &[]).await?;
     let client = harel_jobs::Client::new(ctx.pool.clone());
     drain_once(ctx, &worker_pool, 64, Fill::Single(n / 5)).await?;
-    let unbinding = harel_jobs::QueueLimits::none().concurrency(1_000_000);
-    let cases: [(&str, usize, bool); 4] = [
-        ("drain_c16", 16, false),
-        ("drain_c16_limited", 16, true),
-        ("drain_c64", 64, false),
-        ("drain_c64_limited", 64, true),
+    let cases: [(&str, usize, Limit); 6] = [
+        ("drain_c16", 16, Limit::None),
+        ("drain_c16_limited", 16, Limit::Queue),
+        ("drain_c16_key_limited", 16, Limit::Key),
+        ("drain_c64", 64, Limit::None),
+        ("drain_c64_limited", 64, Limit::Queue),
+        ("drain_c64_key_limited", 64, Limit::Key),
     ];
     let mut samples = vec![Vec::new(); cases.len()];
     for _ in 0..ctx.runs {
-        for (i, (_, concurrency, limited)) in cases.iter().enumerate() {
-            let limits = if *limited {
-                unbinding
-            } else {
-                harel_jobs::QueueLimits::none()
+        for (i, (_, concurrency, limit)) in cases.iter().enumerate() {
+            let queue_limits = match limit {
+                Limit::Queue => harel_jobs::QueueLimits::none().concurrency(1_000_000),
+                _ => harel_jobs::QueueLimits::none(),
             };
-            client.set_limits("default", limits).await?;
+            let key_limits = match limit {
+                Limit::Key => harel_jobs::KeyLimits::none().concurrency(1_000_000),
+                _ => harel_jobs::KeyLimits::none(),
+            };
+            client.set_limits("default", queue_limits).await?;
+            client.set_key_limits("default", key_limits).await?;
             let rate = drain_once(ctx, &worker_pool, *concurrency, Fill::Single(n)).await?;
             samples[i].push(rate);
         }
@@ -227,11 +240,14 @@ pub async fn run_limits(ctx: &Ctx) -> Res<()> {
     client
         .set_limits("default", harel_jobs::QueueLimits::none())
         .await?;
-    for (i, (name, _, limited)) in cases.iter().enumerate() {
-        let label = if *limited {
-            " label=\"concurrency limit 1,000,000 (not binding)\""
-        } else {
-            ""
+    client
+        .set_key_limits("default", harel_jobs::KeyLimits::none())
+        .await?;
+    for (i, (name, _, limit)) in cases.iter().enumerate() {
+        let label = match limit {
+            Limit::None => "",
+            Limit::Queue => " label=\"concurrency limit 1,000,000 (not binding)\"",
+            Limit::Key => " label=\"limit per key 1,000,000 (not binding)\"",
         };
         ctx.report.figure(
             *name,
