@@ -30,6 +30,9 @@ pub struct Probe {
     /// How long each [`Stamped`] and [`Tenant`] handler works (sleeps) after recording its
     /// start.
     pub work: Duration,
+    /// Each handler works a uniformly random 0.5 to 1.5 × `work` instead
+    /// (`HAREL_BENCH_WORK_JITTER=1`: handlers of one length start and end in waves).
+    pub jitter: bool,
     /// Each [`Tenant`] job's start: (tenant, start in µs since the epoch, its delay in µs).
     pub tenant_starts: Mutex<Vec<(u8, u64, u64)>>,
 }
@@ -54,6 +57,7 @@ impl Probe {
         Arc::new(Probe {
             record: AtomicBool::new(true),
             work,
+            jitter: std::env::var_os("HAREL_BENCH_WORK_JITTER").is_some_and(|v| v == "1"),
             ..Probe::default()
         })
     }
@@ -67,9 +71,15 @@ impl Probe {
 
     /// A handler's work: sleeps for [`work`](Probe::work), if any.
     async fn work(&self) {
-        if !self.work.is_zero() {
-            tokio::time::sleep(self.work).await;
+        if self.work.is_zero() {
+            return;
         }
+        let work = if self.jitter {
+            self.work.mul_f64(0.5 + rand::random::<f64>())
+        } else {
+            self.work
+        };
+        tokio::time::sleep(work).await;
     }
 
     pub fn started(&self) -> u64 {
