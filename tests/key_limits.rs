@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use harel_jobs::transport::{ClaimRequest, ClaimedMessage, OutgoingMessage};
 use harel_jobs::{Client, ClientError, Count, KeyLimits};
 use harel_jobs_suite::SuiteSchema;
-use harel_jobs_suite::limits::{most_at_once, start_hold_pool};
+use harel_jobs_suite::limits::{most_at_once, run_four_hold_pools};
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -243,28 +243,7 @@ async fn a_limit_per_key_holds_across_every_worker() {
     flood(&q, "partner", "busyB", 60, payload).await;
     let total = 1000 + 500 + 120;
 
-    let mut workers = Vec::new();
-    for _ in 0..4 {
-        workers.push(start_hold_pool(&q, 16).await);
-    }
-    let began = Instant::now();
-    loop {
-        let done: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
-            .fetch_one(&q.pool)
-            .await
-            .unwrap();
-        if done == total {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(120),
-            "jobs stopped at {done}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    for worker in workers {
-        worker.shutdown().await.unwrap();
-    }
+    run_four_hold_pools(&q, total).await;
 
     let rows: Vec<(String, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(q.sql(
         "SELECT fair_key, started_at, finished_at FROM @schema@.job_history
@@ -393,28 +372,7 @@ async fn a_rate_per_key_holds_across_every_worker() {
     for key in ["A", "B", "C"] {
         flood(&q, "partner", key, 25, r#"{"millis":1}"#).await;
     }
-    let mut workers = Vec::new();
-    for _ in 0..4 {
-        workers.push(start_hold_pool(&q, 16).await);
-    }
-    let began = Instant::now();
-    loop {
-        let done: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
-            .fetch_one(&q.pool)
-            .await
-            .unwrap();
-        if done == 75 {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(60),
-            "jobs stopped at {done}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    for worker in workers {
-        worker.shutdown().await.unwrap();
-    }
+    run_four_hold_pools(&q, 75).await;
     let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
         q.sql("SELECT fair_key, started_at FROM @schema@.job_history ORDER BY started_at"),
     )

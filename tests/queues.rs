@@ -13,7 +13,7 @@ use harel_jobs::{
     job,
 };
 use harel_jobs_suite::SuiteSchema;
-use harel_jobs_suite::limits::{Hold, most_at_once, start_hold_pool};
+use harel_jobs_suite::limits::{Hold, most_at_once, run_four_hold_pools};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
@@ -263,25 +263,7 @@ async fn run_on_four_pools(q: &SuiteSchema, count: u32, millis: u64) -> Vec<(f64
         batch.push(Hold { millis }).unwrap();
     }
     batch.enqueue(&q.pool).await.unwrap();
-    let mut workers = Vec::new();
-    for _ in 0..4 {
-        workers.push(start_hold_pool(q, 16).await);
-    }
-    let began = Instant::now();
-    loop {
-        let done: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
-            .fetch_one(&q.pool)
-            .await
-            .unwrap();
-        if done == i64::from(count) {
-            break;
-        }
-        assert!(began.elapsed() < Duration::from_secs(120), "jobs stopped");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    for worker in workers {
-        worker.shutdown().await.unwrap();
-    }
+    run_four_hold_pools(q, i64::from(count)).await;
     let rows: Vec<(DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
         q.sql("SELECT started_at, finished_at FROM @schema@.job_history ORDER BY started_at"),
     )

@@ -60,3 +60,31 @@ pub fn most_at_once(intervals: &[(f64, f64)]) -> usize {
     }
     usize::try_from(most).unwrap_or(0)
 }
+
+/// Runs four pools of concurrency 16 on the queue `partner` (as four processes would) until
+/// the history holds `jobs` finished jobs, then shuts them down. Fails if that takes more
+/// than two minutes.
+pub async fn run_four_hold_pools(q: &SuiteSchema, jobs: i64) {
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        workers.push(start_hold_pool(q, 16).await);
+    }
+    let began = std::time::Instant::now();
+    loop {
+        let done: i64 = sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.job_history"))
+            .fetch_one(&q.pool)
+            .await
+            .expect("the history is readable");
+        if done == jobs {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "jobs stopped at {done} of {jobs}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for worker in workers {
+        worker.shutdown().await.expect("the pool stops");
+    }
+}

@@ -7,6 +7,7 @@ use crate::error::{ClientError, DatabaseError};
 use std::time::Duration;
 
 use super::RateLimit;
+use super::queues::{concurrency_arg, rate_arg, rate_from_row};
 use crate::store::FairKeyRow;
 use crate::vocabulary::{
     Count, MAX_FAIR_WEIGHT, QUEUE_NAME_RULE, validate_fair_key, validate_queue_name,
@@ -144,30 +145,14 @@ impl Client {
     /// [`ClientError::Database`].
     pub async fn set_key_limits(&self, queue: &str, limits: KeyLimits) -> Result<(), ClientError> {
         validate_queue_name(queue).map_err(|_| ClientError::InvalidArgument(QUEUE_NAME_RULE))?;
-        let concurrency = match limits.concurrency {
-            Some(n @ 1..=1_000_000) => Some(n as i32),
-            Some(_) => {
-                return Err(ClientError::InvalidArgument(
-                    "a concurrency limit per key is 1 to 1,000,000",
-                ));
-            }
-            None => None,
-        };
-        let rate = match limits.rate {
-            Some(RateLimit { starts, per })
-                if (1..=1_000_000).contains(&starts)
-                    && per >= Duration::from_millis(1)
-                    && per <= Duration::from_secs(86_400) =>
-            {
-                Some((starts as i32, per.as_millis() as i64))
-            }
-            Some(_) => {
-                return Err(ClientError::InvalidArgument(
-                    "a rate limit per key is 1 to 1,000,000 starts per 1 ms to 24 h",
-                ));
-            }
-            None => None,
-        };
+        let concurrency = concurrency_arg(
+            limits.concurrency,
+            "a concurrency limit per key is 1 to 1,000,000",
+        )?;
+        let rate = rate_arg(
+            limits.rate,
+            "a rate limit per key is 1 to 1,000,000 starts per 1 ms to 24 h",
+        )?;
         self.store()
             .key_limits_set(self.pool(), queue, concurrency, rate)
             .await
@@ -177,7 +162,7 @@ impl Client {
 
     /// A page of a queue's fairness keys in key order, after `after` (`None`: from the
     /// first): the keys that have ready groups and the keys with a weight set, with their
-    /// weights and ready groups. At most `limit` keys (1 to [`MAX_FAIR_KEY_PAGE`]); one
+    /// weights, ready groups and running jobs, and the queue's [`KeyLimits`]. At most `limit` keys (1 to [`MAX_FAIR_KEY_PAGE`]); one
     /// round trip whose cost does not grow with the number of keys. Leased, retrying and
     /// scheduled groups are not in the ready count. An unknown queue has no keys.
     ///
@@ -235,13 +220,7 @@ fn fair_key_page(rows: Vec<FairKeyRow>) -> FairKeyPage {
             None => {
                 more = cursor_more.unwrap_or(false);
                 page.limits.concurrency = key_limit.and_then(|n| u32::try_from(n).ok());
-                page.limits.rate = match (rate, rate_ms) {
-                    (Some(starts), Some(ms)) => Some(RateLimit {
-                        starts: u32::try_from(starts).unwrap_or(0),
-                        per: Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
-                    }),
-                    _ => None,
-                };
+                page.limits.rate = rate_from_row(rate, rate_ms);
             }
         }
     }

@@ -214,30 +214,12 @@ impl Client {
     ) -> Result<QueueInfo, ClientError> {
         validate_queue_name(queue).map_err(|_| ClientError::InvalidArgument(QUEUE_NAME_RULE))?;
         let given = limits.unwrap_or_default();
-        let concurrency = match given.concurrency {
-            Some(n @ 1..=1_000_000) => Some(n as i32),
-            Some(_) => {
-                return Err(ClientError::InvalidArgument(
-                    "a concurrency limit is 1 to 1,000,000",
-                ));
-            }
-            None => None,
-        };
-        let rate = match given.rate {
-            Some(RateLimit { starts, per })
-                if (1..=1_000_000).contains(&starts)
-                    && per >= Duration::from_millis(1)
-                    && per <= Duration::from_secs(86_400) =>
-            {
-                Some((starts as i32, per.as_millis() as i64))
-            }
-            Some(_) => {
-                return Err(ClientError::InvalidArgument(
-                    "a rate limit is 1 to 1,000,000 starts per 1 ms to 24 h",
-                ));
-            }
-            None => None,
-        };
+        let concurrency =
+            concurrency_arg(given.concurrency, "a concurrency limit is 1 to 1,000,000")?;
+        let rate = rate_arg(
+            given.rate,
+            "a rate limit is 1 to 1,000,000 starts per 1 ms to 24 h",
+        )?;
         let settings = QueueSettings {
             queue,
             paused,
@@ -255,6 +237,47 @@ impl Client {
     }
 }
 
+/// A concurrency limit (of a queue, or of each key) as the database takes it: 1 to
+/// 1,000,000, else `error`.
+pub(super) fn concurrency_arg(
+    limit: Option<u32>,
+    error: &'static str,
+) -> Result<Option<i32>, ClientError> {
+    match limit {
+        Some(n @ 1..=1_000_000) => Ok(Some(n as i32)),
+        Some(_) => Err(ClientError::InvalidArgument(error)),
+        None => Ok(None),
+    }
+}
+
+/// A rate limit (of a queue, or of each key) as the database takes it, (starts, period in
+/// ms): 1 to 1,000,000 starts per 1 ms to 24 h, else `error`.
+pub(super) fn rate_arg(
+    rate: Option<RateLimit>,
+    error: &'static str,
+) -> Result<Option<(i32, i64)>, ClientError> {
+    match rate {
+        Some(RateLimit { starts, per })
+            if (1..=1_000_000).contains(&starts)
+                && per >= Duration::from_millis(1)
+                && per <= Duration::from_secs(86_400) =>
+        {
+            Ok(Some((starts as i32, per.as_millis() as i64)))
+        }
+        Some(_) => Err(ClientError::InvalidArgument(error)),
+        None => Ok(None),
+    }
+}
+
+/// A rate limit as the database stores it (starts, period in ms), if both are set.
+pub(super) fn rate_from_row(starts: Option<i32>, period_ms: Option<i64>) -> Option<RateLimit> {
+    let (starts, ms) = starts.zip(period_ms)?;
+    Some(RateLimit {
+        starts: u32::try_from(starts).ok()?,
+        per: Duration::from_millis(u64::try_from(ms).ok()?),
+    })
+}
+
 fn queue_info(row: QueueRow) -> QueueInfo {
     let (name, paused_at, concurrency, rate, period_ms, ready, running, exact, oldest) = row;
     let count = |n: Option<i64>| match exact {
@@ -266,12 +289,7 @@ fn queue_info(row: QueueRow) -> QueueInfo {
         paused_at,
         limits: QueueLimits {
             concurrency: concurrency.and_then(|n| u32::try_from(n).ok()),
-            rate: rate.zip(period_ms).and_then(|(starts, ms)| {
-                Some(RateLimit {
-                    starts: u32::try_from(starts).ok()?,
-                    per: Duration::from_millis(u64::try_from(ms).ok()?),
-                })
-            }),
+            rate: rate_from_row(rate, period_ms),
         },
         ready: count(ready),
         oldest_ready_at: oldest,
