@@ -698,6 +698,39 @@ mod tests {
         }
     }
 
+    /// The parked band (ADR 0031) starts at one place in every function that reads it: a
+    /// constant `c_parked` of 2^62 (a function returning it would cost each call the
+    /// settings every function sets, on the claim's and the settle's path).
+    #[test]
+    fn every_function_puts_the_parked_band_at_two_to_the_62() {
+        let mut readers = Vec::new();
+        for function in FUNCTIONS {
+            if function.sql.contains("c_parked") {
+                let declared = function
+                    .sql
+                    .lines()
+                    .find(|line| line.trim_start().starts_with("c_parked"))
+                    .unwrap_or_default();
+                assert!(
+                    declared.ends_with("CONSTANT BIGINT := 4611686018427387904;"),
+                    "{}: {declared:?}",
+                    function.name
+                );
+                assert_eq!(4611686018427387904_i64, 1 << 62);
+                readers.push(function.name);
+            }
+        }
+        assert_eq!(
+            readers,
+            [
+                "harel_fair_tags",
+                "harel_unpark",
+                "harel_claim",
+                "harel_set_key_limits"
+            ]
+        );
+    }
+
     /// The policy of sql/README.md ("Every function"), file by file.
     #[test]
     fn every_function_file_pins_search_path_runs_as_owner_and_revokes_public() {
