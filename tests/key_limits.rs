@@ -407,3 +407,25 @@ async fn a_rate_per_key_holds_across_every_worker() {
         "each key's burst at once: {firsts:?}"
     );
 }
+
+/// A saturated key's backlog ahead of another key's work is parked within a claim or two,
+/// not one claim's candidates at a time (each short claim would make a worker wait for its
+/// next poll): key A at weight 1,000 ranks 1,000 of its 3,000 groups before B's one, and
+/// A may run 1.
+#[tokio::test]
+async fn a_backlog_at_its_limit_is_set_aside_within_a_claim_or_two() {
+    let q = SuiteSchema::new().await;
+    let c = client(&q);
+    c.set_key_limits("default", KeyLimits::none().concurrency(1))
+        .await
+        .unwrap();
+    c.set_fair_weight("default", "A", 1000).await.unwrap();
+    flood(&q, "default", "A", 3000, "{}").await;
+    flood(&q, "default", "B", 1, "{}").await;
+    let first = claim(&q, 16).await;
+    assert_eq!(of(&per_key(&first), "A"), 1);
+    let second = claim(&q, 16).await;
+    let third = claim(&q, 16).await;
+    let b = of(&per_key(&first), "B") + of(&per_key(&second), "B") + of(&per_key(&third), "B");
+    assert_eq!(b, 1, "B waited behind A's parked backlog");
+}

@@ -89,8 +89,8 @@
 --      queue's greatest tag started goes up to the greatest this claim started (setval).
 --  10. Return the leased heads; end the cancelled ones (harel_end_cancelled); drop or free
 --      the empty groups (harel_drop_empty_groups). Another round while short of p_limit
---      and this one met an empty group, a head not due, a cancelled lease or parked a group
---      (at most 8).
+--      and this one met an empty group, a head not due or a cancelled lease (at most 8), or
+--      set groups aside for their keys' limits (at most 64).
 --  11. A rate-limited queue: its theoretical arrival time advanced by the starts made
 --      (setval: outside MVCC and the transaction).
 CREATE OR REPLACE FUNCTION @schema@.harel_claim(
@@ -662,10 +662,14 @@ BEGIN
         END IF;
 
         -- Done when full, or when nothing odd was met (the queue has no more due groups).
+        -- (a round that set groups aside for their keys' limits may be followed by up to
+        -- 64 in all: a saturated key's backlog ranked ahead of other keys' work is set aside
+        -- a round's candidates at a time, and a claim that came back short would make its
+        -- worker wait for the next poll)
         EXIT WHEN v_need = 0
                   OR (v_empty IS NULL AND v_not_due = 0 AND v_cancelled IS NULL
                       AND v_parked = 0 AND v_deferred = 0)
-                  OR v_rounds >= 8;
+                  OR v_rounds >= CASE WHEN v_parked + v_deferred > 0 THEN 64 ELSE 8 END;
 
         -- Empty groups: a drain raced a publish, or a stale row. Drop or free them; one whose
         -- publisher is still open is looked at again shortly, never spun on.
