@@ -710,6 +710,11 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         text(&client, "#key-limit").await,
         "Each key: at most 3 running at once."
     );
+    // from the page again (its URL without `done`, so that the wait below sees the new one)
+    client
+        .goto(&format!("{base}/queues/keys?name=default"))
+        .await
+        .unwrap();
     let rate = client.find(Locator::Id("key-limit-rate")).await.unwrap();
     rate.send_keys("20").await.unwrap();
     click(&client, Locator::Id("set-key-limit-button")).await;
