@@ -179,6 +179,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_extend",
         "harel_fair_keys",
         "harel_fair_tags",
+        "harel_hold",
         "harel_job",
         "harel_list_groups",
         "harel_list_jobs",
@@ -189,6 +190,8 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_queued_state",
         "harel_queues",
         "harel_release_key",
+        "harel_release_waiting",
+        "harel_resolve_dependents",
         "harel_schedule_fire",
         "harel_schedules",
         "harel_set_fair_weight",
@@ -436,7 +439,7 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
     .execute(&q.pool)
     .await
     .unwrap();
-    // 0010 runs again, as on a schema of the release before it (and 0011 to 0014 after
+    // 0010 runs again, as on a schema of the release before it (and 0011 to 0015 after
     // it, their objects dropped first)
     sqlx::raw_sql(q.sql(
         "DELETE FROM @schema@._migrations WHERE version >= 10;
@@ -446,6 +449,7 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
          CREATE VIEW @schema@.jobs AS SELECT 1::bigint AS seq;
          DROP TABLE @schema@.fair_keys;
          DROP TABLE @schema@.key_rates;
+         DROP TABLE @schema@.job_waits, @schema@.job_dependencies;
          DROP INDEX @schema@.transport_groups_limited_by_key;
          ALTER TABLE @schema@.queues DROP COLUMN key_concurrency_limit,
              DROP COLUMN key_rate_limit, DROP COLUMN key_rate_period_ms;

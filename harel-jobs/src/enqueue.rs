@@ -41,6 +41,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
+use crate::dependency::{BatchRef, OnParentFailure, Parent, next_batch_number};
 use crate::error::PublishError;
 use crate::job::{Job, Unique};
 use crate::schema::Schema;
@@ -66,6 +67,8 @@ pub struct EnqueueOptions {
     unique: Option<Unique>,
     queue: Option<String>,
     fair_key: Option<String>,
+    after: Vec<Parent>,
+    on_parent_failure: OnParentFailure,
 }
 
 impl EnqueueOptions {
@@ -130,6 +133,26 @@ impl EnqueueOptions {
         self
     }
 
+    /// Makes the job wait for `parents` (added to any set before): jobs enqueued before
+    /// ([`JobId`]s) or earlier jobs of the same batch ([`BatchRef`]s from
+    /// [`JobBatch::add`]). It is queued at once, in its group and its place there, but no
+    /// worker claims it before every parent has completed: the transaction that completes
+    /// the last one releases it. If a parent becomes a dead letter or is cancelled, it is
+    /// cancelled (with a reason naming the parent), unless
+    /// [`on_parent_failure`](Self::on_parent_failure) says [`OnParentFailure::Run`]. A
+    /// delay or not-before time counts from its release. See ADR 0032.
+    pub fn after<P: Into<Parent>>(mut self, parents: impl IntoIterator<Item = P>) -> Self {
+        self.after.extend(parents.into_iter().map(Into::into));
+        self
+    }
+
+    /// What the job does when a parent ([`after`](Self::after)) ends without completing:
+    /// cancelled (the default) or run once every parent has ended.
+    pub fn on_parent_failure(mut self, then: OnParentFailure) -> Self {
+        self.on_parent_failure = then;
+        self
+    }
+
     /// The message for `job`: group override, else the job's group, else a fresh one; with
     /// the current span's trace context (feature `opentelemetry`).
     pub(crate) fn message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
@@ -158,7 +181,9 @@ impl EnqueueOptions {
         Ok(message
             .priority(priority)
             .start_at(self.start_at)
-            .queue(queue))
+            .queue(queue)
+            .after(self.after.iter().copied())
+            .on_parent_failure(self.on_parent_failure))
     }
 }
 
@@ -270,6 +295,34 @@ impl<'c, J: Job, E: PgExecutor<'c>> Enqueue<'c, J, E> {
         self
     }
 
+    /// Makes the job wait for jobs enqueued before it (see [`EnqueueOptions::after`]): no
+    /// worker claims it before they have all completed.
+    ///
+    /// ```no_run
+    /// # use harel_jobs::{Enqueue, Job};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Charge;
+    /// # impl Job for Charge { const KIND: &'static str = "charge"; }
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Receipt;
+    /// # impl Job for Receipt { const KIND: &'static str = "receipt"; }
+    /// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = pool.begin().await?;
+    /// let charge = Enqueue::new(Charge, &mut *tx).await?;
+    /// let receipt = Enqueue::new(Receipt, &mut *tx).after([charge]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn after(mut self, parents: impl IntoIterator<Item = JobId>) -> Self {
+        self.options = self.options.after(parents);
+        self
+    }
+
+    /// What the job does when a parent ends without completing (see
+    /// [`EnqueueOptions::on_parent_failure`]).
+    pub fn on_parent_failure(mut self, then: OnParentFailure) -> Self {
+        self.options = self.options.on_parent_failure(then);
+        self
+    }
+
     /// Enqueues into the queue in `schema` instead of the default `harel`.
     pub fn schema(mut self, schema: &Schema) -> Self {
         self.schema = Some(schema.clone());
@@ -334,11 +387,24 @@ impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
 /// assert_eq!(ids.len(), 1002);
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct JobBatch {
     messages: Vec<OutgoingMessage>,
     schema: Option<Schema>,
     statements: PreparedStatements,
+    /// Its number, in its [`BatchRef`]s.
+    number: u64,
+}
+
+impl Default for JobBatch {
+    fn default() -> Self {
+        Self {
+            messages: Vec::new(),
+            schema: None,
+            statements: PreparedStatements::default(),
+            number: next_batch_number(),
+        }
+    }
 }
 
 impl JobBatch {
@@ -350,9 +416,8 @@ impl JobBatch {
     /// An empty batch for the queue in `schema`.
     pub fn for_schema(schema: &Schema) -> Self {
         Self {
-            messages: Vec::new(),
             schema: Some(schema.clone()),
-            statements: PreparedStatements::default(),
+            ..Self::default()
         }
     }
 
@@ -386,8 +451,54 @@ impl JobBatch {
     ) -> Result<&mut Self, PublishError> {
         let message = options.message(&job)?;
         message.validate()?;
+        let index = self.messages.len();
+        let foreign = message.parents().iter().any(|parent| {
+            matches!(parent, Parent::InBatch(job) if job.batch != self.number || job.index >= index)
+        });
+        if foreign {
+            return Err(InvalidMessage::ParentNotInBatch.into());
+        }
         self.messages.push(message);
         Ok(self)
+    }
+
+    /// Adds a job with `options`, as [`push_with`](Self::push_with) does, and returns a
+    /// reference to it that later jobs of this batch can wait for
+    /// ([`EnqueueOptions::after`]): a fan-out and its fan-in, or a chain, enqueued in one
+    /// round trip.
+    ///
+    /// ```no_run
+    /// # use harel_jobs::{EnqueueOptions, Job, JobBatch};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Shard(u32);
+    /// # impl Job for Shard { const KIND: &'static str = "shard"; }
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Zip;
+    /// # impl Job for Zip { const KIND: &'static str = "zip"; }
+    /// # async fn example(pool: sqlx::PgPool) -> Result<(), harel_jobs::PublishError> {
+    /// let mut batch = JobBatch::new();
+    /// let mut shards = Vec::new();
+    /// for n in 0..10 {
+    ///     shards.push(batch.add(Shard(n), &EnqueueOptions::new())?);
+    /// }
+    /// // runs once every shard has completed
+    /// batch.add(Zip, &EnqueueOptions::new().after(shards))?;
+    /// batch.enqueue(&pool).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`push_with`](Self::push_with); [`InvalidMessage::ParentNotInBatch`] for a
+    /// [`BatchRef`] of another batch.
+    pub fn add<J: Job>(
+        &mut self,
+        job: J,
+        options: &EnqueueOptions,
+    ) -> Result<BatchRef, PublishError> {
+        let index = self.messages.len();
+        self.push_with(job, options)?;
+        Ok(BatchRef {
+            batch: self.number,
+            index,
+        })
     }
 
     /// Adds a job into `group`, overriding its own: the same as
@@ -445,7 +556,7 @@ impl JobBatch {
     ) -> Result<Vec<Enqueued>, PublishError> {
         let transport = transport_for(self.schema.as_ref(), self.statements);
         let outcomes = transport
-            .publish_many_outcomes(executor, &self.messages)
+            .publish_outcomes_in(executor, &self.messages, Some(self.number))
             .await?;
         let outcomes: Vec<Enqueued> = outcomes.into_iter().map(Enqueued::from).collect();
         #[cfg(feature = "metrics")]

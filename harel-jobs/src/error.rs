@@ -60,6 +60,16 @@ impl DatabaseError {
         self.is_connection() || matches!(self.code().as_deref(), Some("40001" | "40P01" | "55P03"))
     }
 
+    /// The DETAIL PostgreSQL gave with the error, if any.
+    pub(crate) fn detail(&self) -> Option<&str> {
+        match &self.inner {
+            sqlx::Error::Database(db) => db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .and_then(sqlx::postgres::PgDatabaseError::detail),
+            _ => None,
+        }
+    }
+
     /// Whether PostgreSQL refused the operation for lack of privileges (SQLSTATE 42501).
     pub fn is_permission_denied(&self) -> bool {
         self.code().as_deref() == Some("42501")
@@ -128,6 +138,16 @@ pub enum PublishError {
     /// the transaction is aborted (roll it back).
     #[error("the job's group belongs to another queue")]
     GroupInAnotherQueue,
+    /// A job to wait for ([`Parent::Job`](crate::Parent::Job)) is neither queued nor kept:
+    /// it completed without retention (nothing says it completed), was pruned, or never
+    /// existed. Nothing was written; the transaction is aborted (roll it back). To wait for
+    /// jobs that may end before their dependents are enqueued, keep their completions
+    /// (`#[job(retain = "…")]`), or enqueue them together ([`JobBatch::add`](crate::JobBatch::add)).
+    #[error("job {parent} to wait for is neither queued nor kept")]
+    UnknownParent {
+        /// The parent.
+        parent: JobId,
+    },
 }
 
 impl PublishError {
@@ -144,8 +164,17 @@ impl From<sqlx::Error> for PublishError {
     fn from(e: sqlx::Error) -> Self {
         let error = DatabaseError::new(e);
         // harel_publish's own code for a group in another queue (class HJ: not PostgreSQL's)
-        if error.code().as_deref() == Some("HJ001") {
-            return Self::GroupInAnotherQueue;
+        match error.code().as_deref() {
+            Some("HJ001") => return Self::GroupInAnotherQueue,
+            // harel_hold's, the parent's id in the DETAIL
+            Some("HJ002") => {
+                if let Some(parent) = error.detail().and_then(|d| d.parse().ok()) {
+                    return Self::UnknownParent {
+                        parent: JobId::new(parent),
+                    };
+                }
+            }
+            _ => {}
         }
         Self::Database(error)
     }

@@ -181,6 +181,7 @@ mod context;
 #[cfg(feature = "dashboard")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
+mod dependency;
 mod enqueue;
 mod error;
 mod job;
@@ -213,6 +214,7 @@ pub use client::{
 };
 pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
+pub use dependency::{BatchRef, OnParentFailure, Parent};
 pub use enqueue::{Enqueue, EnqueueOptions, Enqueued, JobBatch};
 pub use error::{
     ClientError, CompleteError, ConfigError, ConnectError, DatabaseError, InvalidMessage,
@@ -244,9 +246,9 @@ pub use sqlx;
 pub use transport::{DEFAULT_QUEUE, PreparedStatements, Priority};
 pub use vocabulary::{
     Count, DEFAULT_CANCELLED_RETENTION, GROUP_JOBS_COUNT_CAP, JobId, MAX_CATCH_UP,
-    MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT, MAX_GROUP_PAGE, MAX_PAGE, MAX_REASON_BYTES,
-    MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_THROUGHPUT_MINUTES, MAX_TOP_GROUPS,
-    MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
+    MAX_DEPENDENCIES, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT, MAX_GROUP_PAGE, MAX_PAGE,
+    MAX_REASON_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_THROUGHPUT_MINUTES,
+    MAX_TOP_GROUPS, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
 };
 #[cfg(feature = "__fault_injection")]
 #[doc(hidden)]

@@ -124,6 +124,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0014_key_limits.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 15,
+        name: "dependencies",
+        sql: include_str!("../sql/migrations/0015_dependencies.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied: the internal helpers first, then the
@@ -163,6 +169,21 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_move_on",
         folder: "internal",
         sql: include_str!("../sql/functions/internal/harel_move_on.sql"),
+    },
+    Function {
+        name: "harel_release_waiting",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_release_waiting.sql"),
+    },
+    Function {
+        name: "harel_resolve_dependents",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_resolve_dependents.sql"),
+    },
+    Function {
+        name: "harel_hold",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_hold.sql"),
     },
     Function {
         name: "harel_end_cancelled",
@@ -302,7 +323,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 14;
+pub const SCHEMA_VERSION: i32 = 15;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

@@ -35,6 +35,10 @@ pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 /// `JobBatch::enqueue` and the `enqueue_many` of `#[job]` types; split larger batches (each
 /// batch is one statement, assembled in memory on both sides).
 pub const MAX_BATCH_MESSAGES: usize = 100_000;
+
+/// The most dependencies (a job and one job it waits for) one enqueue may carry, over all
+/// its jobs: a fan-in of this many parents into one job, or fewer into several.
+pub const MAX_DEPENDENCIES: usize = 100_000;
 /// The most bytes one batch may carry, counting every message's payload, group id and kind:
 /// 64 MiB (16 payloads of the largest size). The batch is bound as arrays of one statement,
 /// which the driver and the server each hold in memory, several times over, until it is
@@ -540,6 +544,18 @@ pub enum InvalidMessage {
     BatchTooLarge {
         /// Its size in bytes.
         len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A job waits for a job of a batch ([`BatchRef`](crate::BatchRef)) that is not an
+    /// earlier job of the batch it is enqueued with (another batch's, or a single enqueue's).
+    #[error("a job can wait only for an earlier job of its own batch")]
+    ParentNotInBatch,
+    /// The jobs of one enqueue wait for more than [`MAX_DEPENDENCIES`] jobs in all.
+    #[error("the jobs wait for {count} jobs in all, more than the limit of {max}: split the batch")]
+    TooManyDependencies {
+        /// How many.
+        count: usize,
         /// The limit.
         max: usize,
     },

@@ -226,8 +226,10 @@ impl From<RankArg> for GroupRank {
 /// A job state to list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum StateArg {
-    /// Waiting, scheduled, running or retrying.
+    /// Pending, waiting, scheduled, running or retrying.
     Queued,
+    /// Waiting for the jobs it depends on.
+    Pending,
     /// Due, waiting for a worker.
     Waiting,
     /// Not to start before a time.
@@ -248,6 +250,7 @@ impl From<StateArg> for StateFilter {
     fn from(state: StateArg) -> Self {
         match state {
             StateArg::Queued => Self::Queued,
+            StateArg::Pending => Self::Pending,
             StateArg::Waiting => Self::Waiting,
             StateArg::Scheduled => Self::Scheduled,
             StateArg::Running => Self::Running,

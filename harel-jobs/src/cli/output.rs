@@ -190,6 +190,7 @@ type StateParts = (
 
 fn state_parts(state: &JobState) -> StateParts {
     match state {
+        JobState::Pending => ("pending", None, None, false, None),
         JobState::Waiting => ("waiting", None, None, false, None),
         JobState::Scheduled { at } => ("scheduled", Some(*at), None, false, None),
         JobState::Running {

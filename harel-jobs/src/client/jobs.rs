@@ -286,6 +286,9 @@ impl CancelOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum JobState {
+    /// Waiting for the jobs it depends on ([`EnqueueOptions::after`](crate::EnqueueOptions::after)):
+    /// no worker claims it before they have all completed.
+    Pending,
     /// Due, waiting for a worker (or for the jobs before it in its group).
     Waiting,
     /// Not to start before `at`.
@@ -401,6 +404,7 @@ impl JobInfo {
             return Err(unexpected());
         };
         let state = match state.as_str() {
+            "pending" => JobState::Pending,
             "waiting" => JobState::Waiting,
             "scheduled" => JobState::Scheduled {
                 at: at.ok_or_else(unexpected)?,
@@ -521,8 +525,10 @@ impl JobQuery {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum StateFilter {
-    /// Waiting, scheduled, running or retrying: every job still in the queue.
+    /// Pending, waiting, scheduled, running or retrying: every job still in the queue.
     Queued,
+    /// [`JobState::Pending`].
+    Pending,
     /// [`JobState::Waiting`].
     Waiting,
     /// [`JobState::Scheduled`].
@@ -543,6 +549,7 @@ impl StateFilter {
     fn as_str(self) -> &'static str {
         match self {
             Self::Queued => "queued",
+            Self::Pending => "pending",
             Self::Waiting => "waiting",
             Self::Scheduled => "scheduled",
             Self::Running => "running",

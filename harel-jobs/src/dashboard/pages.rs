@@ -93,6 +93,7 @@ impl Ctx {
 /// A job's state, its time, and whether a cancel was asked.
 fn state_of(job: &JobInfo) -> (&'static str, Option<chrono::DateTime<chrono::Utc>>) {
     match &job.state {
+        JobState::Pending => ("pending", None),
         JobState::Waiting => ("waiting", None),
         JobState::Scheduled { at } => ("scheduled", Some(*at)),
         JobState::Running { lease_until, .. } => ("running", Some(*lease_until)),
@@ -415,6 +416,7 @@ pub(crate) struct JobsFilter {
 const STATES: &[(&str, &str)] = &[
     ("", "any state"),
     ("queued", "queued (not finished)"),
+    ("pending", "pending (waits for other jobs)"),
     ("waiting", "waiting"),
     ("scheduled", "scheduled"),
     ("running", "running"),
@@ -427,6 +429,7 @@ const STATES: &[(&str, &str)] = &[
 fn state_filter(state: &str) -> Option<StateFilter> {
     Some(match state {
         "queued" => StateFilter::Queued,
+        "pending" => StateFilter::Pending,
         "waiting" => StateFilter::Waiting,
         "scheduled" => StateFilter::Scheduled,
         "running" => StateFilter::Running,
@@ -541,7 +544,7 @@ pub(crate) async fn job(
         JobState::Completed { .. } => "Completed",
         JobState::Dead { .. } => "Failed",
         JobState::Cancelled { .. } => "Cancelled",
-        JobState::Waiting => "",
+        JobState::Waiting | JobState::Pending => "",
     };
     if let Some(at) = at {
         pairs.push((at_label, time(at)));
@@ -567,7 +570,8 @@ pub(crate) async fn job(
     let mut body = fields(&pairs);
     let queued = matches!(
         job.state,
-        JobState::Waiting
+        JobState::Pending
+            | JobState::Waiting
             | JobState::Scheduled { .. }
             | JobState::Running { .. }
             | JobState::Retrying { .. }
@@ -630,6 +634,7 @@ fn timeline(job: &JobInfo) -> String {
     let mut events: Vec<(Option<DateTime<Utc>>, String)> =
         vec![(Some(job.enqueued_at), "enqueued".to_owned())];
     match &job.state {
+        JobState::Pending => events.push((None, "waiting for the jobs it depends on".to_owned())),
         JobState::Waiting => events.push((None, "waiting for a worker".to_owned())),
         JobState::Scheduled { at } => events.push((Some(*at), "due".to_owned())),
         JobState::Running {

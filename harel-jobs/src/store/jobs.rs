@@ -6,8 +6,8 @@ use uuid::Uuid;
 
 use super::{Statement, Store};
 
-pub(super) const PUBLISH: &str =
-    "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS s";
+pub(super) const PUBLISH: &str = "SELECT s FROM @schema@.harel_publish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+     $12, $13, $14) AS s";
 
 pub(super) const CLAIM: &str = "SELECT group_id, seq, kind, payload, attempt, priority, enqueued_at, trace_context \
      FROM @schema@.harel_claim($1, $2, $3, $4, $5, $6, $7)";
@@ -53,6 +53,12 @@ pub(crate) struct Publish<'a> {
     pub trace_contexts: Option<Vec<Option<&'a str>>>,
     /// Fairness keys (`None`: the shared key `""`).
     pub fair_keys: Option<Vec<Option<&'a str>>>,
+    /// Per dependency, the waiting message's position in the batch (from 1).
+    pub after_of: Option<Vec<i32>>,
+    /// Per dependency, the parent: a job id, or minus an earlier message's position.
+    pub after: Option<Vec<i64>>,
+    /// Per message, whether it runs after a parent that failed.
+    pub run_after_failure: Option<Vec<bool>>,
 }
 
 /// What `harel_claim` is asked for.
@@ -169,6 +175,9 @@ impl Store {
             .bind(batch.queues)
             .bind(batch.trace_contexts)
             .bind(batch.fair_keys)
+            .bind(batch.after_of)
+            .bind(batch.after)
+            .bind(batch.run_after_failure)
             .persistent(self.persistent())
             .fetch_all(executor)
             .await

@@ -5,10 +5,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::dependency::{OnParentFailure, Parent};
 use crate::vocabulary::{
-    DEFAULT_QUEUE, InvalidMessage, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_TRACE_CONTEXT_BYTES,
-    Priority, delay_millis, is_own_group, is_trace_context, validate_fair_key, validate_group,
-    validate_kind, validate_payload_size, validate_queue_name, validate_unique_key,
+    DEFAULT_QUEUE, InvalidMessage, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_DEPENDENCIES,
+    MAX_TRACE_CONTEXT_BYTES, Priority, delay_millis, is_own_group, is_trace_context,
+    validate_fair_key, validate_group, validate_kind, validate_payload_size, validate_queue_name,
+    validate_unique_key,
 };
 
 /// When a message may start: now, after a delay, or at a time. (Not a periodic schedule:
@@ -57,6 +59,10 @@ pub struct OutgoingMessage {
     pub(crate) trace_context: Option<String>,
     /// The fairness key (`None`: the key `""` that jobs without one share).
     pub(crate) fair_key: Option<String>,
+    /// The jobs it waits for (ADR 0032).
+    pub(crate) after: Vec<Parent>,
+    /// What it does when one of them fails.
+    pub(crate) on_parent_failure: OnParentFailure,
 }
 
 impl OutgoingMessage {
@@ -78,6 +84,8 @@ impl OutgoingMessage {
             queue: None,
             trace_context: None,
             fair_key: None,
+            after: Vec::new(),
+            on_parent_failure: OnParentFailure::Cancel,
         }
     }
 
@@ -173,6 +181,29 @@ impl OutgoingMessage {
         self
     }
 
+    /// Makes the message wait for `parents` (added to any set before): it is queued with
+    /// its group at once, but not claimed before every parent has completed; when one
+    /// ends otherwise (a dead letter, a cancel), it is cancelled, unless
+    /// [`on_parent_failure`](Self::on_parent_failure) says [`OnParentFailure::Run`]. Its
+    /// start time applies from its release on. A [`Parent::InBatch`] must be an earlier
+    /// message of the same [`JobBatch`](crate::JobBatch).
+    pub fn after<P: Into<Parent>>(mut self, parents: impl IntoIterator<Item = P>) -> Self {
+        self.after.extend(parents.into_iter().map(Into::into));
+        self
+    }
+
+    /// What the message does when a parent ([`after`](Self::after)) ends without
+    /// completing. Default [`OnParentFailure::Cancel`].
+    pub fn on_parent_failure(mut self, then: OnParentFailure) -> Self {
+        self.on_parent_failure = then;
+        self
+    }
+
+    /// The jobs it waits for.
+    pub fn parents(&self) -> &[Parent] {
+        &self.after
+    }
+
     /// The queue's name.
     pub fn queue_name(&self) -> &str {
         self.queue.as_deref().unwrap_or(DEFAULT_QUEUE)
@@ -246,9 +277,30 @@ impl OutgoingMessage {
 }
 
 /// Checks what a batch adds to the checks of each of its messages: at most
-/// [`MAX_BATCH_MESSAGES`] messages, and at most [`MAX_BATCH_BYTES`] of payloads, group ids
-/// and kinds.
-pub(crate) fn validate_batch(messages: &[OutgoingMessage]) -> Result<(), InvalidMessage> {
+/// [`MAX_BATCH_MESSAGES`] messages, at most [`MAX_BATCH_BYTES`] of payloads, group ids
+/// and kinds, at most [`MAX_DEPENDENCIES`] dependencies, each reference to a job of the
+/// batch naming an earlier one of `batch` (`None`: not a [`JobBatch`](crate::JobBatch),
+/// so none may).
+pub(crate) fn validate_batch(
+    messages: &[OutgoingMessage],
+    batch: Option<u64>,
+) -> Result<(), InvalidMessage> {
+    let dependencies: usize = messages.iter().map(|m| m.after.len()).sum();
+    if dependencies > MAX_DEPENDENCIES {
+        return Err(InvalidMessage::TooManyDependencies {
+            count: dependencies,
+            max: MAX_DEPENDENCIES,
+        });
+    }
+    for (position, message) in messages.iter().enumerate() {
+        for parent in &message.after {
+            if let Parent::InBatch(job) = parent
+                && (Some(job.batch) != batch || job.index >= position)
+            {
+                return Err(InvalidMessage::ParentNotInBatch);
+            }
+        }
+    }
     if messages.len() > MAX_BATCH_MESSAGES {
         return Err(InvalidMessage::TooManyMessages {
             count: messages.len(),
@@ -374,11 +426,11 @@ mod tests {
     #[test]
     fn batch_limits() {
         let small = vec![message("g", "{}"); MAX_BATCH_MESSAGES];
-        assert!(validate_batch(&small).is_ok());
+        assert!(validate_batch(&small, None).is_ok());
         let mut too_many = small;
         too_many.push(message("g", "{}"));
         assert!(matches!(
-            validate_batch(&too_many),
+            validate_batch(&too_many, None),
             Err(InvalidMessage::TooManyMessages { count, max: MAX_BATCH_MESSAGES })
                 if count == MAX_BATCH_MESSAGES + 1
         ));
@@ -387,13 +439,13 @@ mod tests {
         // one byte more
         let payload = "x".repeat(MAX_BATCH_BYTES / 16 - 1 - 4);
         let mut full = vec![message("g", &payload); 16];
-        assert!(validate_batch(&full).is_ok());
+        assert!(validate_batch(&full, None).is_ok());
         full[15] = OutgoingMessage::new("gg", "kind", payload);
         assert!(matches!(
-            validate_batch(&full),
+            validate_batch(&full, None),
             Err(InvalidMessage::BatchTooLarge { len, max: MAX_BATCH_BYTES })
                 if len == MAX_BATCH_BYTES + 1
         ));
-        assert!(validate_batch(&[]).is_ok());
+        assert!(validate_batch(&[], None).is_ok());
     }
 }

@@ -77,6 +77,7 @@ impl Published {
 }
 pub use settlement::{Receipt, Settlement, storable_error};
 
+use crate::dependency::{OnParentFailure, Parent};
 use crate::error::{PublishError, TransportError};
 use crate::schema::Schema;
 pub use crate::store::PreparedStatements;
@@ -238,7 +239,22 @@ impl Transport {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
-        message::validate_batch(messages)?;
+        self.publish_outcomes_in(executor, messages, None).await
+    }
+
+    /// [`publish_many_outcomes`](Self::publish_many_outcomes) for the messages of a
+    /// [`JobBatch`](crate::JobBatch) numbered `batch` (whose messages may wait for earlier
+    /// ones of it).
+    pub(crate) async fn publish_outcomes_in<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        messages: &[OutgoingMessage],
+        batch: Option<u64>,
+    ) -> Result<Vec<Published>, PublishError> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        message::validate_batch(messages, batch)?;
         let n = messages.len();
         // NULL columns unless some message is unique, names a queue or carries a trace
         // context (no feature: none does): the common publish binds nothing more
@@ -258,7 +274,19 @@ impl Transport {
             queues: any_queue.then(|| Vec::with_capacity(n)),
             trace_contexts: any_trace.then(|| Vec::with_capacity(n)),
             fair_keys: any_fair.then(|| Vec::with_capacity(n)),
+            ..Publish::default()
         };
+        if messages.iter().any(|m| !m.after.is_empty()) {
+            let (after_of, after) = dependency_columns(messages)?;
+            batch.after_of = Some(after_of);
+            batch.after = Some(after);
+            batch.run_after_failure = Some(
+                messages
+                    .iter()
+                    .map(|m| m.on_parent_failure == OnParentFailure::Run)
+                    .collect(),
+            );
+        }
         for message in messages {
             message.validate()?;
             if let (Some(keys), Some(holds)) = (&mut batch.unique_keys, &mut batch.unique_holds) {
@@ -651,6 +679,29 @@ fn in_input_order<R, T>(
     rows.into_iter()
         .map(|(_, result)| parse(result).ok_or(TransportError::UnexpectedReply))
         .collect()
+}
+
+/// `harel_publish`'s dependency columns: per dependency, the waiting message's position
+/// (from 1) and its parent: a job id, or minus the position of an earlier message of the
+/// call.
+///
+/// # Errors
+/// [`PublishError::UnknownParent`] for a job id no job can have (0 or negative).
+fn dependency_columns(messages: &[OutgoingMessage]) -> Result<(Vec<i32>, Vec<i64>), PublishError> {
+    let mut after_of = Vec::new();
+    let mut after = Vec::new();
+    for (position, message) in (1_i32..).zip(messages) {
+        for parent in &message.after {
+            after_of.push(position);
+            after.push(match *parent {
+                Parent::Job(id) if id.get() > 0 => id.get(),
+                Parent::Job(id) => return Err(PublishError::UnknownParent { parent: id }),
+                // (validate_batch checked it names an earlier message)
+                Parent::InBatch(job) => -(i64::try_from(job.index).unwrap_or(i64::MAX) + 1),
+            });
+        }
+    }
+    Ok((after_of, after))
 }
 
 #[cfg(test)]

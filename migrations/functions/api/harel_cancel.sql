@@ -39,7 +39,7 @@
 --   5. Any other head (waiting, scheduled, parked, or its lease lapsed): record the cancel
 --      on the row and end it (harel_end_cancelled: the group moves on).
 --   6. A job behind the head: its message deleted, recorded in job_history as cancelled,
---      its unique key freed.
+--      its unique key freed, the jobs waiting for it resolved (harel_resolve_dependents).
 --   7. 'cancelled'.
 CREATE OR REPLACE FUNCTION "harel".harel_cancel(
     p_id      BIGINT,
@@ -141,6 +141,7 @@ BEGIN
             IF m.unique_key IS NOT NULL THEN
                 PERFORM "harel".harel_release_key(m.unique_key, m.seq, false);
             END IF;
+            PERFORM "harel".harel_resolve_dependents(ARRAY[m.seq], ARRAY['cancelled']);
         END IF;
         RETURN 'cancelled';
     END LOOP;

@@ -29,6 +29,7 @@
 --   4. The group's messages, oldest first, never the running head, up to the limit:
 --      deleted, recorded in job_history as cancelled, their unique keys freed.
 --   5. Not running: the group moves on (harel_move_on: freed, or dropped when empty).
+--   6. The jobs that waited for the cancelled ones: harel_resolve_dependents.
 CREATE OR REPLACE FUNCTION "harel".harel_cancel_group(
     p_group   TEXT,
     p_reason  TEXT,
@@ -48,6 +49,8 @@ DECLARE
     v_running   BOOLEAN;
     v_count     INT := 0;
     v_deleted   BIGINT;
+    v_gone      BIGINT[];
+    v_more      BOOLEAN;
 BEGIN
     IF p_group IS NULL OR octet_length(p_group) NOT BETWEEN 1 AND 1024
        OR p_keep_ms IS NULL OR p_keep_ms NOT BETWEEN 0 AND 3155760000000
@@ -113,13 +116,21 @@ BEGIN
          USING gone x
          WHERE u.key = x.unique_key AND u.job_id = x.seq
     )
-    SELECT count(*) INTO v_deleted FROM gone;
+    SELECT count(*), array_agg(x.seq) INTO v_deleted, v_gone FROM gone x;
     v_count := v_count + v_deleted::int;
 
     IF NOT v_running THEN
         -- more than p_limit: what is left waits for the next call (in the same transaction,
         -- as Queue::cancel_group makes them, nothing of it can run meanwhile)
-        RETURN QUERY SELECT v_count, false, "harel".harel_move_on(p_group);
+        v_more := "harel".harel_move_on(p_group);
+    END IF;
+    -- the jobs that waited for these are cancelled in turn (or run, if they asked to)
+    IF v_gone IS NOT NULL THEN
+        PERFORM "harel".harel_resolve_dependents(
+            v_gone, array_fill('cancelled'::text, ARRAY[cardinality(v_gone)]));
+    END IF;
+    IF NOT v_running THEN
+        RETURN QUERY SELECT v_count, false, v_more;
         RETURN;
     END IF;
 

@@ -23,6 +23,7 @@
 --      name.
 --   3. Free its unique key (harel_release_key, not completed).
 --   4. harel_move_on: the group is freed behind every waiting group, or dropped.
+--   5. The jobs that waited for the cancelled ones: harel_resolve_dependents.
 CREATE OR REPLACE FUNCTION "harel".harel_end_cancelled(p_groups TEXT[]) RETURNS VOID
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -35,6 +36,7 @@ DECLARE
     v_now     TIMESTAMPTZ := statement_timestamp();
     g         RECORD;
     m         RECORD;
+    v_ended   BIGINT[] := ARRAY[]::bigint[];
 BEGIN
     FOR g IN SELECT * FROM "harel".transport_groups t
               WHERE t.group_id = ANY (p_groups) ORDER BY t.group_id LOOP
@@ -56,6 +58,7 @@ BEGIN
             IF g.inline_unique_key IS NOT NULL THEN
                 PERFORM "harel".harel_release_key(g.inline_unique_key, g.inline_seq, false);
             END IF;
+            v_ended := v_ended || g.inline_seq;
         ELSE
             DELETE FROM "harel".transport_messages t
              WHERE t.group_id = g.group_id
@@ -79,11 +82,17 @@ BEGIN
                 IF m.unique_key IS NOT NULL THEN
                     PERFORM "harel".harel_release_key(m.unique_key, m.seq, false);
                 END IF;
+                v_ended := v_ended || m.seq;
             END IF;
         END IF;
 
         PERFORM "harel".harel_move_on(g.group_id);
     END LOOP;
+    -- the jobs that waited for these are cancelled in turn (or run, if they asked to)
+    IF cardinality(v_ended) > 0 THEN
+        PERFORM "harel".harel_resolve_dependents(
+            v_ended, array_fill('cancelled'::text, ARRAY[cardinality(v_ended)]));
+    END IF;
 END
 $$;
 

@@ -11,6 +11,8 @@
 --   p_now         the caller's now
 -- Returns:
 --   'running'    its group is leased at it and the lease has not lapsed
+--   'pending'    it waits for the jobs it depends on (not before the pending time,
+--                9999-12-31: harel_publish, ADR 0032)
 --   'retrying'   an attempt was made (it failed, or its worker died): the next may start
 --                when the group's park ends, or at once after a lapsed lease
 --   'scheduled'  not before its not-before time, or (the head, given back without using an
@@ -35,6 +37,8 @@ AS $$
 BEGIN
     IF p_is_head AND p_locked AND p_available > p_now THEN
         RETURN 'running';
+    ELSIF p_not_before >= timestamptz '9999-12-31 00:00:00+00' THEN
+        RETURN 'pending';
     ELSIF p_attempts > 0 THEN
         RETURN 'retrying';
     ELSIF p_not_before > p_now OR (p_is_head AND NOT p_locked AND p_available > p_now) THEN

@@ -2,7 +2,7 @@
 -- OFFSET). An operator's entry point (the CLI, the dashboard).
 --
 -- Takes:
---   p_state  NULL (any), 'queued' (waiting, scheduled, running or retrying), or one state
+--   p_state  NULL (any), 'queued' (pending, waiting, scheduled, running or retrying), or one state
 --            of harel_job
 --   p_kind, p_group, p_queue  filters, NULL for any
 --   p_after  the cursor: jobs with a greater id (NULL: from the first)
@@ -71,12 +71,13 @@ DECLARE
     v_after    BIGINT := COALESCE(p_after, 0);
     c_scan     CONSTANT INT := 2000;
     v_queued   BOOLEAN := p_state IS NULL
-                          OR p_state IN ('queued', 'waiting', 'scheduled', 'running', 'retrying');
+                          OR p_state IN ('queued', 'pending', 'waiting', 'scheduled', 'running',
+                                         'retrying');
     v_history  BOOLEAN := p_state IS NULL OR p_state IN ('completed', 'cancelled');
     v_dead     BOOLEAN := p_state IS NULL OR p_state = 'dead';
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000
-       OR (p_state IS NOT NULL AND p_state NOT IN ('queued', 'waiting', 'scheduled', 'running',
+       OR (p_state IS NOT NULL AND p_state NOT IN ('queued', 'pending', 'waiting', 'scheduled', 'running',
                                                     'retrying', 'completed', 'dead',
                                                     'cancelled')) THEN
         RAISE EXCEPTION 'harel_list_jobs: need a limit of 1 to 1000 and a known state (or NULL)'
@@ -218,7 +219,8 @@ BEGIN
            AND (p_queue IS NULL OR r.queue = p_queue)
            AND (p_state IS NULL OR r.state = p_state
                 OR (p_state = 'queued'
-                    AND r.state IN ('waiting', 'scheduled', 'running', 'retrying')))
+                    AND r.state IN ('pending', 'waiting', 'scheduled', 'running',
+                                    'retrying')))
          ORDER BY r.id
          LIMIT p_limit
     )

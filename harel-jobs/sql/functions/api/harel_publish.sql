@@ -22,9 +22,21 @@
 --                     (tracing never refuses a job)
 --   p_fair_keys       NULL, or per message its fairness key, 0 to 255 bytes (NULL or '':
 --                     the shared key of jobs without one)
+--   p_after_of, p_after
+--                     NULL, or one element per dependency (ADR 0032): the message that
+--                     waits (its position in the call, from 1) and what it waits for: a
+--                     job id, or -n for the call's n-th message (an earlier one). A job id
+--                     must be below every seq the call draws (the call's own messages are
+--                     named by position), so every dependency points to an older job and
+--                     none can close a cycle.
+--   p_run_after_failure
+--                     NULL, or per message: true runs it once its parents have all ended,
+--                     whatever their outcomes; false or NULL cancels it when one of them
+--                     becomes a dead letter or is cancelled
 -- Returns one row per message, in input order: its seq (the job's id, drawn in input
 --   order, so a group's messages keep their order), or, for a duplicate of a unique job,
---   the id of the job holding the key, negated: nothing is written for it.
+--   the id of the job holding the key, negated: nothing is written for it (a dependency on
+--   it waits for the holder instead).
 -- Fence: a message whose unique key is held is a duplicate (harel_take_key); within a
 --   batch, the first message with a key takes it and the later ones are its duplicates.
 --   A group belongs to the queue and the fairness key of the message that created it (a
@@ -40,7 +52,8 @@
 --   harel_fair_tags' probes for the groups it creates due now.
 -- Errors: 22023 for arrays of different lengths or a message outside the limits; HJ001
 --   for a message into an existing group of another queue, or a batch that puts one new
---   group in two queues; harel_ensure_queue's and harel_take_key's.
+--   group in two queues; harel_ensure_queue's, harel_take_key's and harel_hold's (HJ002: a
+--   parent that is neither queued nor kept).
 --
 -- Steps:
 --   1. Check the arrays and every message; reserved group names become NULL, malformed
@@ -60,7 +73,11 @@
 --      the existing rows are KEY SHARE-locked and their queue checked, and a row deleted
 --      between the two statements is inserted in the next round; then every other message
 --      goes to transport_messages.
---   7. Messages due now: harel_notify, with the lowest new tag as the position.
+--   7. Messages that wait for parents: held (harel_hold: their parents looked up and
+--      locked, what they wait for recorded, the ended parents resolved at once).
+--   8. Messages due now: harel_notify, with the lowest new tag as the position.
+--   (A message with parents is inserted not before the pending time, 9999-12-31, its own
+--   start time kept aside for its release: it is never due here.)
 CREATE OR REPLACE FUNCTION @schema@.harel_publish(
     p_groups      TEXT[],
     p_kinds       TEXT[],
@@ -72,7 +89,10 @@ CREATE OR REPLACE FUNCTION @schema@.harel_publish(
     p_unique_hold_ms BIGINT[] DEFAULT NULL,
     p_queues         TEXT[] DEFAULT NULL,
     p_trace_contexts TEXT[] DEFAULT NULL,
-    p_fair_keys      TEXT[] DEFAULT NULL
+    p_fair_keys      TEXT[] DEFAULT NULL,
+    p_after_of       INT[] DEFAULT NULL,
+    p_after          BIGINT[] DEFAULT NULL,
+    p_run_after_failure BOOLEAN[] DEFAULT NULL
 ) RETURNS SETOF BIGINT
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -116,6 +136,10 @@ DECLARE
         '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(\n[ -~]*)?$';
     -- the name of a group of its own (reserved: see the batch path's insert)
     c_own_group   CONSTANT TEXT := '^own:[0-9]{19}$';
+    -- the pending time: a job waiting for parents is not due before it (harel_queued_state)
+    c_pending     CONSTANT TIMESTAMPTZ := timestamptz '9999-12-31 00:00:00+00';
+    -- per message, the start time a message waiting for parents asked for
+    v_wait_starts TIMESTAMPTZ[];
     k            RECORD;
 BEGIN
     -- The limits of transport/message.rs, checked again here for callers that bypass it.
@@ -169,8 +193,8 @@ BEGIN
                THEN 'priorities are 0 to 4'
              WHEN bool_or(x.delay_ms NOT BETWEEN 0 AND 3155760000000)
                THEN 'delays are 0 to 100 years'
-             WHEN bool_or(NOT isfinite(x.not_before))
-               THEN 'not-before times must be finite'
+             WHEN bool_or(NOT isfinite(x.not_before) OR x.not_before >= c_pending)
+               THEN 'not-before times must be finite and before 9999-12-31'
            END,
            bool_or(x.group_id LIKE 'own:%')
       INTO v_invalid, v_named_own
@@ -212,6 +236,32 @@ BEGIN
               INTO p_trace_contexts
               FROM unnest(p_trace_contexts) WITH ORDINALITY AS t(context, ord);
         END IF;
+    END IF;
+
+    -- Dependencies (nested, as the unique keys above: most publishes have none). A message
+    -- that waits keeps its start time aside and is not due before the pending time.
+    IF p_after IS NOT NULL OR p_after_of IS NOT NULL THEN
+        IF cardinality(p_after) IS DISTINCT FROM cardinality(p_after_of)
+           OR (p_run_after_failure IS NOT NULL AND cardinality(p_run_after_failure) <> v_count)
+           OR EXISTS (SELECT 1 FROM unnest(p_after_of, p_after) AS d(waiter, parent)
+                       WHERE d.waiter IS NULL OR d.waiter NOT BETWEEN 1 AND v_count
+                          OR d.parent IS NULL OR d.parent = 0
+                          OR (d.parent < 0 AND -d.parent >= d.waiter)) THEN
+            RAISE EXCEPTION 'harel_publish: each dependency names a message of the call and a job id, or an earlier message of the call as minus its position'
+                USING ERRCODE = '22023';
+        END IF;
+        SELECT array_agg(CASE WHEN w.waiter IS NOT NULL
+                              THEN COALESCE(x.not_before,
+                                            v_now + x.delay_ms * interval '1 millisecond') END
+                         ORDER BY x.ord),
+               array_agg(CASE WHEN w.waiter IS NOT NULL THEN c_pending ELSE x.not_before END
+                         ORDER BY x.ord),
+               array_agg(CASE WHEN w.waiter IS NOT NULL THEN NULL ELSE x.delay_ms END
+                         ORDER BY x.ord)
+          INTO v_wait_starts, p_not_before, p_delay_ms
+          FROM unnest(p_not_before, p_delay_ms) WITH ORDINALITY AS x(not_before, delay_ms, ord)
+          LEFT JOIN (SELECT DISTINCT a.waiter FROM unnest(p_after_of) AS a(waiter)) AS w
+            ON w.waiter = x.ord;
     END IF;
 
     -- One message (the common enqueue): the same steps with scalar statements, cheaper to
@@ -267,6 +317,11 @@ BEGIN
             END IF;
             -- deleted by a draining settle between the two statements: insert again
         END LOOP;
+        IF p_after IS NOT NULL THEN
+            PERFORM @schema@.harel_hold(ARRAY[v_seq], p_after_of, p_after,
+                                        COALESCE(p_run_after_failure, ARRAY[false]),
+                                        v_wait_starts);
+        END IF;
         IF v_ready IS NULL OR v_ready <= v_now THEN
             PERFORM @schema@.harel_notify(v_new_from);
         END IF;
@@ -471,6 +526,13 @@ BEGIN
         END IF;
     END IF;
 
+    IF p_after IS NOT NULL THEN
+        PERFORM @schema@.harel_hold(v_results, p_after_of, p_after,
+                                    COALESCE(p_run_after_failure,
+                                             array_fill(false, ARRAY[cardinality(v_results)])),
+                                    v_wait_starts);
+    END IF;
+
     RETURN QUERY SELECT unnest(v_results);
 
     -- wake idle workers when the transaction commits (see harel_notify)
@@ -484,5 +546,5 @@ $$;
 
 REVOKE ALL ON FUNCTION @schema@.harel_publish(
     TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], BIGINT[], TEXT[],
-    TEXT[], TEXT[])
+    TEXT[], TEXT[], INT[], BIGINT[], BOOLEAN[])
     FROM PUBLIC;

@@ -37,7 +37,7 @@
 --   enable_seqscan = off) or one lookup per group, rows written by the TID that lookup
 --   found; transport_messages' key (group_id, seq), a LATERAL (… OFFSET 0) lookup per
 --   message; the keys of settle_receipts, dead_letters and job_history; harel_fair_tags'
---   probes for the groups it moves on.
+--   probes for the groups it moves on; job_dependencies' key, one probe per batch.
 -- Errors: 22023 for arrays of different lengths, an unknown action, 'dead' without an
 --   error, or a period out of range; 40P01 in the rare cycle above.
 --
@@ -62,6 +62,9 @@
 --      their next message is due (harel_fair_tags), else timed until it is; the drained
 --      ones to harel_drop_empty_groups.
 --   9. The cancelled heads ended (harel_end_cancelled).
+--      The jobs completed or dead here that have dependents: those resolved
+--      (harel_resolve_dependents: released when no parent is left, cancelled after a
+--      failed one).
 --      The leases ended in limited queues: their keys' parked groups given back, one per
 --      lease (harel_unpark; nothing for queues without a key limit).
 --  10. What applied recorded under p_receipt; the outcomes returned.
@@ -125,6 +128,9 @@ DECLARE
     v_ended_keys   TEXT[];
     v_more_queues  SMALLINT[];
     v_more_keys    TEXT[];
+    -- the jobs that ended here, and how (harel_resolve_dependents)
+    v_done_seqs     BIGINT[];
+    v_done_outcomes TEXT[];
 BEGIN
     IF COALESCE(cardinality(p_groups), 0) <> v_count
        OR COALESCE(cardinality(p_tokens), 0) <> v_count
@@ -451,6 +457,22 @@ BEGIN
 
         IF v_cancels IS NOT NULL THEN
             PERFORM @schema@.harel_end_cancelled(v_cancels);
+        END IF;
+    END IF;
+
+    -- The jobs that ended here (completed, dead) release or cancel the jobs that wait for
+    -- them, in this transaction (ADR 0032; the cancelled ones did in harel_end_cancelled).
+    -- One probe of job_dependencies' key for the batch: jobs without dependents pay that.
+    IF EXISTS (SELECT 1 FROM @schema@.job_dependencies d WHERE d.parent_id = ANY (p_seqs)) THEN
+        SELECT array_agg(e.seq), array_agg(e.outcome) INTO v_done_seqs, v_done_outcomes
+          FROM (SELECT p_seqs[f.ord] AS seq, 'completed' AS outcome
+                  FROM unnest(v_fast_done) AS f(ord)
+                UNION ALL
+                SELECT x.seq, CASE x.action WHEN 'dead' THEN 'dead' ELSE 'completed' END
+                  FROM unnest(v_seqs, v_actions) AS x(seq, action)
+                 WHERE x.action IN ('ack', 'retain', 'dead')) AS e;
+        IF v_done_seqs IS NOT NULL THEN
+            PERFORM @schema@.harel_resolve_dependents(v_done_seqs, v_done_outcomes);
         END IF;
     END IF;
 

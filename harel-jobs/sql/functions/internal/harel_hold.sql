@@ -1,0 +1,148 @@
+-- harel_hold: records what the messages of a publish wait for (ADR 0032), and resolves at
+-- once the parents that have already ended. Internal: called by harel_publish, in its
+-- transaction, after it inserted the messages (each not before the pending time).
+--
+-- Takes:
+--   p_jobs      per message of the publish, its id (negated: a duplicate, not written)
+--   p_after_of, p_after
+--               harel_publish's: per dependency, the waiting message's position and its
+--               parent (a job id, or -n: the publish's n-th message)
+--   p_run       per message: true runs it after a parent that failed
+--   p_starts    per message: the start time it asked for (NULL: as soon as released)
+-- Returns: nothing.
+-- Fence: a parent named by id must be older than every message of the publish (its
+--   own messages are named by position), so every dependency points to an older job and
+--   none closes a cycle. A dependency on a duplicate is one on the job holding its key.
+--   Each parent must be queued, or kept as ended (job_history, dead_letters).
+-- Locks: FOR SHARE of each queued parent's group row, in group order, until commit: no
+--   settle or cancel can end that parent before the dependency is committed, and the one
+--   that ends it afterwards sees the dependency. Waits for a claim, settle or cancel
+--   holding such a row (a settle of that parent: the parent is then found ended).
+-- Indexes: transport_messages_by_id, transport_groups' key and
+--   transport_groups_by_inline_id (a job by id, as harel_cancel finds it); the keys of
+--   job_history, dead_letters, job_waits and job_dependencies.
+-- Errors: 22023 for a parent id not older than the publish's messages; HJ002 for a parent
+--   neither queued nor kept (completed without retention, pruned, or never a job; its id
+--   in the error's DETAIL).
+--
+-- Steps:
+--   1. The dependencies by id (positions resolved, duplicates' own dropped), without
+--      repeats; the parents checked older than the publish.
+--   2. job_waits: each waiting job, its parent count, run flag and start time;
+--      job_dependencies: each (parent, job).
+--   3. Each parent located (a few rounds): queued ones' group rows locked FOR SHARE in
+--      group order, then checked still holding them (a new statement: it sees what
+--      committed while we waited); the others looked up as ended.
+--   4. Parents that had ended: harel_resolve_dependents, as if they ended now.
+CREATE OR REPLACE FUNCTION @schema@.harel_hold(
+    p_jobs      BIGINT[],
+    p_after_of  INT[],
+    p_after     BIGINT[],
+    p_run       BOOLEAN[],
+    p_starts    TIMESTAMPTZ[]
+) RETURNS VOID
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_oldest_new BIGINT;
+    v_todo       BIGINT[];
+    v_ids        BIGINT[];
+    v_groups     TEXT[];
+    v_found      BIGINT[];
+    v_ended      BIGINT[] := ARRAY[]::bigint[];
+    v_outcomes   TEXT[] := ARRAY[]::text[];
+    v_more_ids   BIGINT[];
+    v_more_outs  TEXT[];
+    v_group      TEXT;
+BEGIN
+    SELECT min(j.id) INTO v_oldest_new FROM unnest(p_jobs) AS j(id) WHERE j.id > 0;
+    IF v_oldest_new IS NULL THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_after) AS a(parent) WHERE a.parent >= v_oldest_new) THEN
+        RAISE EXCEPTION 'harel_publish: a job to wait for, named by id, must be older than the jobs being enqueued (name those by their position)'
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- The dependencies by id: a position becomes that message's id (a duplicate's: its
+    -- holder's), a duplicate's own dependencies go with it.
+    WITH deps AS (
+        SELECT DISTINCT d.waiter, p_jobs[d.waiter] AS job_id,
+               CASE WHEN d.parent > 0 THEN d.parent ELSE abs(p_jobs[-d.parent]) END AS parent_id
+          FROM unnest(p_after_of, p_after) AS d(waiter, parent)
+         WHERE p_jobs[d.waiter] > 0
+    ), waits AS (
+        INSERT INTO @schema@.job_waits (job_id, waiting, run_after_failure, not_before)
+        SELECT w.job_id, count(*), COALESCE(p_run[w.waiter], false), p_starts[w.waiter]
+          FROM deps w
+         GROUP BY w.waiter, w.job_id
+    )
+    INSERT INTO @schema@.job_dependencies (parent_id, job_id)
+    SELECT d.parent_id, d.job_id FROM deps d;
+
+    SELECT array_agg(DISTINCT d.parent_id ORDER BY d.parent_id) INTO v_todo
+      FROM @schema@.job_dependencies d
+     WHERE d.job_id = ANY (SELECT j.id FROM unnest(p_jobs) AS j(id) WHERE j.id > 0);
+
+    FOR round IN 1..3 LOOP
+        -- the queued parents' groups (a job by id, as harel_cancel finds it)
+        SELECT array_agg(x.id), array_agg(x.group_id) INTO v_ids, v_groups
+          FROM unnest(v_todo) AS t(id)
+         CROSS JOIN LATERAL (
+                SELECT t.id, COALESCE(
+                    (SELECT m.group_id FROM @schema@.transport_messages m WHERE m.seq = t.id),
+                    (SELECT g.group_id FROM @schema@.transport_groups g
+                      WHERE g.group_id = 'own:' || lpad(t.id::text, 19, '0')
+                        AND g.inline_seq = t.id),
+                    (SELECT g.group_id FROM @schema@.transport_groups g
+                      WHERE g.inline_seq = t.id
+                        AND g.group_id <> 'own:' || lpad(g.inline_seq::text, 19, '0')))
+                       AS group_id) AS x
+         WHERE x.group_id IS NOT NULL;
+        -- locked in group order (as settles take theirs), each by its key
+        FOR v_group IN SELECT DISTINCT u.group_id FROM unnest(v_groups) AS u(group_id)
+                        ORDER BY u.group_id LOOP
+            PERFORM 1 FROM @schema@.transport_groups g WHERE g.group_id = v_group FOR SHARE;
+        END LOOP;
+        -- still in them (a new statement: it sees what committed while we waited)
+        SELECT array_agg(x.id) INTO v_found
+          FROM unnest(v_ids, v_groups) AS x(id, group_id)
+         WHERE EXISTS (SELECT 1 FROM @schema@.transport_groups g
+                        WHERE g.group_id = x.group_id AND g.inline_seq = x.id)
+            OR EXISTS (SELECT 1 FROM @schema@.transport_messages m
+                        WHERE m.group_id = x.group_id AND m.seq = x.id);
+        -- the others, ended
+        SELECT array_agg(e.id), array_agg(e.outcome) INTO v_more_ids, v_more_outs
+          FROM unnest(v_todo) AS t(id)
+         CROSS JOIN LATERAL (
+                SELECT t.id, COALESCE(
+                    (SELECT h.state FROM @schema@.job_history h WHERE h.id = t.id),
+                    (SELECT 'dead' FROM @schema@.dead_letters d WHERE d.id = t.id)) AS outcome
+              ) AS e
+         WHERE e.outcome IS NOT NULL AND NOT (t.id = ANY (COALESCE(v_found, '{}')));
+        v_ended := v_ended || COALESCE(v_more_ids, '{}');
+        v_outcomes := v_outcomes || COALESCE(v_more_outs, '{}');
+        SELECT array_agg(t.id) INTO v_todo
+          FROM unnest(v_todo) AS t(id)
+         WHERE NOT (t.id = ANY (COALESCE(v_found, '{}') || COALESCE(v_more_ids, '{}')));
+        EXIT WHEN v_todo IS NULL;
+    END LOOP;
+    IF v_todo IS NOT NULL THEN
+        RAISE EXCEPTION 'harel_publish: job % to wait for is neither queued nor kept (it completed without retention, was pruned, or never existed)',
+            v_todo[1]
+            USING ERRCODE = 'HJ002', DETAIL = v_todo[1]::text;
+    END IF;
+
+    IF cardinality(v_ended) > 0 THEN
+        PERFORM @schema@.harel_resolve_dependents(v_ended, v_outcomes);
+    END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @schema@.harel_hold(BIGINT[], INT[], BIGINT[], BOOLEAN[], TIMESTAMPTZ[])
+    FROM PUBLIC;

@@ -1,0 +1,48 @@
+-- harel-jobs migration 0015: jobs that wait for other jobs (dependencies, ADR 0032).
+--
+-- A job enqueued `after` other jobs (its parents) is queued like any job, in its group and
+-- in its place there, but not before the *pending time* (9999-12-31): no claim reaches it,
+-- and a group whose head it is waits. Its parents are recorded here. When a parent ends,
+-- the function that ended it (harel_settle for a completion or a dead letter; a cancel)
+-- resolves its dependents in the same transaction (harel_resolve_dependents): a dependent
+-- whose parents have all completed gets its own start time back (harel_release_waiting); one
+-- whose parent died or was cancelled is cancelled, with a reason naming the parent, unless
+-- it asked to run whatever its parents' outcomes.
+--
+-- - `job_waits`: one row per job still waiting for parents: how many have not ended, the
+--   outcomes of those that have, whether it runs after a failed parent, and the start time
+--   it asked for (restored when it is released). Deleted when it is released or cancelled.
+-- - `job_dependencies`: one row per (parent, waiting job) not resolved yet; looked up by
+--   parent when a job ends (one index probe per settle: the cost of the feature for jobs
+--   that have no dependents), and by waiting job when it is cancelled.
+--
+-- harel_publish takes the dependencies (three new arguments, default NULL): a new
+-- signature, the old one dropped here (`migrate` gives every role that could execute it the
+-- same right on the new one; callers of the old one, the previous release's producers,
+-- call the new one unchanged).
+DROP FUNCTION IF EXISTS "harel".harel_publish(
+    TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], BIGINT[], TEXT[],
+    TEXT[], TEXT[]);
+
+CREATE TABLE "harel".job_waits (
+    job_id            BIGINT      PRIMARY KEY,
+    -- parents that have not ended yet
+    waiting           INT         NOT NULL CHECK (waiting >= 0),
+    -- run once every parent has ended, whatever their outcomes (else: cancelled when one
+    -- fails)
+    run_after_failure BOOLEAN     NOT NULL,
+    -- the start time the job asked for (NULL: as soon as it is released)
+    not_before        TIMESTAMPTZ,
+    -- the parents' outcomes so far
+    completed         INT         NOT NULL DEFAULT 0,
+    dead              INT         NOT NULL DEFAULT 0,
+    cancelled         INT         NOT NULL DEFAULT 0
+);
+
+CREATE TABLE "harel".job_dependencies (
+    parent_id BIGINT NOT NULL,
+    job_id    BIGINT NOT NULL,
+    PRIMARY KEY (parent_id, job_id)
+);
+
+CREATE INDEX job_dependencies_by_job ON "harel".job_dependencies (job_id);

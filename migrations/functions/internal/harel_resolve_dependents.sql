@@ -1,0 +1,97 @@
+-- harel_resolve_dependents: resolves the dependents of jobs that ended (ADR 0032), in the
+-- transaction that ended them. Internal: called by harel_settle (completed and dead jobs
+-- that have dependents), harel_end_cancelled, harel_cancel and harel_cancel_group
+-- (cancelled jobs), and harel_hold (parents that had ended before their dependent was
+-- enqueued).
+--
+-- Takes, one element per job that ended:
+--   p_jobs      its id
+--   p_outcomes  'completed', 'dead' or 'cancelled'
+-- Returns: nothing.
+-- Fence: a dependency row is resolved once: deleted here, by the one transaction that
+--   ended its parent (the parent's lease or group row held). A dependent's count is
+--   decremented under its job_waits row lock, so of several parents ending at once exactly
+--   one transaction sees the count reach 0 and releases it. A cancelled job that was itself
+--   waiting leaves nothing behind (its job_waits and dependency rows deleted).
+-- Locks: each dependent's job_waits row, in job order; harel_release_waiting's and
+--   harel_cancel's (the dependent's group row, waiting).
+-- Indexes: job_dependencies' key (by parent) and job_dependencies_by_job; job_waits' key.
+-- Errors: harel_cancel's.
+--
+-- Steps:
+--   1. Cancelled jobs that were waiting: their job_waits and dependency rows deleted.
+--   2. The dependency rows of these parents deleted; per dependent, in job order: its
+--      count decremented and the outcomes added; then
+--      - a parent failed (dead, cancelled) and it does not run after failure: its rows
+--        deleted, and it is cancelled (harel_cancel, kept 7 days, the reason naming the
+--        parent; its own dependents resolved in turn);
+--      - no parent left: its row deleted, and it is released (harel_release_waiting).
+CREATE OR REPLACE FUNCTION "harel".harel_resolve_dependents(
+    p_jobs     BIGINT[],
+    p_outcomes TEXT[]
+) RETURNS VOID
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+-- every table is reached by key
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- how long a dependent cancelled for its parent is kept (Client::cancel's default)
+    c_keep_ms CONSTANT BIGINT := 604800000;
+    r         RECORD;
+    w         RECORD;
+BEGIN
+    IF 'cancelled' = ANY (p_outcomes) THEN
+        DELETE FROM "harel".job_waits w WHERE w.job_id = ANY (p_jobs);
+        DELETE FROM "harel".job_dependencies d WHERE d.job_id = ANY (p_jobs);
+    END IF;
+
+    FOR r IN
+        WITH gone AS (
+            DELETE FROM "harel".job_dependencies d
+             WHERE d.parent_id = ANY (p_jobs)
+            RETURNING d.parent_id, d.job_id
+        )
+        SELECT g.job_id, count(*)::int AS n,
+               count(*) FILTER (WHERE e.outcome = 'completed')::int AS n_completed,
+               count(*) FILTER (WHERE e.outcome = 'dead')::int AS n_dead,
+               count(*) FILTER (WHERE e.outcome = 'cancelled')::int AS n_cancelled,
+               min(g.parent_id) FILTER (WHERE e.outcome <> 'completed') AS failed_parent,
+               (array_agg(e.outcome ORDER BY g.parent_id)
+                    FILTER (WHERE e.outcome <> 'completed'))[1] AS failed_outcome
+          FROM gone g
+          JOIN unnest(p_jobs, p_outcomes) AS e(job_id, outcome) ON e.job_id = g.parent_id
+         GROUP BY g.job_id
+         ORDER BY g.job_id
+    LOOP
+        UPDATE "harel".job_waits w
+           SET waiting = w.waiting - r.n,
+               completed = w.completed + r.n_completed,
+               dead = w.dead + r.n_dead,
+               cancelled = w.cancelled + r.n_cancelled
+         WHERE w.job_id = r.job_id
+        RETURNING w.waiting, w.run_after_failure, w.not_before INTO w;
+        -- (no row: it was cancelled meanwhile)
+        CONTINUE WHEN NOT FOUND;
+        IF r.failed_parent IS NOT NULL AND NOT w.run_after_failure THEN
+            DELETE FROM "harel".job_waits t WHERE t.job_id = r.job_id;
+            DELETE FROM "harel".job_dependencies d WHERE d.job_id = r.job_id;
+            PERFORM "harel".harel_cancel(
+                r.job_id,
+                format('job %s, which it waited for, %s', r.failed_parent,
+                       CASE r.failed_outcome WHEN 'dead' THEN 'became a dead letter'
+                                             ELSE 'was cancelled' END),
+                c_keep_ms);
+        ELSIF w.waiting = 0 THEN
+            DELETE FROM "harel".job_waits t WHERE t.job_id = r.job_id;
+            PERFORM "harel".harel_release_waiting(r.job_id, w.not_before);
+        END IF;
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON FUNCTION "harel".harel_resolve_dependents(BIGINT[], TEXT[]) FROM PUBLIC;

@@ -1,0 +1,526 @@
+//! Jobs that wait for other jobs (ADR 0032), against a real PostgreSQL: released by the
+//! settle that completes their last parent, cancelled (with the parent named) when a parent
+//! dies or is cancelled, or run anyway when they asked; batches that wait for their own
+//! earlier jobs; the refusals. The fan-in and crash runs over worker processes are in
+//! tests/reliability/dependencies.rs.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use harel_jobs::transport::{ClaimRequest, Lease, OutgoingMessage, Settlement};
+use harel_jobs::{
+    CancelOutcome, Client, EnqueueOptions, InvalidMessage, Job, JobBatch, JobContext, JobId,
+    JobQuery, JobResult, JobState, OnParentFailure, Parent, PublishError, StateFilter, Worker,
+};
+use harel_jobs_suite::SuiteSchema;
+use serde::{Deserialize, Serialize};
+use sqlx::AssertSqlSafe;
+
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct Step {
+    n: u32,
+}
+
+impl Job for Step {
+    const KIND: &'static str = "step";
+}
+
+fn client(q: &SuiteSchema) -> Client {
+    Client::with_schema(q.pool.clone(), q.schema.clone())
+}
+
+/// Claims every due job (up to 100), for a minute.
+async fn claim_due(q: &SuiteSchema) -> Vec<Lease> {
+    q.transport
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_secs(60)).limit(100),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.lease)
+        .collect()
+}
+
+fn ids(leases: &[Lease]) -> BTreeSet<JobId> {
+    leases.iter().map(|l| l.id).collect()
+}
+
+async fn state(client: &Client, id: JobId) -> JobState {
+    client
+        .job(id)
+        .await
+        .unwrap()
+        .expect("the job is known")
+        .state
+}
+
+async fn ack(q: &SuiteSchema, lease: &Lease) {
+    assert!(q.transport.ack(&q.pool, lease).await.unwrap().is_applied());
+}
+
+/// A dependent is queued at once (pending), is never claimed while a parent is queued,
+/// and the settle that completes its last parent releases it, in that transaction.
+#[tokio::test]
+async fn a_dependent_waits_for_every_parent_and_the_last_completion_releases_it() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let a = client.enqueue(&q.pool, Step { n: 1 }).await.unwrap();
+    let b = client.enqueue(&q.pool, Step { n: 2 }).await.unwrap();
+    let c = client
+        .enqueue(&q.pool, Step { n: 3 })
+        .after([a, b])
+        .await
+        .unwrap();
+    assert_eq!(state(&client, c).await, JobState::Pending);
+    let pending = client
+        .jobs(&JobQuery::new().state(StateFilter::Pending))
+        .await
+        .unwrap();
+    assert_eq!(
+        pending.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [c],
+        "listed as pending"
+    );
+
+    let leases = claim_due(&q).await;
+    assert_eq!(
+        ids(&leases),
+        [a, b].into(),
+        "the dependent is not claimable"
+    );
+    ack(&q, &leases[0]).await;
+    assert_eq!(
+        state(&client, c).await,
+        JobState::Pending,
+        "one parent left"
+    );
+    assert!(claim_due(&q).await.is_empty());
+    ack(&q, &leases[1]).await;
+    assert_eq!(state(&client, c).await, JobState::Waiting, "released");
+    let leases = claim_due(&q).await;
+    assert_eq!(ids(&leases), [c].into());
+    ack(&q, &leases[0]).await;
+    assert_eq!(q.count("job_waits").await, 0, "nothing left behind");
+    assert_eq!(q.count("job_dependencies").await, 0);
+}
+
+/// Only the lease holder's settle resolves: an ack under a lapsed lease is lost and
+/// releases nothing; the current holder's does.
+#[tokio::test]
+async fn a_stale_lease_on_a_parent_releases_nothing() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let parent = client.enqueue(&q.pool, Step { n: 1 }).await.unwrap();
+    let child = client
+        .enqueue(&q.pool, Step { n: 2 })
+        .after([parent])
+        .await
+        .unwrap();
+    let stale = q
+        .transport
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_millis(100)).limit(10),
+        )
+        .await
+        .unwrap()
+        .remove(0)
+        .lease;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let current = claim_due(&q).await;
+    assert_eq!(
+        ids(&current),
+        [parent].into(),
+        "claimed again after the lapse"
+    );
+    assert!(!q.transport.ack(&q.pool, &stale).await.unwrap().is_applied());
+    assert_eq!(state(&client, child).await, JobState::Pending);
+    ack(&q, &current[0]).await;
+    assert_eq!(state(&client, child).await, JobState::Waiting);
+}
+
+/// A parent that becomes a dead letter cancels its dependents, naming it, and theirs in
+/// turn; a dependent that asked to run anyway is released once its parents have ended.
+#[tokio::test]
+async fn a_dead_parent_cancels_its_dependents_and_theirs_unless_they_run_anyway() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let parent = client.enqueue(&q.pool, Step { n: 1 }).await.unwrap();
+    let child = client
+        .enqueue(&q.pool, Step { n: 2 })
+        .after([parent])
+        .await
+        .unwrap();
+    let grandchild = client
+        .enqueue(&q.pool, Step { n: 3 })
+        .after([child])
+        .await
+        .unwrap();
+    let cleanup = client
+        .enqueue(&q.pool, Step { n: 4 })
+        .after([parent])
+        .on_parent_failure(OnParentFailure::Run)
+        .await
+        .unwrap();
+
+    let lease = claim_due(&q).await.remove(0);
+    assert!(
+        q.transport
+            .dead_letter(&q.pool, &lease, "card declined")
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    match state(&client, child).await {
+        JobState::Cancelled { reason, .. } => assert_eq!(
+            reason.as_deref(),
+            Some(&*format!(
+                "job {parent}, which it waited for, became a dead letter"
+            ))
+        ),
+        other => panic!("expected cancelled, got {other:?}"),
+    }
+    match state(&client, grandchild).await {
+        JobState::Cancelled { reason, .. } => assert_eq!(
+            reason.as_deref(),
+            Some(&*format!("job {child}, which it waited for, was cancelled"))
+        ),
+        other => panic!("expected cancelled, got {other:?}"),
+    }
+    assert_eq!(
+        state(&client, cleanup).await,
+        JobState::Waiting,
+        "runs anyway"
+    );
+    assert_eq!(ids(&claim_due(&q).await), [cleanup].into());
+    assert_eq!(q.count("job_waits").await, 0);
+    assert_eq!(q.count("job_dependencies").await, 0);
+}
+
+/// A cancelled parent (queued, so cancelled at once) cancels its dependents; a cancelled
+/// dependent leaves nothing behind, and its parent's completion finds nothing to do.
+#[tokio::test]
+async fn cancels_reach_the_dependents_and_a_cancelled_dependent_leaves_nothing() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let parent = client.enqueue(&q.pool, Step { n: 1 }).await.unwrap();
+    let child = client
+        .enqueue(&q.pool, Step { n: 2 })
+        .after([parent])
+        .await
+        .unwrap();
+    assert_eq!(
+        client.cancel(parent).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    assert!(matches!(
+        state(&client, child).await,
+        JobState::Cancelled { .. }
+    ));
+
+    let other = client.enqueue(&q.pool, Step { n: 3 }).await.unwrap();
+    let waiting = client
+        .enqueue(&q.pool, Step { n: 4 })
+        .after([other])
+        .await
+        .unwrap();
+    assert_eq!(
+        client.cancel(waiting).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    assert_eq!(q.count("job_waits").await, 0);
+    assert_eq!(q.count("job_dependencies").await, 0);
+    let leases = claim_due(&q).await;
+    assert_eq!(ids(&leases), [other].into());
+    ack(&q, &leases[0]).await;
+    assert!(
+        claim_due(&q).await.is_empty(),
+        "the cancelled one never runs"
+    );
+}
+
+/// A batch enqueues a fan-out, its fan-in and a chain in one round trip, each job
+/// waiting for earlier jobs of the batch by reference; a reference of another batch is
+/// refused before anything is sent.
+#[tokio::test]
+async fn a_batch_waits_for_its_own_earlier_jobs_by_reference() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let mut batch = client.batch();
+    let shards: Vec<_> = (0..5)
+        .map(|n| batch.add(Step { n }, &EnqueueOptions::new()).unwrap())
+        .collect();
+    let zip = batch
+        .add(
+            Step { n: 100 },
+            &EnqueueOptions::new().after(shards.clone()),
+        )
+        .unwrap();
+    batch
+        .add(Step { n: 101 }, &EnqueueOptions::new().after([zip]))
+        .unwrap();
+    let mut other = JobBatch::new();
+    assert!(matches!(
+        other.add(Step { n: 0 }, &EnqueueOptions::new().after([zip])),
+        Err(PublishError::Invalid(InvalidMessage::ParentNotInBatch))
+    ));
+    let ids_in_order = batch.enqueue(&q.pool).await.unwrap();
+    let (zip_id, upload_id) = (ids_in_order[5], ids_in_order[6]);
+    assert_eq!(state(&client, zip_id).await, JobState::Pending);
+
+    let leases = claim_due(&q).await;
+    assert_eq!(ids(&leases), ids_in_order[..5].iter().copied().collect());
+    for lease in &leases {
+        ack(&q, lease).await;
+    }
+    let leases = claim_due(&q).await;
+    assert_eq!(ids(&leases), [zip_id].into(), "the fan-in, once");
+    assert_eq!(state(&client, upload_id).await, JobState::Pending);
+    ack(&q, &leases[0]).await;
+    assert_eq!(ids(&claim_due(&q).await), [upload_id].into());
+
+    // a raw publish has no batch to refer to
+    let raw = OutgoingMessage::new("g", "step", "{}").after([Parent::InBatch(zip)]);
+    assert!(matches!(
+        q.transport.publish(&q.pool, &raw).await,
+        Err(PublishError::Invalid(InvalidMessage::ParentNotInBatch))
+    ));
+}
+
+/// A parent must be queued or kept: one that completed with retention counts as
+/// completed, one that left no trace is refused with its id, and nothing is written.
+#[tokio::test]
+async fn a_parent_must_be_queued_or_kept() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let kept = client.enqueue(&q.pool, Step { n: 1 }).await.unwrap();
+    let gone = client.enqueue(&q.pool, Step { n: 2 }).await.unwrap();
+    for lease in claim_due(&q).await {
+        let settlement = if lease.id == kept {
+            Settlement::Retain {
+                keep: Duration::from_secs(3600),
+            }
+        } else {
+            Settlement::Ack
+        };
+        assert!(
+            q.transport
+                .settle(&q.pool, &lease, settlement)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+    }
+    let after_kept = client
+        .enqueue(&q.pool, Step { n: 3 })
+        .after([kept])
+        .await
+        .unwrap();
+    assert_eq!(
+        state(&client, after_kept).await,
+        JobState::Waiting,
+        "a kept completion counts"
+    );
+
+    let mut tx = q.pool.begin().await.unwrap();
+    let refused = client
+        .enqueue(&mut *tx, Step { n: 4 })
+        .after([kept, gone])
+        .await;
+    assert!(
+        matches!(refused, Err(PublishError::UnknownParent { parent }) if parent == gone),
+        "{refused:?}"
+    );
+    tx.rollback().await.unwrap();
+    assert!(matches!(
+        client
+            .enqueue(&q.pool, Step { n: 5 })
+            .after([JobId::new(0)])
+            .await,
+        Err(PublishError::UnknownParent { .. })
+    ));
+    assert_eq!(q.count("job_waits").await, 0, "nothing written");
+}
+
+/// A job id named as a parent must be older than the jobs being enqueued: a guessed id
+/// of the call's own jobs (which could close a cycle) is refused.
+#[tokio::test]
+async fn a_parent_named_by_id_must_be_older_than_the_jobs_enqueued() {
+    let q = SuiteSchema::new().await;
+    let next: i64 =
+        sqlx::query_scalar(q.sql("SELECT last_value + 1 FROM @schema@.transport_messages_seq_seq"))
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
+    // the second job waits for the first by its (guessed) id, the first for the second
+    let refused = sqlx::query(q.sql(
+        "SELECT @schema@.harel_publish(ARRAY[NULL, NULL]::text[], ARRAY['step', 'step'],
+                ARRAY['{}', '{}'], ARRAY[2, 2]::smallint[], ARRAY[NULL, NULL]::timestamptz[],
+                ARRAY[NULL, NULL]::bigint[], NULL, NULL, NULL, NULL, NULL,
+                ARRAY[1, 2], ARRAY[$1 + 1, $1]::bigint[], NULL)",
+    ))
+    .bind(next)
+    .execute(&q.pool)
+    .await
+    .unwrap_err();
+    let code = refused
+        .as_database_error()
+        .and_then(|e| e.code())
+        .map(|c| c.into_owned());
+    assert_eq!(code.as_deref(), Some("22023"), "{refused}");
+}
+
+/// A dependent keeps its place in its group: the group's later jobs wait behind it (FIFO),
+/// and its own delay counts from its release.
+#[tokio::test]
+async fn a_dependent_keeps_its_place_in_its_group_and_its_delay_counts_from_release() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let parent = client.enqueue(&q.pool, Step { n: 1 }).await.unwrap();
+    let first = client
+        .enqueue(&q.pool, Step { n: 2 })
+        .group("user-7")
+        .after([parent])
+        .await
+        .unwrap();
+    let second = client
+        .enqueue(&q.pool, Step { n: 3 })
+        .group("user-7")
+        .await
+        .unwrap();
+    let delayed = client
+        .enqueue(&q.pool, Step { n: 4 })
+        .after([parent])
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let leases = claim_due(&q).await;
+    assert_eq!(
+        ids(&leases),
+        [parent].into(),
+        "user-7 waits behind its first job"
+    );
+    ack(&q, &leases[0]).await;
+    match state(&client, delayed).await {
+        JobState::Scheduled { at } => {
+            assert!(at > chrono::Utc::now() + chrono::Duration::minutes(59))
+        }
+        other => panic!("expected scheduled, got {other:?}"),
+    }
+    let leases = claim_due(&q).await;
+    assert_eq!(ids(&leases), [first].into());
+    ack(&q, &leases[0]).await;
+    assert_eq!(ids(&claim_due(&q).await), [second].into());
+}
+
+/// The previous release's producers call harel_publish with its eleven arguments: the new
+/// function takes that call unchanged.
+#[tokio::test]
+async fn the_previous_releases_publish_call_still_works() {
+    let q = SuiteSchema::new().await;
+    let id: i64 = sqlx::query_scalar(q.sql(
+        "SELECT s FROM @schema@.harel_publish(ARRAY[NULL]::text[], ARRAY['step'], ARRAY['{}'],
+                ARRAY[2]::smallint[], ARRAY[NULL]::timestamptz[], ARRAY[NULL]::bigint[],
+                NULL, NULL, NULL, NULL, NULL) AS s",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(ids(&claim_due(&q).await), [JobId::new(id)].into());
+}
+
+/// What the handlers below share: the pool and the test's schema (its tables `debits` and
+/// `receipts`).
+struct Books {
+    pool: sqlx::PgPool,
+    schema: String,
+}
+
+/// Writes its debit and completes in the same transaction, then commits late: the
+/// receipt waiting for it must see the debit.
+#[harel_jobs::job]
+async fn debit(ctx: JobContext<Books>, n: i64) -> JobResult {
+    let books = ctx.state();
+    let mut tx = books.pool.begin().await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {}.debits (n) VALUES ($1)",
+        books.schema
+    )))
+    .bind(n)
+    .execute(&mut *tx)
+    .await?;
+    ctx.complete_in(&mut tx).await?;
+    // a release that did not wait for this commit would let the receipt run now
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Records whether its debit was there when it ran.
+#[harel_jobs::job]
+async fn receipt(ctx: JobContext<Books>, n: i64) -> JobResult {
+    let books = ctx.state();
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {0}.receipts (n, saw_debit)
+         SELECT $1, EXISTS (SELECT 1 FROM {0}.debits d WHERE d.n = $1)",
+        books.schema
+    )))
+    .bind(n)
+    .execute(&books.pool)
+    .await?;
+    Ok(())
+}
+
+/// Through the macro's types and a worker pool: a dependent never starts before its
+/// parent's `complete_in` writes are visible (the release commits with them).
+#[tokio::test]
+async fn a_dependent_never_starts_before_its_parents_complete_in_writes_are_visible() {
+    let q = SuiteSchema::new().await;
+    sqlx::raw_sql(q.sql(
+        "CREATE TABLE @schema@.debits (n BIGINT PRIMARY KEY);
+         CREATE TABLE @schema@.receipts (n BIGINT PRIMARY KEY, saw_debit BOOLEAN NOT NULL);",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let client = client(&q);
+    let pairs = 60;
+    let mut tx = q.pool.begin().await.unwrap();
+    for n in 0..pairs {
+        let debit = client.enqueue(&mut *tx, Debit { n }).await.unwrap();
+        client
+            .enqueue(&mut *tx, Receipt { n })
+            .after([debit])
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let books = Books {
+        pool: q.pool.clone(),
+        schema: q.schema.to_string(),
+    };
+    let handle = Worker::builder(q.pool.clone(), books)
+        .schema(q.schema.clone())
+        .register::<Debit>()
+        .register::<Receipt>()
+        .concurrency(8)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while q.count("receipts").await < pairs {
+        assert!(std::time::Instant::now() < deadline, "the receipts ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    handle.shutdown().await.unwrap();
+    let blind: i64 =
+        sqlx::query_scalar(q.sql("SELECT count(*) FROM @schema@.receipts WHERE NOT saw_debit"))
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
+    assert_eq!(blind, 0, "every receipt saw its debit");
+}
