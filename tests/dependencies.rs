@@ -1,4 +1,4 @@
-//! Jobs that wait for other jobs (ADR 0032), against a real PostgreSQL: released by the
+//! Jobs that wait for other jobs (ADR 0033), against a real PostgreSQL: released by the
 //! settle that completes their last parent, cancelled (with the parent named) when a parent
 //! dies or is cancelled, or run anyway when they asked; batches that wait for their own
 //! earlier jobs; the refusals. The fan-in and crash runs over worker processes are in

@@ -1,5 +1,5 @@
 //! Jobs that wait for other jobs: [`Parent`], [`BatchRef`] and [`OnParentFailure`]
-//! (ADR 0032).
+//! (ADR 0033).
 //!
 //! A job enqueued [`after`](crate::Enqueue::after) other jobs (its *parents*) is queued at
 //! once, in its group and its place there, but no worker claims it until every parent has

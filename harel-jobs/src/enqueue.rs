@@ -140,7 +140,7 @@ impl EnqueueOptions {
     /// the last one releases it. If a parent becomes a dead letter or is cancelled, it is
     /// cancelled (with a reason naming the parent), unless
     /// [`on_parent_failure`](Self::on_parent_failure) says [`OnParentFailure::Run`]. A
-    /// delay or not-before time counts from its release. See ADR 0032.
+    /// delay or not-before time counts from its release. See ADR 0033.
     pub fn after<P: Into<Parent>>(mut self, parents: impl IntoIterator<Item = P>) -> Self {
         self.after.extend(parents.into_iter().map(Into::into));
         self

@@ -21,6 +21,7 @@ mod controls;
 mod crashes;
 mod db_kill;
 mod db_restart;
+mod dependencies;
 mod failover;
 mod hostile;
 mod lease;

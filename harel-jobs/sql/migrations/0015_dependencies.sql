@@ -1,4 +1,4 @@
--- harel-jobs migration 0015: jobs that wait for other jobs (dependencies, ADR 0032).
+-- harel-jobs migration 0015: jobs that wait for other jobs (dependencies, ADR 0033).
 --
 -- A job enqueued `after` other jobs (its parents) is queued like any job, in its group and
 -- in its place there, but not before the *pending time* (9999-12-31): no claim reaches it,

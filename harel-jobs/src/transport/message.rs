@@ -59,7 +59,7 @@ pub struct OutgoingMessage {
     pub(crate) trace_context: Option<String>,
     /// The fairness key (`None`: the key `""` that jobs without one share).
     pub(crate) fair_key: Option<String>,
-    /// The jobs it waits for (ADR 0032).
+    /// The jobs it waits for (ADR 0033).
     pub(crate) after: Vec<Parent>,
     /// What it does when one of them fails.
     pub(crate) on_parent_failure: OnParentFailure,

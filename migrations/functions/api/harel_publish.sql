@@ -23,7 +23,7 @@
 --   p_fair_keys       NULL, or per message its fairness key, 0 to 255 bytes (NULL or '':
 --                     the shared key of jobs without one)
 --   p_after_of, p_after
---                     NULL, or one element per dependency (ADR 0032): the message that
+--                     NULL, or one element per dependency (ADR 0033): the message that
 --                     waits (its position in the call, from 1) and what it waits for: a
 --                     job id, or -n for the call's n-th message (an earlier one). A job id
 --                     must be below every seq the call draws (the call's own messages are

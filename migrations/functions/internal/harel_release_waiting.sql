@@ -1,5 +1,5 @@
 -- harel_release_waiting: gives a job whose parents have all ended its own start time back
--- (ADR 0032): until now it was not due before the pending time. Internal: called by
+-- (ADR 0033): until now it was not due before the pending time. Internal: called by
 -- harel_resolve_dependents.
 --
 -- Takes:

@@ -461,7 +461,7 @@ BEGIN
     END IF;
 
     -- The jobs that ended here (completed, dead) release or cancel the jobs that wait for
-    -- them, in this transaction (ADR 0032; the cancelled ones did in harel_end_cancelled).
+    -- them, in this transaction (ADR 0033; the cancelled ones did in harel_end_cancelled).
     -- One probe of job_dependencies' key for the batch: jobs without dependents pay that.
     IF EXISTS (SELECT 1 FROM @schema@.job_dependencies d WHERE d.parent_id = ANY (p_seqs)) THEN
         SELECT array_agg(e.seq), array_agg(e.outcome) INTO v_done_seqs, v_done_outcomes

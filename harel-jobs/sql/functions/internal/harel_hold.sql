@@ -1,4 +1,4 @@
--- harel_hold: records what the messages of a publish wait for (ADR 0032), and resolves at
+-- harel_hold: records what the messages of a publish wait for (ADR 0033), and resolves at
 -- once the parents that have already ended. Internal: called by harel_publish, in its
 -- transaction, after it inserted the messages (each not before the pending time).
 --

@@ -12,7 +12,7 @@
 -- Returns:
 --   'running'    its group is leased at it and the lease has not lapsed
 --   'pending'    it waits for the jobs it depends on (not before the pending time,
---                9999-12-31: harel_publish, ADR 0032)
+--                9999-12-31: harel_publish, ADR 0033)
 --   'retrying'   an attempt was made (it failed, or its worker died): the next may start
 --                when the group's park ends, or at once after a lapsed lease
 --   'scheduled'  not before its not-before time, or (the head, given back without using an

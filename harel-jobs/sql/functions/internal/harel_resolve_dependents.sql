@@ -1,4 +1,4 @@
--- harel_resolve_dependents: resolves the dependents of jobs that ended (ADR 0032), in the
+-- harel_resolve_dependents: resolves the dependents of jobs that ended (ADR 0033), in the
 -- transaction that ended them. Internal: called by harel_settle (completed and dead jobs
 -- that have dependents), harel_end_cancelled, harel_cancel and harel_cancel_group
 -- (cancelled jobs), and harel_hold (parents that had ended before their dependent was
