@@ -169,6 +169,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
     let expected: BTreeSet<String> = [
         "harel_cancel",
         "harel_cancel_group",
+        "harel_cancel_workflow",
         "harel_claim",
         "harel_delete_schedule",
         "harel_depth",
@@ -187,11 +188,13 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_move_on",
         "harel_notify",
         "harel_publish",
+        "harel_publish_workflow",
         "harel_queued_state",
         "harel_queues",
         "harel_release_key",
         "harel_release_waiting",
         "harel_resolve_dependents",
+        "harel_retry_workflow",
         "harel_schedule_fire",
         "harel_schedules",
         "harel_set_fair_weight",
@@ -204,6 +207,10 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_unpark",
         "harel_worker_report",
         "harel_workers",
+        "harel_workflow",
+        "harel_workflow_step",
+        "harel_workflow_steps",
+        "harel_workflows",
     ]
     .map(String::from)
     .into();
@@ -449,7 +456,8 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
          CREATE VIEW @schema@.jobs AS SELECT 1::bigint AS seq;
          DROP TABLE @schema@.fair_keys;
          DROP TABLE @schema@.key_rates;
-         DROP TABLE @schema@.job_waits, @schema@.job_dependencies;
+         DROP TABLE @schema@.job_waits, @schema@.job_dependencies, @schema@.workflows,
+             @schema@.workflow_steps;
          DROP INDEX @schema@.transport_groups_limited_by_key;
          ALTER TABLE @schema@.queues DROP COLUMN key_concurrency_limit,
              DROP COLUMN key_rate_limit, DROP COLUMN key_rate_period_ms;

@@ -206,6 +206,41 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_publish.sql"),
     },
     Function {
+        name: "harel_publish_workflow",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_publish_workflow.sql"),
+    },
+    Function {
+        name: "harel_workflows",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_workflows.sql"),
+    },
+    Function {
+        name: "harel_workflow",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_workflow.sql"),
+    },
+    Function {
+        name: "harel_workflow_steps",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_workflow_steps.sql"),
+    },
+    Function {
+        name: "harel_cancel_workflow",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_cancel_workflow.sql"),
+    },
+    Function {
+        name: "harel_retry_workflow",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_retry_workflow.sql"),
+    },
+    Function {
+        name: "harel_workflow_step",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_workflow_step.sql"),
+    },
+    Function {
         name: "harel_claim",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_claim.sql"),

@@ -1,6 +1,7 @@
 -- harel_resolve_dependents: resolves the dependents of jobs that ended (ADR 0033), in the
--- transaction that ended them. Internal: called by harel_settle (completed and dead jobs
--- that have dependents), harel_end_cancelled, harel_cancel and harel_cancel_group
+-- transaction that ended them, and records the outcomes of those that are workflow steps.
+-- Internal: called by harel_settle (completed and dead jobs that have dependents or are
+-- workflow steps), harel_end_cancelled, harel_cancel and harel_cancel_group
 -- (cancelled jobs), and harel_hold (parents that had ended before their dependent was
 -- enqueued).
 --
@@ -8,24 +9,28 @@
 --   p_jobs      its id
 --   p_outcomes  'completed', 'dead' or 'cancelled'
 -- Returns: nothing.
--- Fence: a dependency row is resolved once: deleted here, by the one transaction that
+-- Fence: an ended job that is a workflow step gets its outcome recorded (once: its end is
+--   one transaction). A dependency row is resolved once: deleted here, by the one transaction that
 --   ended its parent (the parent's lease or group row held). A dependent's count is
 --   decremented under its job_waits row lock, so of several parents ending at once exactly
 --   one transaction sees the count reach 0 and releases it. A cancelled job that was itself
 --   waiting leaves nothing behind (its job_waits and dependency rows deleted).
 -- Locks: each dependent's job_waits row, in job order; harel_release_waiting's and
 --   harel_cancel's (the dependent's group row, waiting).
--- Indexes: job_dependencies' key (by parent) and job_dependencies_by_job; job_waits' key.
+-- Indexes: job_dependencies' key (by parent) and job_dependencies_by_job; job_waits' key;
+--   workflow_steps_by_job.
 -- Errors: harel_cancel's.
 --
 -- Steps:
 --   1. Cancelled jobs that were waiting: their job_waits and dependency rows deleted.
+--      Workflow steps among the ended jobs: their outcomes recorded.
 --   2. The dependency rows of these parents deleted; per dependent, in job order: its
 --      count decremented and the outcomes added; then
 --      - a parent failed (dead, cancelled) and it does not run after failure: its rows
 --        deleted, and it is cancelled (harel_cancel, kept 7 days, the reason naming the
 --        parent; its own dependents resolved in turn);
---      - no parent left: its row deleted, and it is released (harel_release_waiting).
+--      - no parent left: its row deleted, its parents' outcomes kept on its workflow step
+--        if it is one, and it is released (harel_release_waiting).
 CREATE OR REPLACE FUNCTION "harel".harel_resolve_dependents(
     p_jobs     BIGINT[],
     p_outcomes TEXT[]
@@ -41,7 +46,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     -- how long a dependent cancelled for its parent is kept (Client::cancel's default)
-    c_keep_ms CONSTANT BIGINT := 604800000;
+    c_keep_ms CONSTANT BIGINT := 604800000::bigint;
     r         RECORD;
     w         RECORD;
 BEGIN
@@ -49,6 +54,28 @@ BEGIN
         DELETE FROM "harel".job_waits w WHERE w.job_id = ANY (p_jobs);
         DELETE FROM "harel".job_dependencies d WHERE d.job_id = ANY (p_jobs);
     END IF;
+    -- the ended jobs that are workflow steps: their outcomes recorded, and counted on their
+    -- workflows (each workflow's row once, in id order: settles never wait in a cycle)
+    FOR r IN
+        WITH ended AS (
+            UPDATE "harel".workflow_steps s
+               SET outcome = e.outcome, ended_at = clock_timestamp()
+              FROM unnest(p_jobs, p_outcomes) AS e(job_id, outcome)
+             CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".workflow_steps t
+                                  WHERE t.job_id = e.job_id OFFSET 0) AS k
+             WHERE s.ctid = k.row_ctid AND s.outcome IS NULL
+            RETURNING s.workflow_id, s.outcome
+        )
+        SELECT x.workflow_id, count(*)::int AS n,
+               count(*) FILTER (WHERE x.outcome <> 'completed')::int AS failed
+          FROM ended x
+         GROUP BY x.workflow_id
+         ORDER BY x.workflow_id
+    LOOP
+        UPDATE "harel".workflows w
+           SET ended = w.ended + r.n, failed = w.failed + r.failed
+         WHERE w.id = r.workflow_id;
+    END LOOP;
 
     FOR r IN
         WITH gone AS (
@@ -74,7 +101,8 @@ BEGIN
                dead = w.dead + r.n_dead,
                cancelled = w.cancelled + r.n_cancelled
          WHERE w.job_id = r.job_id
-        RETURNING w.waiting, w.run_after_failure, w.not_before INTO w;
+        RETURNING w.waiting, w.run_after_failure, w.not_before, w.completed, w.dead,
+                  w.cancelled INTO w;
         -- (no row: it was cancelled meanwhile)
         CONTINUE WHEN NOT FOUND;
         IF r.failed_parent IS NOT NULL AND NOT w.run_after_failure THEN
@@ -88,6 +116,10 @@ BEGIN
                 c_keep_ms);
         ELSIF w.waiting = 0 THEN
             DELETE FROM "harel".job_waits t WHERE t.job_id = r.job_id;
+            -- a workflow step keeps its parents' outcomes (a callback reads them)
+            UPDATE "harel".workflow_steps s
+               SET completed = w.completed, dead = w.dead, cancelled = w.cancelled
+             WHERE s.job_id = r.job_id;
             PERFORM "harel".harel_release_waiting(r.job_id, w.not_before);
         END IF;
     END LOOP;

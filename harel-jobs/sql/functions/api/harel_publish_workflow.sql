@@ -1,0 +1,90 @@
+-- harel_publish_workflow: enqueues a workflow (ADR 0033): jobs, each a named step that may
+-- wait for earlier steps, recorded under one new workflow id, in one round trip. A
+-- producer's entry point.
+--
+-- Takes:
+--   p_name      the workflow's name, 1 to 255 bytes (not unique: a kind of workflow)
+--   p_steps     per job, its step name: 1 to 255 bytes, unique in the workflow
+--   then harel_publish's arrays, one element per job, and its dependencies: each
+--   p_after element must name an earlier job of the call (-its position): a step waits
+--   only for steps. No unique keys (a step's job is the workflow's own).
+-- Returns one row per step, in input order: the workflow's id and the step's job id.
+-- Fence: what harel_publish checks; the step names and the dependencies checked here.
+-- Locks: harel_publish's; the new workflow's rows.
+-- Indexes: workflows' and workflow_steps' keys (new rows).
+-- Errors: 22023 for a name or step name out of range, a repeated step name, arrays of
+--   different lengths, unique keys, or a dependency on a job id; harel_publish's.
+--
+-- Steps:
+--   1. Check the name, the step names and the dependencies.
+--   2. harel_publish: the jobs, pending where they wait for parents.
+--   3. The workflow row, and one workflow_steps row per job: its ordinal, job id and
+--      parents' names.
+CREATE OR REPLACE FUNCTION @schema@.harel_publish_workflow(
+    p_name           TEXT,
+    p_steps          TEXT[],
+    p_groups         TEXT[],
+    p_kinds          TEXT[],
+    p_payloads       TEXT[],
+    p_priorities     SMALLINT[],
+    p_not_before     TIMESTAMPTZ[],
+    p_delay_ms       BIGINT[],
+    p_queues         TEXT[],
+    p_trace_contexts TEXT[],
+    p_fair_keys      TEXT[],
+    p_after_of       INT[],
+    p_after          BIGINT[],
+    p_run_after_failure BOOLEAN[]
+) RETURNS TABLE (workflow_id BIGINT, job_id BIGINT)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count INT := cardinality(p_steps);
+    v_jobs  BIGINT[];
+    v_id    BIGINT;
+BEGIN
+    IF p_name IS NULL OR octet_length(p_name) NOT BETWEEN 1 AND 255
+       OR v_count IS NULL OR v_count = 0
+       OR cardinality(p_groups) IS DISTINCT FROM v_count
+       OR EXISTS (SELECT 1 FROM unnest(p_steps) AS s(name)
+                   WHERE s.name IS NULL OR octet_length(s.name) NOT BETWEEN 1 AND 255)
+       OR (SELECT count(DISTINCT s.name) FROM unnest(p_steps) AS s(name)) <> v_count THEN
+        RAISE EXCEPTION 'harel_publish_workflow: a workflow has a name of 1 to 255 bytes and steps named so, each name once, one per job'
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_after) AS a(parent) WHERE a.parent IS NULL OR a.parent > 0) THEN
+        RAISE EXCEPTION 'harel_publish_workflow: a step waits only for earlier steps of its workflow'
+            USING ERRCODE = '22023';
+    END IF;
+
+    SELECT array_agg(p.s ORDER BY p.ord) INTO v_jobs
+      FROM @schema@.harel_publish(p_groups, p_kinds, p_payloads, p_priorities, p_not_before,
+                                  p_delay_ms, NULL, NULL, p_queues, p_trace_contexts,
+                                  p_fair_keys, p_after_of, p_after, p_run_after_failure)
+           WITH ORDINALITY AS p(s, ord);
+
+    INSERT INTO @schema@.workflows (name, steps) VALUES (p_name, v_count)
+    RETURNING id INTO v_id;
+    INSERT INTO @schema@.workflow_steps
+           (workflow_id, name, ordinal, job_id, parents, run_after_failure)
+    SELECT v_id, x.name, x.ord, v_jobs[x.ord], COALESCE(e.parents, ARRAY[]::text[]),
+           COALESCE(p_run_after_failure[x.ord], false)
+      FROM unnest(p_steps) WITH ORDINALITY AS x(name, ord)
+      -- (each step's parents aggregated once, then a hash join: linear in the workflow)
+      LEFT JOIN (SELECT d.waiter, array_agg(p_steps[-d.parent] ORDER BY -d.parent) AS parents
+                   FROM unnest(p_after_of, p_after) AS d(waiter, parent)
+                  GROUP BY d.waiter) AS e ON e.waiter = x.ord;
+
+    RETURN QUERY SELECT v_id, j.id FROM unnest(v_jobs) AS j(id);
+END
+$$;
+
+REVOKE ALL ON FUNCTION @schema@.harel_publish_workflow(
+    TEXT, TEXT[], TEXT[], TEXT[], TEXT[], SMALLINT[], TIMESTAMPTZ[], BIGINT[], TEXT[], TEXT[],
+    TEXT[], INT[], BIGINT[], BOOLEAN[])
+    FROM PUBLIC;

@@ -1,0 +1,37 @@
+-- harel_workflow: one workflow, by id (ADR 0033). An operator's entry point (the CLI, the
+-- dashboard).
+--
+-- Takes:
+--   p_id  the workflow's id
+-- Returns one row, or none for an unknown id: id, name, created_at, steps, ended (steps
+--   whose jobs have ended), failed (of those, dead or cancelled).
+-- Fence: none: it reads.
+-- Locks: none.
+-- Indexes: workflows' key.
+-- Errors: none of its own.
+CREATE OR REPLACE FUNCTION "harel".harel_workflow(p_id BIGINT)
+RETURNS TABLE (
+    id         BIGINT,
+    name       TEXT,
+    created_at TIMESTAMPTZ,
+    steps      INT,
+    ended      INT,
+    failed     INT
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT w.id, w.name, w.created_at, w.steps, w.ended, w.failed
+      FROM "harel".workflows w
+     WHERE w.id = p_id;
+END
+$$;
+
+REVOKE ALL ON FUNCTION "harel".harel_workflow(BIGINT) FROM PUBLIC;
