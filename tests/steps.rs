@@ -36,9 +36,9 @@ async fn wait_for(what: &str, limit: Duration, mut done: impl AsyncFnMut() -> bo
 }
 
 async fn steps_of(q: &SuiteSchema, job: i64) -> Vec<(String, String)> {
-    sqlx::query_as(q.sql(
-        "SELECT name, result::text FROM @schema@.job_steps WHERE job_id = $1 ORDER BY name",
-    ))
+    sqlx::query_as(
+        q.sql("SELECT name, result::text FROM @schema@.job_steps WHERE job_id = $1 ORDER BY name"),
+    )
     .bind(job)
     .fetch_all(&q.pool)
     .await
@@ -105,7 +105,11 @@ async fn a_steps_work_runs_once_across_attempts() {
         ],
         "the second attempt got the first attempt's result"
     );
-    assert_eq!(ledger.work_ran.load(Ordering::SeqCst), 1, "the work ran once");
+    assert_eq!(
+        ledger.work_ran.load(Ordering::SeqCst),
+        1,
+        "the work ran once"
+    );
     assert_eq!(
         steps_of(&q, id.get()).await,
         [("charge".to_owned(), "\"ch_7_attempt_1\"".to_owned())]
@@ -184,9 +188,9 @@ impl Drop for Child {
 #[tokio::test]
 async fn a_durable_step_survives_a_worker_crash_and_is_not_run_again() {
     let q = SuiteSchema::new().await;
-    sqlx::raw_sql(q.sql(
-        "CREATE TABLE @schema@.side_effects (job_id BIGINT NOT NULL, by TEXT NOT NULL)",
-    ))
+    sqlx::raw_sql(
+        q.sql("CREATE TABLE @schema@.side_effects (job_id BIGINT NOT NULL, by TEXT NOT NULL)"),
+    )
     .execute(&q.pool)
     .await
     .unwrap();
@@ -205,30 +209,37 @@ async fn a_durable_step_survives_a_worker_crash_and_is_not_run_again() {
             .spawn()
             .unwrap(),
     );
-    wait_for("the child to record its step", Duration::from_secs(60), async || {
-        !steps_of(&q, id.get()).await.is_empty()
-    })
+    wait_for(
+        "the child to record its step",
+        Duration::from_secs(60),
+        async || !steps_of(&q, id.get()).await.is_empty(),
+    )
     .await;
     child.0.kill().unwrap(); // SIGKILL: no shutdown, no settle, no lease given back
     child.0.wait().unwrap();
 
     let pool = q.pool.clone();
-    let handle = Worker::builder(q.pool.clone(), (pool, q.schema.clone(), "parent".to_owned()))
-        .register::<ChargeAndHang>()
-        .schema(q.schema.clone())
-        .poll_interval(Duration::from_millis(50))
-        .build()
-        .unwrap()
-        .start();
+    let handle = Worker::builder(
+        q.pool.clone(),
+        (pool, q.schema.clone(), "parent".to_owned()),
+    )
+    .register::<ChargeAndHang>()
+    .schema(q.schema.clone())
+    .poll_interval(Duration::from_millis(50))
+    .build()
+    .unwrap()
+    .start();
     let effects = async || -> Vec<(i64, String)> {
         sqlx::query_as(q.sql("SELECT job_id, by FROM @schema@.side_effects ORDER BY job_id"))
             .fetch_all(&q.pool)
             .await
             .unwrap()
     };
-    wait_for("the job to run again", Duration::from_secs(20), async || {
-        effects().await.len() >= 2
-    })
+    wait_for(
+        "the job to run again",
+        Duration::from_secs(20),
+        async || effects().await.len() >= 2,
+    )
     .await;
     handle.shutdown().await.unwrap();
     assert_eq!(
@@ -326,15 +337,14 @@ async fn a_stale_lease_cannot_record_a_step() {
     .fetch_one(&q.pool)
     .await
     .unwrap();
-    let recorded: (String, Option<String>) = sqlx::query_as(q.sql(
-        "SELECT * FROM @schema@.harel_record_step($1, $2, $3, 'c', '1')",
-    ))
-    .bind(&group)
-    .bind(id.get())
-    .bind(old)
-    .fetch_one(&q.pool)
-    .await
-    .unwrap();
+    let recorded: (String, Option<String>) =
+        sqlx::query_as(q.sql("SELECT * FROM @schema@.harel_record_step($1, $2, $3, 'c', '1')"))
+            .bind(&group)
+            .bind(id.get())
+            .bind(old)
+            .fetch_one(&q.pool)
+            .await
+            .unwrap();
     assert_eq!(recorded, ("lost".to_owned(), None));
     let read: (bool, Option<Vec<String>>) =
         sqlx::query_as(q.sql("SELECT held, names FROM @schema@.harel_steps($1, $2, $3)"))
@@ -462,9 +472,9 @@ async fn limits_are_refused_with_the_typed_error_and_nothing_stored() {
         .unwrap();
     assert_eq!(message.lease.id, id);
     let record = async |name: String, result: String| {
-        sqlx::query_as::<_, (String,)>(q.sql(
-            "SELECT outcome FROM @schema@.harel_record_step($1, $2, $3, $4, $5)",
-        ))
+        sqlx::query_as::<_, (String,)>(
+            q.sql("SELECT outcome FROM @schema@.harel_record_step($1, $2, $3, $4, $5)"),
+        )
         .bind(&message.lease.group)
         .bind(id.get())
         .bind(message.lease.token.as_uuid())
@@ -473,19 +483,38 @@ async fn limits_are_refused_with_the_typed_error_and_nothing_stored() {
         .fetch_one(&q.pool)
         .await
         .map(|(outcome,)| outcome)
-        .map_err(|e| harel_jobs::DatabaseError::from(e).code().unwrap_or_default())
+        .map_err(|e| {
+            harel_jobs::DatabaseError::from(e)
+                .code()
+                .unwrap_or_default()
+        })
     };
     let mib = MAX_STEP_RESULT_BYTES;
     let string = |bytes: usize| format!("\"{}\"", "x".repeat(bytes - 2));
     assert_eq!(record(String::new(), "1".into()).await, Err("22023".into()));
-    assert_eq!(record("n".repeat(256), "1".into()).await, Err("22023".into()));
-    assert_eq!(record("big".into(), string(mib + 1)).await, Err("22023".into()));
-    assert_eq!(record("bad".into(), "{not json".into()).await, Err("22P02".into()));
+    assert_eq!(
+        record("n".repeat(256), "1".into()).await,
+        Err("22023".into())
+    );
+    assert_eq!(
+        record("big".into(), string(mib + 1)).await,
+        Err("22023".into())
+    );
+    assert_eq!(
+        record("bad".into(), "{not json".into()).await,
+        Err("22P02".into())
+    );
     for n in 0..7 {
-        assert_eq!(record(format!("m{n}"), string(mib)).await, Ok("recorded".into()));
+        assert_eq!(
+            record(format!("m{n}"), string(mib)).await,
+            Ok("recorded".into())
+        );
     }
     // 7 MiB recorded: one more MiB fits exactly, then not one byte more
-    assert_eq!(record("m7".into(), string(mib)).await, Ok("recorded".into()));
+    assert_eq!(
+        record("m7".into(), string(mib)).await,
+        Ok("recorded".into())
+    );
     assert_eq!(record("m8".into(), "1".into()).await, Ok("full".into()));
     assert_eq!(record("m0".into(), "2".into()).await, Ok("exists".into()));
     assert_eq!(steps_of(&q, id.get()).await.len(), 8);
@@ -525,18 +554,21 @@ async fn steps_are_kept_with_their_job_and_deleted_by_maintain_after_it_is_gone(
         .await
         .unwrap();
     let waits = client
-        .enqueue(&q.pool, Kept { how: "waits".into() })
+        .enqueue(
+            &q.pool,
+            Kept {
+                how: "waits".into(),
+            },
+        )
         .await
         .unwrap();
     let gone = client.enqueue(&q.pool, NotKept {}).await.unwrap();
     // the worker's own housekeeping waits: this test calls it when it means to
     let mut election = q.pool.begin().await.unwrap();
-    sqlx::query(q.sql(
-        "SELECT 1 FROM @schema@.elections WHERE name = 'housekeeping' FOR UPDATE",
-    ))
-    .execute(&mut *election)
-    .await
-    .unwrap();
+    sqlx::query(q.sql("SELECT 1 FROM @schema@.elections WHERE name = 'housekeeping' FOR UPDATE"))
+        .execute(&mut *election)
+        .await
+        .unwrap();
     let handle = Worker::builder(q.pool.clone(), ())
         .register::<Kept>()
         .register::<NotKept>()
@@ -563,12 +595,10 @@ async fn steps_are_kept_with_their_job_and_deleted_by_maintain_after_it_is_gone(
     assert!(steps_of(&q, gone.get()).await.is_empty(), "gone: deleted");
 
     // the retained job's history ends, the dead letter is deleted: their steps go
-    sqlx::query(q.sql(
-        "UPDATE @schema@.job_history SET keep_until = now() - interval '1 second'",
-    ))
-    .execute(&q.pool)
-    .await
-    .unwrap();
+    sqlx::query(q.sql("UPDATE @schema@.job_history SET keep_until = now() - interval '1 second'"))
+        .execute(&q.pool)
+        .await
+        .unwrap();
     client.dead_letters().delete(dead).await.unwrap();
     maintain(&q).await;
     assert!(steps_of(&q, retained.get()).await.is_empty());
@@ -626,7 +656,11 @@ async fn only_the_lease_holder_reads_and_records_and_no_role_touches_the_table()
         format!("DELETE FROM {s}.job_steps"),
     ] {
         for pool in [&producer, &worker] {
-            assert_eq!(sqlstate(pool, sql.clone()).await.as_deref(), Some("42501"), "{sql}");
+            assert_eq!(
+                sqlstate(pool, sql.clone()).await.as_deref(),
+                Some("42501"),
+                "{sql}"
+            );
         }
     }
 
@@ -640,9 +674,9 @@ async fn only_the_lease_holder_reads_and_records_and_no_role_touches_the_table()
         .await
         .unwrap()
         .unwrap();
-    let as_holder: (String,) = sqlx::query_as(q.sql(
-        "SELECT outcome FROM @schema@.harel_record_step($1, $2, $3, 'secret', '\"s3cr3t\"')",
-    ))
+    let as_holder: (String,) = sqlx::query_as(
+        q.sql("SELECT outcome FROM @schema@.harel_record_step($1, $2, $3, 'secret', '\"s3cr3t\"')"),
+    )
     .bind(&message.lease.group)
     .bind(id.get())
     .bind(message.lease.token.as_uuid())
@@ -650,24 +684,23 @@ async fn only_the_lease_holder_reads_and_records_and_no_role_touches_the_table()
     .await
     .unwrap();
     assert_eq!(as_holder.0, "recorded");
-    let guessed: (bool, Option<Vec<String>>) = sqlx::query_as(q.sql(
-        "SELECT held, results FROM @schema@.harel_steps($1, $2, gen_random_uuid())",
-    ))
+    let guessed: (bool, Option<Vec<String>>) = sqlx::query_as(
+        q.sql("SELECT held, results FROM @schema@.harel_steps($1, $2, gen_random_uuid())"),
+    )
     .bind(&message.lease.group)
     .bind(id.get())
     .fetch_one(&worker)
     .await
     .unwrap();
     assert_eq!(guessed, (false, None));
-    let holder: (bool, Option<Vec<String>>) = sqlx::query_as(q.sql(
-        "SELECT held, results FROM @schema@.harel_steps($1, $2, $3)",
-    ))
-    .bind(&message.lease.group)
-    .bind(id.get())
-    .bind(message.lease.token.as_uuid())
-    .fetch_one(&worker)
-    .await
-    .unwrap();
+    let holder: (bool, Option<Vec<String>>) =
+        sqlx::query_as(q.sql("SELECT held, results FROM @schema@.harel_steps($1, $2, $3)"))
+            .bind(&message.lease.group)
+            .bind(id.get())
+            .bind(message.lease.token.as_uuid())
+            .fetch_one(&worker)
+            .await
+            .unwrap();
     assert_eq!(holder, (true, Some(vec!["\"s3cr3t\"".to_owned()])));
     producer.close().await;
     worker.close().await;

@@ -225,7 +225,9 @@ pub enum StepError {
     /// result would take them over [`MAX_STEP_BYTES_PER_JOB`](crate::MAX_STEP_BYTES_PER_JOB)
     /// in all. When the count is what is full, the work did not run; otherwise it ran and
     /// its result was not recorded.
-    #[error("the job's steps are full ({steps} recorded, {bytes} bytes): step {name:?} was not recorded")]
+    #[error(
+        "the job's steps are full ({steps} recorded, {bytes} bytes): step {name:?} was not recorded"
+    )]
     JobFull {
         /// The step's name.
         name: String,
@@ -252,7 +254,9 @@ pub enum StepError {
     Database(#[from] DatabaseError),
     /// The database answered what this release does not know: run
     /// [`migrate`](crate::migrate()).
-    #[error("the queue's step functions answered unexpectedly: is the schema migrated by this release?")]
+    #[error(
+        "the queue's step functions answered unexpectedly: is the schema migrated by this release?"
+    )]
     UnexpectedReply,
 }
 

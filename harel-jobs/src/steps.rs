@@ -280,7 +280,10 @@ mod tests {
             log.record("big", big).await,
             Err(StepError::ResultTooLarge { .. })
         ));
-        assert!(log.recorded("big").await.unwrap().is_none(), "nothing stored");
+        assert!(
+            log.recorded("big").await.unwrap().is_none(),
+            "nothing stored"
+        );
         // eight results of just under 1 MiB fill the job's 8 MiB
         let almost = format!("\"{}\"", "x".repeat(MAX_STEP_RESULT_BYTES - 2));
         for n in 0..7 {
