@@ -226,6 +226,10 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         format!("SELECT * FROM {s}.harel_throughput(10)"),
         format!("SELECT * FROM {s}.workers"),
         format!("DELETE FROM {s}.throughput"),
+        format!("SELECT * FROM {s}.job_steps"),
+        format!("DELETE FROM {s}.job_steps"),
+        format!("SELECT * FROM {s}.harel_steps('g', 1, gen_random_uuid())"),
+        format!("SELECT * FROM {s}.harel_record_step('g', 1, gen_random_uuid(), 'n', '1')"),
     ]
 }
 
@@ -406,6 +410,8 @@ async fn a_worker_can_work_and_can_neither_enqueue_nor_touch_leases_it_does_not_
             && !sql.contains("harel_extend")
             && !sql.contains("harel_schedule")
             && !sql.contains("harel_worker_report")
+            && !sql.contains("harel_steps(")
+            && !sql.contains("harel_record_step(")
     }) {
         assert_eq!(
             sqlstate(&worker, sql.clone()).await.as_deref(),

@@ -1,14 +1,18 @@
 //! [`JobContext`]: what a running handler knows besides its arguments.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::CompleteError;
+use crate::error::{CompleteError, StepError};
+use crate::steps::{Record, StepLog};
 use crate::transport::{Lease, LeaseOutcome, Settlement, Transport};
 use crate::vocabulary::JobId;
 
@@ -31,6 +35,8 @@ pub(crate) struct Execution {
     /// What `complete_in` writes with; `None` outside a worker (`for_test`).
     pub(crate) completion: Option<Completion>,
     pub(crate) flags: Arc<ExecutionFlags>,
+    /// The job's durable steps ([`JobContext::step`]).
+    pub(crate) steps: Arc<StepLog>,
 }
 
 /// What a handler needs to complete its job in its own transaction.
@@ -87,6 +93,7 @@ impl<S> JobContext<S> {
                 cancel: CancellationToken::new(),
                 completion: None,
                 flags: Arc::default(),
+                steps: Arc::new(StepLog::in_memory()),
             }),
         )
     }
@@ -103,6 +110,7 @@ impl<S> JobContext<S> {
             cancel: current.cancel.clone(),
             completion: None,
             flags: Arc::clone(&current.flags),
+            steps: Arc::clone(&current.steps),
         };
         change(&mut execution);
         Self {
@@ -266,10 +274,109 @@ impl<S> JobContext<S> {
         }
     }
 
+    /// Runs `work` as the durable step `name` of this job: once, and on a later attempt of
+    /// the same job, returns the result it recorded instead of running it again.
+    ///
+    /// When `work` returns `Ok`, its value is serialised (serde, JSON) and recorded under
+    /// `name` before `step` returns it; an `Err` records nothing, and the next attempt runs
+    /// `work` again. The first call of an attempt reads the job's recorded steps in one
+    /// round trip (later calls use what it read); each new result is one more. A handler
+    /// that never calls `step` costs none. Only the holder of the job's lease records
+    /// (fenced as the settle is): a worker whose lease lapsed and was claimed again, or
+    /// whose job was settled, records nothing and gets [`StepError::LeaseLost`].
+    ///
+    /// So `work` runs at least once until its result is recorded, and its result is recorded
+    /// at most once per name: if the process dies after `work`'s side effect and before the
+    /// record committed, the next attempt runs `work` again. Make the side effect
+    /// idempotent where that matters (an idempotency key derived from
+    /// [`job_id`](Self::job_id) and `name`). A name recorded twice (two calls of the same
+    /// step running at once) keeps the first result, which both calls return.
+    ///
+    /// Names are 1 to [`MAX_STEP_NAME_BYTES`](crate::MAX_STEP_NAME_BYTES) bytes; a result at
+    /// most [`MAX_STEP_RESULT_BYTES`](crate::MAX_STEP_RESULT_BYTES) of JSON; a job at most
+    /// [`MAX_STEPS_PER_JOB`](crate::MAX_STEPS_PER_JOB) steps and
+    /// [`MAX_STEP_BYTES_PER_JOB`](crate::MAX_STEP_BYTES_PER_JOB) in all. Steps are kept as
+    /// long as the job is (queued, retrying, in the history while retained, in the dead
+    /// letters), and deleted by the queue's housekeeping after it is gone. A dead letter
+    /// retried is a new job, with no steps.
+    ///
+    /// In a context made by [`for_test`](Self::for_test) there is no lease: results are kept
+    /// in memory, shared by its clones and by the contexts made from it with the `with_*`
+    /// setters, so a test can run a handler twice and see its second run skip the steps
+    /// the first recorded.
+    ///
+    /// `work`'s error type `E` must take a [`StepError`] (`JobError`, `anyhow::Error`,
+    /// `Box<dyn Error + Send + Sync>` do), so that one `?` handles both:
+    ///
+    /// ```
+    /// use harel_jobs::{job, JobContext, JobResult};
+    ///
+    /// #[job]
+    /// async fn place_order(ctx: JobContext<()>, order: i64) -> JobResult {
+    ///     let charge: String = ctx
+    ///         .step("charge", async {
+    ///             // … charge the card, with an idempotency key of the job and the step …
+    ///             Ok::<_, harel_jobs::JobError>(format!("ch_{order}"))
+    ///         })
+    ///         .await?;
+    ///     ctx.step("receipt", async {
+    ///         println!("mail the receipt of {charge}");
+    ///         Ok::<_, harel_jobs::JobError>(())
+    ///     })
+    ///     .await?;
+    ///     Ok(())
+    /// }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let ctx = JobContext::for_test(());
+    /// place_order(ctx.clone(), 7).await.unwrap();
+    /// place_order(ctx.with_attempt(2, 3), 7).await.unwrap(); // runs neither step again
+    /// # });
+    /// ```
+    ///
+    /// # Errors
+    /// `work`'s own error, as it returned it; otherwise a [`StepError`] converted into `E`:
+    /// [`LeaseLost`](StepError::LeaseLost), [`InvalidName`](StepError::InvalidName) and a
+    /// full job ([`JobFull`](StepError::JobFull)) before `work` runs;
+    /// [`ResultTooLarge`](StepError::ResultTooLarge), [`JobFull`](StepError::JobFull),
+    /// [`Serialization`](StepError::Serialization), [`LeaseLost`](StepError::LeaseLost) and
+    /// [`Database`](StepError::Database) after it ran, its result not recorded.
+    pub async fn step<T, E>(
+        &self,
+        name: &str,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<StepError>,
+    {
+        StepLog::check_name(name)?;
+        let steps = &self.execution.steps;
+        if let Some(recorded) = steps.recorded(name).await? {
+            return Ok(decode(name, &recorded)?);
+        }
+        let value = work.await?;
+        let json = serde_json::to_string(&value).map_err(|source| StepError::Serialization {
+            name: name.to_owned(),
+            source,
+        })?;
+        match steps.record(name, json).await? {
+            Record::Recorded => Ok(value),
+            Record::Before(recorded) => Ok(decode(name, &recorded)?),
+        }
+    }
+
     /// Completes when [`is_cancelled`](Self::is_cancelled) becomes true; for `select!`.
     pub async fn cancelled(&self) {
         self.execution.cancel.cancelled().await
     }
+}
+
+/// A recorded step's result as `T`.
+fn decode<T: DeserializeOwned>(name: &str, recorded: &str) -> Result<T, StepError> {
+    serde_json::from_str(recorded).map_err(|source| StepError::Serialization {
+        name: name.to_owned(),
+        source,
+    })
 }
 
 impl<S> Clone for JobContext<S> {

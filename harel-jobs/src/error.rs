@@ -216,6 +216,86 @@ pub enum CompleteError {
     Transport(#[from] TransportError),
 }
 
+/// Why a durable step ([`JobContext::step`](crate::JobContext::step)) returned no result.
+///
+/// `step` hands it to the handler converted into the step's own error type (`E:
+/// From<StepError>`); inspect it there, or in a [`JobError`](crate::JobError) with
+/// `error().downcast_ref::<StepError>()`. In every case nothing was recorded by this call,
+/// and nothing recorded before is lost.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepError {
+    /// This worker no longer holds the job's lease: it lapsed and another worker claimed the
+    /// job, or the job was settled. The step's result was not recorded; stop, since another
+    /// worker may be running the job.
+    #[error("the job's lease is lost: step {name:?} was not recorded")]
+    LeaseLost {
+        /// The step's name.
+        name: String,
+    },
+    /// The step's name is empty or longer than
+    /// [`MAX_STEP_NAME_BYTES`](crate::MAX_STEP_NAME_BYTES). Its work did not run.
+    #[error("a step name must be 1 to {max} bytes, not {bytes}", max = crate::vocabulary::MAX_STEP_NAME_BYTES)]
+    InvalidName {
+        /// The name's length in bytes.
+        bytes: usize,
+    },
+    /// The step's result, as JSON, is longer than
+    /// [`MAX_STEP_RESULT_BYTES`](crate::MAX_STEP_RESULT_BYTES): its work ran, and the result
+    /// was not recorded.
+    #[error("step {name:?}'s result is {bytes} bytes of JSON, over the limit of {max}", max = crate::vocabulary::MAX_STEP_RESULT_BYTES)]
+    ResultTooLarge {
+        /// The step's name.
+        name: String,
+        /// The result's length in bytes of JSON.
+        bytes: usize,
+    },
+    /// The job already holds [`MAX_STEPS_PER_JOB`](crate::MAX_STEPS_PER_JOB) steps, or this
+    /// result would take them over [`MAX_STEP_BYTES_PER_JOB`](crate::MAX_STEP_BYTES_PER_JOB)
+    /// in all. When the count is what is full, the work did not run; otherwise it ran and
+    /// its result was not recorded.
+    #[error(
+        "the job's steps are full ({steps} recorded, {bytes} bytes): step {name:?} was not recorded"
+    )]
+    JobFull {
+        /// The step's name.
+        name: String,
+        /// The steps the job holds.
+        steps: usize,
+        /// Their results' bytes in all.
+        bytes: usize,
+    },
+    /// The step's result could not be serialised to JSON, or a recorded result does not
+    /// deserialise as the type asked for now (the step's type changed between releases:
+    /// give the changed step a new name).
+    #[error("step {name:?}'s result does not (de)serialise: {source}")]
+    Serialization {
+        /// The step's name.
+        name: String,
+        /// serde_json's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Reading or recording the steps failed (or timed out: the worker's
+    /// `database_timeout`). Whether a record that failed so was stored is unknown: a later
+    /// attempt finds out.
+    #[error("reading or recording durable steps failed: {0}")]
+    Database(#[from] DatabaseError),
+    /// The database answered what this release does not know: run
+    /// [`migrate`](crate::migrate()).
+    #[error(
+        "the queue's step functions answered unexpectedly: is the schema migrated by this release?"
+    )]
+    UnexpectedReply,
+}
+
+impl StepError {
+    /// Whether this is [`LeaseLost`](Self::LeaseLost).
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Self::LeaseLost { .. })
+    }
+}
+
 /// Why a transport operation (claim, settle, extend) failed.
 ///
 /// Losing a lease is not an error: it is reported in the operation's outcome.

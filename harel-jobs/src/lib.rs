@@ -101,7 +101,7 @@
 //!
 //! Each surface has its own `#[non_exhaustive]` error enum ([`PublishError`],
 //! [`ClientError`], [`TransportError`], [`MigrateError`], [`ConnectError`], [`ConfigError`],
-//! [`WorkerError`]); database failures are wrapped in [`DatabaseError`], and an
+//! [`WorkerError`], [`StepError`]); database failures are wrapped in [`DatabaseError`], and an
 //! out-of-range priority is an [`InvalidPriority`] wherever it is refused. A lost lease is
 //! not an error but an outcome ([`transport::LeaseOutcome`]).
 #![warn(missing_docs)]
@@ -191,6 +191,7 @@ mod periodic;
 mod privileges;
 mod retry;
 mod schema;
+mod steps;
 mod store;
 pub mod telemetry;
 #[cfg(feature = "testing")]
@@ -218,7 +219,7 @@ pub use dependency::{BatchRef, OnParentFailure, Parent};
 pub use enqueue::{Enqueue, EnqueueOptions, Enqueued, JobBatch};
 pub use error::{
     ClientError, CompleteError, ConfigError, ConnectError, DatabaseError, InvalidMessage,
-    InvalidPriority, MigrateError, MissingPrivilege, PublishError, TransportError,
+    InvalidPriority, MigrateError, MissingPrivilege, PublishError, StepError, TransportError,
 };
 pub use harel_jobs_macros::job;
 pub use job::{Handler, Job, JobOptions, Unique};
@@ -247,7 +248,8 @@ pub use transport::{DEFAULT_QUEUE, PreparedStatements, Priority};
 pub use vocabulary::{
     Count, DEFAULT_CANCELLED_RETENTION, GROUP_JOBS_COUNT_CAP, JobId, MAX_CATCH_UP,
     MAX_DEPENDENCIES, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT, MAX_GROUP_PAGE, MAX_PAGE,
-    MAX_REASON_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_THROUGHPUT_MINUTES,
+    MAX_REASON_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_STEP_BYTES_PER_JOB,
+    MAX_STEP_NAME_BYTES, MAX_STEP_RESULT_BYTES, MAX_STEPS_PER_JOB, MAX_THROUGHPUT_MINUTES,
     MAX_TOP_GROUPS, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
 };
 #[cfg(feature = "__fault_injection")]

@@ -82,7 +82,9 @@
 //! - inside the test's transaction, the claim and the outcome are part of that
 //!   transaction, but what the handler does through its own pool is not, and
 //!   [`JobContext::complete_in`](crate::JobContext::complete_in) on another connection
-//!   waits for the test's transaction (work on the pool for such handlers:
+//!   waits for the test's transaction, as does a durable step's record
+//!   ([`JobContext::step`](crate::JobContext::step), whose first read does not see the
+//!   uncommitted claim and fails with `LeaseLost`) (work on the pool for such handlers:
 //!   `worker.work_one(test.pool())`);
 //! - periodic schedules are not fired, and no maintenance runs.
 //!

@@ -58,6 +58,19 @@ pub const MAX_ERROR_BYTES: usize = 8 * 1024;
 /// hold about 290,000; the functions refuse more than this).
 pub const MAX_DELAY: Duration = Duration::from_millis(3_155_760_000_000);
 
+// --- durable steps ----------------------------------------------------------------------
+
+/// The longest durable step name accepted, in bytes (`JobContext::step`; at least 1).
+pub const MAX_STEP_NAME_BYTES: usize = 255;
+/// The largest result one durable step may record, in bytes of JSON text (1 MiB). A step
+/// records what later attempts need (an id, a receipt), not the data.
+pub const MAX_STEP_RESULT_BYTES: usize = 1024 * 1024;
+/// The most durable steps one job may record (1,000). They are read in one round trip at
+/// the first step of each attempt.
+pub const MAX_STEPS_PER_JOB: usize = 1_000;
+/// The most bytes of JSON one job's durable steps may hold in all (8 MiB).
+pub const MAX_STEP_BYTES_PER_JOB: usize = 8 * 1024 * 1024;
+
 // --- queues -----------------------------------------------------------------------------
 
 /// The queue a job goes to unless it names another: every job before named queues

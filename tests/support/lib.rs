@@ -185,6 +185,8 @@ pub const WORKER_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_schedule_fire",
     "EXECUTE ON FUNCTION @schema@.harel_schedules",
     "EXECUTE ON FUNCTION @schema@.harel_worker_report",
+    "EXECUTE ON FUNCTION @schema@.harel_steps",
+    "EXECUTE ON FUNCTION @schema@.harel_record_step",
 ];
 
 /// What the guide's "Database roles" grants an operator (stats, dead letters, job and group

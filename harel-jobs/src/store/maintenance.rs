@@ -37,7 +37,8 @@ pub(crate) const VACUUMED_TABLES: &[&str] =
 pub(crate) type VacuumCheck = (String, Option<Vec<String>>, Option<i64>, i64);
 
 impl Store {
-    /// `harel_maintain`: sweeps the claim floors and prunes old settle receipts. Returns
+    /// `harel_maintain`: sweeps the claim floors, prunes old settle receipts (and the rest
+    /// its file lists, the durable steps of jobs that are gone among them). Returns
     /// the floors lowered and the receipts pruned.
     pub(crate) async fn maintenance_run<'e, E: PgExecutor<'e>>(
         &self,

@@ -29,6 +29,8 @@
 //! | [`job_cancel`](Store::job_cancel) | `harel_cancel` |
 //! | [`leases_settle_if_held`](Store::leases_settle_if_held) | `harel_settle` |
 //! | [`leases_extend_if_held`](Store::leases_extend_if_held) | `harel_extend` |
+//! | [`steps_read_if_held`](Store::steps_read_if_held) | `harel_steps` |
+//! | [`step_record_if_held`](Store::step_record_if_held) | `harel_record_step` |
 //! | [`groups_list`](Store::groups_list), [`group_get`](Store::group_get) | `harel_list_groups` |
 //! | [`groups_top`](Store::groups_top) | `harel_top_groups` |
 //! | [`group_cancel_step`](Store::group_cancel_step) | `harel_cancel_group` |
@@ -72,6 +74,7 @@ mod queues;
 mod schedules;
 pub(crate) mod session;
 mod stats;
+mod steps;
 mod workers;
 
 use std::fmt;
@@ -90,6 +93,7 @@ pub(crate) use migrations::AppliedRow;
 pub(crate) use queues::{DepthRow, FairKeyRow, QueueRow, QueueSettings};
 pub(crate) use schedules::Fire;
 pub(crate) use stats::Figures;
+pub(crate) use steps::StepLease;
 pub(crate) use workers::Report;
 
 /// How the statements harel-jobs sends are prepared on the server.
@@ -168,6 +172,10 @@ statements! {
     LeasesSettleIfHeld = leases::SETTLE_IF_HELD,
     /// [`Store::leases_extend_if_held`].
     LeasesExtendIfHeld = leases::EXTEND_IF_HELD,
+    /// [`Store::steps_read_if_held`].
+    StepsReadIfHeld = steps::READ_IF_HELD,
+    /// [`Store::step_record_if_held`].
+    StepRecordIfHeld = steps::RECORD_IF_HELD,
     /// [`Store::groups_list`] and [`Store::group_get`].
     GroupsList = groups::LIST,
     /// [`Store::groups_top`].

@@ -15,6 +15,7 @@ use super::complete::Finished;
 use crate::context::{Completion, Execution, ExecutionFlags, JobContext};
 use crate::job_error::{Action, JobResult};
 use crate::retry::{Attempted, Decision, Limits, decide};
+use crate::steps::{self, StepLog};
 use crate::transport::ClaimedMessage;
 use crate::vocabulary::MAX_DELAY;
 
@@ -162,6 +163,14 @@ pub(super) async fn attempt<S: Send + Sync + 'static>(
             retain: limits.retain,
         }),
         flags: Arc::clone(flags),
+        // nothing read until the handler's first `step`
+        steps: Arc::new(StepLog::in_database(steps::Database {
+            store: shared.store.clone(),
+            pool: shared.pool.clone(),
+            pooler: shared.config.transaction_pooler,
+            timeout: shared.config.database_timeout,
+            lease: message.lease.clone(),
+        })),
     };
     let ctx = JobContext::new(Arc::clone(&shared.state), Arc::new(execution));
     // decoding runs the job type's own code (`deserialize_with`, `Deserialize` impls)

@@ -2,7 +2,8 @@
 //!
 //! - **Housekeeping**, about once a second: `harel_maintain` sweeps the claim floors (a
 //!   group committed below its level's floor is brought back into the claims' view, see
-//!   `sql/functions/api/harel_maintain.sql`) and prunes old settle receipts. Its cost grows
+//!   `sql/functions/api/harel_maintain.sql`), prunes old settle receipts and deletes the
+//!   durable steps of jobs that are gone (1,000 step rows a call). Its cost grows
 //!   with the dead rows an old snapshot keeps, so the pause after each call is fifty times
 //!   the call's own duration, between 1 s and 5 minutes. Any number of workers may call it; one
 //!   does the work at a time.

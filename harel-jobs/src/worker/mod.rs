@@ -24,7 +24,7 @@
 
 mod complete;
 mod config;
-mod connection;
+pub(crate) mod connection;
 #[cfg(feature = "metrics")]
 mod depth;
 mod execute;

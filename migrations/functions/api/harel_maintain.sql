@@ -13,7 +13,9 @@
 --   ends); the rows it deletes.
 -- Indexes: transport_groups_timed and transport_groups_ready below each floor; settle_receipts' key;
 --   job_history_keep_until; unique_keys_held_until; throughput's key (minute, worker);
---   workers_seen_at; key_rates' key.
+--   workers_seen_at; key_rates' key; job_steps' key, then per job transport_messages_by_id,
+--   transport_groups' key ('own:' and the id), transport_groups_by_inline_id and the keys of
+--   job_history and dead_letters (what harel_job reads).
 -- Errors: none of its own.
 --
 -- Steps:
@@ -36,6 +38,15 @@
 --      fairness keys whose times have passed (key_rates: such a row means no more than no
 --      row; at most 10,000 a call, found by a walk of that table, which holds a row per key
 --      that started or waited in the last period of a key-rate-limited queue).
+--   4. The durable steps of jobs that are gone (job_steps): the next 1,000 rows of that
+--      table in key order after the job id the last call stopped at (the sequence
+--      step_sweep, outside MVCC; from the first again once past the last), each of their
+--      jobs looked up by key where a job can be (queued, job_history, dead_letters); the
+--      rows of the jobs found nowhere are deleted. A job's id is never used again, and a
+--      job that is gone never comes back (a retried dead letter is a new job), so that is
+--      final. A call reads at most 1,000 rows and looks up at most 1,000 jobs, whatever
+--      the queue's depth; a job's steps go within one walk of the table after the job
+--      does (step rows / 1,000 calls).
 CREATE OR REPLACE FUNCTION "harel".harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -56,8 +67,14 @@ DECLARE
     v_history   BIGINT;
     v_after     BIGINT;
     v_last      BIGINT;
+    v_step_jobs  BIGINT[];
+    v_step_last  BIGINT;
+    v_step_rows  INT;
+    v_gone       BIGINT[];
     -- named queues swept per call
     c_window    CONSTANT INT := 64;
+    -- job_steps rows walked per call
+    c_step_rows CONSTANT INT := 1000;
 BEGIN
     PERFORM 1 FROM "harel".elections e WHERE e.name = 'housekeeping'
         FOR UPDATE SKIP LOCKED;
@@ -173,6 +190,52 @@ BEGIN
                 LIMIT 10000)
        AND GREATEST(kr.tat_us, kr.slot_us)
            < extract(epoch FROM statement_timestamp()) * 1000000;
+
+    -- the steps of jobs that are gone: the next c_step_rows rows in key order after the
+    -- job the last call stopped at
+    v_after := pg_sequence_last_value('"harel".step_sweep'::regclass);
+    SELECT array_agg(w.job_id ORDER BY w.job_id), count(*)::int
+      INTO v_step_jobs, v_step_rows
+      FROM (SELECT s.job_id FROM "harel".job_steps s
+             WHERE s.job_id > COALESCE(v_after, 0)
+             ORDER BY s.job_id, s.name
+             LIMIT c_step_rows) AS w;
+    IF v_step_rows > 0 THEN
+        -- each job looked up by key where a job can be, as harel_job does: correlated
+        -- subqueries in a select list, never turned into a walk of an index or a table
+        -- joined to the array (COALESCE stops at the first place that has it)
+        SELECT array_agg(j.id) INTO v_gone
+          FROM (SELECT x.id,
+                       COALESCE(
+                           (SELECT true FROM "harel".transport_messages m
+                             WHERE m.seq = x.id LIMIT 1),
+                           (SELECT true FROM "harel".transport_groups g
+                             WHERE g.group_id = 'own:' || lpad(x.id::text, 19, '0')
+                               AND g.inline_seq = x.id),
+                           (SELECT true FROM "harel".transport_groups g
+                             WHERE g.inline_seq = x.id
+                               AND g.group_id <> 'own:' || lpad(g.inline_seq::text, 19, '0')
+                             LIMIT 1),
+                           (SELECT true FROM "harel".job_history h WHERE h.id = x.id),
+                           (SELECT true FROM "harel".dead_letters d WHERE d.id = x.id),
+                           false) AS found
+                  FROM (SELECT DISTINCT u.id FROM unnest(v_step_jobs) AS u(id)) AS x
+                OFFSET 0) AS j
+         WHERE NOT j.found;
+        IF v_gone IS NOT NULL THEN
+            DELETE FROM "harel".job_steps s WHERE s.job_id = ANY (v_gone);
+        END IF;
+        -- a full batch may have stopped inside its last job: the next call begins with
+        -- that job again, unless the batch was that job alone (at most 1,000 steps a job)
+        v_step_last := v_step_jobs[v_step_rows];
+        IF v_step_rows = c_step_rows AND v_step_jobs[1] <> v_step_last THEN
+            v_step_last := v_step_last - 1;
+        ELSIF v_step_rows < c_step_rows THEN
+            v_step_last := NULL;
+        END IF;
+    END IF;
+    PERFORM setval('"harel".step_sweep'::regclass, COALESCE(v_step_last, 0),
+                   v_step_last IS NOT NULL);
 
     RETURN QUERY SELECT v_lowered, v_pruned, v_history;
 END
