@@ -11,10 +11,12 @@ use serde::de::DeserializeOwned;
 use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{CompleteError, StepError};
+use crate::client::ParentOutcomes;
+use crate::error::{ClientError, CompleteError, StepError};
 use crate::steps::{Record, StepLog};
 use crate::transport::{Lease, LeaseOutcome, Settlement, Transport};
 use crate::vocabulary::JobId;
+use crate::workflow::{WorkflowId, WorkflowTask};
 
 /// Injected into a handler: the pool's shared state, facts about this execution, and a
 /// cancellation signal. Not serialised; cheap to clone.
@@ -363,6 +365,45 @@ impl<S> JobContext<S> {
             Record::Recorded => Ok(value),
             Record::Before(recorded) => Ok(decode(name, &recorded)?),
         }
+    }
+
+    /// The workflow this job is a task of ([`Workflow`](crate::Workflow)), with its
+    /// parents' outcomes when it was released: a batch callback's counts
+    /// ([`Workflow::callback`](crate::Workflow::callback)). `None` for a job of no
+    /// workflow, and in a [`for_test`](Self::for_test) context. One round trip, read by the
+    /// lease holder only.
+    ///
+    /// ```no_run
+    /// use harel_jobs::{job, JobContext, JobResult};
+    ///
+    /// #[job]
+    /// async fn export_done(ctx: JobContext<()>, export: i64) -> JobResult {
+    ///     if let Some(task) = ctx.workflow().await? {
+    ///         let counts = task.parents.unwrap_or_default();
+    ///         println!(
+    ///             "export {export} (workflow {}): {} shards done, {} dead, {} cancelled",
+    ///             task.workflow, counts.completed, counts.dead, counts.cancelled
+    ///         );
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ClientError::Database`] (a timeout included).
+    pub async fn workflow(&self) -> Result<Option<WorkflowTask>, ClientError> {
+        let Some(database) = self.execution.steps.database() else {
+            return Ok(None);
+        };
+        let row = database.workflow_task().await?;
+        Ok(row.map(
+            |(workflow, workflow_name, task, completed, dead, cancelled)| WorkflowTask {
+                workflow: WorkflowId::new(workflow),
+                workflow_name,
+                task,
+                parents: ParentOutcomes::from_columns(completed, dead, cancelled),
+            },
+        ))
     }
 
     /// Completes when [`is_cancelled`](Self::is_cancelled) becomes true; for `select!`.

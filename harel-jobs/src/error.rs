@@ -196,6 +196,14 @@ pub enum ClientError {
     /// release's function?).
     #[error("unexpected reply from the database")]
     UnexpectedReply,
+    /// [`Client::retry_workflow`](crate::Client::retry_workflow): a failed task's job is no
+    /// longer kept (its dead letter was purged, or its cancelled job pruned), so it cannot
+    /// be enqueued again. Nothing was enqueued.
+    #[error("job {job} of the workflow is no longer kept: it cannot be retried")]
+    NotKept {
+        /// The task's job.
+        job: JobId,
+    },
 }
 
 /// Why [`JobContext::complete_in`](crate::JobContext::complete_in) did not complete the

@@ -201,6 +201,7 @@ mod trace_context;
 pub mod transport;
 mod vocabulary;
 mod worker;
+mod workflow;
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -212,6 +213,10 @@ pub use client::{
     JobQuery, JobState, KeyLimits, LevelDepth, MAX_FAIR_KEY_PAGE, QueueInfo, QueueLimits,
     RateLimit, ScheduleInfo, SchedulePage, ScheduleQuery, StateFilter, Stats, ThroughputMinute,
     TopGroups, WorkerInfo, WorkerList,
+};
+pub use client::{
+    CancelWorkflow, ParentOutcomes, TaskInfo, TaskPage, WorkflowCancelled, WorkflowInfo,
+    WorkflowPage, WorkflowQuery, WorkflowState,
 };
 pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
@@ -249,13 +254,14 @@ pub use vocabulary::{
     Count, DEFAULT_CANCELLED_RETENTION, GROUP_JOBS_COUNT_CAP, JobId, MAX_CATCH_UP,
     MAX_DEPENDENCIES, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT, MAX_GROUP_PAGE, MAX_PAGE,
     MAX_REASON_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_STEP_BYTES_PER_JOB,
-    MAX_STEP_NAME_BYTES, MAX_STEP_RESULT_BYTES, MAX_STEPS_PER_JOB, MAX_THROUGHPUT_MINUTES,
-    MAX_TOP_GROUPS, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
+    MAX_STEP_NAME_BYTES, MAX_STEP_RESULT_BYTES, MAX_STEPS_PER_JOB, MAX_TASK_NAME_BYTES,
+    MAX_THROUGHPUT_MINUTES, MAX_TOP_GROUPS, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
 };
 #[cfg(feature = "__fault_injection")]
 #[doc(hidden)]
 pub use worker::InjectedFault;
 pub use worker::{Worker, WorkerBuilder, WorkerError, WorkerHandle, WorkerStats, WorkerTask};
+pub use workflow::{EnqueuedWorkflow, MAX_WORKFLOW_TASKS, Workflow, WorkflowId, WorkflowTask};
 
 /// The operator API's handle, named `Queue` before 0.2.0: a "queue" is now always a named
 /// queue inside a schema ([`Client::queues`]).

@@ -227,9 +227,9 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_workflow.sql"),
     },
     Function {
-        name: "harel_workflow_steps",
+        name: "harel_workflow_tasks",
         folder: "api",
-        sql: include_str!("../sql/functions/api/harel_workflow_steps.sql"),
+        sql: include_str!("../sql/functions/api/harel_workflow_tasks.sql"),
     },
     Function {
         name: "harel_cancel_workflow",
@@ -242,9 +242,9 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_retry_workflow.sql"),
     },
     Function {
-        name: "harel_workflow_step",
+        name: "harel_workflow_task",
         folder: "api",
-        sql: include_str!("../sql/functions/api/harel_workflow_step.sql"),
+        sql: include_str!("../sql/functions/api/harel_workflow_task.sql"),
     },
     Function {
         name: "harel_claim",

@@ -17,7 +17,7 @@ use sqlx::{PgConnection, PgPool};
 use tokio::sync::Mutex;
 
 use crate::error::{DatabaseError, StepError};
-use crate::store::{StepLease, Store};
+use crate::store::{HeldLease, Store, TaskOfJobRow};
 use crate::transport::Lease;
 use crate::vocabulary::{
     MAX_STEP_BYTES_PER_JOB, MAX_STEP_NAME_BYTES, MAX_STEP_RESULT_BYTES, MAX_STEPS_PER_JOB,
@@ -104,6 +104,15 @@ impl StepLog {
         }
     }
 
+    /// Where the job's lease can be read under (none in a `for_test` context): the
+    /// workflow a task belongs to is read there too (`JobContext::workflow`).
+    pub(crate) fn database(&self) -> Option<&Database> {
+        match &self.backend {
+            Backend::Memory => None,
+            Backend::Database(database) => Some(database),
+        }
+    }
+
     /// Checks a step name's length.
     pub(crate) fn check_name(name: &str) -> Result<(), StepError> {
         if name.is_empty() || name.len() > MAX_STEP_NAME_BYTES {
@@ -170,8 +179,26 @@ impl StepLog {
 }
 
 impl Database {
-    fn lease(&self) -> StepLease<'_> {
-        StepLease {
+    /// `harel_workflow_task`: the workflow of the job this lease holds, if it is a task.
+    pub(crate) async fn workflow_task(&self) -> Result<Option<TaskOfJobRow>, DatabaseError> {
+        let lease = self.lease();
+        let store = &self.store;
+        bounded(
+            self.timeout,
+            on_pooled(
+                &self.pool,
+                self.pooler,
+                async |connection: &mut PgConnection| {
+                    store.workflow_task_if_held(connection, lease).await
+                },
+            ),
+        )
+        .await
+        .map_err(DatabaseError::new)
+    }
+
+    fn lease(&self) -> HeldLease<'_> {
+        HeldLease {
             group: &self.lease.group,
             seq: self.lease.id.get(),
             token: self.lease.token.as_uuid(),

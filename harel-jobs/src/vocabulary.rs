@@ -36,6 +36,9 @@ pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 /// batch is one statement, assembled in memory on both sides).
 pub const MAX_BATCH_MESSAGES: usize = 100_000;
 
+/// The longest name of a workflow, or of one of its tasks, in bytes.
+pub const MAX_TASK_NAME_BYTES: usize = 255;
+
 /// The most dependencies (a job and one job it waits for) one enqueue may carry, over all
 /// its jobs: a fan-in of this many parents into one job, or fewer into several.
 pub const MAX_DEPENDENCIES: usize = 100_000;
@@ -560,6 +563,32 @@ pub enum InvalidMessage {
         /// The limit.
         max: usize,
     },
+    /// A workflow's name is empty, longer than [`MAX_TASK_NAME_BYTES`], or holds a NUL.
+    #[error("a workflow's name is 1 to {max} bytes without NUL characters")]
+    InvalidWorkflowName {
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// A workflow's task name is empty, longer than [`MAX_TASK_NAME_BYTES`], or holds a
+    /// NUL.
+    #[error("a task's name is 1 to {max} bytes without NUL characters")]
+    InvalidTaskName {
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// Two tasks of one workflow have this name.
+    #[error("the workflow already has a task named {0:?}")]
+    DuplicateTaskName(String),
+    /// A workflow's task is a unique job: a task is its workflow's own job, never a
+    /// duplicate of another.
+    #[error("a workflow's task cannot be a unique job")]
+    UniqueJobInWorkflow,
+    /// A workflow's task waits for a job that is not an earlier task of its workflow.
+    #[error("a workflow's task waits only for earlier tasks of its workflow")]
+    ParentOutsideWorkflow,
+    /// A workflow without a task.
+    #[error("a workflow has at least one task")]
+    EmptyWorkflow,
     /// A job waits for a job of a batch ([`BatchRef`](crate::BatchRef)) that is not an
     /// earlier job of the batch it is enqueued with (another batch's, or a single enqueue's).
     #[error("a job can wait only for an earlier job of its own batch")]

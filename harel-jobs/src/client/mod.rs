@@ -46,6 +46,7 @@ mod queues;
 mod schedules;
 pub(crate) mod stats;
 mod workers;
+mod workflows;
 
 pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
 pub use fair::{FairKeyInfo, FairKeyPage, KeyLimits, MAX_FAIR_KEY_PAGE};
@@ -55,6 +56,10 @@ pub use queues::{LevelDepth, QueueInfo, QueueLimits, RateLimit};
 pub use schedules::{ScheduleInfo, SchedulePage, ScheduleQuery};
 pub use stats::Stats;
 pub use workers::{ThroughputMinute, WorkerInfo, WorkerList};
+pub use workflows::{
+    CancelWorkflow, ParentOutcomes, TaskInfo, TaskPage, WorkflowCancelled, WorkflowInfo,
+    WorkflowPage, WorkflowQuery, WorkflowState,
+};
 
 use sqlx::{PgExecutor, PgPool};
 

@@ -49,6 +49,10 @@
 //! | [`dead_letters_list`](Store::dead_letters_list), [`dead_letter_get`](Store::dead_letter_get), [`dead_letters_count`](Store::dead_letters_count) | `SELECT` on `dead_letters` |
 //! | [`dead_letters_retry`](Store::dead_letters_retry) | `DELETE` on `dead_letters`, then `harel_publish` |
 //! | [`dead_letters_delete`](Store::dead_letters_delete), [`dead_letters_purge_before`](Store::dead_letters_purge_before) | `DELETE` on `dead_letters` |
+//! | [`workflow_publish`](Store::workflow_publish) | `harel_publish_workflow` |
+//! | [`workflows_list`](Store::workflows_list), [`workflow_get`](Store::workflow_get), [`workflow_tasks`](Store::workflow_tasks) | `harel_workflows`, `harel_workflow`, `harel_workflow_tasks` |
+//! | [`workflow_cancel_page`](Store::workflow_cancel_page), [`workflow_retry`](Store::workflow_retry) | `harel_cancel_workflow`, `harel_retry_workflow` |
+//! | [`workflow_task_if_held`](Store::workflow_task_if_held) | `harel_workflow_task` |
 //! | [`stats_read`](Store::stats_read) | the tables' first and last pages, their sizes and statistics |
 //! | [`maintenance_run`](Store::maintenance_run) | `harel_maintain` |
 //! | [`election_take`](Store::election_take) | `harel_elect` |
@@ -76,6 +80,7 @@ pub(crate) mod session;
 mod stats;
 mod steps;
 mod workers;
+mod workflows;
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -93,8 +98,9 @@ pub(crate) use migrations::AppliedRow;
 pub(crate) use queues::{DepthRow, FairKeyRow, QueueRow, QueueSettings};
 pub(crate) use schedules::Fire;
 pub(crate) use stats::Figures;
-pub(crate) use steps::StepLease;
+pub(crate) use steps::HeldLease;
 pub(crate) use workers::Report;
+pub(crate) use workflows::{TaskOfJobRow, TaskRow, WorkflowRow};
 
 /// How the statements harel-jobs sends are prepared on the server.
 ///
@@ -220,6 +226,20 @@ statements! {
     DeadLettersDelete = dead_letters::DELETE,
     /// [`Store::dead_letters_purge_before`].
     DeadLettersPurgeBefore = dead_letters::PURGE_BEFORE,
+    /// [`Store::workflow_publish`].
+    WorkflowPublish = workflows::PUBLISH,
+    /// [`Store::workflows_list`].
+    WorkflowsList = workflows::LIST,
+    /// [`Store::workflow_get`].
+    WorkflowGet = workflows::GET,
+    /// [`Store::workflow_tasks`].
+    WorkflowTasks = workflows::STEPS,
+    /// [`Store::workflow_cancel_page`].
+    WorkflowCancelPage = workflows::CANCEL_PAGE,
+    /// [`Store::workflow_retry`].
+    WorkflowRetry = workflows::RETRY,
+    /// [`Store::workflow_task_if_held`].
+    WorkflowTaskIfHeld = workflows::TASK_IF_HELD,
     /// [`Store::stats_read`].
     StatsRead = stats::statement(),
     /// [`Store::maintenance_run`].

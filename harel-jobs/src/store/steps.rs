@@ -21,9 +21,10 @@ pub(crate) type StepsRow = (bool, Option<Vec<String>>, Option<Vec<String>>);
 /// before), `lost` or `full`.
 pub(crate) type RecordRow = (String, Option<String>);
 
-/// The lease a step call is made under: group, job id (seq), token.
+/// A lease a fenced read or write is made under: group, job id (seq), token (durable
+/// steps, a workflow task's view).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct StepLease<'a> {
+pub(crate) struct HeldLease<'a> {
     pub group: &'a str,
     pub seq: i64,
     pub token: Uuid,
@@ -34,7 +35,7 @@ impl Store {
     pub(crate) async fn steps_read_if_held<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
-        lease: StepLease<'_>,
+        lease: HeldLease<'_>,
     ) -> Result<StepsRow, sqlx::Error> {
         sqlx::query_as(self.sql(Statement::StepsReadIfHeld))
             .bind(lease.group)
@@ -50,7 +51,7 @@ impl Store {
     pub(crate) async fn step_record_if_held<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
-        lease: StepLease<'_>,
+        lease: HeldLease<'_>,
         name: &str,
         result: &str,
     ) -> Result<RecordRow, sqlx::Error> {

@@ -38,6 +38,7 @@ use std::time::Duration;
 use sqlx::PgExecutor;
 
 pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
+pub(crate) use message::validate_batch;
 pub use message::{OutgoingMessage, StartAt};
 
 /// The old name of [`StartAt`]: a message's start time, not a periodic schedule.
@@ -256,68 +257,7 @@ impl Transport {
         }
         message::validate_batch(messages, batch)?;
         let n = messages.len();
-        // NULL columns unless some message is unique, names a queue or carries a trace
-        // context (no feature: none does): the common publish binds nothing more
-        let any_unique = messages.iter().any(|m| m.unique.is_some());
-        let any_queue = messages.iter().any(|m| m.queue.is_some());
-        let any_trace = messages.iter().any(|m| m.trace_context.is_some());
-        let any_fair = messages.iter().any(|m| m.fair_key.is_some());
-        let mut batch = Publish {
-            groups: Vec::with_capacity(n),
-            kinds: Vec::with_capacity(n),
-            payloads: Vec::with_capacity(n),
-            priorities: Vec::with_capacity(n),
-            not_before: Vec::with_capacity(n),
-            delays: Vec::with_capacity(n),
-            unique_keys: any_unique.then(|| Vec::with_capacity(n)),
-            unique_holds: any_unique.then(|| Vec::with_capacity(n)),
-            queues: any_queue.then(|| Vec::with_capacity(n)),
-            trace_contexts: any_trace.then(|| Vec::with_capacity(n)),
-            fair_keys: any_fair.then(|| Vec::with_capacity(n)),
-            ..Publish::default()
-        };
-        if messages.iter().any(|m| !m.after.is_empty()) {
-            let (after_of, after) = dependency_columns(messages)?;
-            batch.after_of = Some(after_of);
-            batch.after = Some(after);
-            batch.run_after_failure = Some(
-                messages
-                    .iter()
-                    .map(|m| m.on_parent_failure == OnParentFailure::Run)
-                    .collect(),
-            );
-        }
-        for message in messages {
-            message.validate()?;
-            if let (Some(keys), Some(holds)) = (&mut batch.unique_keys, &mut batch.unique_holds) {
-                let (key, hold) = match &message.unique {
-                    Some((key, hold)) => (Some(key.as_str()), *hold),
-                    None => (None, None),
-                };
-                keys.push(key);
-                holds.push(hold.map(delay_millis).transpose()?);
-            }
-            if let Some(queues) = &mut batch.queues {
-                queues.push(message.queue.as_deref());
-            }
-            if let Some(traces) = &mut batch.trace_contexts {
-                traces.push(message.trace_context.as_deref());
-            }
-            if let Some(keys) = &mut batch.fair_keys {
-                keys.push(message.fair_key.as_deref());
-            }
-            batch.groups.push(message.group.as_deref());
-            batch.kinds.push(message.kind.as_str());
-            batch.payloads.push(message.payload.as_str());
-            batch.priorities.push(i16::from(message.priority.get()));
-            let (not_before, delay) = match message.start_at {
-                StartAt::Now => (None, None),
-                StartAt::After(delay) => (None, Some(delay_millis(delay)?)),
-                StartAt::At(at) => (Some(at), None),
-            };
-            batch.not_before.push(not_before);
-            batch.delays.push(delay);
-        }
+        let batch = publish_columns(messages)?;
         let seqs = self.store.jobs_publish(executor, batch).await?;
         if seqs.len() != n {
             return Err(PublishError::Database(crate::error::DatabaseError::new(
@@ -679,6 +619,79 @@ fn in_input_order<R, T>(
     rows.into_iter()
         .map(|(_, result)| parse(result).ok_or(TransportError::UnexpectedReply))
         .collect()
+}
+
+/// `harel_publish`'s columns for `messages` (each checked), one element per message; the
+/// optional columns NULL unless some message has a value.
+///
+/// # Errors
+/// The first invalid message's [`InvalidMessage`](crate::InvalidMessage), or
+/// [`PublishError::UnknownParent`] for a parent id no job can have.
+pub(crate) fn publish_columns(messages: &[OutgoingMessage]) -> Result<Publish<'_>, PublishError> {
+    let n = messages.len();
+    // NULL columns unless some message is unique, names a queue or carries a trace
+    // context (no feature: none does): the common publish binds nothing more
+    let any_unique = messages.iter().any(|m| m.unique.is_some());
+    let any_queue = messages.iter().any(|m| m.queue.is_some());
+    let any_trace = messages.iter().any(|m| m.trace_context.is_some());
+    let any_fair = messages.iter().any(|m| m.fair_key.is_some());
+    let mut batch = Publish {
+        groups: Vec::with_capacity(n),
+        kinds: Vec::with_capacity(n),
+        payloads: Vec::with_capacity(n),
+        priorities: Vec::with_capacity(n),
+        not_before: Vec::with_capacity(n),
+        delays: Vec::with_capacity(n),
+        unique_keys: any_unique.then(|| Vec::with_capacity(n)),
+        unique_holds: any_unique.then(|| Vec::with_capacity(n)),
+        queues: any_queue.then(|| Vec::with_capacity(n)),
+        trace_contexts: any_trace.then(|| Vec::with_capacity(n)),
+        fair_keys: any_fair.then(|| Vec::with_capacity(n)),
+        ..Publish::default()
+    };
+    if messages.iter().any(|m| !m.after.is_empty()) {
+        let (after_of, after) = dependency_columns(messages)?;
+        batch.after_of = Some(after_of);
+        batch.after = Some(after);
+        batch.run_after_failure = Some(
+            messages
+                .iter()
+                .map(|m| m.on_parent_failure == OnParentFailure::Run)
+                .collect(),
+        );
+    }
+    for message in messages {
+        message.validate()?;
+        if let (Some(keys), Some(holds)) = (&mut batch.unique_keys, &mut batch.unique_holds) {
+            let (key, hold) = match &message.unique {
+                Some((key, hold)) => (Some(key.as_str()), *hold),
+                None => (None, None),
+            };
+            keys.push(key);
+            holds.push(hold.map(delay_millis).transpose()?);
+        }
+        if let Some(queues) = &mut batch.queues {
+            queues.push(message.queue.as_deref());
+        }
+        if let Some(traces) = &mut batch.trace_contexts {
+            traces.push(message.trace_context.as_deref());
+        }
+        if let Some(keys) = &mut batch.fair_keys {
+            keys.push(message.fair_key.as_deref());
+        }
+        batch.groups.push(message.group.as_deref());
+        batch.kinds.push(message.kind.as_str());
+        batch.payloads.push(message.payload.as_str());
+        batch.priorities.push(i16::from(message.priority.get()));
+        let (not_before, delay) = match message.start_at {
+            StartAt::Now => (None, None),
+            StartAt::After(delay) => (None, Some(delay_millis(delay)?)),
+            StartAt::At(at) => (Some(at), None),
+        };
+        batch.not_before.push(not_before);
+        batch.delays.push(delay);
+    }
+    Ok(batch)
 }
 
 /// `harel_publish`'s dependency columns: per dependency, the waiting message's position

@@ -1,7 +1,7 @@
 -- harel_resolve_dependents: resolves the dependents of jobs that ended (ADR 0033), in the
--- transaction that ended them, and records the outcomes of those that are workflow steps.
+-- transaction that ended them, and records the outcomes of those that are workflow tasks.
 -- Internal: called by harel_settle (completed and dead jobs that have dependents or are
--- workflow steps), harel_end_cancelled, harel_cancel and harel_cancel_group
+-- workflow tasks), harel_end_cancelled, harel_cancel and harel_cancel_group
 -- (cancelled jobs), and harel_hold (parents that had ended before their dependent was
 -- enqueued).
 --
@@ -9,7 +9,7 @@
 --   p_jobs      its id
 --   p_outcomes  'completed', 'dead' or 'cancelled'
 -- Returns: nothing.
--- Fence: an ended job that is a workflow step gets its outcome recorded (once: its end is
+-- Fence: an ended job that is a workflow task gets its outcome recorded (once: its end is
 --   one transaction). A dependency row is resolved once: deleted here, by the one transaction that
 --   ended its parent (the parent's lease or group row held). A dependent's count is
 --   decremented under its job_waits row lock, so of several parents ending at once exactly
@@ -18,18 +18,18 @@
 -- Locks: each dependent's job_waits row, in job order; harel_release_waiting's and
 --   harel_cancel's (the dependent's group row, waiting).
 -- Indexes: job_dependencies' key (by parent) and job_dependencies_by_job; job_waits' key;
---   workflow_steps_by_job.
+--   workflow_tasks_by_job.
 -- Errors: harel_cancel's.
 --
 -- Steps:
 --   1. Cancelled jobs that were waiting: their job_waits and dependency rows deleted.
---      Workflow steps among the ended jobs: their outcomes recorded.
+--      Workflow tasks among the ended jobs: their outcomes recorded.
 --   2. The dependency rows of these parents deleted; per dependent, in job order: its
 --      count decremented and the outcomes added; then
 --      - a parent failed (dead, cancelled) and it does not run after failure: its rows
 --        deleted, and it is cancelled (harel_cancel, kept 7 days, the reason naming the
 --        parent; its own dependents resolved in turn);
---      - no parent left: its row deleted, its parents' outcomes kept on its workflow step
+--      - no parent left: its row deleted, its parents' outcomes kept on its workflow task
 --        if it is one, and it is released (harel_release_waiting).
 CREATE OR REPLACE FUNCTION @schema@.harel_resolve_dependents(
     p_jobs     BIGINT[],
@@ -54,14 +54,14 @@ BEGIN
         DELETE FROM @schema@.job_waits w WHERE w.job_id = ANY (p_jobs);
         DELETE FROM @schema@.job_dependencies d WHERE d.job_id = ANY (p_jobs);
     END IF;
-    -- the ended jobs that are workflow steps: their outcomes recorded, and counted on their
+    -- the ended jobs that are workflow tasks: their outcomes recorded, and counted on their
     -- workflows (each workflow's row once, in id order: settles never wait in a cycle)
     FOR r IN
         WITH ended AS (
-            UPDATE @schema@.workflow_steps s
+            UPDATE @schema@.workflow_tasks s
                SET outcome = e.outcome, ended_at = clock_timestamp()
               FROM unnest(p_jobs, p_outcomes) AS e(job_id, outcome)
-             CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM @schema@.workflow_steps t
+             CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM @schema@.workflow_tasks t
                                   WHERE t.job_id = e.job_id OFFSET 0) AS k
              WHERE s.ctid = k.row_ctid AND s.outcome IS NULL
             RETURNING s.workflow_id, s.outcome
@@ -116,8 +116,8 @@ BEGIN
                 c_keep_ms);
         ELSIF w.waiting = 0 THEN
             DELETE FROM @schema@.job_waits t WHERE t.job_id = r.job_id;
-            -- a workflow step keeps its parents' outcomes (a callback reads them)
-            UPDATE @schema@.workflow_steps s
+            -- a workflow task keeps its parents' outcomes (a callback reads them)
+            UPDATE @schema@.workflow_tasks s
                SET completed = w.completed, dead = w.dead, cancelled = w.cancelled
              WHERE s.job_id = r.job_id;
             PERFORM @schema@.harel_release_waiting(r.job_id, w.not_before);

@@ -1,0 +1,451 @@
+//! Workflows and batches with a callback (ADR 0033), against a real PostgreSQL: a DAG of
+//! typed tasks enqueued in one round trip, shown with each task's state and parents,
+//! cancelled and retried as a unit; a callback that reads its batch's counts; the
+//! refusals.
+
+use std::time::Duration;
+
+use harel_jobs::transport::{ClaimRequest, Lease};
+use harel_jobs::{
+    Client, EnqueueOptions, InvalidMessage, Job, JobContext, JobError, JobId, JobResult, JobState,
+    PublishError, Unique, Worker, WorkflowId, WorkflowQuery, WorkflowState,
+};
+use harel_jobs_suite::SuiteSchema;
+use serde::{Deserialize, Serialize};
+use sqlx::AssertSqlSafe;
+
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct Step {
+    n: u32,
+}
+
+impl Job for Step {
+    const KIND: &'static str = "step";
+}
+
+fn client(q: &SuiteSchema) -> Client {
+    Client::with_schema(q.pool.clone(), q.schema.clone())
+}
+
+async fn claim_due(q: &SuiteSchema) -> Vec<Lease> {
+    q.transport
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_secs(60)).limit(100),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.lease)
+        .collect()
+}
+
+async fn states(client: &Client, id: WorkflowId) -> Vec<(String, String)> {
+    client
+        .workflow_tasks(id, 0, 100)
+        .await
+        .unwrap()
+        .tasks
+        .into_iter()
+        .map(|t| (t.name, t.state))
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+/// A diamond a → (b, c) → d: enqueued in one call, shown as a unit with each task's state
+/// and parents, run in its order, completed as a unit.
+#[tokio::test]
+async fn a_workflow_runs_its_tasks_in_their_order_and_is_shown_as_a_unit() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let mut diamond = client.workflow("diamond");
+    let none = EnqueueOptions::new();
+    let a = diamond.task("a", Step { n: 1 }, &none).unwrap();
+    let b = diamond
+        .task("b", Step { n: 2 }, &EnqueueOptions::new().after([a]))
+        .unwrap();
+    let c = diamond
+        .task("c", Step { n: 3 }, &EnqueueOptions::new().after([a]))
+        .unwrap();
+    diamond
+        .task("d", Step { n: 4 }, &EnqueueOptions::new().after([b, c]))
+        .unwrap();
+    let enqueued = diamond.enqueue(&q.pool).await.unwrap();
+    assert_eq!(enqueued.jobs.len(), 4);
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.name.as_str(), info.tasks, info.ended, info.state),
+        ("diamond", 4, 0, WorkflowState::Running)
+    );
+    let page = client.workflow_tasks(enqueued.id, 0, 100).await.unwrap();
+    assert_eq!(page.tasks[3].parents, ["b", "c"], "the graph's edges");
+    assert_eq!(page.tasks[3].job, enqueued.jobs[3]);
+    assert_eq!(
+        states(&client, enqueued.id).await,
+        pairs(&[
+            ("a", "waiting"),
+            ("b", "pending"),
+            ("c", "pending"),
+            ("d", "pending")
+        ])
+    );
+
+    for expected in [vec![0], vec![1, 2], vec![3]] {
+        let leases = claim_due(&q).await;
+        let mut ids: Vec<JobId> = leases.iter().map(|l| l.id).collect();
+        ids.sort();
+        let want: Vec<JobId> = expected.iter().map(|&i| enqueued.jobs[i]).collect();
+        assert_eq!(ids, want);
+        for lease in &leases {
+            assert!(q.transport.ack(&q.pool, lease).await.unwrap().is_applied());
+        }
+    }
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!((info.ended, info.failed), (4, 0));
+    assert_eq!(info.state, WorkflowState::Completed);
+    assert!(
+        states(&client, enqueued.id)
+            .await
+            .iter()
+            .all(|(_, s)| s == "completed"),
+        "each task's outcome is kept, although its job is not"
+    );
+    let d = &client
+        .workflow_tasks(enqueued.id, 3, 1)
+        .await
+        .unwrap()
+        .tasks[0];
+    let outcomes = d.parent_outcomes.expect("released");
+    assert_eq!((outcomes.completed, outcomes.dead), (2, 0));
+}
+
+/// The workflows listed newest first, by name, a page at a time.
+#[tokio::test]
+async fn workflows_are_listed_newest_first_a_page_at_a_time() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let mut ids = Vec::new();
+    for name in ["nightly", "checkout", "nightly"] {
+        let mut w = client.workflow(name);
+        w.task("only", Step { n: 0 }, &EnqueueOptions::new())
+            .unwrap();
+        ids.push(w.enqueue(&q.pool).await.unwrap().id);
+    }
+    let first = client
+        .workflows(&WorkflowQuery::new().limit(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.workflows.iter().map(|w| w.id).collect::<Vec<_>>(),
+        [ids[2], ids[1]]
+    );
+    let rest = client
+        .workflows(&WorkflowQuery::new().limit(2).before(first.next.unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.workflows.iter().map(|w| w.id).collect::<Vec<_>>(),
+        [ids[0]]
+    );
+    assert!(rest.next.is_none());
+    let nightly = client
+        .workflows(&WorkflowQuery::new().name("nightly"))
+        .await
+        .unwrap();
+    assert_eq!(
+        nightly.workflows.iter().map(|w| w.id).collect::<Vec<_>>(),
+        [ids[2], ids[0]]
+    );
+}
+
+/// A task that dies cancels the tasks after it; the workflow, failed, is retried as a
+/// unit: the failed tasks are enqueued anew, waiting as they did, and it completes.
+#[tokio::test]
+async fn a_failed_workflow_is_retried_from_its_failed_tasks() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let mut chain = client.workflow("chain");
+    let first = chain
+        .task("first", Step { n: 1 }, &EnqueueOptions::new())
+        .unwrap();
+    let second = chain
+        .task(
+            "second",
+            Step { n: 2 },
+            &EnqueueOptions::new().after([first]),
+        )
+        .unwrap();
+    chain
+        .task(
+            "third",
+            Step { n: 3 },
+            &EnqueueOptions::new().after([second]),
+        )
+        .unwrap();
+    let enqueued = chain.enqueue(&q.pool).await.unwrap();
+
+    let lease = claim_due(&q).await.remove(0);
+    assert!(q.transport.ack(&q.pool, &lease).await.unwrap().is_applied());
+    let lease = claim_due(&q).await.remove(0);
+    assert_eq!(lease.id, enqueued.jobs[1]);
+    assert!(
+        q.transport
+            .dead_letter(&q.pool, &lease, "broken")
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(
+        states(&client, enqueued.id).await,
+        pairs(&[
+            ("first", "completed"),
+            ("second", "dead"),
+            ("third", "cancelled")
+        ])
+    );
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!((info.state, info.failed), (WorkflowState::Failed, 2));
+
+    assert_eq!(client.retry_workflow(enqueued.id).await.unwrap(), 2);
+    assert_eq!(
+        client.dead_letters().count().await.unwrap(),
+        0,
+        "not retried twice"
+    );
+    assert_eq!(
+        states(&client, enqueued.id).await,
+        pairs(&[
+            ("first", "completed"),
+            ("second", "waiting"),
+            ("third", "pending")
+        ])
+    );
+    assert_eq!(client.retry_workflow(enqueued.id).await.unwrap(), 0);
+    for _ in 0..2 {
+        let leases = claim_due(&q).await;
+        assert_eq!(leases.len(), 1);
+        assert!(
+            q.transport
+                .ack(&q.pool, &leases[0])
+                .await
+                .unwrap()
+                .is_applied()
+        );
+    }
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.ended, info.failed),
+        (WorkflowState::Completed, 3, 0)
+    );
+}
+
+/// A workflow cancelled as a unit: every task that had not ended is cancelled with the
+/// operator's reason (the last first, so none gets its parent's reason instead); a
+/// running one is asked to stop.
+#[tokio::test]
+async fn a_workflow_is_cancelled_as_a_unit() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let mut w = client.workflow("export");
+    let a = w.task("a", Step { n: 1 }, &EnqueueOptions::new()).unwrap();
+    w.task("b", Step { n: 2 }, &EnqueueOptions::new().after([a]))
+        .unwrap();
+    w.task("c", Step { n: 3 }, &EnqueueOptions::new()).unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let running = claim_due(&q).await;
+    assert_eq!(running.len(), 2);
+
+    let cancelled = client
+        .cancel_workflow(enqueued.id)
+        .reason("customer left")
+        .await
+        .unwrap();
+    assert_eq!((cancelled.cancelled, cancelled.running_requested), (1, 2));
+    match client.job(enqueued.jobs[1]).await.unwrap().unwrap().state {
+        JobState::Cancelled { reason, .. } => assert_eq!(reason.as_deref(), Some("customer left")),
+        other => panic!("expected cancelled, got {other:?}"),
+    }
+    for lease in &running {
+        // whatever the handlers return, they end as cancelled
+        assert!(q.transport.ack(&q.pool, lease).await.unwrap().is_applied());
+    }
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.ended, info.failed),
+        (WorkflowState::Failed, 3, 3)
+    );
+}
+
+/// What a workflow refuses before anything is sent.
+#[tokio::test]
+async fn a_workflow_refuses_what_would_not_be_its_own() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let outside = client.enqueue(&q.pool, Step { n: 0 }).await.unwrap();
+    let mut w = client.workflow("w");
+    w.task("a", Step { n: 1 }, &EnqueueOptions::new()).unwrap();
+    assert!(matches!(
+        w.task("a", Step { n: 2 }, &EnqueueOptions::new()),
+        Err(PublishError::Invalid(InvalidMessage::DuplicateTaskName(name))) if name == "a"
+    ));
+    assert!(matches!(
+        w.task("b", Step { n: 2 }, &EnqueueOptions::new().after([outside])),
+        Err(PublishError::Invalid(InvalidMessage::ParentOutsideWorkflow))
+    ));
+    assert!(matches!(
+        w.task(
+            "c",
+            Step { n: 3 },
+            &EnqueueOptions::new().unique(Unique::new("k"))
+        ),
+        Err(PublishError::Invalid(InvalidMessage::UniqueJobInWorkflow))
+    ));
+    assert!(matches!(
+        w.task("", Step { n: 4 }, &EnqueueOptions::new()),
+        Err(PublishError::Invalid(
+            InvalidMessage::InvalidTaskName { .. }
+        ))
+    ));
+    assert!(matches!(
+        client.workflow("empty").enqueue(&q.pool).await,
+        Err(PublishError::Invalid(InvalidMessage::EmptyWorkflow))
+    ));
+    assert_eq!(w.len(), 1, "the refused tasks were not added");
+}
+
+/// What the callback handler writes: the counts it read.
+struct Tally {
+    pool: sqlx::PgPool,
+    schema: String,
+}
+
+/// Shard 0 fails for good; the others complete.
+#[harel_jobs::job]
+async fn shard(_ctx: JobContext<Tally>, n: u32) -> JobResult {
+    if n == 0 {
+        return Err(JobError::permanent("shard 0 is corrupt"));
+    }
+    Ok(())
+}
+
+/// Records its batch's counts as its context reads them.
+#[harel_jobs::job]
+async fn zip(ctx: JobContext<Tally>) -> JobResult {
+    let task = ctx.workflow().await?.expect("a workflow's task");
+    let counts = task.parents.expect("released after its parents");
+    let tally = ctx.state();
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {}.tally (workflow, task, completed, dead, cancelled)
+         VALUES ($1, $2, $3, $4, $5)",
+        tally.schema
+    )))
+    .bind(task.workflow.get())
+    .bind(&task.task)
+    .bind(i64::from(counts.completed))
+    .bind(i64::from(counts.dead))
+    .bind(i64::from(counts.cancelled))
+    .execute(&tally.pool)
+    .await?;
+    Ok(())
+}
+
+/// A batch with a callback, through the macro's types and a worker pool: the callback runs
+/// once, after every job of the batch ended, whatever their outcomes, and reads the
+/// batch's id and counts.
+#[tokio::test]
+async fn a_batch_callback_runs_once_after_every_job_and_reads_the_counts() {
+    let q = SuiteSchema::new().await;
+    sqlx::raw_sql(q.sql(
+        "CREATE TABLE @schema@.tally (workflow BIGINT, task TEXT, completed BIGINT,
+                                      dead BIGINT, cancelled BIGINT)",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let client = client(&q);
+    let mut batch = client.workflow("export");
+    for n in 0..6 {
+        batch
+            .task(format!("shard-{n}"), Shard { n }, &EnqueueOptions::new())
+            .unwrap();
+    }
+    batch
+        .callback("zip", Zip {}, &EnqueueOptions::new())
+        .unwrap();
+    let enqueued = batch.enqueue(&q.pool).await.unwrap();
+    client.cancel(enqueued.jobs[5]).await.unwrap();
+
+    let tally = Tally {
+        pool: q.pool.clone(),
+        schema: q.schema.to_string(),
+    };
+    let handle = Worker::builder(q.pool.clone(), tally)
+        .schema(q.schema.clone())
+        .register::<Shard>()
+        .register::<Zip>()
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while q.count("tally").await == 0 {
+        assert!(std::time::Instant::now() < deadline, "the callback ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    handle.shutdown().await.unwrap();
+    let rows: Vec<(i64, String, i64, i64, i64)> = sqlx::query_as(
+        q.sql("SELECT workflow, task, completed, dead, cancelled FROM @schema@.tally"),
+    )
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [(enqueued.id.get(), "zip".to_owned(), 4, 1, 1)],
+        "once, with the batch's counts"
+    );
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.ended, info.failed),
+        (WorkflowState::Failed, 7, 2)
+    );
+}
+
+/// Only the lease holder reads a task's workflow: another token reads nothing.
+#[tokio::test]
+async fn only_the_lease_holder_reads_its_tasks_workflow() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let mut w = client.workflow("w");
+    w.task("a", Step { n: 1 }, &EnqueueOptions::new()).unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let lease = claim_due(&q).await.remove(0);
+    let read = |token: uuid::Uuid| {
+        let q = &q;
+        let lease = &lease;
+        async move {
+            let rows: Vec<(i64, String)> = sqlx::query_as(
+                q.sql("SELECT workflow_id, task FROM @schema@.harel_workflow_task($1, $2, $3)"),
+            )
+            .bind(&lease.group)
+            .bind(lease.id.get())
+            .bind(token)
+            .fetch_all(&q.pool)
+            .await
+            .unwrap();
+            rows
+        }
+    };
+    assert_eq!(
+        read(lease.token.as_uuid()).await,
+        [(enqueued.id.get(), "a".to_owned())]
+    );
+    assert!(read(uuid::Uuid::new_v4()).await.is_empty());
+}
