@@ -12,6 +12,16 @@ use harel_jobs_suite::{
 };
 use sqlx::{AssertSqlSafe, Executor, PgPool};
 
+/// A job of the workflows the roles enqueue.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Note {
+    n: u32,
+}
+
+impl harel_jobs::Job for Note {
+    const KIND: &'static str = "note";
+}
+
 const LONG: Duration = Duration::from_secs(600);
 
 fn db(error: TransportError) -> DatabaseError {
@@ -230,6 +240,21 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         format!("DELETE FROM {s}.job_steps"),
         format!("SELECT * FROM {s}.harel_steps('g', 1, gen_random_uuid())"),
         format!("SELECT * FROM {s}.harel_record_step('g', 1, gen_random_uuid(), 'n', '1')"),
+        format!("SELECT * FROM {s}.job_waits"),
+        format!("DELETE FROM {s}.job_dependencies"),
+        format!("SELECT * FROM {s}.workflows"),
+        format!("UPDATE {s}.workflow_tasks SET outcome = NULL"),
+        format!(
+            "SELECT {s}.harel_hold(ARRAY[2::bigint], ARRAY[1], ARRAY[1::bigint], ARRAY[false], ARRAY[NULL::timestamptz])"
+        ),
+        format!("SELECT {s}.harel_resolve_dependents(ARRAY[1::bigint], ARRAY['completed'])"),
+        format!("SELECT {s}.harel_release_waiting(1, NULL)"),
+        format!("SELECT * FROM {s}.harel_workflows(NULL, NULL, 10)"),
+        format!("SELECT * FROM {s}.harel_workflow(1)"),
+        format!("SELECT * FROM {s}.harel_workflow_tasks(1, 0, 10)"),
+        format!("SELECT * FROM {s}.harel_cancel_workflow(1, NULL, 0, NULL, 10)"),
+        format!("SELECT * FROM {s}.harel_retry_workflow(1)"),
+        format!("SELECT * FROM {s}.harel_workflow_task('g', 1, gen_random_uuid())"),
     ]
 }
 
@@ -252,6 +277,34 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
     t.publish_many(&mut *tx, &batch).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(q.count("jobs").await, 3);
+    // and jobs that wait for others, and a workflow (what it enqueued only: a producer
+    // cannot look a job up, so its parents are its own)
+    let as_producer = harel_jobs::Client::with_schema(producer.clone(), q.schema.clone());
+    let mut tx = producer.begin().await.unwrap();
+    let parent = t
+        .publish(&mut *tx, &OutgoingMessage::new("p", "k", "{}"))
+        .await
+        .unwrap();
+    t.publish(
+        &mut *tx,
+        &OutgoingMessage::new("c", "k", "{}").after([parent]),
+    )
+    .await
+    .unwrap();
+    let mut workflow = as_producer.workflow("w");
+    let first = workflow
+        .task("first", Note { n: 1 }, &harel_jobs::EnqueueOptions::new())
+        .unwrap();
+    workflow
+        .task(
+            "second",
+            Note { n: 2 },
+            &harel_jobs::EnqueueOptions::new().after([first]),
+        )
+        .unwrap();
+    workflow.enqueue(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(q.count("jobs").await, 7);
 
     // a worker holds "held"
     let held = t
@@ -343,7 +396,7 @@ async fn a_producer_can_enqueue_and_do_nothing_else() {
     .await
     .unwrap();
     assert_eq!(before, after, "the held group was touched");
-    assert_eq!(q.count("jobs").await, 3 + 3);
+    assert_eq!(q.count("jobs").await, 7 + 3);
     producer.close().await;
 }
 
@@ -412,6 +465,7 @@ async fn a_worker_can_work_and_can_neither_enqueue_nor_touch_leases_it_does_not_
             && !sql.contains("harel_worker_report")
             && !sql.contains("harel_steps(")
             && !sql.contains("harel_record_step(")
+            && !sql.contains("harel_workflow_task(")
     }) {
         assert_eq!(
             sqlstate(&worker, sql.clone()).await.as_deref(),
@@ -547,6 +601,10 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
         format!("DELETE FROM {s}.job_history"),
         format!("UPDATE {s}.unique_keys SET held_until = NULL"),
         format!("SELECT {s}.harel_end_cancelled(ARRAY['g1'])"),
+        format!("SELECT {s}.harel_resolve_dependents(ARRAY[1::bigint], ARRAY['completed'])"),
+        format!("SELECT {s}.harel_release_waiting(1, NULL)"),
+        format!("UPDATE {s}.workflow_tasks SET outcome = NULL"),
+        format!("SELECT * FROM {s}.harel_workflow_task('g', 1, gen_random_uuid())"),
     ] {
         assert_eq!(
             sqlstate(&operator, sql.clone()).await.as_deref(),
@@ -554,5 +612,36 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
             "{sql}"
         );
     }
+
+    // workflows: listed, shown, cancelled and retried as a unit
+    let mut w = harel_jobs::Client::with_schema(q.pool.clone(), q.schema.clone()).workflow("ops");
+    let a = w
+        .task("a", Note { n: 1 }, &harel_jobs::EnqueueOptions::new())
+        .unwrap();
+    w.task(
+        "b",
+        Note { n: 2 },
+        &harel_jobs::EnqueueOptions::new().after([a]),
+    )
+    .unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let listed = queue
+        .workflows(&harel_jobs::WorkflowQuery::new())
+        .await
+        .unwrap();
+    assert!(listed.workflows.iter().any(|w| w.id == enqueued.id));
+    assert!(queue.workflow_info(enqueued.id).await.unwrap().is_some());
+    assert_eq!(
+        queue
+            .workflow_tasks(enqueued.id, 0, 10)
+            .await
+            .unwrap()
+            .tasks
+            .len(),
+        2
+    );
+    let cancelled = queue.cancel_workflow(enqueued.id).await.unwrap();
+    assert_eq!(cancelled.cancelled, 2);
+    assert_eq!(queue.retry_workflow(enqueued.id).await.unwrap(), 2);
     operator.close().await;
 }

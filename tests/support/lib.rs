@@ -173,6 +173,7 @@ pub struct TestRole {
 pub const PRODUCER_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA @schema@",
     "EXECUTE ON FUNCTION @schema@.harel_publish",
+    "EXECUTE ON FUNCTION @schema@.harel_publish_workflow",
 ];
 
 /// What the guide's "Database roles" grants a worker.
@@ -187,6 +188,7 @@ pub const WORKER_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_worker_report",
     "EXECUTE ON FUNCTION @schema@.harel_steps",
     "EXECUTE ON FUNCTION @schema@.harel_record_step",
+    "EXECUTE ON FUNCTION @schema@.harel_workflow_task",
 ];
 
 /// What the guide's "Database roles" grants an operator (stats, dead letters, job and group
@@ -212,6 +214,11 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_workers",
     "EXECUTE ON FUNCTION @schema@.harel_throughput",
     "EXECUTE ON FUNCTION @schema@.harel_delete_schedule",
+    "EXECUTE ON FUNCTION @schema@.harel_workflows",
+    "EXECUTE ON FUNCTION @schema@.harel_workflow",
+    "EXECUTE ON FUNCTION @schema@.harel_workflow_tasks",
+    "EXECUTE ON FUNCTION @schema@.harel_cancel_workflow",
+    "EXECUTE ON FUNCTION @schema@.harel_retry_workflow",
 ];
 
 impl TestRole {
