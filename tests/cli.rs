@@ -134,6 +134,10 @@ fn every_command_has_help_with_examples() {
         &["dead", "delete"],
         &["dead", "purge"],
         &["schedules", "list"],
+        &["workflows", "list"],
+        &["workflows", "show"],
+        &["workflows", "cancel"],
+        &["workflows", "retry"],
     ] {
         let mut args = path.to_vec();
         args.push("--help");
@@ -141,7 +145,7 @@ fn every_command_has_help_with_examples() {
         assert!(run.stdout.contains("Usage: harel-jobs"), "{path:?}");
         assert!(run.stdout.contains("Example"), "{path:?}: {}", run.stdout);
     }
-    for group in ["jobs", "groups", "dead", "schedules"] {
+    for group in ["jobs", "groups", "dead", "schedules", "workflows"] {
         let run = ok(&mut bare(), &[group, "--help"]);
         assert!(run.stdout.contains("list"), "{group}");
     }
@@ -891,6 +895,85 @@ async fn schedules_are_listed() {
     )
     .json();
     assert_eq!(json["deleted"], false);
+}
+
+/// A job of the workflows below.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Note {
+    n: u32,
+}
+
+impl harel_jobs::Job for Note {
+    const KIND: &'static str = "note";
+}
+
+#[tokio::test]
+async fn workflows_are_listed_shown_cancelled_and_retried() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    assert_eq!(
+        ok(&mut op(), &["workflows", "list"]).stdout,
+        "no workflows\n"
+    );
+    let mut w = queue(&q).workflow("nightly-export");
+    let shard = w
+        .task("shard", Note { n: 1 }, &harel_jobs::EnqueueOptions::new())
+        .unwrap();
+    w.task(
+        "zip",
+        Note { n: 2 },
+        &harel_jobs::EnqueueOptions::new().after([shard]),
+    )
+    .unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let id = enqueued.id.to_string();
+
+    let table = ok(&mut op(), &["workflows", "list"]).stdout;
+    assert!(
+        table.contains("nightly-export") && table.contains("running"),
+        "{table}"
+    );
+    let shown = ok(&mut op(), &["workflows", "show", &id]).stdout;
+    assert!(
+        shown.contains("zip") && shown.contains("pending") && shown.contains("shard"),
+        "the tasks, their states and what each waits for: {shown}"
+    );
+    let json = ok(&mut op(), &["--json", "workflows", "show", &id]).json();
+    assert_eq!(json["workflow"]["tasks"], 2);
+    assert_eq!(json["tasks"][1]["waits_for"][0], "shard");
+    assert_eq!(json["tasks"][1]["state"], "pending");
+    fails(
+        &mut op(),
+        &["workflows", "show", "999999"],
+        1,
+        "no workflow 999999",
+    );
+
+    // cancel and retry ask first
+    fails(&mut op(), &["workflows", "cancel", &id], 1, "--yes");
+    let json = ok(
+        &mut op(),
+        &[
+            "--json",
+            "workflows",
+            "cancel",
+            &id,
+            "--reason",
+            "test",
+            "--yes",
+        ],
+    )
+    .json();
+    assert_eq!(json["cancelled"], 2);
+    let json = ok(&mut op(), &["--json", "workflows", "list"]).json();
+    assert_eq!(json["workflows"][0]["state"], "failed");
+    fails(&mut op(), &["workflows", "retry", &id], 1, "--yes");
+    let json = ok(&mut op(), &["--json", "workflows", "retry", &id, "--yes"]).json();
+    assert_eq!(json["retried"], 2);
+    let json = ok(&mut op(), &["--json", "workflows", "show", &id]).json();
+    assert_eq!(json["tasks"][0]["state"], "waiting");
+    assert_eq!(json["tasks"][1]["state"], "pending");
 }
 
 #[tokio::test]

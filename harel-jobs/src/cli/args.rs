@@ -91,6 +91,9 @@ pub(crate) enum Command {
     /// List periodic schedules.
     #[command(subcommand)]
     Schedules(SchedulesCommand),
+    /// List and show workflows (jobs enqueued as tasks of one DAG), cancel and retry them.
+    #[command(subcommand)]
+    Workflows(WorkflowsCommand),
     /// Serve the web dashboard (built with the `dashboard` feature).
     #[cfg(feature = "dashboard")]
     #[command(after_help = "\
@@ -484,6 +487,68 @@ Examples:
     Delete {
         /// The schedule's name.
         name: String,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+}
+
+/// `workflows …`
+#[derive(Debug, Subcommand)]
+pub(crate) enum WorkflowsCommand {
+    /// Workflows, newest first, with how many of their tasks ended and failed.
+    #[command(after_help = "\
+Examples:
+  harel-jobs workflows list
+  harel-jobs workflows list --name nightly-export --limit 20
+  harel-jobs workflows list --before 812    # the next page, as the previous one says")]
+    List {
+        /// Only workflows of this name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Start before this workflow id (the cursor the previous page printed).
+        #[arg(long)]
+        before: Option<i64>,
+        /// At most this many workflows (1 to 1000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// One workflow: its tasks in order, each with its job, its state and the tasks it
+    /// waits for (the graph).
+    #[command(after_help = "\
+Examples:
+  harel-jobs workflows show 812
+  harel-jobs workflows show 812 --after 100    # tasks after the 100th")]
+    Show {
+        /// The workflow's id.
+        id: i64,
+        /// Start after this task (its ordinal, the cursor the previous page printed).
+        #[arg(long, default_value_t = 0)]
+        after: u32,
+        /// At most this many tasks (1 to 1000).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// Cancel every task of a workflow that has not ended (asks first, unless --yes).
+    #[command(
+        after_help = "Example:\n  harel-jobs workflows cancel 812 --reason 'customer left' --yes"
+    )]
+    Cancel {
+        /// The workflow's id.
+        id: i64,
+        /// Why (kept with each cancelled job).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Enqueue again the tasks of a workflow that became dead letters or were cancelled,
+    /// each waiting for its parents as it did (asks first, unless --yes).
+    #[command(after_help = "Example:\n  harel-jobs workflows retry 812 --yes")]
+    Retry {
+        /// The workflow's id.
+        id: i64,
         /// Do not ask for confirmation.
         #[arg(long, short = 'y')]
         yes: bool,

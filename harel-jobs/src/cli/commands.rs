@@ -10,21 +10,22 @@ use serde_json::json;
 
 use super::args::{
     Cli, Command, DeadCommand, DeadSelection, GroupsCommand, JobsCommand, JobsList, QueuesCommand,
-    SchedulesCommand,
+    SchedulesCommand, WorkflowsCommand,
 };
 use super::confirm::confirm;
 use super::error::CliError;
 use super::output::{
     DeadView, DepthView, FairKeyView, GroupView, JobView, QueueView, ScheduleView, StatsView,
-    cancel_outcome, time,
+    TaskView, WorkflowView, cancel_outcome, time,
 };
 use crate::client::{CancelOutcome, Client, JobQuery, ScheduleQuery, StateFilter};
 use crate::client::{DeadLetter, DeadLetterQuery};
-use crate::client::{GroupQuery, GroupRank, KeyLimits};
+use crate::client::{GroupQuery, GroupRank, KeyLimits, WorkflowQuery};
 use crate::connect::{ConnectConfig, connect_with};
 use crate::migrate::{SCHEMA_VERSION, check_schema};
 use crate::schema::Schema;
 use crate::vocabulary::JobId;
+use crate::workflow::WorkflowId;
 
 /// Where results go: JSON (one object) or text for people, on stdout.
 pub(crate) struct Printer {
@@ -221,6 +222,20 @@ async fn dispatch(command: Command, client: &Client, out: &Printer) -> Result<()
         }
         Command::Schedules(SchedulesCommand::Delete { name, yes }) => {
             schedules_delete(client, out, name, yes).await
+        }
+        Command::Workflows(WorkflowsCommand::List {
+            name,
+            before,
+            limit,
+        }) => workflows_list(client, out, name, before, limit).await,
+        Command::Workflows(WorkflowsCommand::Show { id, after, limit }) => {
+            workflows_show(client, out, WorkflowId::new(id), after, limit).await
+        }
+        Command::Workflows(WorkflowsCommand::Cancel { id, reason, yes }) => {
+            workflows_cancel(client, out, WorkflowId::new(id), reason, yes).await
+        }
+        Command::Workflows(WorkflowsCommand::Retry { id, yes }) => {
+            workflows_retry(client, out, WorkflowId::new(id), yes).await
         }
         #[cfg(feature = "dashboard")]
         Command::Dashboard(args) => super::serve::serve(client, args).await,
@@ -801,6 +816,126 @@ async fn schedules_delete(
         } else {
             format!("no schedule is named {}\n", shell_word(&name))
         }
+    })
+}
+
+async fn workflows_list(
+    client: &Client,
+    out: &Printer,
+    name: Option<String>,
+    before: Option<i64>,
+    limit: u32,
+) -> Result<(), CliError> {
+    let mut query = WorkflowQuery::new().limit(limit);
+    if let Some(name) = name {
+        query = query.name(name);
+    }
+    if let Some(before) = before {
+        query = query.before(WorkflowId::new(before));
+    }
+    let page = client.workflows(&query).await?;
+    let views: Vec<WorkflowView> = page.workflows.iter().map(WorkflowView::new).collect();
+    let next = page.next.map(WorkflowId::get);
+    out.emit(&json!({ "workflows": views, "next": next }), || {
+        let mut text = WorkflowView::table(&page.workflows).render("no workflows");
+        text.push_str(&more(
+            page.workflows.len(),
+            "--before",
+            next.map(|n| n.to_string()),
+        ));
+        text
+    })
+}
+
+async fn workflows_show(
+    client: &Client,
+    out: &Printer,
+    id: WorkflowId,
+    after: u32,
+    limit: u32,
+) -> Result<(), CliError> {
+    let Some(workflow) = client.workflow_info(id).await? else {
+        return Err(CliError::NoWorkflow(id.get()));
+    };
+    let page = client.workflow_tasks(id, after, limit).await?;
+    let tasks: Vec<TaskView> = page.tasks.iter().map(TaskView::new).collect();
+    out.emit(
+        &json!({ "workflow": WorkflowView::new(&workflow), "tasks": tasks, "next": page.next }),
+        || {
+            let mut text = format!(
+                "workflow {id} ({}): {}, {} of {} tasks ended, {} failed, created {}\n",
+                workflow.name,
+                workflow.state.as_str(),
+                workflow.ended,
+                workflow.tasks,
+                workflow.failed,
+                time(workflow.created_at)
+            );
+            text.push_str(&TaskView::table(&page.tasks).render("no tasks"));
+            text.push_str(&more(
+                page.tasks.len(),
+                "--after",
+                page.next.map(|n| n.to_string()),
+            ));
+            text
+        },
+    )
+}
+
+async fn workflows_cancel(
+    client: &Client,
+    out: &Printer,
+    id: WorkflowId,
+    reason: Option<String>,
+    yes: bool,
+) -> Result<(), CliError> {
+    let Some(workflow) = client.workflow_info(id).await? else {
+        return Err(CliError::NoWorkflow(id.get()));
+    };
+    confirm(
+        &format!(
+            "Cancel the {} tasks of workflow {id} ({}) that have not ended?",
+            workflow.tasks - workflow.ended,
+            workflow.name
+        ),
+        yes,
+    )?;
+    let mut cancel = client.cancel_workflow(id);
+    if let Some(reason) = reason {
+        cancel = cancel.reason(reason);
+    }
+    let done = cancel.await?;
+    out.emit(
+        &json!({ "workflow": id.get(), "cancelled": done.cancelled,
+                 "running_requested": done.running_requested }),
+        || {
+            format!(
+                "workflow {id}: {} tasks cancelled, {} running asked to stop\n",
+                done.cancelled, done.running_requested
+            )
+        },
+    )
+}
+
+async fn workflows_retry(
+    client: &Client,
+    out: &Printer,
+    id: WorkflowId,
+    yes: bool,
+) -> Result<(), CliError> {
+    let Some(workflow) = client.workflow_info(id).await? else {
+        return Err(CliError::NoWorkflow(id.get()));
+    };
+    confirm(
+        &format!(
+            "Enqueue again the {} failed tasks of workflow {id} ({})?",
+            workflow.failed, workflow.name
+        ),
+        yes,
+    )?;
+    let retried = client.retry_workflow(id).await?;
+    out.emit(&json!({ "workflow": id.get(), "retried": retried }), || {
+        format!("workflow {id}: {retried} tasks enqueued again\n")
     })
 }
 

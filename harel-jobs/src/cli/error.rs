@@ -39,6 +39,9 @@ pub(crate) enum CliError {
     /// No group has this id.
     #[error("no group {0:?} (a group exists only while it holds jobs)")]
     NoGroup(String),
+    /// No workflow has this id.
+    #[error("no workflow {0}")]
+    NoWorkflow(i64),
     /// An argument out of range that the grammar let through.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),

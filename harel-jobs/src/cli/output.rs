@@ -11,6 +11,7 @@ use crate::client::GroupInfo;
 use crate::client::Stats;
 use crate::client::{CancelOutcome, JobInfo, JobState, ScheduleInfo};
 use crate::client::{FairKeyInfo, LevelDepth, QueueInfo};
+use crate::client::{TaskInfo, WorkflowInfo};
 use crate::vocabulary::Count;
 
 /// The widest a table cell gets before it is cut (with `…`).
@@ -511,6 +512,115 @@ impl ScheduleView {
                 opt_time(schedule.last_tick),
                 opt_time(schedule.next_tick),
                 time(schedule.updated_at),
+            ]);
+        }
+        table
+    }
+}
+
+/// A workflow in JSON.
+#[derive(Serialize)]
+pub(crate) struct WorkflowView {
+    id: i64,
+    name: String,
+    state: &'static str,
+    created_at: DateTime<Utc>,
+    tasks: u32,
+    ended: u32,
+    failed: u32,
+}
+
+impl WorkflowView {
+    pub(crate) fn new(workflow: &WorkflowInfo) -> Self {
+        Self {
+            id: workflow.id.get(),
+            name: workflow.name.clone(),
+            state: workflow.state.as_str(),
+            created_at: workflow.created_at,
+            tasks: workflow.tasks,
+            ended: workflow.ended,
+            failed: workflow.failed,
+        }
+    }
+
+    /// A table of workflows.
+    pub(crate) fn table(workflows: &[WorkflowInfo]) -> Table {
+        let mut table = Table::new(vec![
+            "ID", "NAME", "STATE", "TASKS", "ENDED", "FAILED", "CREATED",
+        ]);
+        for workflow in workflows {
+            table.row(vec![
+                workflow.id.to_string(),
+                workflow.name.clone(),
+                workflow.state.as_str().to_owned(),
+                workflow.tasks.to_string(),
+                workflow.ended.to_string(),
+                workflow.failed.to_string(),
+                time(workflow.created_at),
+            ]);
+        }
+        table
+    }
+}
+
+/// A workflow's task in JSON.
+#[derive(Serialize)]
+pub(crate) struct TaskView {
+    ordinal: u32,
+    name: String,
+    job: i64,
+    state: String,
+    kind: Option<String>,
+    attempts: Option<u32>,
+    last_error: Option<String>,
+    waits_for: Vec<String>,
+    parent_outcomes: Option<ParentOutcomesView>,
+    ended_at: Option<DateTime<Utc>>,
+}
+
+/// A task's parents' outcomes in JSON.
+#[derive(Serialize)]
+pub(crate) struct ParentOutcomesView {
+    completed: u32,
+    dead: u32,
+    cancelled: u32,
+}
+
+impl TaskView {
+    pub(crate) fn new(task: &TaskInfo) -> Self {
+        Self {
+            ordinal: task.ordinal,
+            name: task.name.clone(),
+            job: task.job.get(),
+            state: task.state.clone(),
+            kind: task.kind.clone(),
+            attempts: task.attempts,
+            last_error: task.last_error.clone(),
+            waits_for: task.parents.clone(),
+            parent_outcomes: task.parent_outcomes.map(|o| ParentOutcomesView {
+                completed: o.completed,
+                dead: o.dead,
+                cancelled: o.cancelled,
+            }),
+            ended_at: task.ended_at,
+        }
+    }
+
+    /// A table of tasks: the graph as each task's parents.
+    pub(crate) fn table(tasks: &[TaskInfo]) -> Table {
+        let mut table = Table::new(vec!["#", "TASK", "JOB", "STATE", "WAITS FOR", "ENDED"]);
+        for task in tasks {
+            table.row(vec![
+                task.ordinal.to_string(),
+                task.name.clone(),
+                task.job.to_string(),
+                task.state.clone(),
+                if task.parents.is_empty() {
+                    "-".to_owned()
+                } else {
+                    task.parents.join(", ")
+                },
+                opt_time(task.ended_at),
             ]);
         }
         table
