@@ -859,6 +859,7 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
         "/groups",
         "/dead",
         "/schedules",
+        "/workflows",
         "/queues/keys?name=default",
         "/assets/style.css",
     ] {
@@ -887,6 +888,149 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
         ("k000", 2)
     );
     assert_eq!(first.limits.concurrency_limit(), None);
+
+    // a workflow's page shows no cancel or retry, and their POSTs are refused
+    let mut w = owner.workflow("ro");
+    w.task(
+        "a",
+        SendEmail { to: "x".into() },
+        &harel_jobs::EnqueueOptions::new(),
+    )
+    .unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let (status, page) = get(&format!("/workflows/{}", enqueued.id)).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(!page.contains("<form method=\"post\""), "{page}");
+    for action in ["cancel", "retry"] {
+        let (status, body) =
+            post(address, &format!("/workflows/{}/{action}", enqueued.id), "").await;
+        assert_eq!(status, 403, "{body}");
+    }
+    assert_eq!(
+        owner
+            .workflow_info(enqueued.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .ended,
+        0
+    );
+    operator.close().await;
+}
+
+/// An operator follows a failed workflow in the browser: the list, its page (the graph's
+/// layers, each task's state and parents), Retry and Cancel, each confirmed first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_follows_a_workflow_in_the_browser() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 3).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let mut w = owner.workflow("nightly-export");
+    let email = |to: &str| SendEmail { to: to.to_owned() };
+    let none = harel_jobs::EnqueueOptions::new();
+    let fetch = w.task("fetch", email("a"), &none).unwrap();
+    let after_fetch = harel_jobs::EnqueueOptions::new().after([fetch]);
+    let left = w.task("left", email("b"), &after_fetch).unwrap();
+    let right = w.task("right", email("c"), &after_fetch).unwrap();
+    w.task(
+        "zip",
+        email("d"),
+        &harel_jobs::EnqueueOptions::new().after([left, right]),
+    )
+    .unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    // fetch fails for good: the rest is cancelled
+    let lease = q
+        .transport
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_secs(60)).limit(10),
+        )
+        .await
+        .unwrap()
+        .remove(0)
+        .lease;
+    assert_eq!(
+        q.transport
+            .dead_letter(&q.pool, &lease, "503")
+            .await
+            .unwrap(),
+        LeaseOutcome::Applied
+    );
+
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string()])
+        .unwrap();
+    serve_on(listener, dashboard::router_with(queue, config));
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+
+    client.goto(&format!("{base}/workflows")).await.unwrap();
+    let list = text(&client, "tbody").await;
+    assert!(
+        list.contains("nightly-export") && list.contains("failed") && list.contains("4 / 4"),
+        "{list}"
+    );
+    click(&client, Locator::LinkText(&enqueued.id.to_string())).await;
+    wait_for_url(&client, &format!("/workflows/{}", enqueued.id)).await;
+    let graph = text(&client, "#workflow-graph").await;
+    assert!(
+        graph.starts_with(
+            "layer 1\nfetch dead\nlayer 2\nleft cancelled\nright cancelled\nlayer 3\nzip cancelled"
+        ),
+        "{graph}"
+    );
+    let tasks = text(&client, "table").await;
+    assert!(
+        tasks.contains("zip") && tasks.contains("left, right"),
+        "{tasks}"
+    );
+    screenshot(&client, "workflow_failed").await;
+
+    click(
+        &client,
+        Locator::XPath("//button[text()='Retry failed tasks']"),
+    )
+    .await;
+    let question = client.get_alert_text().await.expect("asks first");
+    assert!(question.contains("4 failed task(s)"), "{question}");
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=workflow_retried").await;
+    assert!(
+        text(&client, ".notice")
+            .await
+            .contains("Enqueued 4 failed task(s) again")
+    );
+    let graph = text(&client, "#workflow-graph").await;
+    assert!(
+        graph.contains("fetch waiting") && graph.contains("zip pending"),
+        "{graph}"
+    );
+    let info = owner.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!((info.ended, info.failed), (0, 0));
+
+    click(
+        &client,
+        Locator::XPath("//button[text()='Cancel workflow']"),
+    )
+    .await;
+    client.get_alert_text().await.expect("asks first");
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=workflow_cancelled").await;
+    assert!(
+        text(&client, ".notice")
+            .await
+            .contains("Cancelled 4 task(s)")
+    );
+    let info = owner.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!((info.ended, info.failed), (4, 4));
+    screenshot(&client, "workflow_cancelled").await;
+    client.close().await.unwrap();
     operator.close().await;
 }
 

@@ -6,7 +6,9 @@ use std::time::Duration;
 use harel_jobs::transport::{
     ClaimRequest, ClaimedMessage, Lease, LeaseOutcome, OutgoingMessage, Receipt, Settlement,
 };
-use harel_jobs::{ConnectConfig, ConnectError, Schema, connect_with, migrate_schema};
+use harel_jobs::{
+    ConnectConfig, ConnectError, EnqueueOptions, Schema, connect_with, migrate_schema,
+};
 use harel_jobs_suite::{SuiteSchema, TestDatabase, capture, database_url, pool_with};
 use sqlx::{AssertSqlSafe, Connection};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -21,6 +23,16 @@ const LONG: Duration = Duration::from_secs(60);
 /// thread reaches sqlx's notice call site first: see tests/support/capture.rs).
 #[derive(Clone, Default)]
 struct Notices(Arc<Mutex<Vec<String>>>);
+
+/// A job of the workflows the held-snapshot test churns.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Noop {
+    n: u32,
+}
+
+impl harel_jobs::Job for Noop {
+    const KIND: &'static str = "noop";
+}
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Notices {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
@@ -445,9 +457,29 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
         .collect();
     churn(&q, &messages).await;
     assert_eq!(q.count("transport_messages").await, 0, "all churned");
+    // and workflows of two tasks, the second waiting for the first: every dependency row,
+    // wait and task row written and resolved, dead under the snapshot
+    let owner = harel_jobs::Client::with_schema(q.pool.clone(), q.schema.clone());
+    for chunk in 0..10 {
+        let mut tx = q.pool.begin().await.unwrap();
+        for n in 0..100 {
+            let mut w = owner.workflow("churn");
+            let first = w
+                .task("first", Noop { n: chunk * 100 + n }, &EnqueueOptions::new())
+                .unwrap();
+            w.task("second", Noop { n }, &EnqueueOptions::new().after([first]))
+                .unwrap();
+            w.enqueue(&mut *tx).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        churn(&q, &[]).await;
+    }
+    assert_eq!(q.count("job_dependencies").await, 0, "all resolved");
     for statement in [
-        "VACUUM @schema@.transport_groups, @schema@.transport_messages",
-        "ANALYZE @schema@.transport_groups, @schema@.transport_messages",
+        "VACUUM @schema@.transport_groups, @schema@.transport_messages, @schema@.job_waits,
+                @schema@.job_dependencies, @schema@.workflow_tasks",
+        "ANALYZE @schema@.transport_groups, @schema@.transport_messages, @schema@.job_waits,
+                 @schema@.job_dependencies, @schema@.workflow_tasks",
     ] {
         sqlx::raw_sql(q.sql(statement))
             .execute(&q.pool)
@@ -486,6 +518,18 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             OutgoingMessage::new(format!("poison-{round}"), "test", "{}"),
         ];
         q.transport.publish_many(&mut conn, &fresh).await.unwrap();
+        // a workflow, its second task waiting for its first (released by the settles below)
+        let mut w = owner.workflow("measured");
+        let first = w
+            .task("first", Noop { n: round }, &EnqueueOptions::new())
+            .unwrap();
+        w.task(
+            "second",
+            Noop { n: round },
+            &EnqueueOptions::new().after([first]),
+        )
+        .unwrap();
+        let workflow = w.enqueue(&mut conn).await.unwrap().id;
         // a publish into a group that exists
         q.transport
             .publish(
@@ -574,6 +618,25 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             .execute(&mut conn)
             .await
             .unwrap();
+        // the workflow as an operator sees it, cancels and retries it
+        for sql in [
+            "SELECT * FROM @schema@.harel_workflows(NULL, NULL, 10)",
+            "SELECT * FROM @schema@.harel_workflows('measured', NULL, 10)",
+        ] {
+            sqlx::query(q.sql(sql)).execute(&mut conn).await.unwrap();
+        }
+        for sql in [
+            "SELECT * FROM @schema@.harel_workflow($1)",
+            "SELECT * FROM @schema@.harel_workflow_tasks($1, 0, 10)",
+            "SELECT * FROM @schema@.harel_cancel_workflow($1, 'test', 60000, NULL, 10)",
+            "SELECT * FROM @schema@.harel_retry_workflow($1)",
+        ] {
+            sqlx::query(q.sql(sql))
+                .bind(workflow.get())
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
     }
     conn.close().await.unwrap();
     sqlx::raw_sql("ROLLBACK")
@@ -608,6 +671,12 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
         "harel_list_groups",
         "harel_cancel",
         "harel_cancel_group",
+        "harel_publish_workflow",
+        "harel_workflows",
+        "harel_workflow",
+        "harel_workflow_tasks",
+        "harel_cancel_workflow",
+        "harel_retry_workflow",
     ] {
         assert!(
             functions.contains(expected),
@@ -1067,10 +1136,14 @@ async fn what_a_worker_sends_to_claim_extend_and_settle_holds_no_time() {
         // delay, and harel_schedule_fire refuses a tick the database's clock has not
         // reached (tests/periodic.rs)
         let schedule_tick = function.contains(".harel_schedule_fire(");
+        // the producer's other entry point: a workflow's jobs, with their not-before times
+        // as harel_publish takes them (the producer above enqueues no workflow)
+        let workflow_publish = function.contains(".harel_publish_workflow(");
         assert!(
             producer_calls.contains(function)
                 || called_by_the_schema.contains(function)
-                || schedule_tick,
+                || schedule_tick
+                || workflow_publish,
             "{function} takes a {time} and is neither a producer's function nor a helper of \
              the schema's own functions (worker: {worker_calls:?}, producer: {producer_calls:?})"
         );

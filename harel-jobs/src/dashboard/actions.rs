@@ -32,7 +32,7 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// A posted form (`application/x-www-form-urlencoded`): its fields in order, repeated
 /// names kept (the ids of a bulk action).
-struct Form(Vec<(String, String)>);
+pub(super) struct Form(Vec<(String, String)>);
 
 impl Form {
     fn parse(body: &[u8]) -> Self {
@@ -43,7 +43,7 @@ impl Form {
         )
     }
 
-    fn get(&self, name: &str) -> Option<&str> {
+    pub(super) fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(k, _)| k == name)
@@ -61,7 +61,7 @@ impl Form {
 impl Ctx {
     /// The form, once the dashboard allows actions and the form carries this router's
     /// CSRF token.
-    fn authorise(&self, body: &[u8]) -> Result<Form, PageError> {
+    pub(super) fn authorise(&self, body: &[u8]) -> Result<Form, PageError> {
         if self.read_only {
             return Err(PageError::Forbidden("the dashboard is read-only"));
         }
@@ -75,7 +75,7 @@ impl Ctx {
         Ok(form)
     }
 
-    fn redirect(&self, path: &str) -> Redirect {
+    pub(super) fn redirect(&self, path: &str) -> Redirect {
         Redirect::to(&format!("{}{path}", self.base))
     }
 }

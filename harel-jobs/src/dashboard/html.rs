@@ -68,6 +68,7 @@ const NAV: &[(&str, &str)] = &[
     ("/groups", "Groups"),
     ("/dead", "Dead letters"),
     ("/schedules", "Schedules"),
+    ("/workflows", "Workflows"),
 ];
 
 /// What every page shares: the page's title and section, the prefix the router is mounted

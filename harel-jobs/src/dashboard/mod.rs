@@ -48,6 +48,7 @@ mod auth;
 mod hosts;
 mod html;
 mod pages;
+mod workflows;
 
 use std::sync::Arc;
 
@@ -204,6 +205,10 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
         .route("/dead/retry", post(actions::retry_dead))
         .route("/dead/delete", post(actions::delete_dead))
         .route("/schedules", get(pages::schedules))
+        .route("/workflows", get(workflows::list))
+        .route("/workflows/{id}", get(workflows::show))
+        .route("/workflows/{id}/cancel", post(workflows::cancel))
+        .route("/workflows/{id}/retry", post(workflows::retry))
         .route("/assets/style.css", get(style))
         .route("/assets/app.js", get(script))
         .fallback(not_found)

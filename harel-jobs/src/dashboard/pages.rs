@@ -19,16 +19,16 @@ use crate::vocabulary::{Count, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT};
 use crate::vocabulary::{QUEUE_NAME_RULE, validate_queue_name};
 
 /// Rows a list page shows.
-const PAGE_SIZE: u32 = 50;
+pub(super) const PAGE_SIZE: u32 = 50;
 
-type PageResult = Result<Html<String>, PageError>;
+pub(super) type PageResult = Result<Html<String>, PageError>;
 
 /// What an action reports back on the page it redirects to (`?done=…&n=…`): a code, never
 /// free text, so a link cannot make the dashboard say something it did not do.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Done {
-    done: Option<String>,
-    n: Option<u64>,
+    pub(super) done: Option<String>,
+    pub(super) n: Option<u64>,
 }
 
 impl Done {
@@ -52,13 +52,18 @@ impl Done {
                     .to_owned()
             }
             "key_limit_set" => "Limit per key set: it applies from the next claim.".to_owned(),
+            "workflow_cancelled" => format!(
+                "Cancelled {n} task(s) of the workflow; running ones end as cancelled when \
+                 their handlers return."
+            ),
+            "workflow_retried" => format!("Enqueued {n} failed task(s) again."),
             _ => return None,
         })
     }
 }
 
 impl Ctx {
-    fn shell<'a>(&'a self, title: &'a str, section: &'a str, done: &Done) -> Shell<'a> {
+    pub(super) fn shell<'a>(&'a self, title: &'a str, section: &'a str, done: &Done) -> Shell<'a> {
         Shell {
             title,
             section,
@@ -68,16 +73,16 @@ impl Ctx {
         }
     }
 
-    fn render(&self, shell: &Shell<'_>, body: &str) -> Html<String> {
+    pub(super) fn render(&self, shell: &Shell<'_>, body: &str) -> Html<String> {
         Html(page(shell, &self.base, body))
     }
 
     /// A path under the dashboard.
-    fn href(&self, path: &str) -> String {
+    pub(super) fn href(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    fn job_link(&self, id: JobId) -> String {
+    pub(super) fn job_link(&self, id: JobId) -> String {
         link(&self.href(&format!("/jobs/{id}")), &id.to_string())
     }
 
