@@ -26,6 +26,8 @@ DROP FUNCTION IF EXISTS "harel".harel_publish(
 
 CREATE TABLE "harel".job_waits (
     job_id            BIGINT      PRIMARY KEY,
+    -- its group (fixed at enqueue): its release locks the group's row without a lookup
+    group_id          TEXT        NOT NULL,
     -- parents that have not ended yet
     waiting           INT         NOT NULL CHECK (waiting >= 0),
     -- run once every parent has ended, whatever their outcomes (else: cancelled when one
@@ -47,31 +49,31 @@ CREATE TABLE "harel".job_dependencies (
 
 CREATE INDEX job_dependencies_by_job ON "harel".job_dependencies (job_id);
 
--- Workflows: jobs enqueued together under one id, each a named step waiting for earlier
--- steps (a DAG), shown, cancelled and retried as a unit. A batch with a callback is a
--- workflow whose last step waits for all the others and runs whatever their outcomes.
+-- Workflows: jobs enqueued together under one id, each a named task waiting for earlier
+-- tasks (a DAG), shown, cancelled and retried as a unit. A batch with a callback is a
+-- workflow whose last task waits for all the others and runs whatever their outcomes.
 CREATE TABLE "harel".workflows (
     id         BIGINT      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name       TEXT        NOT NULL,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    -- how many steps it has, how many have ended, and how many of those did not complete
+    -- how many tasks it has, how many have ended, and how many of those did not complete
     -- (dead, cancelled)
-    steps      INT         NOT NULL,
+    tasks      INT         NOT NULL,
     ended      INT         NOT NULL DEFAULT 0,
     failed     INT         NOT NULL DEFAULT 0
 );
 
 CREATE INDEX workflows_by_name ON "harel".workflows (name, id);
 
-CREATE TABLE "harel".workflow_steps (
+CREATE TABLE "harel".workflow_tasks (
     workflow_id BIGINT  NOT NULL,
     name        TEXT    NOT NULL,
     -- its place in the workflow (from 1): its parents come before it
     ordinal    INT     NOT NULL,
-    -- the step's job (a retry of the step replaces it)
+    -- the task's job (a retry of the task replaces it)
     job_id      BIGINT  NOT NULL,
-    -- the names of the steps it waits for (the graph's edges), and whether it runs when
-    -- one of them fails (a retry of the step enqueues it so again)
+    -- the names of the tasks it waits for (the graph's edges), and whether it runs when
+    -- one of them fails (a retry of the task enqueues it so again)
     parents     TEXT[]  NOT NULL,
     run_after_failure BOOLEAN NOT NULL DEFAULT false,
     -- its parents' outcomes, recorded when it was released (a callback's counts)
@@ -85,4 +87,4 @@ CREATE TABLE "harel".workflow_steps (
     UNIQUE (workflow_id, name)
 );
 
-CREATE UNIQUE INDEX workflow_steps_by_job ON "harel".workflow_steps (job_id);
+CREATE UNIQUE INDEX workflow_tasks_by_job ON "harel".workflow_tasks (job_id);

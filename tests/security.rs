@@ -245,10 +245,12 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         format!("SELECT * FROM {s}.workflows"),
         format!("UPDATE {s}.workflow_tasks SET outcome = NULL"),
         format!(
-            "SELECT {s}.harel_hold(ARRAY[2::bigint], ARRAY[1], ARRAY[1::bigint], ARRAY[false], ARRAY[NULL::timestamptz])"
+            "SELECT {s}.harel_hold(ARRAY[2::bigint], ARRAY['g'], ARRAY[1], ARRAY[1::bigint], ARRAY[false], ARRAY[NULL::timestamptz])"
         ),
         format!("SELECT {s}.harel_resolve_dependents(ARRAY[1::bigint], ARRAY['completed'])"),
-        format!("SELECT {s}.harel_release_waiting(1, NULL)"),
+        format!(
+            "SELECT {s}.harel_release_waiting(ARRAY[1::bigint], ARRAY['g'], ARRAY[NULL::timestamptz])"
+        ),
         format!("SELECT * FROM {s}.harel_workflows(NULL, NULL, 10)"),
         format!("SELECT * FROM {s}.harel_workflow(1)"),
         format!("SELECT * FROM {s}.harel_workflow_tasks(1, 0, 10)"),
@@ -602,7 +604,9 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
         format!("UPDATE {s}.unique_keys SET held_until = NULL"),
         format!("SELECT {s}.harel_end_cancelled(ARRAY['g1'])"),
         format!("SELECT {s}.harel_resolve_dependents(ARRAY[1::bigint], ARRAY['completed'])"),
-        format!("SELECT {s}.harel_release_waiting(1, NULL)"),
+        format!(
+            "SELECT {s}.harel_release_waiting(ARRAY[1::bigint], ARRAY['g'], ARRAY[NULL::timestamptz])"
+        ),
         format!("UPDATE {s}.workflow_tasks SET outcome = NULL"),
         format!("SELECT * FROM {s}.harel_workflow_task('g', 1, gen_random_uuid())"),
     ] {

@@ -16,9 +16,10 @@
 //! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`), `retention`, `limits`,
 //! `metrics` (the drain with and without a metrics recorder), `noisy` (the drain beside a
 //! noisy neighbour), `fair` (three tenants on one queue: shares of starts, a light tenant's
-//! latency). `--recorder` installs a Prometheus recorder for harel-jobs' metrics for
-//! the whole run; `--otel` (built with `--features opentelemetry`) an OpenTelemetry layer in
-//! the tracing subscriber. See BENCHMARKS.md for what each measures.
+//! latency), `workflows` (a fan-in callback and chains of three, beside plain drains).
+//! `--recorder` installs a Prometheus recorder for harel-jobs' metrics for the whole run;
+//! `--otel` (built with `--features opentelemetry`) an OpenTelemetry layer in the tracing
+//! subscriber. See BENCHMARKS.md for what each measures.
 
 mod ceiling;
 mod cpu;
@@ -43,6 +44,7 @@ mod rss;
 mod scale;
 mod soak;
 mod steady;
+mod workflows;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -73,7 +75,15 @@ const SCENARIOS: &[&str] = &[
 /// Scenarios run only when named (not part of `all`): `horizon` takes 20 minutes at its
 /// defaults, and hours with `--minutes 60`; `metrics` installs a global recorder; `noisy`
 /// loads the whole machine.
-const BY_NAME_ONLY: &[&str] = &["horizon", "retention", "limits", "metrics", "noisy", "fair"];
+const BY_NAME_ONLY: &[&str] = &[
+    "horizon",
+    "retention",
+    "limits",
+    "metrics",
+    "noisy",
+    "fair",
+    "workflows",
+];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -332,6 +342,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "profile" => profile::run(&ctx).await?,
             "metrics" => recorder::run(&ctx).await?,
             "fair" => fair::run(&ctx).await?,
+            "workflows" => workflows::run(&ctx).await?,
             other => bail!("unknown scenario {other}"),
         }
         println!(

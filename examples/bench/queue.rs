@@ -17,7 +17,8 @@ pub const FILL_CHUNK: usize = 10_000;
 pub async fn reset(pool: &PgPool) -> Res<()> {
     sqlx::query(
         "TRUNCATE harel.transport_messages, harel.transport_groups, harel.dead_letters,
-                  harel.job_history",
+                  harel.job_history, harel.job_waits, harel.job_dependencies,
+                  harel.workflows, harel.workflow_tasks",
     )
     .execute(pool)
     .await?;

@@ -26,6 +26,8 @@ DROP FUNCTION IF EXISTS @schema@.harel_publish(
 
 CREATE TABLE @schema@.job_waits (
     job_id            BIGINT      PRIMARY KEY,
+    -- its group (fixed at enqueue): its release locks the group's row without a lookup
+    group_id          TEXT        NOT NULL,
     -- parents that have not ended yet
     waiting           INT         NOT NULL CHECK (waiting >= 0),
     -- run once every parent has ended, whatever their outcomes (else: cancelled when one

@@ -1,24 +1,24 @@
--- harel_publish_workflow: enqueues a workflow (ADR 0033): jobs, each a named step that may
--- wait for earlier steps, recorded under one new workflow id, in one round trip. A
+-- harel_publish_workflow: enqueues a workflow (ADR 0033): jobs, each a named task that may
+-- wait for earlier tasks, recorded under one new workflow id, in one round trip. A
 -- producer's entry point.
 --
 -- Takes:
 --   p_name      the workflow's name, 1 to 255 bytes (not unique: a kind of workflow)
---   p_steps     per job, its step name: 1 to 255 bytes, unique in the workflow
+--   p_steps     per job, its task name: 1 to 255 bytes, unique in the workflow
 --   then harel_publish's arrays, one element per job, and its dependencies: each
---   p_after element must name an earlier job of the call (-its position): a step waits
---   only for steps. No unique keys (a step's job is the workflow's own).
--- Returns one row per step, in input order: the workflow's id and the step's job id.
--- Fence: what harel_publish checks; the step names and the dependencies checked here.
+--   p_after element must name an earlier job of the call (-its position): a task waits
+--   only for tasks. No unique keys (a task's job is the workflow's own).
+-- Returns one row per task, in input order: the workflow's id and the task's job id.
+-- Fence: what harel_publish checks; the task names and the dependencies checked here.
 -- Locks: harel_publish's; the new workflow's rows.
--- Indexes: workflows' and workflow_steps' keys (new rows).
--- Errors: 22023 for a name or step name out of range, a repeated step name, arrays of
+-- Indexes: workflows' and workflow_tasks' keys (new rows).
+-- Errors: 22023 for a name or task name out of range, a repeated task name, arrays of
 --   different lengths, unique keys, or a dependency on a job id; harel_publish's.
 --
 -- Steps:
---   1. Check the name, the step names and the dependencies.
+--   1. Check the name, the task names and the dependencies.
 --   2. harel_publish: the jobs, pending where they wait for parents.
---   3. The workflow row, and one workflow_steps row per job: its ordinal, job id and
+--   3. The workflow row, and one workflow_tasks row per job: its ordinal, job id and
 --      parents' names.
 CREATE OR REPLACE FUNCTION "harel".harel_publish_workflow(
     p_name           TEXT,
@@ -54,11 +54,11 @@ BEGIN
        OR EXISTS (SELECT 1 FROM unnest(p_steps) AS s(name)
                    WHERE s.name IS NULL OR octet_length(s.name) NOT BETWEEN 1 AND 255)
        OR (SELECT count(DISTINCT s.name) FROM unnest(p_steps) AS s(name)) <> v_count THEN
-        RAISE EXCEPTION 'harel_publish_workflow: a workflow has a name of 1 to 255 bytes and steps named so, each name once, one per job'
+        RAISE EXCEPTION 'harel_publish_workflow: a workflow has a name of 1 to 255 bytes and tasks named so, each name once, one per job'
             USING ERRCODE = '22023';
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(p_after) AS a(parent) WHERE a.parent IS NULL OR a.parent > 0) THEN
-        RAISE EXCEPTION 'harel_publish_workflow: a step waits only for earlier steps of its workflow'
+        RAISE EXCEPTION 'harel_publish_workflow: a task waits only for earlier tasks of its workflow'
             USING ERRCODE = '22023';
     END IF;
 
@@ -68,14 +68,14 @@ BEGIN
                                   p_fair_keys, p_after_of, p_after, p_run_after_failure)
            WITH ORDINALITY AS p(s, ord);
 
-    INSERT INTO "harel".workflows (name, steps) VALUES (p_name, v_count)
+    INSERT INTO "harel".workflows (name, tasks) VALUES (p_name, v_count)
     RETURNING id INTO v_id;
-    INSERT INTO "harel".workflow_steps
+    INSERT INTO "harel".workflow_tasks
            (workflow_id, name, ordinal, job_id, parents, run_after_failure)
     SELECT v_id, x.name, x.ord, v_jobs[x.ord], COALESCE(e.parents, ARRAY[]::text[]),
            COALESCE(p_run_after_failure[x.ord], false)
       FROM unnest(p_steps) WITH ORDINALITY AS x(name, ord)
-      -- (each step's parents aggregated once, then a hash join: linear in the workflow)
+      -- (each task's parents aggregated once, then a hash join: linear in the workflow)
       LEFT JOIN (SELECT d.waiter, array_agg(p_steps[-d.parent] ORDER BY -d.parent) AS parents
                    FROM unnest(p_after_of, p_after) AS d(waiter, parent)
                   GROUP BY d.waiter) AS e ON e.waiter = x.ord;

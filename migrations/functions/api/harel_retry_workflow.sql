@@ -1,22 +1,22 @@
--- harel_retry_workflow: enqueues again the steps of a workflow that failed (became dead
+-- harel_retry_workflow: enqueues again the tasks of a workflow that failed (became dead
 -- letters or were cancelled), each waiting for its parents as it did (ADR 0033). An
 -- operator's entry point.
 --
 -- Takes:
 --   p_id  the workflow's id
--- Returns one row: retried (steps enqueued again), or 0 when none had failed.
+-- Returns one row: retried (tasks enqueued again), or 0 when none had failed.
 -- Fence: the workflow's row locked (FOR UPDATE) for the call: two retries of one workflow
---   run one after the other, and the second finds nothing left to retry. Each failed step,
+--   run one after the other, and the second finds nothing left to retry. Each failed task,
 --   in ordinal order (parents first), is enqueued anew (harel_publish: a new job id)
 --   with its kind, payload, priority, queue and fairness key, in its named group (a job
 --   of a group of its own gets a new one), waiting for its parents that have not
 --   completed (their current jobs: queued, or retried just before it); its dead letter is
---   deleted (it is not retried twice); the step points at the new job, its outcome
+--   deleted (it is not retried twice); the task points at the new job, its outcome
 --   cleared, the workflow's counts corrected.
 -- Locks: the workflow's row; harel_publish's and harel_hold's.
--- Indexes: workflow_steps' key; the keys of dead_letters and job_history.
--- Errors: HJ003 for a failed step whose job is no longer kept (its dead letter purged or
---   its cancelled job pruned: the step's id in DETAIL); harel_publish's.
+-- Indexes: workflow_tasks' key; the keys of dead_letters and job_history.
+-- Errors: HJ003 for a failed task whose job is no longer kept (its dead letter purged or
+--   its cancelled job pruned: the task's id in DETAIL); harel_publish's.
 CREATE OR REPLACE FUNCTION "harel".harel_retry_workflow(p_id BIGINT)
 RETURNS TABLE (retried INT)
 LANGUAGE plpgsql
@@ -38,7 +38,7 @@ BEGIN
         RETURN QUERY SELECT 0;
         RETURN;
     END IF;
-    FOR s IN SELECT t.* FROM "harel".workflow_steps t
+    FOR s IN SELECT t.* FROM "harel".workflow_tasks t
               WHERE t.workflow_id = p_id AND t.outcome IN ('dead', 'cancelled')
               ORDER BY t.ordinal LOOP
         v_job := NULL;
@@ -53,14 +53,14 @@ BEGIN
               FROM "harel".job_history h WHERE h.id = s.job_id;
         END IF;
         IF v_job.kind IS NULL THEN
-            RAISE EXCEPTION 'harel_retry_workflow: step % of workflow % cannot be retried: its job % is no longer kept',
+            RAISE EXCEPTION 'harel_retry_workflow: task % of workflow % cannot be retried: its job % is no longer kept',
                 s.name, p_id, s.job_id
                 USING ERRCODE = 'HJ003', DETAIL = s.job_id::text;
         END IF;
         -- its parents' current jobs that have not completed (read now: a parent retried
         -- just before it points at its new job)
         SELECT array_agg(t.job_id ORDER BY t.ordinal) INTO v_parents
-          FROM "harel".workflow_steps t
+          FROM "harel".workflow_tasks t
          WHERE t.workflow_id = p_id AND t.name = ANY (s.parents)
            AND t.outcome IS DISTINCT FROM 'completed';
         SELECT p.s INTO v_new
@@ -73,7 +73,7 @@ BEGIN
                    CASE WHEN v_parents IS NOT NULL
                         THEN array_fill(1, ARRAY[cardinality(v_parents)]) END,
                    v_parents, ARRAY[s.run_after_failure]) AS p(s);
-        UPDATE "harel".workflow_steps t
+        UPDATE "harel".workflow_tasks t
            SET job_id = v_new, outcome = NULL, ended_at = NULL,
                completed = NULL, dead = NULL, cancelled = NULL
          WHERE t.workflow_id = p_id AND t.ordinal = s.ordinal;

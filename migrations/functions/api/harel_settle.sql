@@ -37,7 +37,7 @@
 --   enable_seqscan = off) or one lookup per group, rows written by the TID that lookup
 --   found; transport_messages' key (group_id, seq), a LATERAL (… OFFSET 0) lookup per
 --   message; the keys of settle_receipts, dead_letters and job_history; harel_fair_tags'
---   probes for the groups it moves on; job_dependencies' key and workflow_steps_by_job, one
+--   probes for the groups it moves on; job_dependencies' key and workflow_tasks_by_job, one
 --   probe each per batch.
 -- Errors: 22023 for arrays of different lengths, an unknown action, 'dead' without an
 --   error, or a period out of range; 40P01 in the rare cycle above.
@@ -63,9 +63,9 @@
 --      their next message is due (harel_fair_tags), else timed until it is; the drained
 --      ones to harel_drop_empty_groups.
 --   9. The cancelled heads ended (harel_end_cancelled).
---      The jobs completed or dead here that have dependents or are workflow steps:
+--      The jobs completed or dead here that have dependents or are workflow tasks:
 --      harel_resolve_dependents (dependents released when no parent is left, cancelled
---      after a failed one; steps' outcomes recorded).
+--      after a failed one; tasks' outcomes recorded).
 --      The leases ended in limited queues: their keys' parked groups given back, one per
 --      lease (harel_unpark; nothing for queues without a key limit).
 --  10. What applied recorded under p_receipt; the outcomes returned.
@@ -462,11 +462,11 @@ BEGIN
     END IF;
 
     -- The jobs that ended here (completed, dead) release or cancel the jobs that wait for
-    -- them, in this transaction, and workflow steps record their outcomes (ADR 0033; the
+    -- them, in this transaction, and workflow tasks record their outcomes (ADR 0033; the
     -- cancelled ones did in harel_end_cancelled). One probe of job_dependencies' key and
-    -- one of workflow_steps_by_job for the batch: jobs outside workflows pay those.
+    -- one of workflow_tasks_by_job for the batch: jobs outside workflows pay those.
     IF EXISTS (SELECT 1 FROM "harel".job_dependencies d WHERE d.parent_id = ANY (p_seqs))
-       OR EXISTS (SELECT 1 FROM "harel".workflow_steps w WHERE w.job_id = ANY (p_seqs)) THEN
+       OR EXISTS (SELECT 1 FROM "harel".workflow_tasks w WHERE w.job_id = ANY (p_seqs)) THEN
         SELECT array_agg(e.seq), array_agg(e.outcome) INTO v_done_seqs, v_done_outcomes
           FROM (SELECT p_seqs[f.ord] AS seq, 'completed' AS outcome
                   FROM unnest(v_fast_done) AS f(ord)

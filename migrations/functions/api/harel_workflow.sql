@@ -3,7 +3,7 @@
 --
 -- Takes:
 --   p_id  the workflow's id
--- Returns one row, or none for an unknown id: id, name, created_at, steps, ended (steps
+-- Returns one row, or none for an unknown id: id, name, created_at, tasks, ended (tasks
 --   whose jobs have ended), failed (of those, dead or cancelled).
 -- Fence: none: it reads.
 -- Locks: none.
@@ -14,7 +14,7 @@ RETURNS TABLE (
     id         BIGINT,
     name       TEXT,
     created_at TIMESTAMPTZ,
-    steps      INT,
+    tasks      INT,
     ended      INT,
     failed     INT
 )
@@ -28,7 +28,7 @@ AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    SELECT w.id, w.name, w.created_at, w.steps, w.ended, w.failed
+    SELECT w.id, w.name, w.created_at, w.tasks, w.ended, w.failed
       FROM "harel".workflows w
      WHERE w.id = p_id;
 END

@@ -5,8 +5,8 @@
 --   p_name    only workflows of this name, or NULL for all
 --   p_before  the cursor: workflows with a smaller id (NULL: from the newest)
 --   p_limit   1 to 1,000
--- Returns at most p_limit + 1 workflows, newest first: id, name, created_at, steps, ended
---   (steps whose jobs have ended), failed (of those, dead or cancelled). A last row past
+-- Returns at most p_limit + 1 workflows, newest first: id, name, created_at, tasks, ended
+--   (tasks whose jobs have ended), failed (of those, dead or cancelled). A last row past
 --   p_limit says more are left: the next page starts before the p_limit-th (its id as
 --   p_before).
 -- Fence: none: it reads. Bounded: at most p_limit + 1 rows read from one index.
@@ -21,7 +21,7 @@ CREATE OR REPLACE FUNCTION "harel".harel_workflows(
     id         BIGINT,
     name       TEXT,
     created_at TIMESTAMPTZ,
-    steps      INT,
+    tasks      INT,
     ended      INT,
     failed     INT
 )
@@ -40,14 +40,14 @@ BEGIN
     -- (two statements, so that each is one index range in a generic plan)
     IF p_name IS NULL THEN
         RETURN QUERY
-        SELECT w.id, w.name, w.created_at, w.steps, w.ended, w.failed
+        SELECT w.id, w.name, w.created_at, w.tasks, w.ended, w.failed
           FROM "harel".workflows w
          WHERE w.id < COALESCE(p_before, 9223372036854775807)
          ORDER BY w.id DESC
          LIMIT p_limit + 1;
     ELSE
         RETURN QUERY
-        SELECT w.id, w.name, w.created_at, w.steps, w.ended, w.failed
+        SELECT w.id, w.name, w.created_at, w.tasks, w.ended, w.failed
           FROM "harel".workflows w
          WHERE w.name = p_name AND w.id < COALESCE(p_before, 9223372036854775807)
          ORDER BY w.name DESC, w.id DESC

@@ -4,6 +4,7 @@
 --
 -- Takes:
 --   p_jobs      per message of the publish, its id (negated: a duplicate, not written)
+--   p_groups    per message, its group
 --   p_after_of, p_after
 --               harel_publish's: per dependency, the waiting message's position and its
 --               parent (a job id, or -n: the publish's n-th message)
@@ -36,6 +37,7 @@
 --   4. Parents that had ended: harel_resolve_dependents, as if they ended now.
 CREATE OR REPLACE FUNCTION "harel".harel_hold(
     p_jobs      BIGINT[],
+    p_groups    TEXT[],
     p_after_of  INT[],
     p_after     BIGINT[],
     p_run       BOOLEAN[],
@@ -77,8 +79,10 @@ BEGIN
           FROM unnest(p_after_of, p_after) AS d(waiter, parent)
          WHERE p_jobs[d.waiter] > 0
     ), waits AS (
-        INSERT INTO "harel".job_waits (job_id, waiting, run_after_failure, not_before)
-        SELECT w.job_id, count(*), COALESCE(p_run[w.waiter], false), p_starts[w.waiter]
+        INSERT INTO "harel".job_waits (job_id, group_id, waiting, run_after_failure,
+                                        not_before)
+        SELECT w.job_id, p_groups[w.waiter], count(*), COALESCE(p_run[w.waiter], false),
+               p_starts[w.waiter]
           FROM deps w
          GROUP BY w.waiter, w.job_id
     )
@@ -144,5 +148,6 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_hold(BIGINT[], INT[], BIGINT[], BOOLEAN[], TIMESTAMPTZ[])
+REVOKE ALL ON FUNCTION "harel".harel_hold(BIGINT[], TEXT[], INT[], BIGINT[], BOOLEAN[],
+                                         TIMESTAMPTZ[])
     FROM PUBLIC;

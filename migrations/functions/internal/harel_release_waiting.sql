@@ -1,95 +1,143 @@
--- harel_release_waiting: gives a job whose parents have all ended its own start time back
--- (ADR 0033): until now it was not due before the pending time. Internal: called by
--- harel_resolve_dependents.
+-- harel_release_waiting: gives jobs whose parents have all ended their own start times back
+-- (ADR 0033): until now they were not due before the pending time. Internal: called by
+-- harel_resolve_dependents, for a settle's batch at once.
 --
--- Takes:
---   p_job         the job's id
+-- Takes, one element per job:
+--   p_jobs        the job's id
+--   p_groups      its group (job_waits keeps it: a job's group never changes)
 --   p_not_before  the start time it asked for when enqueued (NULL: at once)
 -- Returns: nothing.
--- Fence: the job is looked up again under its group's row lock; a job no longer queued
+-- Fence: each job is looked for under its group's row lock; a job no longer queued
 --   (cancelled meanwhile) is left alone.
--- Locks: FOR NO KEY UPDATE of the job's group row: it waits for a claim, settle or cancel
---   holding it.
--- Indexes: transport_messages_by_id, transport_groups' key and
---   transport_groups_by_inline_id (a job by id); transport_messages' key (group_id, seq);
---   harel_fair_tags' probes.
--- Errors: 40001 when the job kept moving (the caller's transaction retries).
+-- Locks: FOR NO KEY UPDATE of the jobs' group rows, in group order (as settles take
+--   theirs), waiting for a claim, settle or cancel holding one.
+-- Indexes: transport_groups' key; transport_messages' key (group_id, seq); harel_fair_tags'
+--   probes. Every row by its key, then by the TID that lookup found.
+-- Errors: none of its own.
 --
 -- Steps:
---   1. Find the job's group and lock its row; the job no longer in it: next round.
---   2. Its not-before time set to p_not_before (the group row's for its inline message,
---      else its message's).
---   3. If it is the head of a free group (which then waits for it, timed at the pending
---      time): the group becomes due at that time, tagged into the ready domain if it is due
---      now (harel_fair_tags), and idle workers are woken (harel_notify). Otherwise the
---      group's lease or park is left alone: the settle that moves it on meets the job.
+--   1. The jobs' groups locked in group order.
+--   2. A new statement (it sees what committed while we waited): each job's group row, and
+--      whether the job is the head of a free group (which waits for it, timed at the
+--      pending time); the tags of those due now (harel_fair_tags, one call).
+--   3. Each group row updated once: an inline job's not-before time set to its own, and a
+--      head's group due at that time (tagged into the ready domain when due now). A leased
+--      or parked group is left alone: the settle that moves it on meets the job. The other
+--      jobs' not-before times set on their messages. Idle workers woken (harel_notify, the
+--      lowest tag as the position).
 CREATE OR REPLACE FUNCTION "harel".harel_release_waiting(
-    p_job        BIGINT,
-    p_not_before TIMESTAMPTZ
+    p_jobs       BIGINT[],
+    p_groups     TEXT[],
+    p_not_before TIMESTAMPTZ[]
 ) RETURNS VOID
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET jit = off
+-- every table is reached by key
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
     -- a tag's position in a NOTIFY (see harel_notify)
     c_hint_base CONSTANT BIGINT := 4611686018427387904;
-    v_now   TIMESTAMPTZ;
-    v_group TEXT;
-    v_head  BOOLEAN;
-    v_tags  BIGINT[];
-    g       RECORD;
+    v_now      TIMESTAMPTZ;
+    v_jobs     BIGINT[];
+    v_groups   TEXT[];
+    v_starts   TIMESTAMPTZ[];
+    v_ctids    TID[];
+    v_inline   BOOLEAN[];
+    v_head     BOOLEAN[];
+    v_queues   SMALLINT[];
+    v_levels   SMALLINT[];
+    v_keys     TEXT[];
+    v_due_keys TEXT[];
+    v_tags     BIGINT[];
 BEGIN
-    FOR round IN 1..5 LOOP
-        v_group := COALESCE(
-            (SELECT m.group_id FROM "harel".transport_messages m WHERE m.seq = p_job),
-            (SELECT t.group_id FROM "harel".transport_groups t
-              WHERE t.group_id = 'own:' || lpad(p_job::text, 19, '0') AND t.inline_seq = p_job),
-            (SELECT t.group_id FROM "harel".transport_groups t
-              WHERE t.inline_seq = p_job
-                AND t.group_id <> 'own:' || lpad(t.inline_seq::text, 19, '0')));
-        IF v_group IS NULL THEN
-            RETURN;
-        END IF;
-        SELECT * INTO g FROM "harel".transport_groups t
-         WHERE t.group_id = v_group
-           FOR NO KEY UPDATE;
-        CONTINUE WHEN NOT FOUND;
-        v_now := clock_timestamp();
-
-        IF g.inline_seq = p_job THEN
-            UPDATE "harel".transport_groups t SET inline_not_before = p_not_before
-             WHERE t.group_id = v_group;
-            v_head := true;
-        ELSE
-            UPDATE "harel".transport_messages m SET not_before = p_not_before
-             WHERE m.group_id = v_group AND m.seq = p_job;
-            CONTINUE WHEN NOT FOUND;
-            v_head := g.inline_seq IS NULL AND p_job = (
-                SELECT f.seq FROM "harel".transport_messages f
-                 WHERE f.group_id = v_group ORDER BY f.seq LIMIT 1);
-        END IF;
-
-        IF v_head AND g.locked_by IS NULL THEN
-            IF p_not_before IS NULL OR p_not_before <= v_now THEN
-                v_tags := "harel".harel_fair_tags(ARRAY[g.queue_id], ARRAY[g.priority],
-                                                   ARRAY[g.fair_key]);
-            END IF;
-            UPDATE "harel".transport_groups t
-               SET available_at = GREATEST(v_now, p_not_before), fair_tag = v_tags[1]
-             WHERE t.group_id = v_group;
-            IF v_tags IS NOT NULL THEN
-                PERFORM "harel".harel_notify(v_tags[1] - c_hint_base);
-            END IF;
-        END IF;
+    -- in group order
+    SELECT array_agg(x.job ORDER BY x.group_id, x.job),
+           array_agg(x.group_id ORDER BY x.group_id, x.job),
+           array_agg(x.not_before ORDER BY x.group_id, x.job)
+      INTO v_jobs, v_groups, v_starts
+      FROM unnest(p_jobs, p_groups, p_not_before) AS x(job, group_id, not_before);
+    IF v_jobs IS NULL THEN
         RETURN;
-    END LOOP;
-    RAISE EXCEPTION 'harel_release_waiting: job % kept moving; try again', p_job
-        USING ERRCODE = '40001';
+    END IF;
+    -- locked in group order (a group's row cannot go while it holds a job, so a job whose
+    -- row is gone is gone too)
+    PERFORM 1 FROM "harel".transport_groups g
+     WHERE g.group_id = ANY (v_groups)
+     ORDER BY g.group_id
+       FOR NO KEY UPDATE;
+    v_now := clock_timestamp();
+
+    -- A new statement (it sees what committed while we waited): each job's group row, by
+    -- its key, and whether the job is the group's head in a free group (which then waits
+    -- for it, timed at the pending time), with the key of those due now (NULL for the
+    -- others: harel_fair_tags leaves them be).
+    SELECT array_agg(r.row_ctid ORDER BY x.ord), array_agg(x.job ORDER BY x.ord),
+           array_agg(x.group_id ORDER BY x.ord), array_agg(x.not_before ORDER BY x.ord),
+           array_agg(r.inline_seq IS NOT DISTINCT FROM x.job ORDER BY x.ord),
+           array_agg(r.locked_by IS NULL
+                     AND (r.inline_seq = x.job
+                          OR (r.inline_seq IS NULL
+                              AND x.job = (SELECT f.seq FROM "harel".transport_messages f
+                                            WHERE f.group_id = x.group_id
+                                            ORDER BY f.seq LIMIT 1)))
+                     ORDER BY x.ord),
+           array_agg(r.queue_id ORDER BY x.ord), array_agg(r.priority ORDER BY x.ord),
+           array_agg(r.fair_key ORDER BY x.ord)
+      INTO v_ctids, v_jobs, v_groups, v_starts, v_inline, v_head, v_queues, v_levels, v_keys
+      FROM unnest(v_jobs, v_groups, v_starts) WITH ORDINALITY AS x(job, group_id, not_before, ord)
+     CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid, t.queue_id, t.priority, t.fair_key,
+                                t.locked_by, t.inline_seq
+                           FROM "harel".transport_groups t
+                          WHERE t.group_id = x.group_id
+                         OFFSET 0) AS r;
+    IF v_ctids IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(CASE WHEN x.head AND (x.not_before IS NULL OR x.not_before <= v_now)
+                          THEN x.fair_key END ORDER BY x.ord)
+      INTO v_due_keys
+      FROM unnest(v_head, v_starts, v_keys) WITH ORDINALITY AS x(head, not_before, fair_key, ord);
+    IF cardinality(array_positions(v_due_keys, NULL)) < cardinality(v_due_keys) THEN
+        v_tags := "harel".harel_fair_tags(v_queues, v_levels, v_due_keys);
+    END IF;
+
+    -- each group row once: an inline job's start time on it, and a head's group due at
+    -- that time (tagged if due now)
+    UPDATE "harel".transport_groups g
+       SET inline_not_before = CASE WHEN x.inline THEN x.not_before
+                                    ELSE g.inline_not_before END,
+           available_at = CASE WHEN x.head THEN GREATEST(v_now, x.not_before)
+                               ELSE g.available_at END,
+           fair_tag = CASE WHEN NOT x.head THEN g.fair_tag
+                           WHEN x.due_key IS NOT NULL THEN x.tag END
+      FROM (SELECT DISTINCT ON (y.row_ctid) y.*
+              FROM unnest(v_ctids, v_inline, v_head, v_starts, v_tags, v_due_keys)
+                   AS y(row_ctid, inline, head, not_before, tag, due_key)
+             WHERE y.inline OR y.head
+             -- (a head first: an inline job is its group's head, and one group's head is
+             -- one of its jobs)
+             ORDER BY y.row_ctid, y.head DESC) AS x
+     WHERE g.ctid = x.row_ctid;
+    -- the others' start times on their messages
+    UPDATE "harel".transport_messages m
+       SET not_before = x.not_before
+      FROM unnest(v_jobs, v_groups, v_starts, v_inline) AS x(job, group_id, not_before, inline)
+     CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".transport_messages t
+                          WHERE t.group_id = x.group_id AND t.seq = x.job
+                         OFFSET 0) AS k
+     WHERE NOT x.inline AND m.ctid = k.row_ctid;
+    IF v_tags IS NOT NULL THEN
+        PERFORM "harel".harel_notify(
+            (SELECT min(x.tag) FROM unnest(v_tags, v_due_keys) AS x(tag, due_key)
+              WHERE x.due_key IS NOT NULL) - c_hint_base);
+    END IF;
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_release_waiting(BIGINT, TIMESTAMPTZ) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "harel".harel_release_waiting(BIGINT[], TEXT[], TIMESTAMPTZ[])
+    FROM PUBLIC;

@@ -122,6 +122,7 @@ DECLARE
     v_seqs       BIGINT[];
     v_ready      TIMESTAMPTZ;
     v_results    BIGINT[];
+    v_all_groups TEXT[];
     v_holder     BIGINT;
     v_kept       BIGINT[];
     v_queue      SMALLINT := 0::smallint;
@@ -318,7 +319,7 @@ BEGIN
             -- deleted by a draining settle between the two statements: insert again
         END LOOP;
         IF p_after IS NOT NULL THEN
-            PERFORM @schema@.harel_hold(ARRAY[v_seq], p_after_of, p_after,
+            PERFORM @schema@.harel_hold(ARRAY[v_seq], p_groups, p_after_of, p_after,
                                         COALESCE(p_run_after_failure, ARRAY[false]),
                                         v_wait_starts);
         END IF;
@@ -350,6 +351,9 @@ BEGIN
         END IF;
     END IF;
     v_results := v_seqs;
+    -- (each message's group by its position, for harel_hold: the arrays below drop
+    -- duplicates)
+    v_all_groups := p_groups;
 
     -- Each message's queue id (all 0 unless a queue is named), each named queue looked up
     -- (or created) once, in name order (two batches creating the same new queues wait for
@@ -527,7 +531,7 @@ BEGIN
     END IF;
 
     IF p_after IS NOT NULL THEN
-        PERFORM @schema@.harel_hold(v_results, p_after_of, p_after,
+        PERFORM @schema@.harel_hold(v_results, v_all_groups, p_after_of, p_after,
                                     COALESCE(p_run_after_failure,
                                              array_fill(false, ARRAY[cardinality(v_results)])),
                                     v_wait_starts);

@@ -1,23 +1,23 @@
--- harel_workflow_steps: a page of a workflow's steps, in their order, each with its job's
+-- harel_workflow_tasks: a page of a workflow's tasks, in their order, each with its job's
 -- state (ADR 0033). An operator's entry point (the CLI, the dashboard).
 --
 -- Takes:
 --   p_id     the workflow's id
---   p_after  the cursor: steps after this ordinal (NULL or 0: from the first)
+--   p_after  the cursor: tasks after this ordinal (NULL or 0: from the first)
 --   p_limit  1 to 1,000
--- Returns at most p_limit steps in ordinal order: ordinal, name, job_id, state (the
---   recorded outcome of an ended step: 'completed', 'dead' or 'cancelled'; else the job's
+-- Returns at most p_limit tasks in ordinal order: ordinal, name, job_id, state (the
+--   recorded outcome of an ended task: 'completed', 'dead' or 'cancelled'; else the job's
 --   queued state as harel_job says, 'pending' for one that waits for its parents), kind,
---   attempts, last_error, parents (their step names), completed, dead and cancelled (its
---   parents' outcomes, once released), ended_at. A step whose job is neither queued nor
+--   attempts, last_error, parents (their task names), completed, dead and cancelled (its
+--   parents' outcomes, once released), ended_at. A task whose job is neither queued nor
 --   recorded as ended (a release before this one) reads 'unknown'.
--- Fence: none: it reads (harel_job per step, each its own snapshot: a step moving during
+-- Fence: none: it reads (harel_job per task, each its own snapshot: a task moving during
 --   the call may show a state a moment older or newer than its neighbour's).
 -- Locks: none.
--- Indexes: workflow_steps' key (workflow_id, ordinal), a range from p_after; harel_job's
---   per step.
+-- Indexes: workflow_tasks' key (workflow_id, ordinal), a range from p_after; harel_job's
+--   per task.
 -- Errors: 22023 for a limit out of range.
-CREATE OR REPLACE FUNCTION "harel".harel_workflow_steps(
+CREATE OR REPLACE FUNCTION "harel".harel_workflow_tasks(
     p_id    BIGINT,
     p_after INT,
     p_limit INT
@@ -45,13 +45,13 @@ AS $$
 #variable_conflict use_column
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
-        RAISE EXCEPTION 'harel_workflow_steps: need a limit of 1 to 1000' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'harel_workflow_tasks: need a limit of 1 to 1000' USING ERRCODE = '22023';
     END IF;
     RETURN QUERY
     SELECT s.ordinal, s.name, s.job_id,
            COALESCE(s.outcome, j.state, 'unknown'), j.kind, j.attempts, j.last_error,
            s.parents, s.completed, s.dead, s.cancelled, s.ended_at
-      FROM (SELECT t.* FROM "harel".workflow_steps t
+      FROM (SELECT t.* FROM "harel".workflow_tasks t
              WHERE t.workflow_id = p_id AND t.ordinal > COALESCE(p_after, 0)
              ORDER BY t.ordinal
              LIMIT p_limit) AS s
@@ -61,4 +61,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_workflow_steps(BIGINT, INT, INT) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "harel".harel_workflow_tasks(BIGINT, INT, INT) FROM PUBLIC;
