@@ -33,8 +33,10 @@ CREATE TABLE "harel".job_waits (
     -- run once every parent has ended, whatever their outcomes (else: cancelled when one
     -- fails)
     run_after_failure BOOLEAN     NOT NULL,
-    -- the start time the job asked for (NULL: as soon as it is released)
+    -- the start the job asked for: a not-before time, or a delay counted from its release
+    -- (NULL both: as soon as it is released)
     not_before        TIMESTAMPTZ,
+    delay_ms          BIGINT,
     -- the parents' outcomes so far
     completed         INT         NOT NULL DEFAULT 0,
     dead              INT         NOT NULL DEFAULT 0,
@@ -56,12 +58,22 @@ CREATE TABLE "harel".workflows (
     id         BIGINT      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name       TEXT        NOT NULL,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    -- how many tasks it has, how many have ended, and how many of those did not complete
-    -- (dead, cancelled)
-    tasks      INT         NOT NULL,
-    ended      INT         NOT NULL DEFAULT 0,
-    failed     INT         NOT NULL DEFAULT 0
+    -- how many tasks it has
+    tasks      INT         NOT NULL
 );
+
+-- How many of a workflow's tasks ended, and how many of those did not complete (dead,
+-- cancelled): appended by each transaction that ends some (a settle, a cancel; a retry
+-- appends its negation), summed by the readers. Appended rather than counted on the
+-- workflow's row, which every settle of the workflow would wait for (and a cancel of the
+-- workflow, holding it, would wait for their groups: a cycle).
+CREATE TABLE "harel".workflow_ends (
+    workflow_id BIGINT NOT NULL,
+    ended       INT    NOT NULL,
+    failed      INT    NOT NULL
+);
+
+CREATE INDEX workflow_ends_by_workflow ON "harel".workflow_ends (workflow_id);
 
 CREATE INDEX workflows_by_name ON "harel".workflows (name, id);
 

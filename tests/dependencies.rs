@@ -10,7 +10,8 @@ use std::time::Duration;
 use harel_jobs::transport::{ClaimRequest, Lease, OutgoingMessage, Settlement};
 use harel_jobs::{
     CancelOutcome, Client, EnqueueOptions, InvalidMessage, Job, JobBatch, JobContext, JobId,
-    JobQuery, JobResult, JobState, OnParentFailure, Parent, PublishError, StateFilter, Worker,
+    JobQuery, JobResult, JobState, OnParentFailure, Parent, PublishError, StateFilter, Unique,
+    Worker,
 };
 use harel_jobs_suite::SuiteSchema;
 use serde::{Deserialize, Serialize};
@@ -402,17 +403,72 @@ async fn a_dependent_keeps_its_place_in_its_group_and_its_delay_counts_from_rele
         [parent].into(),
         "user-7 waits behind its first job"
     );
+    // the parent completes a while after the enqueue: the delay counts from then
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     ack(&q, &leases[0]).await;
-    match state(&client, delayed).await {
-        JobState::Scheduled { at } => {
-            assert!(at > chrono::Utc::now() + chrono::Duration::minutes(59))
-        }
+    let info = client.job(delayed).await.unwrap().unwrap();
+    match info.state {
+        JobState::Scheduled { at } => assert!(
+            at >= info.enqueued_at + chrono::Duration::milliseconds(3_601_400),
+            "an hour after the release, not after the enqueue: {at} ({})",
+            info.enqueued_at
+        ),
         other => panic!("expected scheduled, got {other:?}"),
     }
     let leases = claim_due(&q).await;
     assert_eq!(ids(&leases), [first].into());
     ack(&q, &leases[0]).await;
     assert_eq!(ids(&claim_due(&q).await), [second].into());
+}
+
+/// A parent that is a duplicate of a unique job that completed (its key held on after it,
+/// the job not kept) counts as completed; a duplicate's holder younger than the job
+/// waiting for it (two producers racing for a key) is refused with 40001, to try again.
+#[tokio::test]
+async fn a_parent_that_is_a_duplicate_waits_for_its_holder_or_counts_as_completed() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let once = Unique::new("nightly").hold_after_completion(Duration::from_secs(3600));
+    let first = client
+        .enqueue(&q.pool, Step { n: 1 })
+        .unique(once.clone())
+        .await
+        .unwrap();
+    let lease = claim_due(&q).await.remove(0);
+    assert_eq!(lease.id, first);
+    ack(&q, &lease).await;
+    assert!(client.job(first).await.unwrap().is_none(), "not kept");
+    let mut batch = client.batch();
+    let again = batch
+        .add(Step { n: 2 }, &EnqueueOptions::new().unique(once))
+        .unwrap();
+    batch
+        .add(Step { n: 3 }, &EnqueueOptions::new().after([again]))
+        .unwrap();
+    let outcomes = batch.enqueue_each(&q.pool).await.unwrap();
+    assert_eq!(
+        outcomes[0],
+        harel_jobs::Enqueued::Duplicate { existing: first }
+    );
+    assert_eq!(
+        state(&client, outcomes[1].id()).await,
+        JobState::Waiting,
+        "its parent's completion is known by the key it holds on"
+    );
+
+    // (harel_publish's call, as a duplicate whose holder is younger would make it)
+    let refused = sqlx::query(q.sql(
+        "SELECT @schema@.harel_hold(ARRAY[-1000, 5]::bigint[], ARRAY[NULL, 'g'], NULL,
+                ARRAY[2], ARRAY[-1]::bigint[], ARRAY[false, false], NULL, NULL)",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap_err();
+    let code = refused
+        .as_database_error()
+        .and_then(|e| e.code())
+        .map(|c| c.into_owned());
+    assert_eq!(code.as_deref(), Some("40001"), "{refused}");
 }
 
 /// The previous release's producers call harel_publish with its eleven arguments: the new

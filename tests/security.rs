@@ -245,7 +245,7 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         format!("SELECT * FROM {s}.workflows"),
         format!("UPDATE {s}.workflow_tasks SET outcome = NULL"),
         format!(
-            "SELECT {s}.harel_hold(ARRAY[2::bigint], ARRAY['g'], ARRAY[1], ARRAY[1::bigint], ARRAY[false], ARRAY[NULL::timestamptz])"
+            "SELECT {s}.harel_hold(ARRAY[2::bigint], ARRAY['g'], NULL, ARRAY[1], ARRAY[1::bigint], ARRAY[false], NULL, NULL)"
         ),
         format!("SELECT {s}.harel_resolve_dependents(ARRAY[1::bigint], ARRAY['completed'])"),
         format!(

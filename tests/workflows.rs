@@ -449,3 +449,117 @@ async fn only_the_lease_holder_reads_its_tasks_workflow() {
     );
     assert!(read(uuid::Uuid::new_v4()).await.is_empty());
 }
+
+/// A task that runs after failure and had counted a parent's failure waits for the
+/// parent's retry instead, and its counts take the failure back.
+#[tokio::test]
+async fn a_retry_makes_the_tasks_that_counted_the_failure_wait_for_the_new_job() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let mut w = client.workflow("report");
+    let a = w.task("a", Step { n: 1 }, &EnqueueOptions::new()).unwrap();
+    let b = w.task("b", Step { n: 2 }, &EnqueueOptions::new()).unwrap();
+    w.callback("report", Step { n: 3 }, &EnqueueOptions::new())
+        .unwrap();
+    let _ = (a, b);
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let leases = claim_due(&q).await;
+    assert_eq!(leases.len(), 2);
+    let (lease_a, lease_b) = if leases[0].id == enqueued.jobs[0] {
+        (&leases[0], &leases[1])
+    } else {
+        (&leases[1], &leases[0])
+    };
+    assert!(
+        q.transport
+            .dead_letter(&q.pool, lease_b, "flaky")
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(client.retry_workflow(enqueued.id).await.unwrap(), 1);
+    assert!(
+        q.transport
+            .ack(&q.pool, lease_a)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let report = |tasks: Vec<harel_jobs::TaskInfo>| tasks.into_iter().nth(2).unwrap();
+    let waiting = report(
+        client
+            .workflow_tasks(enqueued.id, 0, 10)
+            .await
+            .unwrap()
+            .tasks,
+    );
+    assert_eq!(waiting.state, "pending", "it waits for b's new job");
+    let lease = claim_due(&q).await.remove(0);
+    assert!(q.transport.ack(&q.pool, &lease).await.unwrap().is_applied());
+    let released = report(
+        client
+            .workflow_tasks(enqueued.id, 0, 10)
+            .await
+            .unwrap()
+            .tasks,
+    );
+    let outcomes = released.parent_outcomes.expect("released");
+    assert_eq!(
+        (outcomes.completed, outcomes.dead, outcomes.cancelled),
+        (2, 0, 0),
+        "the failure taken back"
+    );
+}
+
+/// A worker pool settles a workflow's tasks while an operator cancels it: neither waits for
+/// the other in a cycle (PostgreSQL would abort one), and the counts add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_running_workflow_beside_its_settles_never_deadlocks() {
+    let q = SuiteSchema::new().await;
+    sqlx::raw_sql(q.sql(
+        "CREATE TABLE @schema@.tally (workflow BIGINT, task TEXT, completed BIGINT,
+                                      dead BIGINT, cancelled BIGINT)",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let client = client(&q);
+    for round in 0..3 {
+        let mut w = client.workflow("big");
+        for n in 0..300 {
+            w.task(format!("t{n}"), Shard { n: n + 1 }, &EnqueueOptions::new())
+                .unwrap();
+        }
+        let enqueued = w.enqueue(&q.pool).await.unwrap();
+        let tally = Tally {
+            pool: q.pool.clone(),
+            schema: q.schema.to_string(),
+        };
+        let handle = Worker::builder(q.pool.clone(), tally)
+            .schema(q.schema.clone())
+            .register::<Shard>()
+            .concurrency(16)
+            .poll_interval(Duration::from_millis(20))
+            .build()
+            .unwrap()
+            .start();
+        tokio::time::sleep(Duration::from_millis(20 * round)).await;
+        let cancelled = client
+            .cancel_workflow(enqueued.id)
+            .reason("enough")
+            .await
+            .expect("the cancel is not aborted");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+            if info.ended == 300 {
+                assert_eq!(info.state, WorkflowState::Failed, "{cancelled:?}");
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{info:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let stats = handle.shutdown().await.unwrap();
+        assert_eq!(stats.database_errors, 0, "no settle was aborted: {stats:?}");
+    }
+}

@@ -39,6 +39,7 @@
 //!   retention, unique jobs, completing a job in your own transaction, the worker pools.
 //! - [Periodic jobs, named queues, pause and limits][scheduling].
 //! - [Fair share between tenants][fair]: fairness keys and their weights.
+//! - [Dependencies, batches with a callback, and workflows][workflows].
 //! - [Testing your jobs][testing] (feature `testing`).
 //! - [Operating harel-jobs][operating]: configuration, scaling out (and past one PostgreSQL
 //!   primary), PgBouncer, database roles, upgrading.
@@ -51,6 +52,7 @@
 //! [steering]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/steering-jobs.md
 //! [scheduling]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/scheduling.md
 //! [fair]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/fair-share.md
+//! [workflows]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/workflows.md
 //! [testing]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/testing.md
 //! [operating]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/operating.md
 //! [monitoring]: https://github.com/harel-jobs/harel-jobs/blob/main/docs/guide/monitoring.md
@@ -139,6 +141,12 @@ pub struct GuideSchedulingDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/guide/fair-share.md")]
 pub struct GuideFairShareDoctests;
+
+/// The examples of the guide's "Dependencies, batches with a callback, and workflows",
+/// compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/workflows.md")]
+pub struct GuideWorkflowsDoctests;
 
 /// The examples of the guide's "Testing your jobs", compiled as doc tests (its test itself
 /// is `ignore`d there and run by the workspace's tests/readme.rs).

@@ -228,6 +228,12 @@ async fn s15b_sigkilled_workers_lose_no_dependent() {
         .terminate_all(Duration::from_secs(60), &setup.admin)
         .await;
 
+    let executions = crate::executions(&setup.admin).await;
+    eprintln!(
+        "scenario 15b: {key} jobs ({chains} chains of three, {} fan-ins), {kills} SIGKILLs, \
+         {executions} executions",
+        key - chains * 3
+    );
     assert!(
         kills >= 3,
         "the run was long enough to kill workers: {kills}"

@@ -337,9 +337,10 @@ impl Client {
     }
 
     /// Cancels every task of the workflow that has not ended, as [`cancel`](Self::cancel)
-    /// cancels a job (running ones are asked to stop), in one transaction; each cancelled
-    /// task keeps the reason. Set a reason and how long the cancelled jobs are kept before
-    /// `.await`.
+    /// cancels a job (running ones are asked to stop), from the last task to the first (so
+    /// each keeps the reason, not its parent's), 1,000 tasks per transaction; a page that
+    /// PostgreSQL aborted in a deadlock with a settle is run again. Set a reason and how
+    /// long the cancelled jobs are kept before `.await`.
     pub fn cancel_workflow(&self, id: WorkflowId) -> CancelWorkflow<'_> {
         CancelWorkflow {
             client: self,
@@ -423,25 +424,37 @@ impl<'q> IntoFuture for CancelWorkflow<'q> {
                 ClientError::InvalidArgument("a cancelled job is kept at most 100 years")
             })?;
             let client = self.client;
-            let mut tx = client.pool.begin().await.map_err(DatabaseError::new)?;
             let mut done = WorkflowCancelled {
                 cancelled: 0,
                 running_requested: 0,
             };
+            // a page at a time, each its own transaction (its groups locked in group
+            // order, as settles take theirs); a page that met a settle releasing into it
+            // in a cycle, which PostgreSQL broke, runs again (its cancels are idempotent)
             let mut before = None;
             loop {
-                let (cancelled, requested, next) = client
-                    .store
-                    .workflow_cancel_page(
-                        &mut *tx,
-                        self.id.get(),
-                        self.reason.as_deref(),
-                        keep_ms,
-                        before,
-                        GROUP_CANCEL_STEP,
-                    )
-                    .await
-                    .map_err(DatabaseError::new)?;
+                let mut tries = 0;
+                let (cancelled, requested, next) = loop {
+                    let page = client
+                        .store
+                        .workflow_cancel_page(
+                            &client.pool,
+                            self.id.get(),
+                            self.reason.as_deref(),
+                            keep_ms,
+                            before,
+                            GROUP_CANCEL_STEP,
+                        )
+                        .await
+                        .map_err(DatabaseError::new);
+                    match page {
+                        Err(error) if error.is_transient() && tries < 5 => {
+                            tries += 1;
+                            tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+                        }
+                        page => break page?,
+                    }
+                };
                 done.cancelled += u64::try_from(cancelled).unwrap_or(0);
                 done.running_requested += u64::try_from(requested).unwrap_or(0);
                 match next {
@@ -449,7 +462,6 @@ impl<'q> IntoFuture for CancelWorkflow<'q> {
                     None => break,
                 }
             }
-            tx.commit().await.map_err(DatabaseError::new)?;
             Ok(done)
         })
     }

@@ -13,8 +13,14 @@
 -- Fence: harel_cancel's, per task: a task that ended meanwhile is left as it ended.
 --   Steps are cancelled from the last to the first, so that each gets p_reason rather
 --   than the reason its cancelled parent would give it.
--- Locks: harel_cancel's (each task's group row, waiting).
--- Indexes: workflow_tasks' key (workflow_id, ordinal), backward from p_before.
+-- Locks: FOR NO KEY UPDATE of the page's jobs' group rows, in group order, waiting (as a
+--   settle takes its own), then harel_cancel's (already held). A cancel that cascades to
+--   jobs waiting for a cancelled one (outside the page) waits for their groups after: a
+--   settle releasing into this page's groups meanwhile can close a cycle, which PostgreSQL
+--   breaks (Client::cancel_workflow runs the page again).
+-- Indexes: workflow_tasks' key (workflow_id, ordinal), backward from p_before; a job's
+--   group by the job's id (transport_groups' key and transport_groups_by_inline_id,
+--   transport_messages_by_id).
 -- Errors: 22023 for a limit out of range; harel_cancel's.
 CREATE OR REPLACE FUNCTION "harel".harel_cancel_workflow(
     p_id      BIGINT,
@@ -28,6 +34,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET jit = off
+-- every table is reached by key
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -36,23 +44,54 @@ DECLARE
     v_last      INT;
     v_seen      INT := 0;
     v_outcome   TEXT;
-    s           RECORD;
+    v_ordinals  INT[];
+    v_jobs      BIGINT[];
+    v_groups    TEXT[];
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
         RAISE EXCEPTION 'harel_cancel_workflow: need a limit of 1 to 10000'
             USING ERRCODE = '22023';
     END IF;
-    FOR s IN SELECT t.ordinal, t.job_id FROM "harel".workflow_tasks t
-              WHERE t.workflow_id = p_id
-                AND t.ordinal < COALESCE(p_before, 2147483647)
-              ORDER BY t.ordinal DESC
-              LIMIT p_limit LOOP
-        v_seen := v_seen + 1;
-        v_last := s.ordinal;
+    -- The page (its tasks that ended are skipped below), and its jobs' groups, locked in
+    -- group order first (as settles take theirs: a settle of one of these tasks and this cancel
+    -- never wait for each other in a cycle)
+    SELECT array_agg(t.ordinal ORDER BY t.ordinal DESC),
+           array_agg(t.job_id ORDER BY t.ordinal DESC),
+           min(t.ordinal), count(*)::int
+      INTO v_ordinals, v_jobs, v_last, v_seen
+      FROM (SELECT x.ordinal, x.job_id FROM "harel".workflow_tasks x
+             WHERE x.workflow_id = p_id
+               AND x.ordinal < COALESCE(p_before, 2147483647)
+             ORDER BY x.ordinal DESC
+             LIMIT p_limit) AS t;
+    IF v_jobs IS NULL THEN
+        RETURN QUERY SELECT 0, 0, NULL::int;
+        RETURN;
+    END IF;
+    SELECT array_agg(DISTINCT g.group_id) INTO v_groups
+      FROM unnest(v_jobs) AS j(id)
+     CROSS JOIN LATERAL (
+            SELECT COALESCE(
+                (SELECT t.group_id FROM "harel".transport_groups t
+                  WHERE t.group_id = 'own:' || lpad(j.id::text, 19, '0') AND t.inline_seq = j.id),
+                (SELECT m.group_id FROM "harel".transport_messages m WHERE m.seq = j.id),
+                (SELECT t.group_id FROM "harel".transport_groups t
+                  WHERE t.inline_seq = j.id
+                    AND t.group_id <> 'own:' || lpad(t.inline_seq::text, 19, '0')))
+                   AS group_id) AS g
+     WHERE g.group_id IS NOT NULL;
+    IF v_groups IS NOT NULL THEN
+        PERFORM 1 FROM "harel".transport_groups g
+         WHERE g.group_id = ANY (v_groups)
+         ORDER BY g.group_id
+           FOR NO KEY UPDATE;
+    END IF;
+
+    FOR i IN 1..cardinality(v_jobs) LOOP
         -- (read again: an earlier cancel of this call may have ended it)
         CONTINUE WHEN (SELECT t.outcome FROM "harel".workflow_tasks t
-                        WHERE t.workflow_id = p_id AND t.ordinal = s.ordinal) IS NOT NULL;
-        v_outcome := "harel".harel_cancel(s.job_id, p_reason, p_keep_ms);
+                        WHERE t.workflow_id = p_id AND t.ordinal = v_ordinals[i]) IS NOT NULL;
+        v_outcome := "harel".harel_cancel(v_jobs[i], p_reason, p_keep_ms);
         IF v_outcome = 'cancelled' THEN
             v_cancelled := v_cancelled + 1;
         ELSIF v_outcome = 'requested' THEN

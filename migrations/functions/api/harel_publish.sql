@@ -123,6 +123,7 @@ DECLARE
     v_ready      TIMESTAMPTZ;
     v_results    BIGINT[];
     v_all_groups TEXT[];
+    v_all_keys   TEXT[];
     v_holder     BIGINT;
     v_kept       BIGINT[];
     v_queue      SMALLINT := 0::smallint;
@@ -139,8 +140,10 @@ DECLARE
     c_own_group   CONSTANT TEXT := '^own:[0-9]{19}$';
     -- the pending time: a job waiting for parents is not due before it (harel_queued_state)
     c_pending     CONSTANT TIMESTAMPTZ := timestamptz '9999-12-31 00:00:00+00';
-    -- per message, the start time a message waiting for parents asked for
+    -- per message, the not-before time and the delay a message waiting for parents asked
+    -- for (the delay counts from its release)
     v_wait_starts TIMESTAMPTZ[];
+    v_wait_delays BIGINT[];
     k            RECORD;
 BEGIN
     -- The limits of transport/message.rs, checked again here for callers that bypass it.
@@ -243,23 +246,22 @@ BEGIN
     -- that waits keeps its start time aside and is not due before the pending time.
     IF p_after IS NOT NULL OR p_after_of IS NOT NULL THEN
         IF cardinality(p_after) IS DISTINCT FROM cardinality(p_after_of)
+           OR cardinality(p_after) > 100000
            OR (p_run_after_failure IS NOT NULL AND cardinality(p_run_after_failure) <> v_count)
            OR EXISTS (SELECT 1 FROM unnest(p_after_of, p_after) AS d(waiter, parent)
                        WHERE d.waiter IS NULL OR d.waiter NOT BETWEEN 1 AND v_count
                           OR d.parent IS NULL OR d.parent = 0
                           OR (d.parent < 0 AND -d.parent >= d.waiter)) THEN
-            RAISE EXCEPTION 'harel_publish: each dependency names a message of the call and a job id, or an earlier message of the call as minus its position'
+            RAISE EXCEPTION 'harel_publish: at most 100000 dependencies, each naming a message of the call and a job id, or an earlier message of the call as minus its position'
                 USING ERRCODE = '22023';
         END IF;
-        SELECT array_agg(CASE WHEN w.waiter IS NOT NULL
-                              THEN COALESCE(x.not_before,
-                                            v_now + x.delay_ms * interval '1 millisecond') END
-                         ORDER BY x.ord),
+        SELECT array_agg(CASE WHEN w.waiter IS NOT NULL THEN x.not_before END ORDER BY x.ord),
+               array_agg(CASE WHEN w.waiter IS NOT NULL THEN x.delay_ms END ORDER BY x.ord),
                array_agg(CASE WHEN w.waiter IS NOT NULL THEN c_pending ELSE x.not_before END
                          ORDER BY x.ord),
                array_agg(CASE WHEN w.waiter IS NOT NULL THEN NULL ELSE x.delay_ms END
                          ORDER BY x.ord)
-          INTO v_wait_starts, p_not_before, p_delay_ms
+          INTO v_wait_starts, v_wait_delays, p_not_before, p_delay_ms
           FROM unnest(p_not_before, p_delay_ms) WITH ORDINALITY AS x(not_before, delay_ms, ord)
           LEFT JOIN (SELECT DISTINCT a.waiter FROM unnest(p_after_of) AS a(waiter)) AS w
             ON w.waiter = x.ord;
@@ -319,9 +321,9 @@ BEGIN
             -- deleted by a draining settle between the two statements: insert again
         END LOOP;
         IF p_after IS NOT NULL THEN
-            PERFORM "harel".harel_hold(ARRAY[v_seq], p_groups, p_after_of, p_after,
-                                        COALESCE(p_run_after_failure, ARRAY[false]),
-                                        v_wait_starts);
+            PERFORM "harel".harel_hold(ARRAY[v_seq], p_groups, p_unique_keys, p_after_of,
+                                        p_after, COALESCE(p_run_after_failure, ARRAY[false]),
+                                        v_wait_starts, v_wait_delays);
         END IF;
         IF v_ready IS NULL OR v_ready <= v_now THEN
             PERFORM "harel".harel_notify(v_new_from);
@@ -354,6 +356,7 @@ BEGIN
     -- (each message's group by its position, for harel_hold: the arrays below drop
     -- duplicates)
     v_all_groups := p_groups;
+    v_all_keys := p_unique_keys;
 
     -- Each message's queue id (all 0 unless a queue is named), each named queue looked up
     -- (or created) once, in name order (two batches creating the same new queues wait for
@@ -531,10 +534,10 @@ BEGIN
     END IF;
 
     IF p_after IS NOT NULL THEN
-        PERFORM "harel".harel_hold(v_results, v_all_groups, p_after_of, p_after,
+        PERFORM "harel".harel_hold(v_results, v_all_groups, v_all_keys, p_after_of, p_after,
                                     COALESCE(p_run_after_failure,
                                              array_fill(false, ARRAY[cardinality(v_results)])),
-                                    v_wait_starts);
+                                    v_wait_starts, v_wait_delays);
     END IF;
 
     RETURN QUERY SELECT unnest(v_results);

@@ -11,7 +11,8 @@
 --   p_before).
 -- Fence: none: it reads. Bounded: at most p_limit + 1 rows read from one index.
 -- Locks: none.
--- Indexes: workflows' key, backward; workflows_by_name, backward, for p_name.
+-- Indexes: workflows' key, backward; workflows_by_name, backward, for p_name;
+--   workflow_ends_by_workflow per workflow shown.
 -- Errors: 22023 for a limit out of range.
 CREATE OR REPLACE FUNCTION "harel".harel_workflows(
     p_name   TEXT,
@@ -40,15 +41,22 @@ BEGIN
     -- (two statements, so that each is one index range in a generic plan)
     IF p_name IS NULL THEN
         RETURN QUERY
-        SELECT w.id, w.name, w.created_at, w.tasks, w.ended, w.failed
+        SELECT w.id, w.name, w.created_at, w.tasks, COALESCE(e.ended, 0), COALESCE(e.failed, 0)
           FROM "harel".workflows w
+          -- (its counts: the sum of its rows of workflow_ends, by their index)
+          LEFT JOIN LATERAL (SELECT sum(x.ended)::int AS ended, sum(x.failed)::int AS failed
+                               FROM "harel".workflow_ends x
+                              WHERE x.workflow_id = w.id) AS e ON true
          WHERE w.id < COALESCE(p_before, 9223372036854775807)
          ORDER BY w.id DESC
          LIMIT p_limit + 1;
     ELSE
         RETURN QUERY
-        SELECT w.id, w.name, w.created_at, w.tasks, w.ended, w.failed
+        SELECT w.id, w.name, w.created_at, w.tasks, COALESCE(e.ended, 0), COALESCE(e.failed, 0)
           FROM "harel".workflows w
+          LEFT JOIN LATERAL (SELECT sum(x.ended)::int AS ended, sum(x.failed)::int AS failed
+                               FROM "harel".workflow_ends x
+                              WHERE x.workflow_id = w.id) AS e ON true
          WHERE w.name = p_name AND w.id < COALESCE(p_before, 9223372036854775807)
          ORDER BY w.name DESC, w.id DESC
          LIMIT p_limit + 1;

@@ -5,16 +5,21 @@
 -- Takes:
 --   p_jobs      per message of the publish, its id (negated: a duplicate, not written)
 --   p_groups    per message, its group
+--   p_keys      per message, its unique key (NULL: none)
 --   p_after_of, p_after
 --               harel_publish's: per dependency, the waiting message's position and its
 --               parent (a job id, or -n: the publish's n-th message)
 --   p_run       per message: true runs it after a parent that failed
---   p_starts    per message: the start time it asked for (NULL: as soon as released)
+--   p_starts    per message: the not-before time it asked for (NULL: none)
+--   p_delays    per message: the delay it asked for, counted from its release (ms; NULL:
+--               none)
 -- Returns: nothing.
 -- Fence: a parent named by id must be older than every message of the publish (its
 --   own messages are named by position), so every dependency points to an older job and
---   none closes a cycle. A dependency on a duplicate is one on the job holding its key.
---   Each parent must be queued, or kept as ended (job_history, dead_letters).
+--   none closes a cycle. A dependency on a duplicate is one on the job holding its key
+--   (which must be older than the waiting job: else 40001, try again). Each parent must be
+--   the publish's own, queued, or kept as ended (job_history, dead_letters, or a unique
+--   key held on after its job completed).
 -- Locks: FOR SHARE of each queued parent's group row, in group order, until commit: no
 --   settle or cancel can end that parent before the dependency is committed, and the one
 --   that ends it afterwards sees the dependency. Waits for a claim, settle or cancel
@@ -22,36 +27,42 @@
 -- Indexes: transport_messages_by_id, transport_groups' key and
 --   transport_groups_by_inline_id (a job by id, as harel_cancel finds it); the keys of
 --   job_history, dead_letters, job_waits and job_dependencies.
--- Errors: 22023 for a parent id not older than the publish's messages; HJ002 for a parent
---   neither queued nor kept (completed without retention, pruned, or never a job; its id
---   in the error's DETAIL).
+-- Errors: 22023 for a parent id not older than the publish's messages; 40001 for a key's
+--   holder younger than its waiter; HJ002 for a parent neither queued nor kept (completed
+--   without retention, pruned, or never a job; its id in the error's DETAIL).
 --
 -- Steps:
 --   1. The dependencies by id (positions resolved, duplicates' own dropped), without
 --      repeats; the parents checked older than the publish.
---   2. job_waits: each waiting job, its parent count, run flag and start time;
+--   2. job_waits: each waiting job, its group, parent count, run flag and start time;
 --      job_dependencies: each (parent, job).
---   3. Each parent located (a few rounds): queued ones' group rows locked FOR SHARE in
---      group order, then checked still holding them (a new statement: it sees what
---      committed while we waited); the others looked up as ended.
+--   3. Each parent other than the publish's own jobs located (a few rounds): queued ones'
+--      group rows locked FOR SHARE in group order, then checked still holding them (a new
+--      statement: it sees what committed while we waited); the others looked up as ended.
 --   4. Parents that had ended: harel_resolve_dependents, as if they ended now.
 CREATE OR REPLACE FUNCTION "harel".harel_hold(
     p_jobs      BIGINT[],
     p_groups    TEXT[],
+    p_keys      TEXT[],
     p_after_of  INT[],
     p_after     BIGINT[],
     p_run       BOOLEAN[],
-    p_starts    TIMESTAMPTZ[]
+    p_starts    TIMESTAMPTZ[],
+    p_delays    BIGINT[]
 ) RETURNS VOID
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET jit = off
+-- every table is reached by key
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
     v_oldest_new BIGINT;
+    v_dep_jobs   BIGINT[];
+    v_dep_parents BIGINT[];
     v_todo       BIGINT[];
     v_ids        BIGINT[];
     v_groups     TEXT[];
@@ -60,7 +71,6 @@ DECLARE
     v_outcomes   TEXT[] := ARRAY[]::text[];
     v_more_ids   BIGINT[];
     v_more_outs  TEXT[];
-    v_group      TEXT;
 BEGIN
     SELECT min(j.id) INTO v_oldest_new FROM unnest(p_jobs) AS j(id) WHERE j.id > 0;
     IF v_oldest_new IS NULL THEN
@@ -73,27 +83,45 @@ BEGIN
 
     -- The dependencies by id: a position becomes that message's id (a duplicate's: its
     -- holder's), a duplicate's own dependencies go with it.
-    WITH deps AS (
-        SELECT DISTINCT d.waiter, p_jobs[d.waiter] AS job_id,
-               CASE WHEN d.parent > 0 THEN d.parent ELSE abs(p_jobs[-d.parent]) END AS parent_id
-          FROM unnest(p_after_of, p_after) AS d(waiter, parent)
-         WHERE p_jobs[d.waiter] > 0
-    ), waits AS (
-        INSERT INTO "harel".job_waits (job_id, group_id, waiting, run_after_failure,
-                                        not_before)
-        SELECT w.job_id, p_groups[w.waiter], count(*), COALESCE(p_run[w.waiter], false),
-               p_starts[w.waiter]
-          FROM deps w
-         GROUP BY w.waiter, w.job_id
-    )
-    INSERT INTO "harel".job_dependencies (parent_id, job_id)
-    SELECT d.parent_id, d.job_id FROM deps d;
+    SELECT array_agg(d.job_id ORDER BY d.job_id, d.parent_id),
+           array_agg(d.parent_id ORDER BY d.job_id, d.parent_id)
+      INTO v_dep_jobs, v_dep_parents
+      FROM (SELECT DISTINCT p_jobs[x.waiter] AS job_id,
+                   CASE WHEN x.parent > 0 THEN x.parent ELSE abs(p_jobs[-x.parent]) END
+                       AS parent_id
+              FROM unnest(p_after_of, p_after) AS x(waiter, parent)
+             WHERE p_jobs[x.waiter] > 0) AS d;
+    IF v_dep_jobs IS NULL THEN
+        RETURN;
+    END IF;
+    -- A duplicate's holder is another transaction's job: if it is younger than the job
+    -- waiting for it, the waiter could come first in a group they share and wait for ever
+    -- behind... itself. Rare (two producers racing for one key): try again, with new ids.
+    IF EXISTS (SELECT 1 FROM unnest(v_dep_jobs, v_dep_parents) AS d(job_id, parent_id)
+                WHERE d.parent_id >= d.job_id) THEN
+        RAISE EXCEPTION 'harel_publish: a job to wait for (a unique key''s holder) is younger than the job waiting for it; try again'
+            USING ERRCODE = '40001';
+    END IF;
 
+    INSERT INTO "harel".job_waits (job_id, group_id, waiting, run_after_failure, not_before,
+                                    delay_ms)
+    SELECT w.job_id, p_groups[p.ord], w.n, COALESCE(p_run[p.ord], false), p_starts[p.ord],
+           p_delays[p.ord]
+      FROM (SELECT d.job_id, count(*)::int AS n FROM unnest(v_dep_jobs) AS d(job_id)
+             GROUP BY d.job_id) AS w
+      -- (each waiting job's position: a hash join with the publish's ids)
+      JOIN unnest(p_jobs) WITH ORDINALITY AS p(id, ord) ON p.id = w.job_id;
+    INSERT INTO "harel".job_dependencies (parent_id, job_id)
+    SELECT d.parent_id, d.job_id FROM unnest(v_dep_parents, v_dep_jobs) AS d(parent_id, job_id);
+
+    -- The parents to look for: not the publish's own jobs (just inserted, pending or due;
+    -- nobody else sees them before we commit).
     SELECT array_agg(DISTINCT d.parent_id ORDER BY d.parent_id) INTO v_todo
-      FROM "harel".job_dependencies d
-     WHERE d.job_id = ANY (SELECT j.id FROM unnest(p_jobs) AS j(id) WHERE j.id > 0);
+      FROM unnest(v_dep_parents) AS d(parent_id)
+     WHERE NOT EXISTS (SELECT 1 FROM unnest(p_jobs) AS j(id) WHERE j.id = d.parent_id);
 
     FOR round IN 1..3 LOOP
+        EXIT WHEN v_todo IS NULL;
         -- the queued parents' groups (a job by id, as harel_cancel finds it)
         SELECT array_agg(x.id), array_agg(x.group_id) INTO v_ids, v_groups
           FROM unnest(v_todo) AS t(id)
@@ -109,10 +137,12 @@ BEGIN
                        AS group_id) AS x
          WHERE x.group_id IS NOT NULL;
         -- locked in group order (as settles take theirs), each by its key
-        FOR v_group IN SELECT DISTINCT u.group_id FROM unnest(v_groups) AS u(group_id)
-                        ORDER BY u.group_id LOOP
-            PERFORM 1 FROM "harel".transport_groups g WHERE g.group_id = v_group FOR SHARE;
-        END LOOP;
+        IF v_groups IS NOT NULL THEN
+            PERFORM 1 FROM "harel".transport_groups g
+             WHERE g.group_id = ANY (v_groups)
+             ORDER BY g.group_id
+               FOR SHARE;
+        END IF;
         -- still in them (a new statement: it sees what committed while we waited)
         SELECT array_agg(x.id) INTO v_found
           FROM unnest(v_ids, v_groups) AS x(id, group_id)
@@ -120,21 +150,30 @@ BEGIN
                         WHERE g.group_id = x.group_id AND g.inline_seq = x.id)
             OR EXISTS (SELECT 1 FROM "harel".transport_messages m
                         WHERE m.group_id = x.group_id AND m.seq = x.id);
-        -- the others, ended
+        -- the others, ended: kept in job_history or dead_letters, or the holder of a unique
+        -- key held on after its job completed (a completion leaves that much)
         SELECT array_agg(e.id), array_agg(e.outcome) INTO v_more_ids, v_more_outs
-          FROM unnest(v_todo) AS t(id)
+          FROM (SELECT t.id FROM unnest(v_todo) AS t(id)
+                 WHERE NOT EXISTS (SELECT 1 FROM unnest(v_found) AS f(id) WHERE f.id = t.id))
+               AS t
          CROSS JOIN LATERAL (
                 SELECT t.id, COALESCE(
                     (SELECT h.state FROM "harel".job_history h WHERE h.id = t.id),
-                    (SELECT 'dead' FROM "harel".dead_letters d WHERE d.id = t.id)) AS outcome
+                    (SELECT 'dead' FROM "harel".dead_letters d WHERE d.id = t.id),
+                    (SELECT 'completed' FROM unnest(p_after_of, p_after) AS a(waiter, parent)
+                      WHERE a.parent < 0 AND -p_jobs[-a.parent] = t.id
+                        AND EXISTS (SELECT 1 FROM "harel".unique_keys u
+                                     WHERE u.key = p_keys[-a.parent] AND u.job_id = t.id
+                                       AND u.held_until IS NOT NULL)
+                      LIMIT 1)) AS outcome
               ) AS e
-         WHERE e.outcome IS NOT NULL AND NOT (t.id = ANY (COALESCE(v_found, '{}')));
+         WHERE e.outcome IS NOT NULL;
         v_ended := v_ended || COALESCE(v_more_ids, '{}');
         v_outcomes := v_outcomes || COALESCE(v_more_outs, '{}');
         SELECT array_agg(t.id) INTO v_todo
           FROM unnest(v_todo) AS t(id)
-         WHERE NOT (t.id = ANY (COALESCE(v_found, '{}') || COALESCE(v_more_ids, '{}')));
-        EXIT WHEN v_todo IS NULL;
+         WHERE NOT EXISTS (SELECT 1 FROM unnest(v_found) AS f(id) WHERE f.id = t.id)
+           AND NOT EXISTS (SELECT 1 FROM unnest(v_more_ids) AS m(id) WHERE m.id = t.id);
     END LOOP;
     IF v_todo IS NOT NULL THEN
         RAISE EXCEPTION 'harel_publish: job % to wait for is neither queued nor kept (it completed without retention, was pruned, or never existed)',
@@ -148,6 +187,6 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_hold(BIGINT[], TEXT[], INT[], BIGINT[], BOOLEAN[],
-                                         TIMESTAMPTZ[])
+REVOKE ALL ON FUNCTION "harel".harel_hold(BIGINT[], TEXT[], TEXT[], INT[], BIGINT[],
+                                         BOOLEAN[], TIMESTAMPTZ[], BIGINT[])
     FROM PUBLIC;

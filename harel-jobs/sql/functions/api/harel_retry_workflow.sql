@@ -12,8 +12,11 @@
 --   of a group of its own gets a new one), waiting for its parents that have not
 --   completed (their current jobs: queued, or retried just before it); its dead letter is
 --   deleted (it is not retried twice); the task points at the new job, its outcome
---   cleared, the workflow's counts corrected.
--- Locks: the workflow's row; harel_publish's and harel_hold's.
+--   cleared, the workflow's counts corrected (a negative row of workflow_ends). A task
+--   still waiting that had counted a retried task's failure (it runs after failure) waits
+--   for the new job instead, the failure taken back from its counts.
+-- Locks: the workflow's row; harel_publish's and harel_hold's; the job_waits rows of the
+--   tasks that wait for retried ones, in job order.
 -- Indexes: workflow_tasks' key; the keys of dead_letters and job_history.
 -- Errors: HJ003 for a failed task whose job is no longer kept (its dead letter purged or
 --   its cancelled job pruned: the task's id in DETAIL); harel_publish's.
@@ -31,6 +34,9 @@ DECLARE
     v_job     RECORD;
     v_parents BIGINT[];
     v_new     BIGINT;
+    v_names   TEXT[] := ARRAY[]::text[];
+    v_new_jobs BIGINT[] := ARRAY[]::bigint[];
+    v_old_outcomes TEXT[] := ARRAY[]::text[];
     s         RECORD;
 BEGIN
     PERFORM 1 FROM @schema@.workflows w WHERE w.id = p_id FOR UPDATE;
@@ -78,10 +84,41 @@ BEGIN
                completed = NULL, dead = NULL, cancelled = NULL
          WHERE t.workflow_id = p_id AND t.ordinal = s.ordinal;
         v_retried := v_retried + 1;
+        v_names := v_names || s.name;
+        v_new_jobs := v_new_jobs || v_new;
+        v_old_outcomes := v_old_outcomes || s.outcome;
     END LOOP;
-    UPDATE @schema@.workflows w
-       SET ended = w.ended - v_retried, failed = w.failed - v_retried
-     WHERE w.id = p_id;
+    IF v_retried = 0 THEN
+        RETURN QUERY SELECT 0;
+        RETURN;
+    END IF;
+    INSERT INTO @schema@.workflow_ends (workflow_id, ended, failed)
+    VALUES (p_id, -v_retried, -v_retried);
+
+    -- Tasks still waiting that had counted a retried task's failure (they run after
+    -- failure): they wait for its new job now, the failure taken back from their counts.
+    -- Each under its job_waits row's lock, in job order (as a settle resolving them takes
+    -- it), before its dependency rows. (The tasks retried here wait for the new jobs
+    -- already; a task released meanwhile keeps what it was released with.)
+    FOR s IN SELECT t.job_id, array_agg(r.job) AS parents,
+                    count(*) FILTER (WHERE r.outcome = 'dead')::int AS n_dead,
+                    count(*) FILTER (WHERE r.outcome = 'cancelled')::int AS n_cancelled
+               FROM @schema@.workflow_tasks t
+              CROSS JOIN LATERAL unnest(t.parents) AS p(name)
+               JOIN unnest(v_names, v_new_jobs, v_old_outcomes) AS r(name, job, outcome)
+                 ON r.name = p.name
+              WHERE t.workflow_id = p_id AND t.outcome IS NULL
+                AND NOT EXISTS (SELECT 1 FROM unnest(v_new_jobs) AS n(job) WHERE n.job = t.job_id)
+              GROUP BY t.job_id
+              ORDER BY t.job_id LOOP
+        UPDATE @schema@.job_waits w
+           SET waiting = w.waiting + cardinality(s.parents),
+               dead = w.dead - s.n_dead, cancelled = w.cancelled - s.n_cancelled
+         WHERE w.job_id = s.job_id;
+        CONTINUE WHEN NOT FOUND;
+        INSERT INTO @schema@.job_dependencies (parent_id, job_id)
+        SELECT p.job, s.job_id FROM unnest(s.parents) AS p(job);
+    END LOOP;
     RETURN QUERY SELECT v_retried;
 END
 $$;

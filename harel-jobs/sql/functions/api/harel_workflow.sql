@@ -7,7 +7,7 @@
 --   whose jobs have ended), failed (of those, dead or cancelled).
 -- Fence: none: it reads.
 -- Locks: none.
--- Indexes: workflows' key.
+-- Indexes: workflows' key; workflow_ends_by_workflow.
 -- Errors: none of its own.
 CREATE OR REPLACE FUNCTION @schema@.harel_workflow(p_id BIGINT)
 RETURNS TABLE (
@@ -28,8 +28,12 @@ AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    SELECT w.id, w.name, w.created_at, w.tasks, w.ended, w.failed
+    SELECT w.id, w.name, w.created_at, w.tasks, COALESCE(e.ended, 0), COALESCE(e.failed, 0)
       FROM @schema@.workflows w
+      -- (its counts: the sum of its rows of workflow_ends, by their index)
+      LEFT JOIN LATERAL (SELECT sum(x.ended)::int AS ended, sum(x.failed)::int AS failed
+                           FROM @schema@.workflow_ends x
+                          WHERE x.workflow_id = w.id) AS e ON true
      WHERE w.id = p_id;
 END
 $$;

@@ -49,7 +49,6 @@ AS $$
 DECLARE
     -- how long a dependent cancelled for its parent is kept (Client::cancel's default)
     c_keep_ms CONSTANT BIGINT := 604800000::bigint;
-    r         RECORD;
     v_children        BIGINT[];
     v_n               INT[];
     v_completed       INT[];
@@ -67,31 +66,42 @@ BEGIN
         DELETE FROM @schema@.job_waits w WHERE w.job_id = ANY (p_jobs);
         DELETE FROM @schema@.job_dependencies d WHERE d.job_id = ANY (p_jobs);
     END IF;
-    -- the ended jobs that are workflow tasks: their outcomes recorded, and counted on their
-    -- workflows (each workflow's row once, in id order: settles never wait in a cycle)
-    FOR r IN
-        WITH ended AS (
-            UPDATE @schema@.workflow_tasks s
-               SET outcome = e.outcome, ended_at = clock_timestamp()
-              FROM unnest(p_jobs, p_outcomes) AS e(job_id, outcome)
-             CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM @schema@.workflow_tasks t
-                                  WHERE t.job_id = e.job_id OFFSET 0) AS k
-             WHERE s.ctid = k.row_ctid AND s.outcome IS NULL
-            RETURNING s.workflow_id, s.outcome
-        )
-        SELECT x.workflow_id, count(*)::int AS n,
-               count(*) FILTER (WHERE x.outcome <> 'completed')::int AS failed
-          FROM ended x
-         GROUP BY x.workflow_id
-         ORDER BY x.workflow_id
-    LOOP
-        UPDATE @schema@.workflows w
-           SET ended = w.ended + r.n, failed = w.failed + r.failed
-         WHERE w.id = r.workflow_id;
-    END LOOP;
+    -- the ended jobs that are workflow tasks: their outcomes recorded, and counted for
+    -- their workflows as rows of workflow_ends (appended: no row that every settle of a
+    -- workflow would wait for)
+    WITH ended AS (
+        UPDATE @schema@.workflow_tasks s
+           SET outcome = e.outcome, ended_at = clock_timestamp()
+          FROM unnest(p_jobs, p_outcomes) AS e(job_id, outcome)
+         CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM @schema@.workflow_tasks t
+                              WHERE t.job_id = e.job_id OFFSET 0) AS k
+         WHERE s.ctid = k.row_ctid AND s.outcome IS NULL
+        RETURNING s.workflow_id, s.outcome
+    )
+    INSERT INTO @schema@.workflow_ends (workflow_id, ended, failed)
+    SELECT x.workflow_id, count(*)::int, count(*) FILTER (WHERE x.outcome <> 'completed')::int
+      FROM ended x
+     GROUP BY x.workflow_id;
 
-    -- The dependency rows of these parents, resolved once (deleted here), counted per
-    -- dependent
+    -- The dependents of these parents (read, not locked); then their rows locked in job
+    -- order, before their dependency rows are touched: every function that changes a
+    -- dependent's dependency rows holds its job_waits row first (this one, a cancel's
+    -- cleanup above, a workflow retry), so two transactions resolving parents of the same
+    -- dependents never wait for each other in a cycle, and of several ending its parents
+    -- exactly one sees its count reach 0.
+    SELECT array_agg(DISTINCT d.job_id ORDER BY d.job_id) INTO v_children
+      FROM @schema@.job_dependencies d
+     WHERE d.parent_id = ANY (p_jobs);
+    IF v_children IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM @schema@.job_waits w
+     WHERE w.job_id = ANY (v_children)
+     ORDER BY w.job_id
+       FOR UPDATE;
+
+    -- The dependency rows of these parents, resolved once (deleted here: a new statement,
+    -- which sees the deletions of the transactions we waited for), counted per dependent
     WITH gone AS (
         DELETE FROM @schema@.job_dependencies d
          WHERE d.parent_id = ANY (p_jobs)
@@ -119,14 +129,8 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Each dependent's count, under its row lock, taken in job order (two transactions
-    -- resolving parents of the same dependents never wait for each other in a cycle); of
-    -- several transactions ending parents of one dependent, exactly one sees its count
-    -- reach 0. A new statement after the locks: it sees the counts they committed.
-    PERFORM 1 FROM @schema@.job_waits w
-     WHERE w.job_id = ANY (v_children)
-     ORDER BY w.job_id
-       FOR UPDATE;
+    -- Each dependent's count (its row locked above: a statement after the locks, it sees
+    -- the counts they committed)
     WITH counted AS (
         UPDATE @schema@.job_waits w
            SET waiting = w.waiting - x.n,
@@ -141,7 +145,8 @@ BEGIN
                               WHERE t.job_id = x.job_id OFFSET 0) AS k
          WHERE w.ctid = k.row_ctid
         RETURNING w.job_id, w.group_id, w.waiting, w.run_after_failure, w.not_before,
-                  w.completed, w.dead, w.cancelled, x.failed_parent, x.failed_outcome
+                  w.delay_ms, w.completed, w.dead, w.cancelled, x.failed_parent,
+                  x.failed_outcome
     )
     SELECT array_agg(c.job_id) FILTER (WHERE c.failed_parent IS NOT NULL
                                          AND NOT c.run_after_failure),
@@ -155,7 +160,10 @@ BEGIN
            array_agg(c.group_id ORDER BY c.job_id)
                FILTER (WHERE c.waiting = 0
                          AND (c.failed_parent IS NULL OR c.run_after_failure)),
-           array_agg(c.not_before ORDER BY c.job_id)
+           -- (a delay counts from the release: now)
+           array_agg(COALESCE(c.not_before,
+                              clock_timestamp() + c.delay_ms * interval '1 millisecond')
+                     ORDER BY c.job_id)
                FILTER (WHERE c.waiting = 0
                          AND (c.failed_parent IS NULL OR c.run_after_failure)),
            array_agg(c.completed ORDER BY c.job_id)
