@@ -939,6 +939,16 @@ async fn workflows_are_listed_shown_cancelled_and_retried() {
         shown.contains("zip") && shown.contains("pending") && shown.contains("shard"),
         "the tasks, their states and what each waits for: {shown}"
     );
+    let zip = enqueued.jobs[1].to_string();
+    let shown = ok(&mut op(), &["jobs", "show", &zip]).stdout;
+    assert!(
+        shown.contains("pending")
+            && shown.contains("waits for")
+            && shown.contains(&enqueued.jobs[0].to_string()),
+        "{shown}"
+    );
+    let json = ok(&mut op(), &["--json", "jobs", "show", &zip]).json();
+    assert_eq!(json["waits_for"][0], enqueued.jobs[0].get());
     let json = ok(&mut op(), &["--json", "workflows", "show", &id]).json();
     assert_eq!(json["workflow"]["tasks"], 2);
     assert_eq!(json["tasks"][1]["waits_for"][0], "shard");

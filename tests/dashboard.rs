@@ -1013,6 +1013,16 @@ async fn an_operator_follows_a_workflow_in_the_browser() {
     );
     let info = owner.workflow_info(enqueued.id).await.unwrap().unwrap();
     assert_eq!((info.ended, info.failed), (0, 0));
+    // a pending task's page says what it waits for, with links
+    click(&client, Locator::LinkText("zip")).await;
+    wait_for_url(&client, "/jobs/").await;
+    let fields = text(&client, "dl").await;
+    assert!(
+        fields.contains("pending") && fields.contains("Waits for"),
+        "{fields}"
+    );
+    client.back().await.unwrap();
+    wait_for_url(&client, "done=workflow_retried").await;
 
     click(
         &client,

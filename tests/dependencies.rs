@@ -75,6 +75,7 @@ async fn a_dependent_waits_for_every_parent_and_the_last_completion_releases_it(
         .await
         .unwrap();
     assert_eq!(state(&client, c).await, JobState::Pending);
+    assert_eq!(client.job_parents(c).await.unwrap().parents, [a, b]);
     let pending = client
         .jobs(&JobQuery::new().state(StateFilter::Pending))
         .await
@@ -96,6 +97,11 @@ async fn a_dependent_waits_for_every_parent_and_the_last_completion_releases_it(
         state(&client, c).await,
         JobState::Pending,
         "one parent left"
+    );
+    assert_eq!(
+        client.job_parents(c).await.unwrap().parents,
+        [leases[1].id],
+        "what it still waits for"
     );
     assert!(claim_due(&q).await.is_empty());
     ack(&q, &leases[1]).await;

@@ -181,6 +181,8 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_fair_tags",
         "harel_hold",
         "harel_job",
+        "harel_job_parents",
+        "harel_job_steps",
         "harel_list_groups",
         "harel_list_jobs",
         "harel_maintain",
@@ -461,6 +463,7 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
          DROP TABLE @schema@.key_rates;
          DROP TABLE @schema@.job_waits, @schema@.job_dependencies, @schema@.workflows,
              @schema@.workflow_tasks, @schema@.workflow_ends;
+         DROP SEQUENCE @schema@.dependents_seen;
          DROP INDEX @schema@.transport_groups_limited_by_key;
          ALTER TABLE @schema@.queues DROP COLUMN key_concurrency_limit,
              DROP COLUMN key_rate_limit, DROP COLUMN key_rate_period_ms;

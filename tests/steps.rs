@@ -328,6 +328,17 @@ async fn a_stale_lease_cannot_record_a_step() {
         [("a".to_owned(), "41".to_owned())],
         "and b was not stored"
     );
+    // what an operator sees of them: names and sizes, not results
+    let listed = client.job_steps(id).await.unwrap();
+    assert_eq!(
+        listed
+            .steps
+            .iter()
+            .map(|s| (s.name.as_str(), s.bytes))
+            .collect::<Vec<_>>(),
+        [("a", 2)]
+    );
+    assert!(!listed.more);
 
     // the same at the function: the old token neither records nor reads
     let (group, old): (String, uuid::Uuid) = sqlx::query_as(q.sql(

@@ -226,6 +226,7 @@ pub use client::{
     CancelWorkflow, ParentOutcomes, TaskInfo, TaskPage, WorkflowCancelled, WorkflowInfo,
     WorkflowPage, WorkflowQuery, WorkflowState,
 };
+pub use client::{JobParents, JobSteps, MAX_LISTED, StepInfo};
 pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
 pub use dependency::{BatchRef, OnParentFailure, Parent};

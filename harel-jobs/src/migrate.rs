@@ -247,6 +247,16 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_workflow_task.sql"),
     },
     Function {
+        name: "harel_job_parents",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_job_parents.sql"),
+    },
+    Function {
+        name: "harel_job_steps",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_job_steps.sql"),
+    },
+    Function {
         name: "harel_claim",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_claim.sql"),

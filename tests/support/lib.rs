@@ -219,6 +219,8 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_workflow_tasks",
     "EXECUTE ON FUNCTION @schema@.harel_cancel_workflow",
     "EXECUTE ON FUNCTION @schema@.harel_retry_workflow",
+    "EXECUTE ON FUNCTION @schema@.harel_job_parents",
+    "EXECUTE ON FUNCTION @schema@.harel_job_steps",
 ];
 
 impl TestRole {

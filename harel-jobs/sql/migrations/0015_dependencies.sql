@@ -51,6 +51,12 @@ CREATE TABLE @schema@.job_dependencies (
 
 CREATE INDEX job_dependencies_by_job ON @schema@.job_dependencies (job_id);
 
+-- Called (once) when a schema first holds a job that waits for others or a workflow:
+-- until then a settle reads it (outside MVCC, as the claim floors) and skips looking for
+-- dependents and workflow tasks altogether, so that a queue that never uses them pays
+-- nothing for them.
+CREATE SEQUENCE @schema@.dependents_seen AS BIGINT MINVALUE 0 START WITH 0;
+
 -- Workflows: jobs enqueued together under one id, each a named task waiting for earlier
 -- tasks (a DAG), shown, cancelled and retried as a unit. A batch with a callback is a
 -- workflow whose last task waits for all the others and runs whatever their outcomes.

@@ -299,7 +299,18 @@ async fn jobs_list(client: &Client, out: &Printer, list: JobsList) -> Result<(),
 
 async fn jobs_show(client: &Client, out: &Printer, id: JobId) -> Result<(), CliError> {
     let job = client.job(id).await?.ok_or(CliError::NoJob(id))?;
-    out.emit(&JobView::new(&job), || JobView::human(&job))
+    let parents = client.job_parents(id).await?;
+    let steps = client.job_steps(id).await?;
+    let mut json = serde_json::to_value(JobView::new(&job)).map_err(io::Error::other)?;
+    json["waits_for"] = json!(parents.parents.iter().map(|p| p.get()).collect::<Vec<_>>());
+    json["steps"] = json!(
+        steps
+            .steps
+            .iter()
+            .map(|s| json!({ "name": s.name, "bytes": s.bytes, "recorded_at": s.recorded_at }))
+            .collect::<Vec<_>>()
+    );
+    out.emit(&json, || JobView::human(&job, &parents, &steps))
 }
 
 async fn jobs_cancel(

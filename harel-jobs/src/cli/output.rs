@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::client::DeadLetter;
 use crate::client::GroupInfo;
 use crate::client::Stats;
-use crate::client::{CancelOutcome, JobInfo, JobState, ScheduleInfo};
+use crate::client::{CancelOutcome, JobInfo, JobParents, JobState, JobSteps, ScheduleInfo};
 use crate::client::{FairKeyInfo, LevelDepth, QueueInfo};
 use crate::client::{TaskInfo, WorkflowInfo};
 use crate::vocabulary::Count;
@@ -264,7 +264,7 @@ impl JobView {
     }
 
     /// One job, field by field, then its payload pretty-printed.
-    pub(crate) fn human(job: &JobInfo) -> String {
+    pub(crate) fn human(job: &JobInfo, parents: &JobParents, steps: &JobSteps) -> String {
         let view = Self::new(job);
         let mut pairs = vec![
             ("id", view.id.to_string()),
@@ -299,6 +299,24 @@ impl JobView {
         }
         if let Some(error) = &view.last_error {
             pairs.push(("last error", error.clone()));
+        }
+        if !parents.parents.is_empty() {
+            let mut ids: Vec<String> = parents.parents.iter().map(|p| p.to_string()).collect();
+            if parents.more {
+                ids.push("…".to_owned());
+            }
+            pairs.push(("waits for", ids.join(", ")));
+        }
+        if !steps.steps.is_empty() {
+            let mut names: Vec<String> = steps
+                .steps
+                .iter()
+                .map(|s| format!("{} ({} B, {})", s.name, s.bytes, time(s.recorded_at)))
+                .collect();
+            if steps.more {
+                names.push("…".to_owned());
+            }
+            pairs.push(("steps recorded", names.join("; ")));
         }
         let mut out = fields(&pairs);
         out.push_str("payload:\n");

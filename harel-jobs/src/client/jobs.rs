@@ -103,6 +103,53 @@ impl Client {
         Ok(JobPage { jobs, next })
     }
 
+    /// The jobs a pending job still waits for ([`JobState::Pending`]), in id order, at most
+    /// [`MAX_LISTED`] of them (`more` says whether there are others); none for a job that
+    /// waits for nothing.
+    ///
+    /// # Errors
+    /// [`ClientError::Database`].
+    pub async fn job_parents(&self, id: JobId) -> Result<JobParents, ClientError> {
+        let mut ids = self
+            .store
+            .job_parents(&self.pool, id.get(), MAX_LISTED as i32)
+            .await
+            .map_err(DatabaseError::new)?;
+        let more = ids.len() > MAX_LISTED;
+        ids.truncate(MAX_LISTED);
+        Ok(JobParents {
+            parents: ids.into_iter().map(JobId::new).collect(),
+            more,
+        })
+    }
+
+    /// The durable steps the job recorded ([`JobContext::step`](crate::JobContext::step)):
+    /// their names, sizes and times (not their results), in name order, at most
+    /// [`MAX_LISTED`] (`more` says whether there are others).
+    ///
+    /// # Errors
+    /// [`ClientError::Database`].
+    pub async fn job_steps(&self, id: JobId) -> Result<JobSteps, ClientError> {
+        let mut rows = self
+            .store
+            .job_steps(&self.pool, id.get(), MAX_LISTED as i32)
+            .await
+            .map_err(DatabaseError::new)?;
+        let more = rows.len() > MAX_LISTED;
+        rows.truncate(MAX_LISTED);
+        Ok(JobSteps {
+            steps: rows
+                .into_iter()
+                .map(|(name, bytes, recorded_at)| StepInfo {
+                    name,
+                    bytes: u32::try_from(bytes).unwrap_or(0),
+                    recorded_at,
+                })
+                .collect(),
+            more,
+        })
+    }
+
     /// Cancels a job: at once if it is waiting, scheduled or retrying (it never runs); if it
     /// runs, its handler is signalled at its worker's next heartbeat and the job ends as
     /// cancelled whatever the handler returns. See [`CancelOutcome`]. Set a reason (kept
@@ -235,6 +282,42 @@ impl<'q> IntoFuture for Cancel<'q> {
             }
         })
     }
+}
+
+/// The most parents ([`Client::job_parents`]) or steps ([`Client::job_steps`]) one call
+/// lists.
+pub const MAX_LISTED: usize = 100;
+
+/// The jobs a pending job still waits for ([`Client::job_parents`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobParents {
+    /// Up to [`MAX_LISTED`] of them, in id order.
+    pub parents: Vec<JobId>,
+    /// Whether there are more.
+    pub more: bool,
+}
+
+/// A durable step a job recorded ([`Client::job_steps`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StepInfo {
+    /// Its name.
+    pub name: String,
+    /// The size of its recorded result (JSON), in bytes.
+    pub bytes: u32,
+    /// When it was recorded.
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// The durable steps a job recorded ([`Client::job_steps`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobSteps {
+    /// Up to [`MAX_LISTED`] of them, in name order.
+    pub steps: Vec<StepInfo>,
+    /// Whether there are more.
+    pub more: bool,
 }
 
 /// What a cancel did.

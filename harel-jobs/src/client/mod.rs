@@ -51,7 +51,10 @@ mod workflows;
 pub use dead_letters::{DeadLetter, DeadLetterQuery, DeadLetters};
 pub use fair::{FairKeyInfo, FairKeyPage, KeyLimits, MAX_FAIR_KEY_PAGE};
 pub use groups::{GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, TopGroups};
-pub use jobs::{Cancel, CancelOutcome, JobInfo, JobPage, JobQuery, JobState, StateFilter};
+pub use jobs::{
+    Cancel, CancelOutcome, JobInfo, JobPage, JobParents, JobQuery, JobState, JobSteps, MAX_LISTED,
+    StateFilter, StepInfo,
+};
 pub use queues::{LevelDepth, QueueInfo, QueueLimits, RateLimit};
 pub use schedules::{ScheduleInfo, SchedulePage, ScheduleQuery};
 pub use stats::Stats;

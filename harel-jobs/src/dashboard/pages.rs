@@ -572,6 +572,34 @@ pub(crate) async fn job(
         } => pairs.push(("Reason", escape(reason))),
         _ => {}
     }
+    // what a pending job waits for, and the durable steps the job recorded
+    let parents = ctx.client.job_parents(id).await?;
+    if !parents.parents.is_empty() {
+        let mut links: Vec<String> = parents.parents.iter().map(|p| ctx.job_link(*p)).collect();
+        if parents.more {
+            links.push("…".to_owned());
+        }
+        pairs.push(("Waits for", links.join(", ")));
+    }
+    let steps = ctx.client.job_steps(id).await?;
+    if !steps.steps.is_empty() {
+        let mut names: Vec<String> = steps
+            .steps
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} ({} B, {})",
+                    escape(&s.name),
+                    s.bytes,
+                    time(s.recorded_at)
+                )
+            })
+            .collect();
+        if steps.more {
+            names.push("…".to_owned());
+        }
+        pairs.push(("Steps recorded", names.join("; ")));
+    }
     let mut body = fields(&pairs);
     let queued = matches!(
         job.state,

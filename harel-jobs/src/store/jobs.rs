@@ -26,6 +26,11 @@ pub(super) const LIST: &str =
 
 pub(super) const CANCEL: &str = "SELECT @schema@.harel_cancel($1, $2, $3)";
 
+pub(super) const PARENTS: &str = "SELECT parent_id FROM @schema@.harel_job_parents($1, $2)";
+
+pub(super) const STEPS: &str =
+    "SELECT name, bytes, recorded_at FROM @schema@.harel_job_steps($1, $2)";
+
 /// The columns of a batch for `harel_publish`, one element per message, in publish order.
 /// The optional columns are NULL (`None`) unless some message of the batch has a value,
 /// so that the common publish binds nothing more.
@@ -155,6 +160,37 @@ pub(crate) struct JobsFilter<'a> {
 }
 
 impl Store {
+    /// `harel_job_parents`: up to `limit` + 1 jobs the job still waits for, in id order.
+    pub(crate) async fn job_parents<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: i64,
+        limit: i32,
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        sqlx::query_scalar(self.sql(Statement::JobParents))
+            .bind(id)
+            .bind(limit)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_job_steps`: up to `limit` + 1 durable steps the job recorded (name, bytes,
+    /// recorded at), in name order.
+    pub(crate) async fn job_steps<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: i64,
+        limit: i32,
+    ) -> Result<Vec<(String, i32, DateTime<Utc>)>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::JobSteps))
+            .bind(id)
+            .bind(limit)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
     /// `harel_publish`: appends a batch of messages to their groups, in one round trip.
     /// Returns one seq per message, in order; a unique message whose key was held gets the
     /// holder's seq negated.

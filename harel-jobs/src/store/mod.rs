@@ -27,6 +27,7 @@
 //! | [`job_get`](Store::job_get) | `harel_job` |
 //! | [`jobs_list`](Store::jobs_list) | `harel_list_jobs` |
 //! | [`job_cancel`](Store::job_cancel) | `harel_cancel` |
+//! | [`job_parents`](Store::job_parents), [`job_steps`](Store::job_steps) | `harel_job_parents`, `harel_job_steps` |
 //! | [`leases_settle_if_held`](Store::leases_settle_if_held) | `harel_settle` |
 //! | [`leases_extend_if_held`](Store::leases_extend_if_held) | `harel_extend` |
 //! | [`steps_read_if_held`](Store::steps_read_if_held) | `harel_steps` |
@@ -174,6 +175,10 @@ statements! {
     JobsList = jobs::LIST,
     /// [`Store::job_cancel`].
     JobCancel = jobs::CANCEL,
+    /// [`Store::job_parents`].
+    JobParents = jobs::PARENTS,
+    /// [`Store::job_steps`].
+    JobSteps = jobs::STEPS,
     /// [`Store::leases_settle_if_held`].
     LeasesSettleIfHeld = leases::SETTLE_IF_HELD,
     /// [`Store::leases_extend_if_held`].

@@ -68,6 +68,10 @@ BEGIN
                                   p_fair_keys, p_after_of, p_after, p_run_after_failure)
            WITH ORDINALITY AS p(s, ord);
 
+    -- (settles record tasks' outcomes from now on: see dependents_seen in migration 0015)
+    IF pg_sequence_last_value('@schema@.dependents_seen'::regclass) IS NULL THEN
+        PERFORM nextval('@schema@.dependents_seen');
+    END IF;
     INSERT INTO @schema@.workflows (name, tasks) VALUES (p_name, v_count)
     RETURNING id INTO v_id;
     INSERT INTO @schema@.workflow_tasks

@@ -463,10 +463,13 @@ BEGIN
 
     -- The jobs that ended here (completed, dead) release or cancel the jobs that wait for
     -- them, in this transaction, and workflow tasks record their outcomes (ADR 0033; the
-    -- cancelled ones did in harel_end_cancelled). One probe of job_dependencies' key and
-    -- one of workflow_tasks_by_job for the batch: jobs outside workflows pay those.
-    IF EXISTS (SELECT 1 FROM @schema@.job_dependencies d WHERE d.parent_id = ANY (p_seqs))
-       OR EXISTS (SELECT 1 FROM @schema@.workflow_tasks w WHERE w.job_id = ANY (p_seqs)) THEN
+    -- cancelled ones did in harel_end_cancelled). Once the schema has held a dependency or
+    -- a workflow (dependents_seen, read outside MVCC), one probe of job_dependencies' key
+    -- and one of workflow_tasks_by_job for the batch; before, nothing.
+    IF pg_sequence_last_value('@schema@.dependents_seen'::regclass) IS NOT NULL
+       AND (EXISTS (SELECT 1 FROM @schema@.job_dependencies d WHERE d.parent_id = ANY (p_seqs))
+            OR EXISTS (SELECT 1 FROM @schema@.workflow_tasks w
+                        WHERE w.job_id = ANY (p_seqs))) THEN
         SELECT array_agg(e.seq), array_agg(e.outcome) INTO v_done_seqs, v_done_outcomes
           FROM (SELECT p_seqs[f.ord] AS seq, 'completed' AS outcome
                   FROM unnest(v_fast_done) AS f(ord)

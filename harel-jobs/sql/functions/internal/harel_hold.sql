@@ -103,6 +103,10 @@ BEGIN
             USING ERRCODE = '40001';
     END IF;
 
+    -- (settles look for dependents from now on: see dependents_seen in migration 0015)
+    IF pg_sequence_last_value('@schema@.dependents_seen'::regclass) IS NULL THEN
+        PERFORM nextval('@schema@.dependents_seen');
+    END IF;
     INSERT INTO @schema@.job_waits (job_id, group_id, waiting, run_after_failure, not_before,
                                     delay_ms)
     SELECT w.job_id, p_groups[p.ord], w.n, COALESCE(p_run[p.ord], false), p_starts[p.ord],
