@@ -586,3 +586,65 @@ async fn a_dependent_never_starts_before_its_parents_complete_in_writes_are_visi
             .unwrap();
     assert_eq!(blind, 0, "every receipt saw its debit");
 }
+
+/// A producer holds no lock on a parent, so a parent whose settle commits between the
+/// producer's look at it and the producer's commit leaves a dependency nobody resolved:
+/// housekeeping's sweep resolves it (a completion without trace as completed, a dead
+/// letter as dead).
+#[tokio::test]
+async fn housekeeping_resolves_a_dependency_whose_parent_ended_unseen() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let gone = client.enqueue(&q.pool, Step { n: 1 }).await.unwrap();
+    let dies = client.enqueue(&q.pool, Step { n: 2 }).await.unwrap();
+    let holder = client.enqueue(&q.pool, Step { n: 3 }).await.unwrap();
+    let released = client
+        .enqueue(&q.pool, Step { n: 4 })
+        .after([holder])
+        .await
+        .unwrap();
+    let cancelled = client
+        .enqueue(&q.pool, Step { n: 5 })
+        .after([holder])
+        .await
+        .unwrap();
+    for lease in claim_due(&q).await {
+        if lease.id == gone {
+            ack(&q, &lease).await;
+        } else if lease.id == dies {
+            assert!(
+                q.transport
+                    .dead_letter(&q.pool, &lease, "x")
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+        }
+    }
+    // the race's outcome, made by hand: the dependencies point at parents that ended
+    // without seeing them
+    for (job, parent) in [(released, gone), (cancelled, dies)] {
+        sqlx::query(q.sql("UPDATE @schema@.job_dependencies SET parent_id = $2 WHERE job_id = $1"))
+            .bind(job.get())
+            .bind(parent.get())
+            .execute(&q.pool)
+            .await
+            .unwrap();
+    }
+    assert_eq!(state(&client, released).await, JobState::Pending);
+    sqlx::query(q.sql("SELECT * FROM @schema@.harel_maintain()"))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    assert_eq!(state(&client, released).await, JobState::Waiting);
+    match state(&client, cancelled).await {
+        JobState::Cancelled { reason, .. } => assert_eq!(
+            reason.as_deref(),
+            Some(&*format!(
+                "job {dies}, which it waited for, became a dead letter"
+            ))
+        ),
+        other => panic!("expected cancelled, got {other:?}"),
+    }
+    assert_eq!(q.count("job_dependencies").await, 0);
+}

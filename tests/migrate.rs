@@ -463,7 +463,7 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
          DROP TABLE @schema@.key_rates;
          DROP TABLE @schema@.job_waits, @schema@.job_dependencies, @schema@.workflows,
              @schema@.workflow_tasks, @schema@.workflow_ends;
-         DROP SEQUENCE @schema@.dependents_seen;
+         DROP SEQUENCE @schema@.dependents_seen, @schema@.dependency_sweep;
          DROP INDEX @schema@.transport_groups_limited_by_key;
          ALTER TABLE @schema@.queues DROP COLUMN key_concurrency_limit,
              DROP COLUMN key_rate_limit, DROP COLUMN key_rate_period_ms;

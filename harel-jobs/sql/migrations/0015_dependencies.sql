@@ -57,6 +57,11 @@ CREATE INDEX job_dependencies_by_job ON @schema@.job_dependencies (job_id);
 -- nothing for them.
 CREATE SEQUENCE @schema@.dependents_seen AS BIGINT MINVALUE 0 START WITH 0;
 
+-- Where harel_maintain's sweep of job_dependencies stopped (a parent's id): it resolves the
+-- rows whose parent ended without resolving them (a producer holds no lock on a parent,
+-- so a parent's settle can commit between the producer's look at it and its commit).
+CREATE SEQUENCE @schema@.dependency_sweep AS BIGINT MINVALUE 0 START WITH 0;
+
 -- Workflows: jobs enqueued together under one id, each a named task waiting for earlier
 -- tasks (a DAG), shown, cancelled and retried as a unit. A batch with a callback is a
 -- workflow whose last task waits for all the others and runs whatever their outcomes.

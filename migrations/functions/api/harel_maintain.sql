@@ -15,7 +15,8 @@
 --   job_history_keep_until; unique_keys_held_until; throughput's key (minute, worker);
 --   workers_seen_at; key_rates' key; job_steps' key, then per job transport_messages_by_id,
 --   transport_groups' key ('own:' and the id), transport_groups_by_inline_id and the keys of
---   job_history and dead_letters (what harel_job reads).
+--   job_history and dead_letters (what harel_job reads); job_dependencies' key, then the
+--   same per parent.
 -- Errors: none of its own.
 --
 -- Steps:
@@ -47,6 +48,11 @@
 --      final. A call reads at most 1,000 rows and looks up at most 1,000 jobs, whatever
 --      the queue's depth; a job's steps go within one walk of the table after the job
 --      does (step rows / 1,000 calls).
+--   5. Once the schema held a dependency: the dependencies whose parent ended without
+--      resolving them (a producer's race with the parent's settle): the next 1,000 rows
+--      of job_dependencies after the parent the last call stopped at (dependency_sweep),
+--      each parent looked up by key; those not queued resolved (harel_resolve_dependents)
+--      with the outcome job_history or dead_letters keeps, or as completed.
 CREATE OR REPLACE FUNCTION "harel".harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -75,6 +81,12 @@ DECLARE
     c_window    CONSTANT INT := 64;
     -- job_steps rows walked per call
     c_step_rows CONSTANT INT := 1000;
+    -- job_dependencies rows walked per call
+    c_dep_rows  CONSTANT INT := 1000;
+    v_dep_parents BIGINT[];
+    v_dep_rows    INT;
+    v_dep_last    BIGINT;
+    v_outcomes    TEXT[];
 BEGIN
     PERFORM 1 FROM "harel".elections e WHERE e.name = 'housekeeping'
         FOR UPDATE SKIP LOCKED;
@@ -236,6 +248,60 @@ BEGIN
     END IF;
     PERFORM setval('"harel".step_sweep'::regclass, COALESCE(v_step_last, 0),
                    v_step_last IS NOT NULL);
+
+    -- Dependencies whose parent ended without resolving them (ADR 0033: a producer holds
+    -- no lock, so a parent whose settle committed between the producer's look at it and
+    -- the producer's commit did not see the dependency): the next c_dep_rows rows of
+    -- job_dependencies in key order after the parent the last call stopped at (the
+    -- sequence dependency_sweep, outside MVCC; from the first again once past the last),
+    -- each distinct parent looked up by key where a queued job is; those found nowhere
+    -- ended, as job_history or dead_letters says, or, leaving no trace, completed. Resolved
+    -- as their settle would have (harel_resolve_dependents: a row the settle resolved
+    -- meanwhile is gone when it looks, so nothing is resolved twice). Only once the schema
+    -- held a dependency (dependents_seen).
+    IF pg_sequence_last_value('"harel".dependents_seen'::regclass) IS NOT NULL THEN
+        v_after := pg_sequence_last_value('"harel".dependency_sweep'::regclass);
+        SELECT array_agg(w.parent_id ORDER BY w.parent_id), count(*)::int
+          INTO v_dep_parents, v_dep_rows
+          FROM (SELECT d.parent_id FROM "harel".job_dependencies d
+                 WHERE d.parent_id > COALESCE(v_after, 0)
+                 ORDER BY d.parent_id, d.job_id
+                 LIMIT c_dep_rows) AS w;
+        v_dep_last := NULL;
+        IF v_dep_rows > 0 THEN
+            SELECT array_agg(j.id), array_agg(j.outcome) INTO v_gone, v_outcomes
+              FROM (SELECT x.id,
+                           COALESCE(
+                               (SELECT 'queued' FROM "harel".transport_messages m
+                                 WHERE m.seq = x.id LIMIT 1),
+                               (SELECT 'queued' FROM "harel".transport_groups g
+                                 WHERE g.group_id = 'own:' || lpad(x.id::text, 19, '0')
+                                   AND g.inline_seq = x.id),
+                               (SELECT 'queued' FROM "harel".transport_groups g
+                                 WHERE g.inline_seq = x.id
+                                   AND g.group_id <> 'own:' || lpad(g.inline_seq::text, 19, '0')
+                                 LIMIT 1),
+                               (SELECT h.state FROM "harel".job_history h WHERE h.id = x.id),
+                               (SELECT 'dead' FROM "harel".dead_letters d WHERE d.id = x.id),
+                               'completed') AS outcome
+                      FROM (SELECT DISTINCT u.id FROM unnest(v_dep_parents) AS u(id)) AS x
+                    OFFSET 0) AS j
+             WHERE j.outcome <> 'queued';
+            IF v_gone IS NOT NULL THEN
+                PERFORM "harel".harel_resolve_dependents(v_gone, v_outcomes);
+            END IF;
+            -- a full batch may have stopped inside its last parent's rows: the next call
+            -- begins with that parent again, unless the batch was that parent alone
+            v_dep_last := v_dep_parents[v_dep_rows];
+            IF v_dep_rows = c_dep_rows AND v_dep_parents[1] <> v_dep_last THEN
+                v_dep_last := v_dep_last - 1;
+            ELSIF v_dep_rows < c_dep_rows THEN
+                v_dep_last := NULL;
+            END IF;
+        END IF;
+        PERFORM setval('"harel".dependency_sweep'::regclass, COALESCE(v_dep_last, 0),
+                       v_dep_last IS NOT NULL);
+    END IF;
 
     RETURN QUERY SELECT v_lowered, v_pruned, v_history;
 END

@@ -20,10 +20,9 @@
 --   (which must be older than the waiting job: else 40001, try again). Each parent must be
 --   the publish's own, queued, or kept as ended (job_history, dead_letters, or a unique
 --   key held on after its job completed).
--- Locks: FOR SHARE of each queued parent's group row, in group order, until commit: no
---   settle or cancel can end that parent before the dependency is committed, and the one
---   that ends it afterwards sees the dependency. Waits for a claim, settle or cancel
---   holding such a row (a settle of that parent: the parent is then found ended).
+-- Locks: none of the parents' (a producer holds nothing a settle waits for). A parent
+--   found queued whose settle commits between this lookup and the producer's commit does
+--   not see the dependency; harel_maintain's sweep resolves it (ADR 0033).
 -- Indexes: transport_messages_by_id, transport_groups' key and
 --   transport_groups_by_inline_id (a job by id, as harel_cancel finds it); the keys of
 --   job_history, dead_letters, job_waits and job_dependencies.
@@ -36,9 +35,8 @@
 --      repeats; the parents checked older than the publish.
 --   2. job_waits: each waiting job, its group, parent count, run flag and start time;
 --      job_dependencies: each (parent, job).
---   3. Each parent other than the publish's own jobs located (a few rounds): queued ones'
---      group rows locked FOR SHARE in group order, then checked still holding them (a new
---      statement: it sees what committed while we waited); the others looked up as ended.
+--   3. Each parent other than the publish's own jobs located (a few rounds): queued, or
+--      ended (looked up where an ended job is kept).
 --   4. Parents that had ended: harel_resolve_dependents, as if they ended now.
 CREATE OR REPLACE FUNCTION @schema@.harel_hold(
     p_jobs      BIGINT[],
@@ -65,7 +63,6 @@ DECLARE
     v_dep_parents BIGINT[];
     v_todo       BIGINT[];
     v_ids        BIGINT[];
-    v_groups     TEXT[];
     v_found      BIGINT[];
     v_ended      BIGINT[] := ARRAY[]::bigint[];
     v_outcomes   TEXT[] := ARRAY[]::text[];
@@ -126,8 +123,8 @@ BEGIN
 
     FOR round IN 1..3 LOOP
         EXIT WHEN v_todo IS NULL;
-        -- the queued parents' groups (a job by id, as harel_cancel finds it)
-        SELECT array_agg(x.id), array_agg(x.group_id) INTO v_ids, v_groups
+        -- the queued parents (a job by id, as harel_cancel finds it)
+        SELECT array_agg(x.id) INTO v_ids
           FROM unnest(v_todo) AS t(id)
          CROSS JOIN LATERAL (
                 SELECT t.id, COALESCE(
@@ -140,20 +137,12 @@ BEGIN
                         AND g.group_id <> 'own:' || lpad(g.inline_seq::text, 19, '0')))
                        AS group_id) AS x
          WHERE x.group_id IS NOT NULL;
-        -- locked in group order (as settles take theirs), each by its key
-        IF v_groups IS NOT NULL THEN
-            PERFORM 1 FROM @schema@.transport_groups g
-             WHERE g.group_id = ANY (v_groups)
-             ORDER BY g.group_id
-               FOR SHARE;
-        END IF;
-        -- still in them (a new statement: it sees what committed while we waited)
-        SELECT array_agg(x.id) INTO v_found
-          FROM unnest(v_ids, v_groups) AS x(id, group_id)
-         WHERE EXISTS (SELECT 1 FROM @schema@.transport_groups g
-                        WHERE g.group_id = x.group_id AND g.inline_seq = x.id)
-            OR EXISTS (SELECT 1 FROM @schema@.transport_messages m
-                        WHERE m.group_id = x.group_id AND m.seq = x.id);
+        -- No lock: a producer must not be able to hold a settle (a parent's group row held
+        -- until the producer commits would make the parent's settle, and its whole batch,
+        -- wait for the producer). A parent found queued here whose settle commits before
+        -- this transaction does cannot see these dependency rows: harel_maintain's sweep
+        -- finds such a row (its parent gone) and resolves it.
+        v_found := v_ids;
         -- the others, ended: kept in job_history or dead_letters, or the holder of a unique
         -- key held on after its job completed (a completion leaves that much)
         SELECT array_agg(e.id), array_agg(e.outcome) INTO v_more_ids, v_more_outs
