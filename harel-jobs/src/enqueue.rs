@@ -193,7 +193,7 @@ pub(crate) fn default_transport() -> &'static Transport {
     DEFAULT.get_or_init(Transport::default)
 }
 
-fn transport_for(schema: Option<&Schema>, statements: PreparedStatements) -> Transport {
+pub(crate) fn transport_for(schema: Option<&Schema>, statements: PreparedStatements) -> Transport {
     let transport = match schema {
         Some(schema) if *schema != Schema::default() => Transport::new(schema.clone()),
         _ => default_transport().clone(),

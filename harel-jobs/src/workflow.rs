@@ -17,11 +17,10 @@ use sqlx::PgExecutor;
 
 use crate::client::ParentOutcomes;
 use crate::dependency::{BatchRef, OnParentFailure, Parent, next_batch_number};
-use crate::enqueue::EnqueueOptions;
+use crate::enqueue::{EnqueueOptions, transport_for};
 use crate::error::{DatabaseError, PublishError};
 use crate::job::Job;
 use crate::schema::Schema;
-use crate::store::Store;
 use crate::transport::{OutgoingMessage, PreparedStatements, publish_columns};
 use crate::vocabulary::{InvalidMessage, JobId, MAX_BATCH_MESSAGES, MAX_TASK_NAME_BYTES};
 
@@ -229,9 +228,12 @@ impl Workflow {
             return Err(InvalidMessage::EmptyWorkflow.into());
         }
         crate::transport::validate_batch(&self.messages, Some(self.number))?;
-        let store = Store::new(self.schema.clone().unwrap_or_default(), self.statements);
+        // the enqueues' transport (the default schema's is built once, its statements
+        // rendered once), not a store of its own per call
+        let transport = transport_for(self.schema.as_ref(), self.statements);
         let columns = publish_columns(&self.messages)?;
-        let rows = store
+        let rows = transport
+            .store()
             .workflow_publish(executor, &self.name, &self.tasks, columns)
             .await?;
         let Some(&(id, _)) = rows.first() else {

@@ -170,6 +170,11 @@ impl Transport {
     }
 
     /// The transport over `store` (sharing its rendered statements and its policy).
+    /// The data layer this transport's statements go through (its schema, its policy).
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     pub(crate) fn on(store: Store) -> Self {
         Self { store }
     }
