@@ -520,6 +520,7 @@ async fn stats_and_jobs_list_show_and_cancel() {
         (json["id"].as_i64(), &json["kind"]),
         (Some(report.get()), &Value::from("report"))
     );
+    assert_eq!(json["attempt_history"], serde_json::json!([]), "never ran");
     fails(
         &mut op(),
         &["jobs", "show", "999999999"],
@@ -695,6 +696,21 @@ async fn dead_letters_are_listed_retried_deleted_and_purged() {
         "{shown}"
     );
     assert!(shown.contains("\"n\": 1"), "{shown}");
+    // its attempts, newest first: the one that died, with its error
+    assert!(
+        shown.contains("attempts (newest first):\n  #1 dead, started ")
+            && shown.contains(": smtp: connection refused\n"),
+        "{shown}"
+    );
+    let json = ok(&mut op(), &["--json", "dead", "show", &a.to_string()]).json();
+    assert_eq!(json["attempt_history"][0]["outcome"], "dead");
+    assert_eq!(json["attempt_history"][0]["number"], 1);
+    assert_eq!(
+        json["attempt_history"][0]["error"],
+        "smtp: connection refused"
+    );
+    let json = ok(&mut op(), &["--json", "jobs", "show", &a.to_string()]).json();
+    assert_eq!(json["attempt_history"].as_array().map(Vec::len), Some(1));
     fails(
         &mut op(),
         &["dead", "show", "999999999"],

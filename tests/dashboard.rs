@@ -424,10 +424,15 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         .map(|line| line.split_once(' ').map_or(line, |(_, rest)| rest))
         .map(|line| line.split_once(' ').map_or(line, |(_, rest)| rest))
         .collect();
+    assert_eq!(events.len(), 3, "{timeline}");
     assert_eq!(
-        events,
-        ["enqueued", "attempt 1 started", "completed"],
+        (events[0], events[2]),
+        ("enqueued", "completed"),
         "{timeline}"
+    );
+    assert!(
+        events[1].starts_with("attempt 1 started on "),
+        "the pool that ran it: {timeline}"
     );
     screenshot(&client, "job_completed").await;
     let new_id: i64 = retried_url
@@ -511,8 +516,14 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
     client.goto(&format!("{base}/jobs/{target}")).await.unwrap();
     let timeline = text(&client, "#timeline").await;
     assert!(
-        timeline.ends_with("dead after an attempt failed"),
+        timeline.contains("attempt 1 started")
+            && timeline.contains("attempt 1 failed for good: dead"),
         "{timeline}"
+    );
+    let attempts = text(&client, "#attempts").await;
+    assert!(
+        attempts.contains("dead"),
+        "its attempts, as a table: {attempts}"
     );
     screenshot(&client, "job_dead").await;
     click(&client, Locator::XPath("//button[text()='Retry']")).await;

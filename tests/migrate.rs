@@ -181,8 +181,10 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_fair_tags",
         "harel_hold",
         "harel_job",
+        "harel_job_attempts",
         "harel_job_parents",
         "harel_job_steps",
+        "harel_jobs_gone",
         "harel_list_groups",
         "harel_list_jobs",
         "harel_maintain",
@@ -192,6 +194,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_publish_workflow",
         "harel_queued_state",
         "harel_queues",
+        "harel_record_attempts",
         "harel_record_step",
         "harel_release_key",
         "harel_release_waiting",
@@ -449,7 +452,7 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
     .execute(&q.pool)
     .await
     .unwrap();
-    // 0010 runs again, as on a schema of the release before it (and 0011 to 0016 after
+    // 0010 runs again, as on a schema of the release before it (and 0011 to 0017 after
     // it, their objects dropped first)
     sqlx::raw_sql(q.sql(
         "DELETE FROM @schema@._migrations WHERE version >= 10;
@@ -457,6 +460,9 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
          DROP SEQUENCE @schema@.maintain_sweep;
          DROP TABLE @schema@.job_steps;
          DROP SEQUENCE @schema@.step_sweep;
+         DROP TABLE @schema@.job_attempts;
+         DROP SEQUENCE @schema@.attempt_sweep;
+         ALTER TABLE @schema@.job_history DROP COLUMN worker;
          DROP VIEW @schema@.jobs;
          CREATE VIEW @schema@.jobs AS SELECT 1::bigint AS seq;
          DROP TABLE @schema@.fair_keys;

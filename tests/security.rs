@@ -257,6 +257,13 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         format!("SELECT * FROM {s}.harel_cancel_workflow(1, NULL, 0, NULL, 10)"),
         format!("SELECT * FROM {s}.harel_retry_workflow(1)"),
         format!("SELECT * FROM {s}.harel_workflow_task('g', 1, gen_random_uuid())"),
+        format!("SELECT * FROM {s}.job_attempts"),
+        format!("SELECT * FROM {s}.harel_job_attempts(1)"),
+        format!("SELECT {s}.harel_jobs_gone(ARRAY[1::bigint])"),
+        format!(
+            "SELECT {s}.harel_record_attempts(ARRAY[1::bigint], ARRAY[1], ARRAY[now()], \
+             ARRAY['failed'], ARRAY['e'], now(), NULL)"
+        ),
     ]
 }
 
@@ -578,6 +585,7 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
         .unwrap();
     let info = queue.job(waiting).await.unwrap().expect("found");
     assert_eq!(info.state, harel_jobs::JobState::Waiting);
+    assert!(queue.job_attempts(waiting).await.unwrap().is_empty());
     let page = queue.jobs(&harel_jobs::JobQuery::new()).await.unwrap();
     assert!(page.jobs.iter().any(|j| j.id == waiting));
     let groups = queue.groups(&harel_jobs::GroupQuery::new()).await.unwrap();
@@ -609,6 +617,11 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
         ),
         format!("UPDATE {s}.workflow_tasks SET outcome = NULL"),
         format!("SELECT * FROM {s}.harel_workflow_task('g', 1, gen_random_uuid())"),
+        format!("DELETE FROM {s}.job_attempts"),
+        format!(
+            "SELECT {s}.harel_record_attempts(ARRAY[1::bigint], ARRAY[1], ARRAY[now()], \
+             ARRAY['failed'], ARRAY['e'], now(), NULL)"
+        ),
     ] {
         assert_eq!(
             sqlstate(&operator, sql.clone()).await.as_deref(),

@@ -216,6 +216,10 @@ mod workflow;
 pub mod __private;
 
 pub use client::{
+    AttemptInfo, AttemptOutcome, AttemptWorker, JobParents, JobSteps, MAX_ATTEMPTS_KEPT,
+    MAX_LISTED, StepInfo,
+};
+pub use client::{
     Cancel, CancelOutcome, Client, DeadLetter, DeadLetterQuery, DeadLetters, FairKeyInfo,
     FairKeyPage, GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, JobInfo, JobPage,
     JobQuery, JobState, KeyLimits, LevelDepth, MAX_FAIR_KEY_PAGE, QueueInfo, QueueLimits,
@@ -226,7 +230,6 @@ pub use client::{
     CancelWorkflow, ParentOutcomes, TaskInfo, TaskPage, WorkflowCancelled, WorkflowInfo,
     WorkflowPage, WorkflowQuery, WorkflowState,
 };
-pub use client::{JobParents, JobSteps, MAX_LISTED, StepInfo};
 pub use connect::{ConnectConfig, connect, connect_options_with, connect_with};
 pub use context::JobContext;
 pub use dependency::{BatchRef, OnParentFailure, Parent};

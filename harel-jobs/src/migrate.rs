@@ -136,6 +136,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0016_durable_steps.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 17,
+        name: "attempt_history",
+        sql: include_str!("../sql/migrations/0017_attempt_history.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied: the internal helpers first, then the
@@ -180,6 +186,16 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_release_waiting",
         folder: "internal",
         sql: include_str!("../sql/functions/internal/harel_release_waiting.sql"),
+    },
+    Function {
+        name: "harel_record_attempts",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_record_attempts.sql"),
+    },
+    Function {
+        name: "harel_jobs_gone",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_jobs_gone.sql"),
     },
     Function {
         name: "harel_resolve_dependents",
@@ -255,6 +271,11 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_job_steps",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_job_steps.sql"),
+    },
+    Function {
+        name: "harel_job_attempts",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_job_attempts.sql"),
     },
     Function {
         name: "harel_claim",
@@ -384,7 +405,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 16;
+pub const SCHEMA_VERSION: i32 = 17;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

@@ -221,6 +221,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_retry_workflow",
     "EXECUTE ON FUNCTION @schema@.harel_job_parents",
     "EXECUTE ON FUNCTION @schema@.harel_job_steps",
+    "EXECUTE ON FUNCTION @schema@.harel_job_attempts",
 ];
 
 impl TestRole {

@@ -15,8 +15,8 @@ use super::args::{
 use super::confirm::confirm;
 use super::error::CliError;
 use super::output::{
-    DeadView, DepthView, FairKeyView, GroupView, JobView, QueueView, ScheduleView, StatsView,
-    TaskView, WorkflowView, cancel_outcome, time,
+    AttemptView, DeadView, DepthView, FairKeyView, GroupView, JobView, QueueView, ScheduleView,
+    StatsView, TaskView, WorkflowView, cancel_outcome, time,
 };
 use crate::client::{CancelOutcome, Client, JobQuery, ScheduleQuery, StateFilter};
 use crate::client::{DeadLetter, DeadLetterQuery};
@@ -301,7 +301,9 @@ async fn jobs_show(client: &Client, out: &Printer, id: JobId) -> Result<(), CliE
     let job = client.job(id).await?.ok_or(CliError::NoJob(id))?;
     let parents = client.job_parents(id).await?;
     let steps = client.job_steps(id).await?;
+    let attempts = client.job_attempts(id).await?;
     let mut json = serde_json::to_value(JobView::new(&job)).map_err(io::Error::other)?;
+    json["attempt_history"] = json!(AttemptView::list(&attempts));
     json["waits_for"] = json!(parents.parents.iter().map(|p| p.get()).collect::<Vec<_>>());
     json["steps"] = json!(
         steps
@@ -310,7 +312,11 @@ async fn jobs_show(client: &Client, out: &Printer, id: JobId) -> Result<(), CliE
             .map(|s| json!({ "name": s.name, "bytes": s.bytes, "recorded_at": s.recorded_at }))
             .collect::<Vec<_>>()
     );
-    out.emit(&json, || JobView::human(&job, &parents, &steps))
+    out.emit(&json, || {
+        let mut text = JobView::human(&job, &parents, &steps);
+        text.push_str(&AttemptView::human(&attempts));
+        text
+    })
 }
 
 async fn jobs_cancel(
@@ -514,7 +520,14 @@ async fn dead_show(client: &Client, out: &Printer, id: JobId) -> Result<(), CliE
         .get(id)
         .await?
         .ok_or(CliError::NoDeadLetter(id))?;
-    out.emit(&DeadView::new(&letter), || DeadView::human(&letter))
+    let attempts = client.job_attempts(id).await?;
+    let mut json = serde_json::to_value(DeadView::new(&letter)).map_err(io::Error::other)?;
+    json["attempt_history"] = json!(AttemptView::list(&attempts));
+    out.emit(&json, || {
+        let mut text = DeadView::human(&letter);
+        text.push_str(&AttemptView::human(&attempts));
+        text
+    })
 }
 
 /// The dead letters a selection names: its ids, or (`--all`) every dead letter of its kind

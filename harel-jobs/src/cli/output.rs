@@ -9,7 +9,9 @@ use serde_json::Value;
 use crate::client::DeadLetter;
 use crate::client::GroupInfo;
 use crate::client::Stats;
-use crate::client::{CancelOutcome, JobInfo, JobParents, JobState, JobSteps, ScheduleInfo};
+use crate::client::{
+    AttemptInfo, CancelOutcome, JobInfo, JobParents, JobState, JobSteps, ScheduleInfo,
+};
 use crate::client::{FairKeyInfo, LevelDepth, QueueInfo};
 use crate::client::{TaskInfo, WorkflowInfo};
 use crate::vocabulary::Count;
@@ -189,7 +191,7 @@ type StateParts = (
     Option<String>,
 );
 
-fn state_parts(state: &JobState) -> StateParts {
+fn state_parts(state: &JobState, cancel_reason: Option<String>) -> StateParts {
     match state {
         JobState::Pending => ("pending", None, None, false, None),
         JobState::Waiting => ("waiting", None, None, false, None),
@@ -203,7 +205,7 @@ fn state_parts(state: &JobState) -> StateParts {
             Some(*lease_until),
             *since,
             *cancel_requested,
-            None,
+            cancel_reason.filter(|_| *cancel_requested),
         ),
         JobState::Retrying { after } => ("retrying", Some(*after), None, false, None),
         JobState::Completed { started_at, at } => {
@@ -217,7 +219,7 @@ fn state_parts(state: &JobState) -> StateParts {
 impl JobView {
     pub(crate) fn new(job: &JobInfo) -> Self {
         let (state, state_at, started_at, cancel_requested, cancel_reason) =
-            state_parts(&job.state);
+            state_parts(&job.state, job.cancel_reason.clone());
         Self {
             id: job.id.get(),
             state,
@@ -795,6 +797,74 @@ pub(crate) fn cancel_outcome(outcome: &CancelOutcome) -> (&'static str, String) 
                 }
             ),
         ),
+    }
+}
+
+/// An attempt in JSON ([`Client::job_attempts`](crate::Client::job_attempts)).
+#[derive(Serialize)]
+pub(crate) struct AttemptView {
+    number: u32,
+    outcome: &'static str,
+    started_at: Option<DateTime<Utc>>,
+    ended_at: Option<DateTime<Utc>>,
+    /// The worker pool's id, host and pid (host and pid while the pool is listed).
+    worker: Option<Value>,
+    error: Option<String>,
+}
+
+impl AttemptView {
+    pub(crate) fn list(attempts: &[AttemptInfo]) -> Vec<Self> {
+        attempts
+            .iter()
+            .map(|a| Self {
+                number: a.number,
+                outcome: a.outcome.as_str(),
+                started_at: a.started_at,
+                ended_at: a.ended_at,
+                worker: a.worker.as_ref().map(
+                    |w| serde_json::json!({ "id": w.id.to_string(), "host": w.host, "pid": w.pid }),
+                ),
+                error: a.error.clone(),
+            })
+            .collect()
+    }
+
+    /// The attempts, newest first, one line each (and the first line of its error), as a
+    /// section after a job's fields; empty when there are none.
+    pub(crate) fn human(attempts: &[AttemptInfo]) -> String {
+        if attempts.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from("attempts (newest first):\n");
+        for a in attempts {
+            let mut line = format!("  #{} {}", a.number, a.outcome);
+            if let Some(start) = a.started_at {
+                line.push_str(&format!(", started {}", time(start)));
+            }
+            if let Some(end) = a.ended_at {
+                line.push_str(&format!(", ended {}", time(end)));
+            }
+            if let Some(w) = &a.worker {
+                match (&w.host, w.pid) {
+                    (Some(host), Some(pid)) => line.push_str(&format!(", on {host} (pid {pid})")),
+                    _ => line.push_str(&format!(", by worker {}", w.id)),
+                }
+            }
+            if let Some(error) = a.error.as_deref().and_then(|e| e.lines().next()) {
+                line.push_str(&format!(": {error}"));
+            }
+            out.push_str(&one_line(&line));
+            out.push('\n');
+        }
+        if let Some(oldest) = attempts.last()
+            && oldest.number > 1
+        {
+            out.push_str(&format!(
+                "  ({} earlier attempts not kept)\n",
+                oldest.number - 1
+            ));
+        }
+        out
     }
 }
 

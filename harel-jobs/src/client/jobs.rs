@@ -150,6 +150,34 @@ impl Client {
         })
     }
 
+    /// The job's attempts, newest first: when each started and ended, how it ended, the
+    /// worker pool that ran it and the error it recorded. At most the
+    /// [`MAX_ATTEMPTS_KEPT`] most recent (a job keeps no more); empty for a job that never
+    /// started, or that is not known (it completed without retention, or was pruned).
+    ///
+    /// # Errors
+    /// [`ClientError::Database`].
+    pub async fn job_attempts(&self, id: JobId) -> Result<Vec<AttemptInfo>, ClientError> {
+        let rows = self
+            .store
+            .job_attempts(&self.pool, id.get())
+            .await
+            .map_err(DatabaseError::new)?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(number, started_at, ended_at, outcome, worker, host, pid, error)| AttemptInfo {
+                    number: u32::try_from(number).unwrap_or(0),
+                    started_at,
+                    ended_at,
+                    outcome: AttemptOutcome::from_db(&outcome),
+                    worker: worker.map(|id| AttemptWorker { id, host, pid }),
+                    error,
+                },
+            )
+            .collect())
+    }
+
     /// Cancels a job: at once if it is waiting, scheduled or retrying (it never runs); if it
     /// runs, its handler is signalled at its worker's next heartbeat and the job ends as
     /// cancelled whatever the handler returns. See [`CancelOutcome`]. Set a reason (kept
@@ -320,6 +348,89 @@ pub struct JobSteps {
     pub more: bool,
 }
 
+/// How many of a job's most recent attempts are kept ([`Client::job_attempts`]).
+pub const MAX_ATTEMPTS_KEPT: u32 = 100;
+
+/// One attempt of a job ([`Client::job_attempts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttemptInfo {
+    /// Its number, 1 for the first.
+    pub number: u32,
+    /// When it began (`None`: not known).
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it ended (`None`: it is running, or it lapsed).
+    pub ended_at: Option<DateTime<Utc>>,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The worker pool that ended it (`None`: not known, as for a lapsed attempt).
+    pub worker: Option<AttemptWorker>,
+    /// The error it recorded (failed, dead), or the cancel's reason (cancelled).
+    pub error: Option<String>,
+}
+
+/// The worker pool that ran an attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttemptWorker {
+    /// The pool's id ([`WorkerInfo::id`](crate::WorkerInfo::id)).
+    pub id: uuid::Uuid,
+    /// The host it ran on, while the pool is still listed (a day after it was last seen).
+    pub host: Option<String>,
+    /// Its process id, likewise.
+    pub pid: Option<i32>,
+}
+
+/// How an attempt ended ([`AttemptInfo::outcome`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// It failed and the job was retried (or will be).
+    Failed,
+    /// It failed for good: the job went to the dead letters.
+    Dead,
+    /// It succeeded (the job is retained in the history).
+    Completed,
+    /// The job was cancelled while (or after) it ran.
+    Cancelled,
+    /// It is running.
+    Running,
+    /// No worker ended it: its worker stopped or lost the lease, and the lease ran out (or
+    /// it ran before the release that records attempts).
+    Lapsed,
+}
+
+impl AttemptOutcome {
+    fn from_db(outcome: &str) -> Self {
+        match outcome {
+            "failed" => Self::Failed,
+            "dead" => Self::Dead,
+            "completed" => Self::Completed,
+            "cancelled" => Self::Cancelled,
+            "running" => Self::Running,
+            _ => Self::Lapsed,
+        }
+    }
+
+    /// Its name, as `harel-jobs jobs show` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Failed => "failed",
+            Self::Dead => "dead",
+            Self::Completed => "completed",
+            Self::Cancelled => "cancelled",
+            Self::Running => "running",
+            Self::Lapsed => "lapsed",
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a cancel did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -440,6 +551,10 @@ pub struct JobInfo {
     pub enqueued_at: DateTime<Utc>,
     /// The last failed attempt's error, if any.
     pub last_error: Option<String>,
+    /// The cancel's reason, if one was given: for a running job whose cancel was asked for
+    /// (it ends as cancelled when its handler returns), and for a cancelled job (as
+    /// [`JobState::Cancelled`] says).
+    pub cancel_reason: Option<String>,
 }
 
 impl JobInfo {
@@ -481,6 +596,11 @@ impl JobInfo {
             fair_key,
         ) = row;
         let unexpected = || ClientError::UnexpectedReply;
+        // a running job's pending cancel says its reason too
+        let reason = match state.as_str() {
+            "running" | "cancelled" => cancel_reason.clone(),
+            _ => None,
+        };
         let (Some(priority), Some(attempts), Some(enqueued_at), Some(cancel_requested)) =
             (priority, attempts, enqueued_at, cancel_requested)
         else {
@@ -525,6 +645,7 @@ impl JobInfo {
             attempts: u32::try_from(attempts).unwrap_or(0),
             enqueued_at,
             last_error,
+            cancel_reason: reason,
         })
     }
 }

@@ -11,9 +11,12 @@ use super::html::{
 };
 use super::{Ctx, PageError};
 use crate::client::LevelDepth;
+use crate::client::{
+    AttemptInfo, AttemptOutcome, AttemptWorker, JobInfo, JobQuery, JobState, MAX_ATTEMPTS_KEPT,
+    ScheduleQuery, StateFilter,
+};
 use crate::client::{DeadLetter, DeadLetterQuery};
 use crate::client::{GroupInfo, GroupQuery, GroupRank};
-use crate::client::{JobInfo, JobQuery, JobState, ScheduleQuery, StateFilter};
 use crate::vocabulary::JobId;
 use crate::vocabulary::{Count, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT};
 use crate::vocabulary::{QUEUE_NAME_RULE, validate_queue_name};
@@ -563,6 +566,9 @@ pub(crate) async fn job(
             pairs.push(("Started", opt_time(*since)));
             if *cancel_requested {
                 pairs.push(("Cancel", "requested".into()));
+                if let Some(reason) = &job.cancel_reason {
+                    pairs.push(("Reason", escape(reason)));
+                }
             }
         }
         JobState::Completed { started_at, .. } => pairs.push(("Started", opt_time(*started_at))),
@@ -637,10 +643,17 @@ pub(crate) async fn job(
             link(&ctx.href(&format!("/dead/{id}")), "Its dead letter →")
         ));
     }
+    let attempts = ctx.client.job_attempts(id).await?;
     body.push_str(&format!(
         "<h2>Timeline</h2><ol class=\"timeline\" id=\"timeline\">{}</ol>",
-        timeline(&job)
+        timeline(&job, &attempts)
     ));
+    if !attempts.is_empty() {
+        body.push_str(&format!(
+            "<h2>Attempts</h2><div id=\"attempts\">{}</div>",
+            attempts_table(&attempts, job.attempts)
+        ));
+    }
     if let Some(error) = &job.last_error {
         body.push_str(&format!("<h2>Last error</h2><pre>{}</pre>", escape(error)));
     }
@@ -653,54 +666,157 @@ pub(crate) async fn job(
     Ok(ctx.render(&shell, &body))
 }
 
-/// A job's life so far, oldest first, as list items: what is kept of it (its enqueue, the
-/// start of its last attempt, the failures before it, and where it stands now).
-fn timeline(job: &JobInfo) -> String {
-    let attempt = |n: u32| format!("attempt {n} started");
-    let failed = |n: u32| {
-        if n == 1 {
-            "an attempt failed".to_owned()
-        } else {
-            format!("{n} attempts failed")
-        }
-    };
+/// A job's life so far, oldest first, as list items: its enqueue, each attempt kept (its
+/// start and how it ended), and where it stands now.
+fn timeline(job: &JobInfo, attempts: &[AttemptInfo]) -> String {
     let mut events: Vec<(Option<DateTime<Utc>>, String)> =
         vec![(Some(job.enqueued_at), "enqueued".to_owned())];
+    if let Some(oldest) = attempts.last()
+        && oldest.number > 1
+    {
+        events.push((
+            None,
+            format!("{} earlier attempts not kept", oldest.number - 1),
+        ));
+    }
+    for a in attempts.iter().rev() {
+        let by = a
+            .worker
+            .as_ref()
+            .map(|w| format!(" on {}", worker_name(w)))
+            .unwrap_or_default();
+        events.push((a.started_at, format!("attempt {} started{by}", a.number)));
+        let first_line = |e: &Option<String>| {
+            e.as_deref()
+                .and_then(|e| e.lines().next())
+                .map(|l| format!(": {}", truncate(l, 200)))
+                .unwrap_or_default()
+        };
+        match a.outcome {
+            AttemptOutcome::Failed => events.push((
+                a.ended_at,
+                format!("attempt {} failed{}", a.number, first_line(&a.error)),
+            )),
+            AttemptOutcome::Dead => events.push((
+                a.ended_at,
+                format!(
+                    "attempt {} failed for good: dead{}",
+                    a.number,
+                    first_line(&a.error)
+                ),
+            )),
+            AttemptOutcome::Lapsed => events.push((
+                None,
+                format!(
+                    "attempt {} lapsed: no worker ended it (its worker stopped or lost the lease)",
+                    a.number
+                ),
+            )),
+            AttemptOutcome::Completed => events.push((a.ended_at, "completed".to_owned())),
+            AttemptOutcome::Cancelled => events.push((a.ended_at, "cancelled".to_owned())),
+            AttemptOutcome::Running => {}
+        }
+    }
     match &job.state {
         JobState::Pending => events.push((None, "waiting for the jobs it depends on".to_owned())),
         JobState::Waiting => events.push((None, "waiting for a worker".to_owned())),
         JobState::Scheduled { at } => events.push((Some(*at), "due".to_owned())),
         JobState::Running {
-            since,
             lease_until,
             cancel_requested,
+            ..
         } => {
-            if job.attempts > 1 {
-                events.push((None, failed(job.attempts - 1)));
-            }
-            events.push((*since, attempt(job.attempts)));
             if *cancel_requested {
                 events.push((None, "cancel requested".to_owned()));
             }
             events.push((Some(*lease_until), "lease ends unless extended".to_owned()));
         }
         JobState::Retrying { after } => {
-            events.push((None, failed(job.attempts)));
             events.push((Some(*after), "next attempt due".to_owned()));
         }
-        JobState::Completed { started_at, at } => {
-            events.push((*started_at, attempt(job.attempts)));
-            events.push((Some(*at), "completed".to_owned()));
+        JobState::Cancelled { at, .. } if attempts.is_empty() || job.attempts == 0 => {
+            events.push((Some(*at), "cancelled".to_owned()));
         }
-        JobState::Dead { at } => {
-            events.push((Some(*at), format!("dead after {}", failed(job.attempts))));
+        JobState::Dead { at } if attempts.is_empty() => {
+            events.push((Some(*at), "dead".to_owned()));
         }
-        JobState::Cancelled { at, .. } => events.push((Some(*at), "cancelled".to_owned())),
+        _ => {}
     }
     events
         .into_iter()
         .map(|(at, what)| format!("<li>{} {}</li>", opt_time(at), escape(&what)))
         .collect()
+}
+
+/// A worker pool as an operator knows it: host and pid while it is listed, else its id.
+fn worker_name(worker: &AttemptWorker) -> String {
+    match (&worker.host, worker.pid) {
+        (Some(host), Some(pid)) => format!("{host} (pid {pid})"),
+        _ => worker.id.to_string(),
+    }
+}
+
+/// At most `max` characters of `text`, with an ellipsis when cut.
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// The attempts kept, newest first: number, outcome, start, end, duration, worker, error
+/// (each in full, in a collapsed block).
+fn attempts_table(attempts: &[AttemptInfo], counted: u32) -> String {
+    let rows: Vec<Vec<String>> = attempts
+        .iter()
+        .map(|a| {
+            let took = match (a.started_at, a.ended_at) {
+                (Some(start), Some(end)) => (end - start)
+                    .to_std()
+                    .map(|d| format!("{:.3} s", d.as_secs_f64()))
+                    .unwrap_or_default(),
+                _ => "–".to_owned(),
+            };
+            let error = a.error.as_deref().map_or_else(
+                || "–".to_owned(),
+                |e| {
+                    format!(
+                        "<details><summary>{}</summary><pre>{}</pre></details>",
+                        escape(&truncate(e.lines().next().unwrap_or(""), 80)),
+                        escape(e)
+                    )
+                },
+            );
+            vec![
+                a.number.to_string(),
+                badge(a.outcome.as_str()),
+                opt_time(a.started_at),
+                opt_time(a.ended_at),
+                took,
+                a.worker
+                    .as_ref()
+                    .map_or_else(|| "–".to_owned(), |w| escape(&worker_name(w))),
+                error,
+            ]
+        })
+        .collect();
+    let mut html = table(
+        &[
+            "#", "Outcome", "Started", "Ended", "Took", "Worker", "Error",
+        ],
+        &rows,
+        "no attempt",
+    );
+    if let Some(oldest) = attempts.last()
+        && oldest.number > 1
+    {
+        html.push_str(&format!(
+            "<p class=\"more\">{} earlier attempts of {counted} are not kept (a job keeps its {} most recent).</p>",
+            oldest.number - 1,
+            MAX_ATTEMPTS_KEPT
+        ));
+    }
+    html
 }
 
 /// A JSON text pretty-printed (as it is if it does not parse).

@@ -31,6 +31,23 @@ pub(super) const PARENTS: &str = "SELECT parent_id FROM @schema@.harel_job_paren
 pub(super) const STEPS: &str =
     "SELECT name, bytes, recorded_at FROM @schema@.harel_job_steps($1, $2)";
 
+pub(super) const ATTEMPTS: &str =
+    "SELECT attempt, started_at, ended_at, outcome, worker, host, pid, error
+       FROM @schema@.harel_job_attempts($1)";
+
+/// One attempt as `harel_job_attempts` returns it: number, started at, ended at, outcome,
+/// worker, its host and pid, error.
+pub(crate) type AttemptRow = (
+    i32,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    String,
+    Option<Uuid>,
+    Option<String>,
+    Option<i32>,
+    Option<String>,
+);
+
 /// The columns of a batch for `harel_publish`, one element per message, in publish order.
 /// The optional columns are NULL (`None`) unless some message of the batch has a value,
 /// so that the common publish binds nothing more.
@@ -186,6 +203,19 @@ impl Store {
         sqlx::query_as(self.sql(Statement::JobSteps))
             .bind(id)
             .bind(limit)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_job_attempts`: the job's attempts, newest first (at most 100).
+    pub(crate) async fn job_attempts<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: i64,
+    ) -> Result<Vec<AttemptRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::JobAttempts))
+            .bind(id)
             .persistent(self.persistent())
             .fetch_all(executor)
             .await

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::{Statement, Store};
 
 pub(super) const SETTLE_IF_HELD: &str = "SELECT seq, outcome \
-     FROM @schema@.harel_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+     FROM @schema@.harel_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 pub(super) const EXTEND_IF_HELD: &str =
     "SELECT seq, extended, cancel_requested FROM @schema@.harel_extend($1, $2, $3, $4)";
@@ -78,6 +78,8 @@ pub(crate) struct Settle {
     pub receipt: Option<Uuid>,
     /// The previous batch's receipt, which the database drops.
     pub forget: Option<Uuid>,
+    /// The worker pool settling, recorded with the attempts that end.
+    pub worker: Option<Uuid>,
 }
 
 impl Store {
@@ -99,6 +101,7 @@ impl Store {
             .bind(settle.attempts)
             .bind(settle.receipt)
             .bind(settle.forget)
+            .bind(settle.worker)
             .persistent(self.persistent())
             .fetch_all(executor)
             .await

@@ -28,6 +28,7 @@
 //! | [`jobs_list`](Store::jobs_list) | `harel_list_jobs` |
 //! | [`job_cancel`](Store::job_cancel) | `harel_cancel` |
 //! | [`job_parents`](Store::job_parents), [`job_steps`](Store::job_steps) | `harel_job_parents`, `harel_job_steps` |
+//! | [`job_attempts`](Store::job_attempts) | `harel_job_attempts` |
 //! | [`leases_settle_if_held`](Store::leases_settle_if_held) | `harel_settle` |
 //! | [`leases_extend_if_held`](Store::leases_extend_if_held) | `harel_extend` |
 //! | [`steps_read_if_held`](Store::steps_read_if_held) | `harel_steps` |
@@ -179,6 +180,7 @@ statements! {
     JobParents = jobs::PARENTS,
     /// [`Store::job_steps`].
     JobSteps = jobs::STEPS,
+    JobAttempts = jobs::ATTEMPTS,
     /// [`Store::leases_settle_if_held`].
     LeasesSettleIfHeld = leases::SETTLE_IF_HELD,
     /// [`Store::leases_extend_if_held`].

@@ -36,6 +36,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use sqlx::PgExecutor;
+use uuid::Uuid;
 
 pub use lease::{ClaimedMessage, Lease, LeaseOutcome, LeaseStatus, LeaseToken};
 pub(crate) use message::validate_batch;
@@ -155,6 +156,8 @@ impl ClaimRequest {
 #[derive(Clone, Debug)]
 pub struct Transport {
     store: Store,
+    /// Recorded with the attempts its settles end (see [`worker_id`](Self::worker_id)).
+    worker: Option<Uuid>,
 }
 
 impl Default for Transport {
@@ -176,7 +179,18 @@ impl Transport {
     }
 
     pub(crate) fn on(store: Store) -> Self {
-        Self { store }
+        Self {
+            store,
+            worker: None,
+        }
+    }
+
+    /// Records `id` as the worker of the attempts this transport's settles end (the job's
+    /// attempt history, [`Client::job_attempts`](crate::Client::job_attempts)); the
+    /// embedded pool sets its own id ([`WorkerInfo::id`](crate::WorkerInfo::id)).
+    pub fn worker_id(mut self, id: Uuid) -> Self {
+        self.worker = Some(id);
+        self
     }
 
     /// Sends its statements as `statements` says (default
@@ -464,6 +478,7 @@ impl Transport {
             attempts: Vec::with_capacity(n),
             receipt: receipt.map(|r| r.id),
             forget: receipt.and_then(|r| r.forget),
+            worker: self.worker,
         };
         for (lease, settlement) in settlements {
             if !seen.insert(lease) {

@@ -584,9 +584,10 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             self.config.schema.clone(),
             self.config.prepared_statements(),
         );
+        let worker_id = uuid::Uuid::new_v4();
         let shared = Shared {
             pool: self.pool,
-            transport: Transport::on(store.clone()),
+            transport: Transport::on(store.clone()).worker_id(worker_id),
             store,
             state: self.state,
             registry: self.registry,
@@ -604,7 +605,7 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             faults: self.faults,
             unreleased_claims: std::sync::atomic::AtomicUsize::new(0),
             schedules: self.schedules,
-            worker_id: uuid::Uuid::new_v4(),
+            worker_id,
         };
         Ok(Worker {
             shared: Arc::new(shared),

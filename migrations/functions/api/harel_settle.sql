@@ -15,6 +15,8 @@
 --   p_receipt   the batch's receipt, or NULL: a batch sent again under it (its reply was
 --               lost) is answered from it
 --   p_forget    the previous batch's receipt, whose reply the caller has: deleted
+--   p_worker    the worker pool settling (its id in `workers`), recorded with the attempts
+--               that end here (NULL: not said)
 -- Returns one row per input, in input order: its seq and 'applied'; 'cancelled' (applied as
 --   a cancel: one was asked for while it ran, harel_cancel); 'replayed' (answered from the
 --   receipt); or 'lost' (the group is no longer leased to this token at this message:
@@ -38,7 +40,7 @@
 --   found; transport_messages' key (group_id, seq), a LATERAL (… OFFSET 0) lookup per
 --   message; the keys of settle_receipts, dead_letters and job_history; harel_fair_tags'
 --   probes for the groups it moves on; job_dependencies' key and workflow_tasks_by_job, one
---   probe each per batch.
+--   probe each per batch; job_attempts' key for the attempts that failed.
 -- Errors: 22023 for arrays of different lengths, an unknown action, 'dead' without an
 --   error, or a period out of range; 40P01 in the rare cycle above.
 --
@@ -53,9 +55,11 @@
 --      is leased to the token at the seq; a cancel asked for makes the action 'cancel'.
 --   5. Releases: the group parked for p_delay_ms (timed), its lease ended, the attempt given back
 --      if not counted; the error recorded (on the group row for an inline message; on the
---      message, with its attempts, otherwise).
---   6. Dead: copied into dead_letters with the queue's name and the trace context.
---      Retained: copied into job_history as completed.
+--      message, with its attempts, otherwise); a counted attempt with an error recorded in
+--      job_attempts (harel_record_attempts).
+--   6. Dead: copied into dead_letters with the queue's name and the trace context, the
+--      attempt recorded in job_attempts. Retained: copied into job_history as completed,
+--      with p_worker.
 --   7. The finished messages of transport_messages deleted in one statement; the finished
 --      jobs' unique keys released (held on for their period when completed).
 --   8. The finished groups moved on, in a new statement that sees the messages committed
@@ -79,7 +83,8 @@ CREATE OR REPLACE FUNCTION "harel".harel_settle(
     p_counted  BOOLEAN[],
     p_attempts INT[],
     p_receipt  UUID DEFAULT NULL,
-    p_forget   UUID DEFAULT NULL
+    p_forget   UUID DEFAULT NULL,
+    p_worker   UUID DEFAULT NULL
 ) RETURNS TABLE (seq BIGINT, outcome TEXT)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -121,6 +126,11 @@ DECLARE
     v_err_seqs     BIGINT[];
     v_err_attempts INT[];
     v_err_texts    TEXT[];
+    -- the counted attempts released with an error (job_attempts)
+    v_fail_seqs     BIGINT[];
+    v_fail_attempts INT[];
+    v_fail_started  TIMESTAMPTZ[];
+    v_fail_texts    TEXT[];
     v_fast_groups  TEXT[];
     v_fast_ords    BIGINT[];
     v_fast_done    BIGINT[];
@@ -285,13 +295,27 @@ BEGIN
                                   WHERE t.group_id = f.group_id
                                  OFFSET 0) AS k
              WHERE f.action = 'release' AND g.ctid = k.row_ctid
-            RETURNING g.group_id, g.head_seq, g.head_attempts, f.error, f.inline
+            RETURNING g.group_id, g.head_seq, g.head_attempts, g.head_started_at, f.error,
+                      f.inline, COALESCE(f.counted, true) AS counted
         )
-        SELECT array_agg(r.group_id), array_agg(r.head_seq), array_agg(r.head_attempts),
-               array_agg(r.error)
-          INTO v_err_groups, v_err_seqs, v_err_attempts, v_err_texts
+        SELECT array_agg(r.group_id) FILTER (WHERE NOT r.inline),
+               array_agg(r.head_seq) FILTER (WHERE NOT r.inline),
+               array_agg(r.head_attempts) FILTER (WHERE NOT r.inline),
+               array_agg(r.error) FILTER (WHERE NOT r.inline),
+               array_agg(r.head_seq) FILTER (WHERE r.counted),
+               array_agg(r.head_attempts) FILTER (WHERE r.counted),
+               array_agg(r.head_started_at) FILTER (WHERE r.counted),
+               array_agg(r.error) FILTER (WHERE r.counted)
+          INTO v_err_groups, v_err_seqs, v_err_attempts, v_err_texts,
+               v_fail_seqs, v_fail_attempts, v_fail_started, v_fail_texts
           FROM released r
-         WHERE r.error IS NOT NULL AND NOT r.inline;
+         WHERE r.error IS NOT NULL;
+        IF v_fail_seqs IS NOT NULL THEN
+            PERFORM "harel".harel_record_attempts(
+                v_fail_seqs, v_fail_attempts, v_fail_started,
+                array_fill('failed'::text, ARRAY[cardinality(v_fail_seqs)]), v_fail_texts,
+                v_now, p_worker);
+        END IF;
         FOR i IN 1..COALESCE(cardinality(v_err_groups), 0) LOOP
             UPDATE "harel".transport_messages m
                SET attempts = v_err_attempts[i], last_error = v_err_texts[i]
@@ -332,16 +356,22 @@ BEGIN
                                   WHERE t.group_id = d.group_id
                                  OFFSET 0) AS g
              WHERE d.action = 'dead' AND d.inline;
+            PERFORM "harel".harel_record_attempts(
+                array_agg(d.seq), array_agg(d.attempts), array_agg(d.started),
+                array_agg('dead'::text), array_agg(d.error), v_now, p_worker)
+              FROM unnest(v_seqs, v_actions, v_attempts, v_errors, v_started)
+                   AS d(seq, action, attempts, error, started)
+             WHERE d.action = 'dead';
         END IF;
         IF 'retain' = ANY (v_actions) THEN
             INSERT INTO "harel".job_history
                    (id, group_id, kind, payload, priority, state, attempts, last_error,
-                    enqueued_at, started_at, finished_at, keep_until, queue, fair_key)
+                    enqueued_at, started_at, finished_at, keep_until, queue, fair_key, worker)
             SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, 'completed', d.attempts,
                    m.last_error, m.enqueued_at, d.started, v_now,
                    v_now + d.delay_ms * interval '1 millisecond',
                    (SELECT qs.name FROM "harel".queues qs WHERE qs.id = gq.queue_id),
-                   gq.fair_key
+                   gq.fair_key, p_worker
               FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_delays, v_started, v_inline)
                    AS d(group_id, seq, action, attempts, delay_ms, started, inline)
              CROSS JOIN LATERAL (SELECT t.* FROM "harel".transport_messages t
@@ -357,7 +387,8 @@ BEGIN
             SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
                    'completed', d.attempts, g.inline_last_error, g.inline_enqueued_at, d.started,
                    v_now, v_now + d.delay_ms * interval '1 millisecond',
-                   (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id), g.fair_key
+                   (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id), g.fair_key,
+                   p_worker
               FROM unnest(v_groups, v_actions, v_attempts, v_delays, v_started, v_inline)
                    AS d(group_id, action, attempts, delay_ms, started, inline)
              -- one lookup by key per row (a join with `group_id = ANY (v_groups)` looked the
@@ -508,4 +539,5 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION "harel".harel_settle(
-    TEXT[], BIGINT[], UUID[], TEXT[], BIGINT[], TEXT[], BOOLEAN[], INT[], UUID, UUID) FROM PUBLIC;
+    TEXT[], BIGINT[], UUID[], TEXT[], BIGINT[], TEXT[], BOOLEAN[], INT[], UUID, UUID, UUID)
+    FROM PUBLIC;

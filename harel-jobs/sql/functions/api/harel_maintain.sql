@@ -13,10 +13,10 @@
 --   ends); the rows it deletes.
 -- Indexes: transport_groups_timed and transport_groups_ready below each floor; settle_receipts' key;
 --   job_history_keep_until; unique_keys_held_until; throughput's key (minute, worker);
---   workers_seen_at; key_rates' key; job_steps' key, then per job transport_messages_by_id,
---   transport_groups' key ('own:' and the id), transport_groups_by_inline_id and the keys of
---   job_history and dead_letters (what harel_job reads); job_dependencies' key, then the
---   same per parent.
+--   workers_seen_at; key_rates' key; job_steps' and job_attempts' keys, then per job
+--   (harel_jobs_gone) transport_messages_by_id, transport_groups' key ('own:' and the id),
+--   transport_groups_by_inline_id and the keys of job_history and dead_letters (what
+--   harel_job reads); job_dependencies' key, then the same per parent.
 -- Errors: none of its own.
 --
 -- Steps:
@@ -48,6 +48,8 @@
 --      final. A call reads at most 1,000 rows and looks up at most 1,000 jobs, whatever
 --      the queue's depth; a job's steps go within one walk of the table after the job
 --      does (step rows / 1,000 calls).
+--      The attempts of jobs that are gone (job_attempts), walked the same way from
+--      attempt_sweep (at most 100 rows a job).
 --   5. Once the schema held a dependency: the dependencies whose parent ended without
 --      resolving them (a producer's race with the parent's settle): the next 1,000 rows
 --      of job_dependencies after the parent the last call stopped at (dependency_sweep),
@@ -213,27 +215,7 @@ BEGIN
              ORDER BY s.job_id, s.name
              LIMIT c_step_rows) AS w;
     IF v_step_rows > 0 THEN
-        -- each job looked up by key where a job can be, as harel_job does: correlated
-        -- subqueries in a select list, never turned into a walk of an index or a table
-        -- joined to the array (COALESCE stops at the first place that has it)
-        SELECT array_agg(j.id) INTO v_gone
-          FROM (SELECT x.id,
-                       COALESCE(
-                           (SELECT true FROM @schema@.transport_messages m
-                             WHERE m.seq = x.id LIMIT 1),
-                           (SELECT true FROM @schema@.transport_groups g
-                             WHERE g.group_id = 'own:' || lpad(x.id::text, 19, '0')
-                               AND g.inline_seq = x.id),
-                           (SELECT true FROM @schema@.transport_groups g
-                             WHERE g.inline_seq = x.id
-                               AND g.group_id <> 'own:' || lpad(g.inline_seq::text, 19, '0')
-                             LIMIT 1),
-                           (SELECT true FROM @schema@.job_history h WHERE h.id = x.id),
-                           (SELECT true FROM @schema@.dead_letters d WHERE d.id = x.id),
-                           false) AS found
-                  FROM (SELECT DISTINCT u.id FROM unnest(v_step_jobs) AS u(id)) AS x
-                OFFSET 0) AS j
-         WHERE NOT j.found;
+        v_gone := @schema@.harel_jobs_gone(v_step_jobs);
         IF v_gone IS NOT NULL THEN
             DELETE FROM @schema@.job_steps s WHERE s.job_id = ANY (v_gone);
         END IF;
@@ -247,6 +229,30 @@ BEGIN
         END IF;
     END IF;
     PERFORM setval('@schema@.step_sweep'::regclass, COALESCE(v_step_last, 0),
+                   v_step_last IS NOT NULL);
+
+    -- the attempts of jobs that are gone, walked the same way (at most 100 rows a job)
+    v_after := pg_sequence_last_value('@schema@.attempt_sweep'::regclass);
+    v_step_last := NULL;
+    SELECT array_agg(w.job_id ORDER BY w.job_id), count(*)::int
+      INTO v_step_jobs, v_step_rows
+      FROM (SELECT a.job_id FROM @schema@.job_attempts a
+             WHERE a.job_id > COALESCE(v_after, 0)
+             ORDER BY a.job_id, a.attempt
+             LIMIT c_step_rows) AS w;
+    IF v_step_rows > 0 THEN
+        v_gone := @schema@.harel_jobs_gone(v_step_jobs);
+        IF v_gone IS NOT NULL THEN
+            DELETE FROM @schema@.job_attempts a WHERE a.job_id = ANY (v_gone);
+        END IF;
+        v_step_last := v_step_jobs[v_step_rows];
+        IF v_step_rows = c_step_rows AND v_step_jobs[1] <> v_step_last THEN
+            v_step_last := v_step_last - 1;
+        ELSIF v_step_rows < c_step_rows THEN
+            v_step_last := NULL;
+        END IF;
+    END IF;
+    PERFORM setval('@schema@.attempt_sweep'::regclass, COALESCE(v_step_last, 0),
                    v_step_last IS NOT NULL);
 
     -- Dependencies whose parent ended without resolving them (ADR 0033: a producer holds
