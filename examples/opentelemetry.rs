@@ -56,8 +56,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .instrument(tracing::info_span!("POST /checkout"))
         .await?;
 
-    // The worker (here in the same process; usually another one): the job's span has the
-    // request's span as its parent.
+    // The worker (here in the same process; usually another one): the job's span
+    // (`process default`) has the enqueue's producer span (`send default`, a child of the
+    // request's) as its parent.
     let handle = client.worker(()).register::<SendReceipt>().build()?.start();
     let deadline = Instant::now() + Duration::from_secs(30);
     while handle.stats().succeeded < 1 {

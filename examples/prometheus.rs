@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use harel_jobs::{Backoff, Client, JobContext, JobError, JobResult, Schema, job};
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 #[derive(Default)]
 struct App {
@@ -46,10 +46,14 @@ async fn import_feed(_ctx: JobContext<App>) -> JobResult {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let serve = std::env::args().any(|arg| arg == "--serve");
     // The application installs the recorder; harel-jobs only calls the `metrics` facade.
-    // Histograms as buckets (seconds), rather than the exporter's default summaries.
-    let mut builder = PrometheusBuilder::new().set_buckets(&[
-        0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-    ])?;
+    // Its histograms as buckets (seconds), rather than the exporter's default summaries.
+    let mut builder = PrometheusBuilder::new();
+    for name in harel_jobs::telemetry::HISTOGRAMS {
+        builder = builder.set_buckets_for_metric(
+            Matcher::Full((*name).to_owned()),
+            harel_jobs::telemetry::RECOMMENDED_BUCKETS,
+        )?;
+    }
     if serve {
         builder = builder.with_http_listener(([127, 0, 0, 1], 9464));
     }
@@ -57,6 +61,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let scrape = recorder.handle();
     metrics::set_global_recorder(recorder)?;
     tokio::spawn(exporter);
+    // the help texts (`# HELP`) and units; a worker pool does it too when it starts
+    harel_jobs::telemetry::describe();
 
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());

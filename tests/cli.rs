@@ -1184,3 +1184,170 @@ async fn fairness_keys_are_listed_and_weighted() {
         "1..=1000",
     );
 }
+
+/// A URL of another database than PostgreSQL is refused at once, as a usage error that
+/// names its scheme (it used to be tried as PostgreSQL for the whole connect timeout), and
+/// without the password.
+#[test]
+fn a_url_of_another_database_is_refused_at_once() {
+    for url in [
+        "mysql://app:s3cret@127.0.0.1:3306/jobs",
+        "redis://127.0.0.1:6379",
+    ] {
+        let mut command = bare();
+        // a wait long enough that a retry loop would show as a timeout of the test instead
+        command.args(["--database-url", url, "--connect-timeout", "10m"]);
+        let run = fails(&mut command, &["stats"], 2, "not a PostgreSQL database url");
+        assert!(
+            run.stderr.contains("postgres:// or postgresql://"),
+            "{}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("s3cret"), "{}", run.stderr);
+    }
+    let mut command = bare();
+    command.args(["--database-url", "mysql://127.0.0.1/jobs"]);
+    fails(&mut command, &["stats"], 2, "its scheme is \"mysql\"");
+    // a postgresql:// URL is one
+    let options: sqlx::postgres::PgConnectOptions = database_url().parse().unwrap();
+    let url = format!(
+        "postgresql://{}@{}:{}/postgres",
+        options.get_username(),
+        options.get_host(),
+        options.get_port()
+    );
+    let mut command = bare();
+    command.args(["--database-url", &url, "--schema", "harel_no_such_schema"]);
+    let run = run(&mut command, &["stats"]);
+    assert!(
+        !run.stderr.contains("not a PostgreSQL database url"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// With DATABASE_URL set, a usage error does not tell to pass --database-url (nor does the
+/// usage line make it look required).
+#[test]
+fn usage_does_not_ask_for_a_database_url_the_environment_gives() {
+    let run = run(
+        bare()
+            .env("DATABASE_URL", "postgres://u@127.0.0.1:1/d")
+            .env("HAREL_SCHEMA", "billing_jobs"),
+        &["dead", "purge"],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("--older-than"), "{}", run.stderr);
+    assert!(!run.stderr.contains("--database-url"), "{}", run.stderr);
+    assert!(!run.stderr.contains("--schema"), "{}", run.stderr);
+    // the environment still names the database and the schema: the schema is the one asked
+    // for (not migrated: named in the error)
+    let mut command = bare();
+    command
+        .env("DATABASE_URL", database_url())
+        .env("HAREL_SCHEMA", "harel_env_schema_absent");
+    fails(&mut command, &["stats"], 1, "harel_env_schema_absent");
+}
+
+/// Three jobs with long cells, one of them dead (a long error).
+async fn long_rows(q: &SuiteSchema) {
+    let long = "x".repeat(50);
+    publish(q, Some(&long), &format!("kind_{long}"), "{}").await;
+    publish(q, None, "send_email", "{}").await;
+    dead_letter(q, "import_feed", &format!("the feed is gone: {long}")).await;
+}
+
+fn widest(text: &str) -> usize {
+    text.lines()
+        .map(|line| line.chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// COLUMNS narrows a listing to its width (the widest columns cut with `…`), and a pipe
+/// never gets colour escapes, NO_COLOR or not.
+#[tokio::test]
+async fn a_listing_fits_the_width_and_a_pipe_gets_no_colour() {
+    let q = SuiteSchema::new().await;
+    long_rows(&q).await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || {
+        let mut command = cli(&role.url, &q);
+        command.env_remove("COLUMNS").env_remove("NO_COLOR");
+        command
+    };
+
+    let wide = ok(&mut op(), &["jobs", "list"]).stdout;
+    assert!(widest(&wide) > 120, "{wide}");
+    assert!(!wide.contains('\x1b'), "{wide:?}");
+    for columns in ["80", "100"] {
+        let narrow = ok(op().env("COLUMNS", columns), &["jobs", "list"]).stdout;
+        assert!(
+            widest(&narrow) <= columns.parse().unwrap(),
+            "{columns}:\n{narrow}"
+        );
+        assert!(narrow.contains('…'), "{narrow}");
+        assert_eq!(narrow.lines().count(), wide.lines().count(), "{narrow}");
+        assert!(narrow.lines().next().unwrap().starts_with("ID"), "{narrow}");
+        assert!(!narrow.contains('\x1b'), "{narrow:?}");
+    }
+    let dead = ok(op().env("COLUMNS", "80"), &["dead", "list"]).stdout;
+    assert!(widest(&dead) <= 80, "{dead}");
+    let plain = ok(
+        op().env("NO_COLOR", "1"),
+        &["jobs", "list", "--state", "dead"],
+    )
+    .stdout;
+    assert!(
+        plain.contains("dead") && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
+}
+
+/// Runs the command line on a pseudo-terminal (`script`), so that stdout is a terminal.
+fn on_terminal(url: &str, q: &SuiteSchema, args: &[&str], no_color: bool) -> String {
+    let quote = |arg: &str| format!("'{}'", arg.replace('\'', r"'\''"));
+    let mut line = vec![
+        quote(env!("CARGO_BIN_EXE_harel-jobs-cli")),
+        "--database-url".to_owned(),
+        quote(url),
+        "--schema".to_owned(),
+        quote(q.schema.name()),
+    ];
+    line.extend(args.iter().map(|arg| quote(arg)));
+    let mut command = std::process::Command::new("script");
+    command
+        .args(["-q", "-e", "-c", &line.join(" "), "/dev/null"])
+        .env_remove("DATABASE_URL")
+        .env_remove("COLUMNS")
+        .env_remove("NO_COLOR")
+        .stdin(std::process::Stdio::null());
+    if no_color {
+        command.env("NO_COLOR", "1");
+    }
+    let output = command.output().expect("script runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{stdout}");
+    stdout
+}
+
+/// On a terminal, state words are coloured (dead in red, waiting plain), unless NO_COLOR
+/// is set; the table fits the terminal.
+#[tokio::test]
+async fn a_terminal_gets_coloured_states_unless_no_color() {
+    let q = SuiteSchema::new().await;
+    long_rows(&q).await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+
+    let coloured = on_terminal(&role.url, &q, &["jobs", "list"], false);
+    assert!(coloured.contains("\x1b[31mdead\x1b[0m"), "{coloured:?}");
+    assert!(!coloured.contains("\x1b[31mwaiting"), "{coloured:?}");
+    // a terminal of no size (script's without one): 80 columns
+    assert!(widest(&coloured.replace("\x1b[31m", "").replace("\x1b[0m", "")) <= 81);
+    let shown = on_terminal(&role.url, &q, &["--json", "jobs", "list"], false);
+    assert!(!shown.contains('\x1b'), "JSON is never coloured: {shown:?}");
+
+    let plain = on_terminal(&role.url, &q, &["jobs", "list"], true);
+    assert!(plain.contains("dead"), "{plain:?}");
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+}

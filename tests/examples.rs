@@ -69,6 +69,12 @@ fn prometheus_prints_the_job_counters() {
         "harel_jobs_handler_duration_seconds_count{kind=\"send_receipt\",queue=\"default\"} 3",
         "harel_jobs_depth{schema=\"harel_prometheus\",state=\"queued\"}",
         "harel_jobs_queue_depth{schema=\"harel_prometheus\",queue=\"default\",state=\"ready\"}",
+        "harel_jobs_queue_lag_seconds{schema=\"harel_prometheus\",queue=\"default\"}",
+        "harel_jobs_dead_letters{schema=\"harel_prometheus\"}",
+        "# HELP harel_jobs_queue_lag_seconds ",
+        "# HELP harel_jobs_enqueued_total ",
+        // buckets, not a summary
+        "harel_jobs_handler_duration_seconds_bucket{kind=\"send_receipt\",queue=\"default\",le=\"0.001\"}",
     ] {
         assert!(
             stdout.contains(expected),
@@ -77,7 +83,8 @@ fn prometheus_prints_the_job_counters() {
     }
 }
 
-/// The request's span, and the job's span as its child, in one trace.
+/// The request's span, the enqueue's send span its child, and the job's span the send
+/// span's, in one trace.
 #[cfg(feature = "opentelemetry")]
 #[test]
 fn opentelemetry_prints_the_job_span_under_the_request() {
@@ -93,9 +100,13 @@ fn opentelemetry_prints_the_job_span_under_the_request() {
         .iter()
         .position(|line| line.starts_with("POST /checkout trace="))
         .unwrap_or_else(|| panic!("no request span in:\n{stdout}"));
-    let job = lines.get(request + 1).copied().unwrap_or_default();
-    assert!(job.starts_with("  harel_job trace="), "{stdout}");
+    // request → the enqueue's producer span → the job's span
+    let send = lines.get(request + 1).copied().unwrap_or_default();
+    assert!(send.starts_with("  send default trace="), "{stdout}");
+    let job = lines.get(request + 2).copied().unwrap_or_default();
+    assert!(job.starts_with("    process default trace="), "{stdout}");
     assert!(job.contains("messaging.system=harel-jobs"), "{stdout}");
+    assert!(job.contains("messaging.operation.type=process"), "{stdout}");
     let trace = |line: &str| {
         line.split_whitespace()
             .find(|word| word.starts_with("trace="))

@@ -9,13 +9,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use harel_jobs::telemetry::{
-    CANCELLED, CLAIM_DURATION, CLAIMED, DEAD_LETTERED, DEPTH, ENQUEUED, GROUPS, HANDLER_DURATION,
-    LEASE_LOST, QUEUE_DEPTH, RETRIED, SETTLE_DURATION, START_LATENCY, SUCCEEDED,
+    ALL, CANCELLED, CLAIM_DURATION, CLAIMED, DEAD_LETTERED, DEAD_LETTERS, DEPTH, ENQUEUED, GROUPS,
+    HANDLER_DURATION, LEASE_LOST, MetricKind, QUEUE_DEPTH, QUEUE_LAG, RETRIED, SETTLE_DURATION,
+    START_LATENCY, SUCCEEDED,
 };
 use harel_jobs::{
     Backoff, CancelOutcome, Client, JobContext, JobError, JobResult, Priority, WorkerHandle, job,
 };
 use harel_jobs_suite::SuiteSchema;
+use metrics_util::MetricKind as RecordedKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tokio::sync::Notify;
 
@@ -214,18 +216,144 @@ async fn a_pool_counts_by_kind_and_times_its_round_trips() {
     // sampled when the pool started, with the 7 jobs queued (the fetcher may have taken
     // some by then, but none was settled: settling waits for the claim's commit)
     let schema = queue.schema.name();
-    for (name, state) in [
-        (DEPTH, "queued"),
-        (DEPTH, "dead"),
-        (GROUPS, "all"),
-        (GROUPS, "claimable"),
-    ] {
+    for (name, state) in [(DEPTH, "queued"), (GROUPS, "all"), (GROUPS, "claimable")] {
         let value = seen.gauge(name, &format!("schema={schema},state={state}"));
         assert!(
             value.is_some_and(|v| (0.0..=7.0).contains(&v)),
             "{name} {state}: {value:?}"
         );
     }
+    let dead = seen.gauge(DEAD_LETTERS, &format!("schema={schema}"));
+    assert!(dead.is_some_and(|v| (0.0..=1.0).contains(&v)), "{dead:?}");
+    // dead letters are a gauge of their own, not a state of the depth
+    assert_eq!(
+        seen.gauge(DEPTH, &format!("schema={schema},state=dead")),
+        None
+    );
+}
+
+/// Every metric the pool emits is described (an exporter's `# HELP`), with its unit, and
+/// `telemetry::ALL` lists each one under the kind it is emitted as.
+#[tokio::test]
+async fn every_metric_is_described() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let queue = SuiteSchema::new().await;
+    let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
+    jobs.enqueue(&queue.pool, Good { n: 1 }).await.unwrap();
+    jobs.enqueue(&queue.pool, Doomed {}).await.unwrap();
+    let app = Arc::new(App::default());
+    let handle = start(&queue, &app);
+    until("the outcomes", || {
+        let stats = handle.stats();
+        stats.succeeded == 1 && stats.dead_lettered == 1
+    })
+    .await;
+    let mut recorded = HashMap::new();
+    let lag = format!("schema={},queue=default", queue.schema.name());
+    let mut lag_seen = false;
+    until("the gauges", || {
+        for (key, unit, description, value) in snapshotter.snapshot().into_vec() {
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .map(|label| format!("{}={}", label.key(), label.value()))
+                .collect();
+            if key.key().name() == QUEUE_LAG && labels.join(",") == lag {
+                lag_seen = true;
+                // the only job of the queue was claimed at once, or is ready since now
+                assert!(matches!(value, DebugValue::Gauge(v) if v.into_inner() < 60.0));
+            }
+            recorded.insert(key.key().name().to_owned(), (key.kind(), unit, description));
+        }
+        lag_seen && recorded.contains_key(DEAD_LETTERS)
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+
+    for (name, (kind, unit, description)) in &recorded {
+        let &(_, listed) = ALL
+            .iter()
+            .find(|(listed, _)| listed == name)
+            .unwrap_or_else(|| panic!("{name} is not in telemetry::ALL"));
+        let expected = match listed {
+            MetricKind::Counter => RecordedKind::Counter,
+            MetricKind::Gauge => RecordedKind::Gauge,
+            MetricKind::Histogram => RecordedKind::Histogram,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(*kind, expected, "{name}");
+        assert!(
+            description.as_ref().is_some_and(|d| !d.is_empty()),
+            "{name} has no description"
+        );
+        assert!(unit.is_some(), "{name} has no unit");
+    }
+    // what this workload emits: all but the cancels, lost leases and snoozes
+    for (name, _) in ALL {
+        if ![CANCELLED, LEASE_LOST, harel_jobs::telemetry::SNOOZED].contains(name) {
+            assert!(recorded.contains_key(*name), "{name} was not emitted");
+        }
+    }
+}
+
+/// The lag gauge: how long a queue's oldest ready job has waited, by the database's clock;
+/// it keeps rising for a paused queue, and is 0 for an empty one.
+#[tokio::test]
+async fn the_lag_gauge_says_how_long_the_oldest_ready_job_waits() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let queue = SuiteSchema::new().await;
+    let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
+    jobs.pause("mail").await.unwrap();
+    jobs.enqueue(&queue.pool, Good { n: 1 })
+        .queue("mail")
+        .await
+        .unwrap();
+    // as if it had been ready for an hour (no wall clock in the test)
+    sqlx::query(queue.sql(
+        "UPDATE @schema@.transport_groups
+            SET available_at = statement_timestamp() - interval '1 hour'",
+    ))
+    .execute(&queue.pool)
+    .await
+    .unwrap();
+    let app = Arc::new(App::default());
+    let handle = jobs
+        .worker(Arc::clone(&app))
+        .register::<Good>()
+        .queue("default", 1)
+        .queue("mail", 1)
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    let schema = queue.schema.name();
+    let lag =
+        |seen: &Seen, queue: &str| seen.gauge(QUEUE_LAG, &format!("schema={schema},queue={queue}"));
+    let mut seen = Seen::default();
+    until("the lag gauges", || {
+        let seen = seen.add(&snapshotter);
+        lag(seen, "mail").is_some()
+            && seen
+                .gauge(
+                    QUEUE_DEPTH,
+                    &format!("schema={schema},queue=default,state=ready"),
+                )
+                .is_some()
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    let mail = lag(&seen, "mail").unwrap_or(0.0);
+    assert!(mail >= 3600.0, "mail lag {mail}");
+    // the default queue has no job: no lag (0, or not sampled yet)
+    assert_eq!(lag(&seen, "default").unwrap_or(0.0), 0.0);
+    // the paused queue's job never ran
+    assert_eq!(jobs.stats().await.unwrap().jobs.value(), 1);
 }
 
 #[tokio::test]
@@ -260,7 +388,7 @@ async fn the_depth_gauges_follow_the_queue() {
         let seen = seen.add(&snapshotter);
         seen.gauge(DEPTH, &format!("schema={schema},state=queued")) == Some(4.0)
             && seen.gauge(GROUPS, &format!("schema={schema},state=all")) == Some(4.0)
-            && seen.gauge(DEPTH, &format!("schema={schema},state=dead")) == Some(0.0)
+            && seen.gauge(DEAD_LETTERS, &format!("schema={schema}")) == Some(0.0)
             && seen.gauge(QUEUE_DEPTH, &queue_gauge_key("ready")) == Some(4.0)
             && seen
                 .gauge(QUEUE_DEPTH, &queue_gauge_key("running"))

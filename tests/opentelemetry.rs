@@ -1,7 +1,9 @@
-//! Trace context through a job's metadata (feature `opentelemetry`): the span of a job's
-//! attempt is a child of the span that enqueued it, read back from the OpenTelemetry SDK's
-//! in-memory exporter; jobs without a context, or with one that does not parse, run as
-//! usual. Each test installs its own subscriber for its thread (a current-thread runtime,
+//! Trace context through a job's metadata (feature `opentelemetry`): an enqueue's producer
+//! span (`send {queue}`, or `create {queue}` for a job of a batch) is a child of the span
+//! that enqueued, and the span of a job's attempt (`process {queue}`) a child of that
+//! producer span, with the messaging semantic conventions' fields, read back from the
+//! OpenTelemetry SDK's in-memory exporter; jobs without a context, or with one that does
+//! not parse, run as usual. Each test installs its own subscriber for its thread (a current-thread runtime,
 //! where the pool's tasks run too).
 
 use std::time::{Duration, Instant};
@@ -11,7 +13,9 @@ use harel_jobs::{
     Client, InvalidMessage, JobContext, JobError, JobId, JobResult, PublishError, WorkerStats, job,
 };
 use harel_jobs_suite::{SuiteSchema, capture};
-use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TracerProvider};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TracerProvider,
+};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing::Instrument;
@@ -27,6 +31,15 @@ async fn traced(_ctx: JobContext<()>, n: u32) {
 #[job]
 async fn doomed(_ctx: JobContext<()>) -> JobResult {
     Err(JobError::permanent("gone"))
+}
+
+/// Fails its first attempt.
+#[job(max_attempts = 3)]
+async fn flaky(ctx: JobContext<()>) -> JobResult {
+    if ctx.attempt() == 1 {
+        return Err(JobError::retry("first attempt fails"));
+    }
+    Ok(())
 }
 
 /// A tracer exporting to memory, as the subscriber of this thread until the guard drops.
@@ -64,6 +77,35 @@ fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
         .iter()
         .find(|KeyValue { key: k, .. }| k.as_str() == key)
         .map(|kv| &kv.value)
+}
+
+fn text(span: &SpanData, key: &str) -> Option<String> {
+    attribute(span, key).map(|value| value.as_str().into_owned())
+}
+
+/// The messaging fields every span of the crate has, for `operation` on `queue`, and none
+/// of the fields they replaced.
+fn assert_messaging(span: &SpanData, operation: &str, queue: &str) {
+    assert_eq!(span.name, format!("{operation} {queue}"));
+    assert_eq!(
+        text(span, "messaging.system").as_deref(),
+        Some("harel-jobs")
+    );
+    assert_eq!(
+        text(span, "messaging.operation.type").as_deref(),
+        Some(operation)
+    );
+    assert_eq!(
+        text(span, "messaging.operation.name").as_deref(),
+        Some(operation)
+    );
+    assert_eq!(
+        text(span, "messaging.destination.name").as_deref(),
+        Some(queue)
+    );
+    for gone in ["messaging.operation", "message_id", "queue"] {
+        assert_eq!(attribute(span, gone), None, "{gone} in {span:?}");
+    }
 }
 
 /// Runs a pool over `queue` until `done` holds for its counters.
@@ -141,34 +183,53 @@ async fn a_jobs_span_is_a_child_of_the_span_that_enqueued_it() {
     }
 
     run_until(&queue, |stats| stats.succeeded == 5).await;
-    let spans = otel.spans("harel_job");
-    assert_eq!(spans.len(), 5);
-    for span in &spans {
+    // the producer spans: one `send` per single enqueue, with the job's id, and one
+    // `create` per job of the batch; children of the request
+    let sent = otel.spans("send default");
+    let created = otel.spans("create default");
+    assert_eq!((sent.len(), created.len()), (3, 2));
+    for (span, operation) in sent
+        .iter()
+        .map(|span| (span, "send"))
+        .chain(created.iter().map(|span| (span, "create")))
+    {
+        assert_messaging(span, operation, "default");
+        assert_eq!(span.span_kind, SpanKind::Producer);
         assert_eq!(span.span_context.trace_id(), request_context.trace_id());
         assert_eq!(span.parent_span_id, request_context.span_id());
+        assert_eq!(span.status, Status::Unset);
+    }
+    for (span, id) in sent.iter().zip(&ids[..3]) {
+        // in the order of the enqueues
+        assert_eq!(
+            text(span, "messaging.message.id"),
+            Some(id.to_string()),
+            "{sent:?}"
+        );
+    }
+
+    // each job's span descends from its own producer span (the send span of a single
+    // enqueue, the create span of a batch's job), across the database
+    let spans = otel.spans("process default");
+    assert_eq!(spans.len(), 5);
+    for span in &spans {
+        assert_messaging(span, "process", "default");
+        assert_eq!(span.span_kind, SpanKind::Consumer);
+        assert_eq!(span.span_context.trace_id(), request_context.trace_id());
         assert!(span.parent_span_is_remote);
-        assert_eq!(
-            attribute(span, "messaging.system"),
-            Some(&Value::from("harel-jobs"))
-        );
-        assert_eq!(
-            attribute(span, "messaging.operation"),
-            Some(&Value::from("process"))
-        );
-        assert_eq!(
-            attribute(span, "messaging.destination.name"),
-            Some(&Value::from("default"))
-        );
-        let id = attribute(span, "messaging.message.id").map(Value::as_str);
-        assert!(
-            ids.iter()
-                .any(|job| id.as_deref() == Some(&*job.to_string())),
-            "{id:?}"
-        );
-        assert_eq!(
-            attribute(span, "attempt").map(Value::as_str).as_deref(),
-            Some("1")
-        );
+        assert_eq!(span.status, Status::Unset);
+        let id = text(span, "messaging.message.id").expect("an id");
+        let position = ids
+            .iter()
+            .position(|job| job.to_string() == id)
+            .unwrap_or_else(|| panic!("{id}"));
+        let producer = if position < 3 {
+            &sent[position]
+        } else {
+            &created[position - 3]
+        };
+        assert_eq!(span.parent_span_id, producer.span_context.span_id(), "{id}");
+        assert_eq!(text(span, "attempt").as_deref(), Some("1"));
     }
 }
 
@@ -178,9 +239,20 @@ async fn jobs_without_a_context_or_with_garbage_run_in_traces_of_their_own() {
     let queue = SuiteSchema::new().await;
     let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
 
-    // outside any span (as from a producer built without the feature): nothing stored
+    // outside any span: the send span starts the trace, and its context is stored
     let plain = jobs.enqueue(&queue.pool, Traced { n: 1 }).await.unwrap();
-    assert_eq!(stored(&queue, plain).await, None);
+    let plain_context = stored(&queue, plain)
+        .await
+        .expect("the send span's context");
+    // a raw message (as from a producer built without the feature): nothing stored
+    let bare = Transport::new(queue.schema.clone())
+        .publish(
+            &queue.pool,
+            &OutgoingMessage::new("bare", "traced", r#"{"n":6}"#),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored(&queue, bare).await, None);
 
     // set by hand on a raw message: refused before anything is sent, with a typed error
     let transport = Transport::new(queue.schema.clone());
@@ -227,12 +299,22 @@ async fn jobs_without_a_context_or_with_garbage_run_in_traces_of_their_own() {
     .await
     .unwrap();
 
-    run_until(&queue, |stats| stats.succeeded == 4).await;
-    let spans = otel.spans("harel_job");
-    assert_eq!(spans.len(), 4);
+    run_until(&queue, |stats| stats.succeeded == 5).await;
+    let sent = otel.spans("send default");
+    let root_send = sent
+        .iter()
+        .find(|span| plain_context.contains(&span.span_context.span_id().to_string()))
+        .expect("the plain job's send span");
+    assert_eq!(root_send.parent_span_id, SpanId::INVALID);
+    let spans = otel.spans("process default");
+    assert_eq!(spans.len(), 5);
     for span in &spans {
-        // a root span: a trace of its own
-        assert_eq!(span.parent_span_id, SpanId::INVALID, "{span:?}");
+        if text(span, "messaging.message.id") == Some(plain.to_string()) {
+            assert_eq!(span.parent_span_id, root_send.span_context.span_id());
+        } else {
+            // a root span: a trace of its own
+            assert_eq!(span.parent_span_id, SpanId::INVALID, "{span:?}");
+        }
     }
 }
 
@@ -268,10 +350,67 @@ async fn a_dead_letter_keeps_its_context_and_a_retry_carries_it() {
         .expect("retried");
     assert_eq!(stored(&queue, retried).await.as_deref(), Some(&*context));
     run_until(&queue, |stats| stats.dead_lettered == 1).await;
-    let spans = otel.spans("harel_job");
+    let sent = otel.spans("send default");
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].parent_span_id, request_context.span_id());
+    let spans = otel.spans("process default");
     assert_eq!(spans.len(), 2);
     for span in &spans {
         assert_eq!(span.span_context.trace_id(), request_context.trace_id());
-        assert_eq!(span.parent_span_id, request_context.span_id());
+        assert_eq!(span.parent_span_id, sent[0].span_context.span_id());
+        // a failed attempt: the span's status is an error, and says what came of it
+        assert!(matches!(span.status, Status::Error { .. }), "{span:?}");
+        assert_eq!(text(span, "error.type").as_deref(), Some("dead_letter"));
     }
+}
+
+/// An attempt that fails and will be retried ends its span in error too; the next,
+/// successful, attempt's does not. A failed send's span is an error as well.
+#[tokio::test]
+async fn a_failed_attempt_and_a_failed_send_end_their_spans_in_error() {
+    let otel = Otel::install();
+    let queue = SuiteSchema::new().await;
+    let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
+    jobs.enqueue(&queue.pool, Flaky {}).await.unwrap();
+    let handle = Client::with_schema(queue.pool.clone(), queue.schema.clone())
+        .worker(())
+        .register::<Flaky>()
+        .backoff(harel_jobs::Backoff::fixed(Duration::from_millis(10)))
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .expect("valid worker")
+        .start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while handle.stats().succeeded < 1 {
+        assert!(Instant::now() < deadline, "timed out: {:?}", handle.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    handle.shutdown().await.expect("clean shutdown");
+    let mut spans = otel.spans("process default");
+    spans.sort_by_key(|span| text(span, "attempt"));
+    assert_eq!(spans.len(), 2);
+    assert!(matches!(spans[0].status, Status::Error { .. }), "{spans:?}");
+    assert_eq!(text(&spans[0], "error.type").as_deref(), Some("retry"));
+    assert_eq!(spans[1].status, Status::Unset);
+    assert_eq!(attribute(&spans[1], "error.type"), None);
+
+    // a send the database refuses: its group is in another queue
+    jobs.enqueue(&queue.pool, Traced { n: 1 })
+        .group("g")
+        .await
+        .unwrap();
+    let refused = jobs
+        .enqueue(&queue.pool, Traced { n: 2 })
+        .group("g")
+        .queue("mail")
+        .await;
+    assert!(matches!(refused, Err(PublishError::GroupInAnotherQueue)));
+    let failed = otel.spans("send mail");
+    assert_eq!(failed.len(), 1);
+    assert!(matches!(failed[0].status, Status::Error { .. }));
+    assert_eq!(
+        text(&failed[0], "error.type").as_deref(),
+        Some("group_in_another_queue")
+    );
+    assert_eq!(attribute(&failed[0], "messaging.message.id"), None);
 }

@@ -119,7 +119,8 @@ pub async fn connect(url: &str) -> Result<PgPool, ConnectError> {
 /// Neither errors nor logs ever contain the password.
 ///
 /// # Errors
-/// [`ConnectError::InvalidUrl`], [`ConnectError::InvalidConfig`],
+/// [`ConnectError::InvalidUrl`], [`ConnectError::NotPostgres`] for a URL of another
+/// scheme than `postgres://` or `postgresql://`, [`ConnectError::InvalidConfig`],
 /// [`ConnectError::Unreachable`] after `config.wait`, [`ConnectError::Refused`].
 pub async fn connect_with(url: &str, config: &ConnectConfig) -> Result<PgPool, ConnectError> {
     let connect_options = parse_url(url)?;
@@ -242,6 +243,26 @@ fn timed_out(message: String) -> sqlx::Error {
 
 /// Parses a connection URL without ever repeating it (it may hold a password).
 pub(crate) fn parse_url(url: &str) -> Result<PgConnectOptions, ConnectError> {
+    // sqlx reads any scheme as PostgreSQL's: `mysql://host:3306` would be tried (and
+    // retried for the whole wait) as a PostgreSQL server
+    if let Some((scheme, _)) = url.split_once("://")
+        && !scheme.eq_ignore_ascii_case("postgres")
+        && !scheme.eq_ignore_ascii_case("postgresql")
+    {
+        // a scheme is letters, digits, `+`, `-`, `.`: anything else (a password typed
+        // before the `://`) is not repeated
+        let scheme = if !scheme.is_empty()
+            && scheme.len() <= 32
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        {
+            scheme.to_owned()
+        } else {
+            "(not shown)".to_owned()
+        };
+        return Err(ConnectError::NotPostgres { scheme });
+    }
     PgConnectOptions::from_str(url).map_err(|error| ConnectError::InvalidUrl {
         reason: scrub(&error.to_string(), url),
     })
@@ -292,6 +313,28 @@ mod tests {
         let text = format!("{error} {error:?}");
         assert!(!text.contains("s3cret"), "{text}");
         assert!(matches!(error, ConnectError::InvalidUrl { .. }));
+    }
+
+    #[test]
+    fn refuses_other_schemes_at_once() {
+        for url in [
+            "mysql://app:s3cret@db.example:3306/jobs",
+            "redis://db.example",
+            "s3cret@db://x",
+        ] {
+            let error = parse_url(url).unwrap_err();
+            let text = format!("{error} {error:?}");
+            assert!(!text.contains("s3cret"), "{text}");
+            assert!(matches!(error, ConnectError::NotPostgres { .. }), "{url}");
+            assert!(text.contains("not a PostgreSQL database url"), "{text}");
+        }
+        assert!(matches!(
+            parse_url("mysql://db/x"),
+            Err(ConnectError::NotPostgres { scheme }) if scheme == "mysql"
+        ));
+        for url in ["postgres://u@h/d", "postgresql://u@h/d", "POSTGRES://u@h/d"] {
+            assert!(parse_url(url).is_ok(), "{url}");
+        }
     }
 
     #[test]

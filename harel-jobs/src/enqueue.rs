@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
+use tracing::Instrument;
 
 use crate::dependency::{BatchRef, OnParentFailure, Parent, next_batch_number};
 use crate::error::PublishError;
@@ -153,6 +154,21 @@ impl EnqueueOptions {
         self
     }
 
+    /// The queue a job of type `J` goes to: the override, else the type's.
+    pub(crate) fn queue_for<J: Job>(&self) -> &str {
+        self.queue.as_deref().unwrap_or(J::QUEUE)
+    }
+
+    /// The message for `job` in a `create {queue}` producer span of its own (a job of a
+    /// batch or a workflow), whose context is the one stored with it.
+    pub(crate) fn created_message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
+        let span = crate::trace_context::producer_span(
+            crate::trace_context::Produce::Create,
+            self.queue_for::<J>(),
+        );
+        span.in_scope(|| self.message(job))
+    }
+
     /// The message for `job`: group override, else the job's group, else a fresh one; with
     /// the current span's trace context (feature `opentelemetry`).
     pub(crate) fn message<J: Job>(&self, job: &J) -> Result<OutgoingMessage, PublishError> {
@@ -177,13 +193,25 @@ impl EnqueueOptions {
         if let Some(key) = self.fair_key.clone().or_else(|| job.fair_key()) {
             message = message.fair_key(key);
         }
-        let queue = self.queue.as_deref().unwrap_or(J::QUEUE);
+        let queue = self.queue_for::<J>();
         Ok(message
             .priority(priority)
             .start_at(self.start_at)
             .queue(queue)
             .after(self.after.iter().copied())
             .on_parent_failure(self.on_parent_failure))
+    }
+}
+
+/// The `error.type` of a failed send span: the error's variant (a bounded value).
+fn error_type(error: &PublishError) -> &'static str {
+    match error {
+        PublishError::Invalid(_) => "invalid_message",
+        PublishError::Serialize(_) => "serialize",
+        PublishError::Database(_) => "database",
+        PublishError::Duplicate { .. } => "duplicate",
+        PublishError::GroupInAnotherQueue => "group_in_another_queue",
+        PublishError::UnknownParent { .. } => "unknown_parent",
     }
 }
 
@@ -343,7 +371,14 @@ impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'c>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
+        // the `send {queue}` producer span: the message is made in it, so that its context
+        // is the one stored with the job, and it covers the round trip
+        let span = crate::trace_context::producer_span(
+            crate::trace_context::Produce::Send,
+            self.options.queue_for::<J>(),
+        );
+        let recorded = span.clone();
+        let send = async move {
             let message = self.options.message(&self.job)?;
             let transport = transport_for(self.schema.as_ref(), self.statements);
             let outcomes = transport
@@ -359,6 +394,21 @@ impl<'c, J: Job, E: PgExecutor<'c> + 'c> IntoFuture for Enqueue<'c, J, E> {
                     sqlx::Error::RowNotFound,
                 ))),
             }
+        };
+        Box::pin(async move {
+            let result = send.instrument(span).await;
+            match &result {
+                Ok(id) => {
+                    recorded.record("messaging.message.id", tracing::field::display(id));
+                }
+                // a duplicate of a unique job is an answer, not a failed send
+                Err(PublishError::Duplicate { .. }) => {}
+                Err(error) => {
+                    recorded.record("otel.status_code", "ERROR");
+                    recorded.record("error.type", error_type(error));
+                }
+            }
+            result
         })
     }
 }
@@ -449,7 +499,7 @@ impl JobBatch {
         job: J,
         options: &EnqueueOptions,
     ) -> Result<&mut Self, PublishError> {
-        let message = options.message(&job)?;
+        let message = options.created_message(&job)?;
         message.validate()?;
         let index = self.messages.len();
         let foreign = message.parents().iter().any(|parent| {

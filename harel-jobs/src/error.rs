@@ -478,6 +478,15 @@ pub enum ConnectError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The URL is not a PostgreSQL one: its scheme is neither `postgres` nor `postgresql`
+    /// (`mysql://…`, `redis://…`). Refused at once, before any attempt to connect.
+    #[error(
+        "not a PostgreSQL database url: its scheme is {scheme:?}; harel-jobs needs postgres:// or postgresql://"
+    )]
+    NotPostgres {
+        /// The URL's scheme (only its letters, digits, `+`, `-` and `.`; never more).
+        scheme: String,
+    },
     /// The [`ConnectConfig`](crate::ConnectConfig) is inconsistent (for example a zero pool
     /// size).
     #[error("invalid connect config: {0}")]

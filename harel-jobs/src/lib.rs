@@ -88,11 +88,13 @@
 //! - **Testing** (feature `testing`): `testing::TestSchema` (a fresh, migrated schema per
 //!   test, and assertions on what was enqueued) and `testing::TestWorker` (jobs run
 //!   in-process).
-//! - **Metrics** (feature `metrics`): counters, histograms and depth gauges through the
-//!   `metrics` facade; their names are the constants of [`telemetry`]. **Traces** (feature
-//!   `opentelemetry`): the enqueuing span's OpenTelemetry context is stored with the job and
-//!   becomes the parent of each attempt's span (`harel_job`, with the messaging
-//!   semantic-convention fields, feature or not).
+//! - **Metrics** (feature `metrics`): counters, histograms, depth and lag gauges through the
+//!   `metrics` facade, each described with its unit; their names are the constants of
+//!   [`telemetry`]. **Traces**: an enqueue's producer span (`send {queue}`, or
+//!   `create {queue}` in a batch) and each attempt's (`process {queue}`), with the
+//!   messaging semantic conventions' fields, feature or not; with the feature
+//!   `opentelemetry` the producer span's context is stored with the job and becomes the
+//!   parent of each attempt's span.
 //! - **Setup**: [`connect`] (waits for the database; [`ConnectConfig`] for
 //!   [`connect_with`]), [`migrate`] (safe from every process at once), [`Schema`].
 //!

@@ -43,9 +43,13 @@ pub const CLAIM_DURATION: &str = "harel_jobs_claim_duration_seconds";
 /// Histogram, seconds: one round trip writing a batch of outcomes (acks, retries, dead
 /// letters).
 pub const SETTLE_DURATION: &str = "harel_jobs_settle_duration_seconds";
-/// Gauge: jobs in the queue (waiting, scheduled, running or retrying; `state="queued"`)
-/// and dead letters (`state="dead"`), by `schema`; sampled by one worker per schema.
+/// Gauge: jobs in the queue (waiting, scheduled, running or retrying; `state="queued"`,
+/// the only state), by `schema`; sampled by one worker per schema. Dead letters are not in
+/// it: they are [`DEAD_LETTERS`].
 pub const DEPTH: &str = "harel_jobs_depth";
+/// Gauge: dead letters, by `schema`; sampled with [`DEPTH`]. (It used to be
+/// `harel_jobs_depth{state="dead"}`.)
+pub const DEAD_LETTERS: &str = "harel_jobs_dead_letters";
 /// Gauge: groups (`state="all"`) and groups a claim may take now (`state="claimable"`), by
 /// `schema`; sampled with [`DEPTH`].
 pub const GROUPS: &str = "harel_jobs_groups";
@@ -55,6 +59,140 @@ pub const GROUPS: &str = "harel_jobs_groups";
 /// up to 10,000 ready groups per priority level and among the first 1,000 leased, parked or
 /// scheduled groups per level; past that, a lower bound.
 pub const QUEUE_DEPTH: &str = "harel_jobs_queue_depth";
+/// Gauge, seconds: per named queue, by `schema` and `queue`, how long the queue's oldest
+/// ready job (due, not running) has been waiting to start, by the database's clock; 0 when
+/// none is ready. Sampled with [`DEPTH`], from the same `harel_queues` read as
+/// [`QUEUE_DEPTH`] (its `oldest_ready_at`: among the due timed groups and the 1,000 ready
+/// groups next to start per priority level). A paused queue, or one no pool serves, lags
+/// more and more.
+pub const QUEUE_LAG: &str = "harel_jobs_queue_lag_seconds";
+
+/// Every metric the crate emits, with its kind: what [`describe`] describes.
+pub const ALL: &[(&str, MetricKind)] = &[
+    (ENQUEUED, MetricKind::Counter),
+    (CLAIMED, MetricKind::Counter),
+    (SUCCEEDED, MetricKind::Counter),
+    (RETRIED, MetricKind::Counter),
+    (SNOOZED, MetricKind::Counter),
+    (DEAD_LETTERED, MetricKind::Counter),
+    (CANCELLED, MetricKind::Counter),
+    (LEASE_LOST, MetricKind::Counter),
+    (HANDLER_DURATION, MetricKind::Histogram),
+    (START_LATENCY, MetricKind::Histogram),
+    (CLAIM_DURATION, MetricKind::Histogram),
+    (SETTLE_DURATION, MetricKind::Histogram),
+    (DEPTH, MetricKind::Gauge),
+    (DEAD_LETTERS, MetricKind::Gauge),
+    (GROUPS, MetricKind::Gauge),
+    (QUEUE_DEPTH, MetricKind::Gauge),
+    (QUEUE_LAG, MetricKind::Gauge),
+];
+
+/// What kind of metric one of [`ALL`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MetricKind {
+    /// A counter (monotonic, `_total`).
+    Counter,
+    /// A gauge (a sampled value).
+    Gauge,
+    /// A histogram (seconds): a summary unless the exporter is given buckets.
+    Histogram,
+}
+
+/// The recommended histogram buckets, in seconds, of the [`HISTOGRAMS`] (for an exporter
+/// such as `metrics-exporter-prometheus`, whose `set_buckets_for_metric` takes them): from
+/// 1 ms to 5 minutes, covering a claim or settle round trip (milliseconds) as well as a
+/// long handler or a start latency of minutes.
+pub const RECOMMENDED_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0,
+];
+
+/// The histograms among [`ALL`] (all in seconds), for [`RECOMMENDED_BUCKETS`].
+pub const HISTOGRAMS: &[&str] = &[
+    HANDLER_DURATION,
+    START_LATENCY,
+    CLAIM_DURATION,
+    SETTLE_DURATION,
+];
+
+/// Describes every metric of [`ALL`] (its help text and unit) to the current recorder, so
+/// that an exporter prints them (Prometheus' `# HELP`). A worker pool does it when it
+/// starts; a process that only enqueues calls it once after installing its recorder.
+/// Without the `metrics` feature it does nothing.
+pub fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        use ::metrics::Unit;
+        let counter = |name: &'static str, help: &'static str| {
+            ::metrics::describe_counter!(name, Unit::Count, help);
+        };
+        counter(
+            ENQUEUED,
+            "Jobs enqueued (not duplicates of unique jobs), by kind and queue.",
+        );
+        counter(
+            CLAIMED,
+            "Jobs claimed (attempts started), by kind and queue.",
+        );
+        counter(SUCCEEDED, "Jobs completed, by kind and queue.");
+        counter(RETRIED, "Failed attempts to be retried, by kind and queue.");
+        counter(
+            SNOOZED,
+            "Attempts snoozed by their handler, by kind and queue.",
+        );
+        counter(
+            DEAD_LETTERED,
+            "Jobs moved to the dead letters, by kind and queue.",
+        );
+        counter(
+            CANCELLED,
+            "Running jobs that ended as cancelled, by kind and queue.",
+        );
+        counter(
+            LEASE_LOST,
+            "Leases lost (the job may run again elsewhere), by kind and queue.",
+        );
+        let histogram = |name: &'static str, help: &'static str| {
+            ::metrics::describe_histogram!(name, Unit::Seconds, help);
+        };
+        histogram(
+            HANDLER_DURATION,
+            "How long handlers ran, to their result, a panic or a timeout, by kind and queue.",
+        );
+        histogram(
+            START_LATENCY,
+            "From enqueue to the start of the first attempt (a delay included), by kind and queue.",
+        );
+        histogram(CLAIM_DURATION, "One claim round trip of a fetcher.");
+        histogram(
+            SETTLE_DURATION,
+            "One round trip writing a batch of outcomes.",
+        );
+        ::metrics::describe_gauge!(
+            DEPTH,
+            Unit::Count,
+            "Jobs in the queue (waiting, scheduled, running or retrying; not dead letters), by schema."
+        );
+        ::metrics::describe_gauge!(DEAD_LETTERS, Unit::Count, "Dead letters, by schema.");
+        ::metrics::describe_gauge!(
+            GROUPS,
+            Unit::Count,
+            "Groups (state=all) and groups a claim may take now (state=claimable), by schema."
+        );
+        ::metrics::describe_gauge!(
+            QUEUE_DEPTH,
+            Unit::Count,
+            "Jobs that may start now (state=ready) and running (state=running), by schema and queue."
+        );
+        ::metrics::describe_gauge!(
+            QUEUE_LAG,
+            Unit::Seconds,
+            "How long the oldest ready job of the queue has waited to start (0: none ready), by schema and queue."
+        );
+    }
+}
 
 /// The label of a kind nothing registered on this worker.
 pub const UNREGISTERED: &str = "unregistered";
@@ -167,22 +305,29 @@ pub(crate) fn settle_round_trip(took: Duration) {
     histogram!(SETTLE_DURATION, took);
 }
 
-/// The depth of the queue in `schema`, as sampled: its jobs `queued` and `dead`, its
-/// `groups` and the `claimable` ones.
+/// The depth of the queue in `schema`, as sampled: its jobs `queued`, its `dead` letters,
+/// its `groups` and the `claimable` ones.
 #[cfg(feature = "metrics")]
 pub(crate) fn depth(schema: &str, queued: i64, dead: i64, groups: i64, claimable: i64) {
     let gauge = |name: &'static str, state: &'static str, value: i64| {
         ::metrics::gauge!(name, "schema" => schema.to_owned(), "state" => state).set(value as f64);
     };
     gauge(DEPTH, "queued", queued);
-    gauge(DEPTH, "dead", dead);
+    ::metrics::gauge!(DEAD_LETTERS, "schema" => schema.to_owned()).set(dead as f64);
     gauge(GROUPS, "all", groups);
     gauge(GROUPS, "claimable", claimable);
 }
 
-/// The ready and running jobs of the named queue `queue` in `schema`, as sampled.
+/// The ready and running jobs of the named queue `queue` in `schema`, and how long its
+/// oldest ready job has waited (`lag`, seconds), as sampled.
 #[cfg(feature = "metrics")]
-pub(crate) fn queue_depth(schema: &str, queue: &str, ready: i64, running: i64) {
+pub(crate) fn queue_depth(schema: &str, queue: &str, ready: i64, running: i64, lag: f64) {
+    ::metrics::gauge!(
+        QUEUE_LAG,
+        "schema" => schema.to_owned(),
+        "queue" => queue.to_owned()
+    )
+    .set(lag);
     for (state, value) in [("ready", ready), ("running", running)] {
         ::metrics::gauge!(
             QUEUE_DEPTH,

@@ -492,6 +492,8 @@ impl<S: Send + Sync + 'static> TestWorker<S> {
     /// [`TestError::Config`], as [`WorkerBuilder::build`].
     pub fn new(builder: WorkerBuilder<S>) -> Result<Self, TestError> {
         let worker: Worker<S> = builder.build()?;
+        // its counters and histograms are described as a pool's are
+        crate::telemetry::describe();
         Ok(Self {
             shared: worker.into_shared(),
         })

@@ -1,6 +1,8 @@
 //! A job's trace context (feature `opentelemetry`): the W3C `traceparent` (and
-//! `tracestate`) of the span that enqueued it, stored with the job (migration 0009) and made
-//! the parent of each attempt's span, so that a trace runs "request → enqueue → job".
+//! `tracestate`) of its producer span (`send {queue}`, or `create {queue}` for a job of a
+//! batch or workflow; a child of the span current at enqueue), stored with the job
+//! (migration 0009) and made the parent of each attempt's span (`process {queue}`), so
+//! that a trace runs "request → send → process".
 //!
 //! Stored as one text: the `traceparent`, then, if the trace has one, a line feed and the
 //! `tracestate`; at most [`MAX_TRACE_CONTEXT_BYTES`](crate::vocabulary::MAX_TRACE_CONTEXT_BYTES). Without the feature nothing is
@@ -11,6 +13,52 @@
 
 #[cfg(feature = "opentelemetry")]
 use crate::vocabulary::is_trace_context;
+
+/// `messaging.system` of the crate's spans. Not one of the conventions' well-known values
+/// (none names a queue on PostgreSQL), so a value of its own: the queue's protocol is
+/// harel-jobs' functions, not PostgreSQL's (a `postgresql` span would be a database
+/// client's `db.system.name`).
+pub(crate) const MESSAGING_SYSTEM: &str = "harel-jobs";
+
+/// A producer operation at enqueue: its `messaging.operation.type` (and name).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Produce {
+    /// One job sent in its own round trip: the span covers it, and its context is the
+    /// job's creation context (the conventions need no `create` span then).
+    Send,
+    /// A job pushed on a batch or a workflow: a span of its own, its creation context, so
+    /// that each job of a batch has one.
+    Create,
+}
+
+impl Produce {
+    fn as_str(self) -> &'static str {
+        match self {
+            Produce::Send => "send",
+            Produce::Create => "create",
+        }
+    }
+}
+
+/// The producer span of an enqueue into `queue`, named `{operation} {queue}` (`send mail`),
+/// with the conventions' messaging fields; `messaging.message.id`, `otel.status_code` and
+/// `error.type` are left to record. With the `opentelemetry` feature, [`current`] inside
+/// it is its context: what is stored with the job.
+pub(crate) fn producer_span(operation: Produce, queue: &str) -> tracing::Span {
+    let operation = operation.as_str();
+    tracing::info_span!(
+        "harel_enqueue",
+        otel.name = format!("{operation} {queue}"),
+        otel.kind = "producer",
+        messaging.system = MESSAGING_SYSTEM,
+        messaging.operation.type = operation,
+        messaging.operation.name = operation,
+        messaging.destination.name = queue,
+        messaging.message.id = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
 
 /// The current span's OpenTelemetry context as it is stored, if it has a valid one (a span
 /// of a `tracing-opentelemetry` layer); `None` otherwise, or if it would not fit (logged).

@@ -149,7 +149,7 @@ impl Workflow {
         if self.names.contains(&name) {
             return Err(InvalidMessage::DuplicateTaskName(name).into());
         }
-        let message = options.message(&job)?;
+        let message = options.created_message(&job)?;
         message.validate()?;
         if message.unique.is_some() {
             return Err(InvalidMessage::UniqueJobInWorkflow.into());

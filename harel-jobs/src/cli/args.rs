@@ -36,19 +36,18 @@ Exit codes: 0 success, 1 failure (including a refused or declined confirmation),
     arg_required_else_help = true
 )]
 pub(crate) struct Cli {
-    /// Connection URL of the database (postgres://user:password@host:port/database).
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
-    pub(crate) database_url: Option<String>,
+    // The two settings the environment may give are read from it by `database_url()` and
+    // `schema()`, not by clap: clap counts a value from the environment as given on the
+    // command line, and a usage error's "Usage:" line then shows `--database-url
+    // <DATABASE_URL>` among the required arguments.
+    /// Connection URL of the database (postgres://user:password@host:port/database)
+    /// [env: DATABASE_URL].
+    #[arg(long, global = true)]
+    database_url: Option<String>,
 
-    /// The queue's schema.
-    #[arg(
-        long,
-        env = "HAREL_SCHEMA",
-        hide_env_values = true,
-        default_value = "harel",
-        global = true
-    )]
-    pub(crate) schema: String,
+    /// The queue's schema [env: HAREL_SCHEMA] [default: harel].
+    #[arg(long, global = true)]
+    schema: Option<String>,
 
     /// Print JSON (one object on stdout; see docs/guide/monitoring.md, "Command line") instead
     /// of tables.
@@ -62,6 +61,29 @@ pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
+}
+
+impl Cli {
+    /// `--database-url`, else `DATABASE_URL` (an empty one is none).
+    pub(crate) fn database_url(&self) -> Option<String> {
+        self.database_url.clone().or_else(|| {
+            std::env::var("DATABASE_URL")
+                .ok()
+                .filter(|url| !url.is_empty())
+        })
+    }
+
+    /// `--schema`, else `HAREL_SCHEMA` (if not empty), else `harel`.
+    pub(crate) fn schema(&self) -> String {
+        self.schema
+            .clone()
+            .or_else(|| {
+                std::env::var("HAREL_SCHEMA")
+                    .ok()
+                    .filter(|schema| !schema.is_empty())
+            })
+            .unwrap_or_else(|| "harel".to_owned())
+    }
 }
 
 /// The subcommands.

@@ -60,19 +60,19 @@ impl Printer {
 /// Connects (unless the command needs nothing of the database), checks the schema, runs
 /// the command.
 pub(crate) async fn run(cli: Cli, out: &Printer) -> Result<(), CliError> {
-    let schema = Schema::new(&cli.schema)?;
+    let schema = Schema::new(&cli.schema())?;
     // empty credentials and malformed host names: refused before anything is reached
     #[cfg(feature = "dashboard")]
     if let Command::Dashboard(args) = &cli.command {
         super::serve::check(args)?;
     }
-    let url = cli.database_url.as_deref().ok_or(CliError::NoDatabase)?;
+    let url = cli.database_url().ok_or(CliError::NoDatabase)?;
     // one command: two connections; a dashboard serves several pages at once
     let connections = if is_dashboard(&cli.command) { 8 } else { 2 };
     let config = ConnectConfig::default()
         .max_connections(connections)
         .wait(cli.connect_timeout);
-    let pool = connect_with(url, &config).await?;
+    let pool = connect_with(&url, &config).await?;
     let client = Client::with_schema(pool, schema);
     let result = match dispatch(cli.command, &client, out).await {
         Err(error) => Err(explain_refusal(&client, error).await),

@@ -91,7 +91,7 @@ impl CliError {
             | Self::Client(ClientError::InvalidArgument(_)) => 2,
             #[cfg(feature = "dashboard")]
             Self::InvalidHost(_) => 2,
-            Self::Connect(ConnectError::InvalidUrl { .. }) => 2,
+            Self::Connect(ConnectError::InvalidUrl { .. } | ConnectError::NotPostgres { .. }) => 2,
             _ => 1,
         }
     }

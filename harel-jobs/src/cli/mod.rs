@@ -48,6 +48,8 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // tables fit the terminal, and colour only a terminal (never a pipe) without NO_COLOR
+    output::Terminal::detect().install();
     let out = Printer::new(cli.json);
     match runtime.block_on(commands::run(cli, &out)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,9 @@
 //! in the guide's "Command line", docs/guide/monitoring.md) and the tables and key-value
 //! lists people read.
 
+use std::io::IsTerminal;
+use std::sync::OnceLock;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -43,13 +46,100 @@ fn one_line(text: &str) -> String {
 
 /// A cell: on one line, cut to [`MAX_CELL_CHARS`].
 fn cell(text: &str) -> String {
-    let line = one_line(text);
-    if line.chars().count() <= MAX_CELL_CHARS {
-        return line;
+    cut(&one_line(text), MAX_CELL_CHARS)
+}
+
+/// `text` cut to `max` characters, its last one `…` when cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
     }
-    let mut cut: String = line.chars().take(MAX_CELL_CHARS - 1).collect();
+    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
     cut.push('…');
     cut
+}
+
+/// What stdout takes: how wide a line may be, and whether it shows colour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Terminal {
+    /// The widest a table's line gets (`None`: as wide as its cells, each cut to
+    /// [`MAX_CELL_CHARS`]).
+    pub(crate) width: Option<usize>,
+    /// Whether state words are coloured (ANSI escapes).
+    pub(crate) colour: bool,
+}
+
+/// The terminal the process's output goes to, once [`Terminal::install`]ed.
+static TERMINAL: OnceLock<Terminal> = OnceLock::new();
+
+impl Terminal {
+    /// A terminal whose width cannot be read, nor is `COLUMNS` set.
+    const DEFAULT_WIDTH: usize = 80;
+    /// The narrowest a table is fitted to (a tiny or bogus width would cut every cell to
+    /// nothing).
+    const MIN_WIDTH: usize = 40;
+
+    /// Plain text of any width: a pipe, a file, a test.
+    pub(crate) const PLAIN: Self = Self {
+        width: None,
+        colour: false,
+    };
+
+    /// What stdout is: on a terminal, its width (else `COLUMNS`, else 80) and colour unless
+    /// `NO_COLOR` is set (to anything but nothing); otherwise (a pipe, a file) no colour
+    /// ever, and the width `COLUMNS` says if set, no limit if not.
+    pub(crate) fn detect() -> Self {
+        let is_terminal = std::io::stdout().is_terminal();
+        let columns = std::env::var("COLUMNS")
+            .ok()
+            .and_then(|columns| columns.trim().parse::<usize>().ok())
+            .filter(|columns| *columns > 0);
+        let width = if is_terminal {
+            let size = terminal_size::terminal_size().map(|(width, _)| usize::from(width.0));
+            Some(
+                size.filter(|width| *width > 0)
+                    .or(columns)
+                    .unwrap_or(Self::DEFAULT_WIDTH),
+            )
+        } else {
+            columns
+        };
+        let no_colour = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
+        Self {
+            width: width.map(|width| width.max(Self::MIN_WIDTH)),
+            colour: is_terminal && !no_colour,
+        }
+    }
+
+    /// Makes `self` what every table and field list is rendered for, from now on (the first
+    /// call wins).
+    pub(crate) fn install(self) {
+        let _ = TERMINAL.set(self);
+    }
+
+    /// The installed terminal, or [`PLAIN`](Self::PLAIN).
+    fn current() -> Self {
+        TERMINAL.get().copied().unwrap_or(Self::PLAIN)
+    }
+
+    /// `word` (the first word of `text`) in its state's colour: red for what failed,
+    /// green for what completed, yellow for what runs or waits on a retry, cyan for what
+    /// waits on a time or a parent; `text` as it is for anything else, or without colour.
+    fn state(self, text: &str) -> String {
+        if !self.colour {
+            return text.to_owned();
+        }
+        let word = text.split(' ').next().unwrap_or_default();
+        let code = match word {
+            "dead" | "failed" => "31",
+            "completed" => "32",
+            "running" | "leased" | "retrying" => "33",
+            "cancelled" => "35",
+            "scheduled" | "pending" | "parked" => "36",
+            _ => return text.to_owned(),
+        };
+        format!("\x1b[{code}m{text}\x1b[0m")
+    }
 }
 
 /// A table: a header row and rows, columns padded to their widest cell.
@@ -70,8 +160,16 @@ impl Table {
         self.rows.push(cells.iter().map(|c| cell(c)).collect());
     }
 
-    /// The table as text, ending with a newline; `empty` alone when it has no rows.
+    /// The table as text for the installed [`Terminal`], ending with a newline; `empty`
+    /// alone when it has no rows.
     pub(crate) fn render(&self, empty: &str) -> String {
+        self.render_for(empty, Terminal::current())
+    }
+
+    /// The table as text for `terminal`: columns padded to their widest cell, the widest
+    /// columns narrowed (their cells cut with `…`) until a line fits its width, state
+    /// words coloured if it shows colour.
+    pub(crate) fn render_for(&self, empty: &str, terminal: Terminal) -> String {
         if self.rows.is_empty() {
             return format!("{empty}\n");
         }
@@ -81,27 +179,70 @@ impl Table {
                 *width = (*width).max(cell.chars().count());
             }
         }
-        let line = |cells: &mut dyn Iterator<Item = &str>| {
+        if let Some(max) = terminal.width {
+            // a column narrows to its header (at least 4 characters: "ab…"), widest first
+            let floors: Vec<usize> = self
+                .headers
+                .iter()
+                .zip(&widths)
+                .map(|(header, width)| header.chars().count().max(4).min(*width))
+                .collect();
+            let gaps = 2 * widths.len().saturating_sub(1);
+            let mut total: usize = widths.iter().sum::<usize>() + gaps;
+            while total > max {
+                let widest = (0..widths.len())
+                    .filter(|&i| widths[i] > floors[i])
+                    .max_by_key(|&i| (widths[i], std::cmp::Reverse(i)));
+                let Some(widest) = widest else { break };
+                widths[widest] -= 1;
+                total -= 1;
+            }
+        }
+        let coloured: Vec<bool> = self
+            .headers
+            .iter()
+            .map(|header| matches!(*header, "STATE" | "STATUS"))
+            .collect();
+        let line = |cells: &mut dyn Iterator<Item = &str>, header: bool| {
             let padded: Vec<String> = cells
                 .zip(&widths)
-                .map(|(cell, width)| format!("{cell:<width$}"))
+                .zip(&coloured)
+                .map(|((cell, width), coloured)| {
+                    let text = cut(cell, *width);
+                    let pad = " ".repeat(width.saturating_sub(text.chars().count()));
+                    if *coloured && !header {
+                        format!("{}{pad}", terminal.state(&text))
+                    } else {
+                        format!("{text}{pad}")
+                    }
+                })
                 .collect();
             format!("{}\n", padded.join("  ").trim_end())
         };
-        let mut out = line(&mut self.headers.iter().copied());
+        let mut out = line(&mut self.headers.iter().copied(), true);
         for row in &self.rows {
-            out.push_str(&line(&mut row.iter().map(String::as_str)));
+            out.push_str(&line(&mut row.iter().map(String::as_str), false));
         }
         out
     }
 }
 
-/// `key: value` lines, keys aligned; values kept whole (on one line).
+/// `key: value` lines, keys aligned; values kept whole (on one line); a `state` or
+/// `status` coloured as in tables.
 pub(crate) fn fields(pairs: &[(&str, String)]) -> String {
+    let terminal = Terminal::current();
     let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     pairs
         .iter()
-        .map(|(key, value)| format!("{:<width$} {}\n", format!("{key}:"), one_line(value)))
+        .map(|(key, value)| {
+            let value = one_line(value);
+            let value = if matches!(*key, "state" | "status") {
+                terminal.state(&value)
+            } else {
+                value
+            };
+            format!("{:<width$} {value}\n", format!("{key}:"))
+        })
         .collect()
 }
 
@@ -889,6 +1030,65 @@ mod tests {
         assert!(lines[2].ends_with('…'), "{text}");
         assert_eq!(lines[2].chars().count(), 7 + MAX_CELL_CHARS);
         assert_eq!(Table::new(vec!["ID"]).render("no jobs"), "no jobs\n");
+    }
+
+    #[test]
+    fn tables_fit_the_width_widest_columns_first() {
+        let mut table = Table::new(vec!["ID", "STATE", "KIND", "ERROR"]);
+        table.row(vec![
+            "1".into(),
+            "dead".into(),
+            "k".repeat(30),
+            "e".repeat(60),
+        ]);
+        let fitted = |width| {
+            table.render_for(
+                "nothing",
+                Terminal {
+                    width: Some(width),
+                    colour: false,
+                },
+            )
+        };
+        let text = fitted(60);
+        assert!(
+            text.lines().all(|line| line.chars().count() <= 60),
+            "{text}"
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        // the error narrowed first, to the kind's width, then both in turn
+        let expected = format!("1   dead   {}…  {}…", "k".repeat(22), "e".repeat(23));
+        assert_eq!(lines[1], expected, "{text}");
+        // too narrow for the headers: each column keeps its header (or 4 characters)
+        let text = fitted(10);
+        assert_eq!(
+            text.lines().next(),
+            Some("ID  STATE  KIND  ERROR"),
+            "{text}"
+        );
+        // wide enough: as without a width
+        assert_eq!(fitted(500), table.render_for("nothing", Terminal::PLAIN));
+    }
+
+    #[test]
+    fn state_words_are_coloured_only_for_a_colour_terminal() {
+        let mut table = Table::new(vec!["ID", "STATE", "KIND"]);
+        for (id, state) in [("1", "dead"), ("2", "completed"), ("3", "waiting")] {
+            table.row(vec![id.into(), state.into(), "dead".into()]);
+        }
+        let colour = Terminal {
+            width: None,
+            colour: true,
+        };
+        let text = table.render_for("nothing", colour);
+        let lines: Vec<&str> = text.lines().collect();
+        // padded outside the escapes, so that columns stay aligned; other columns plain
+        assert_eq!(lines[0], "ID  STATE      KIND");
+        assert_eq!(lines[1], "1   \x1b[31mdead\x1b[0m       dead");
+        assert_eq!(lines[2], "2   \x1b[32mcompleted\x1b[0m  dead");
+        assert_eq!(lines[3], "3   waiting    dead");
+        let plain = table.render_for("nothing", Terminal::PLAIN);
+        assert!(!plain.contains('\x1b'), "{plain:?}");
     }
 
     #[test]

@@ -197,6 +197,8 @@ statements! {
     GroupCancelStep = groups::CANCEL_STEP,
     /// [`Store::queues_list`].
     QueuesList = queues::LIST,
+    /// [`Store::queues_sample`].
+    QueuesSample = queues::SAMPLE,
     /// [`Store::queues_depth`].
     QueuesDepth = queues::DEPTH,
     /// [`Store::queue_set`].

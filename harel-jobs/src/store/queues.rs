@@ -11,6 +11,12 @@ pub(super) const LIST: &str =
             running, counts_exact, oldest_ready_at
        FROM @schema@.harel_queues()";
 
+// what the depth sampler reads: `harel_queues`' counts and, by the database's clock, how
+// long the oldest ready group has waited (0 when none is ready); one round trip
+pub(super) const SAMPLE: &str = "SELECT name, ready, running,
+            COALESCE(EXTRACT(EPOCH FROM statement_timestamp() - oldest_ready_at)::float8, 0)
+       FROM @schema@.harel_queues()";
+
 pub(super) const DEPTH: &str =
     "SELECT queue, priority, ready, running, retrying, scheduled, counts_exact,
             oldest_ready_at
@@ -62,6 +68,11 @@ pub(crate) type QueueRow = (
     Option<DateTime<Utc>>,
 );
 
+/// A row of the depth sampler's read of `harel_queues`: name, ready, running, the seconds
+/// the oldest ready group has waited.
+#[cfg(feature = "metrics")]
+pub(crate) type QueueSampleRow = (String, Option<i64>, Option<i64>, f64);
+
 /// A row of `harel_depth`: queue, priority, ready, running, retrying, scheduled, counts
 /// exact, oldest ready at.
 pub(crate) type DepthRow = (String, i16, i64, i64, i64, i64, bool, Option<DateTime<Utc>>);
@@ -91,6 +102,19 @@ impl Store {
         executor: E,
     ) -> Result<Vec<QueueRow>, sqlx::Error> {
         sqlx::query_as(self.sql(Statement::QueuesList))
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_queues` as the depth sampler reads it: each queue's name, ready and running
+    /// counts, and the seconds its oldest ready group has waited (0: none ready).
+    #[cfg(feature = "metrics")]
+    pub(crate) async fn queues_sample<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+    ) -> Result<Vec<QueueSampleRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::QueuesSample))
             .persistent(self.persistent())
             .fetch_all(executor)
             .await

@@ -1,7 +1,8 @@
 //! The depth gauges (feature `metrics`): one worker per schema samples
 //! the schema's figures (what [`Stats`](crate::Stats) gives) and each named queue's ready
-//! and running counts (`harel_queues`, what `Client::queues` reads) every [`SAMPLE_EVERY`] and sets
-//! `harel_jobs_depth`, `harel_jobs_groups` and `harel_jobs_queue_depth` (see
+//! and running counts and lag (`harel_queues`, what `Client::queues` reads: one bounded
+//! call) every [`SAMPLE_EVERY`] and sets `harel_jobs_depth`, `harel_jobs_dead_letters`,
+//! `harel_jobs_groups`, `harel_jobs_queue_depth` and `harel_jobs_queue_lag_seconds` (see
 //! `telemetry.rs`), so that a dashboard summing over processes does not count the queue once
 //! per worker.
 //!
@@ -109,11 +110,11 @@ async fn sample<S>(shared: &Shared<S>) -> Result<(), DatabaseError> {
                 stats.groups.value(),
                 stats.claimable_groups.value(),
             );
-            for (queue, _, _, _, _, ready, running, _, _) in
-                shared.store.queues_list(connection).await?
-            {
+            for (queue, ready, running, lag) in shared.store.queues_sample(connection).await? {
                 let (ready, running) = (ready.unwrap_or(0), running.unwrap_or(0));
-                crate::telemetry::queue_depth(schema.name(), &queue, ready, running);
+                // a clock step on the server could make it negative for a moment
+                let lag = lag.max(0.0);
+                crate::telemetry::queue_depth(schema.name(), &queue, ready, running, lag);
             }
             Ok::<_, DatabaseError>(())
         },

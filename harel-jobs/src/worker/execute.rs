@@ -96,24 +96,29 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     }
 }
 
-/// The span one attempt of `message` runs in: OpenTelemetry's messaging fields (a consumer
-/// span processing message `messaging.message.id` of queue `messaging.destination.name`)
-/// next to the plain ones. With the `opentelemetry` feature, the context stored with the
-/// job at enqueue is its parent.
+/// The span one attempt of `message` runs in, with OpenTelemetry's messaging fields
+/// (semantic conventions 1.26 and later): a consumer span named `process {queue}`
+/// processing message `messaging.message.id` of queue `messaging.destination.name`, and
+/// the few fields of its own (`kind`, `group`, `attempt`); `otel.status_code` and
+/// `error.type` are recorded when the attempt fails ([`decided`]). With the
+/// `opentelemetry` feature, the context stored with the job at enqueue (its `send` or
+/// `create` span's) is its parent.
 pub(super) fn job_span(message: &ClaimedMessage, queue: &str) -> tracing::Span {
     let span = tracing::info_span!(
         "harel_job",
+        otel.name = format!("process {queue}"),
         otel.kind = "consumer",
-        messaging.system = "harel-jobs",
-        messaging.operation = "process",
+        messaging.system = crate::trace_context::MESSAGING_SYSTEM,
+        messaging.operation.type = "process",
+        messaging.operation.name = "process",
         messaging.destination.name = %queue,
         // a string in the semantic conventions
         messaging.message.id = %message.lease.id,
         kind = %message.kind,
-        queue = %queue,
         group = %message.lease.group,
-        message_id = message.lease.id.get(),
         attempt = message.attempt,
+        otel.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
     );
     crate::trace_context::set_parent(&span, message.trace_context.as_deref());
     span
@@ -260,6 +265,18 @@ pub(super) fn decided(attempt: u32, limits: Limits, attempted: Attempted) -> Dec
         );
     }
     let decision = decide(attempt, limits, attempted, rand::random());
+    // a failed attempt's span (the current one, `job_span`) ends in error: `error.type`
+    // says what comes of the job (a bounded value, never the error's text)
+    let failed = match &decision {
+        Decision::Retry { .. } => Some("retry"),
+        Decision::Dead { .. } => Some("dead_letter"),
+        _ => None,
+    };
+    if let Some(error_type) = failed {
+        let span = tracing::Span::current();
+        span.record("otel.status_code", "ERROR");
+        span.record("error.type", error_type);
+    }
     match &decision {
         Decision::Succeeded => tracing::debug!("job succeeded"),
         Decision::Retry { delay, error } => tracing::warn!(

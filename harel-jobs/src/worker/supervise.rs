@@ -219,6 +219,8 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
             schedule::run(Arc::clone(&shared), background.clone()),
         )
     });
+    // the help texts and units, for whatever recorder is installed now (idempotent)
+    crate::telemetry::describe();
     // not watched: the gauges are best effort, and the pool runs on without them
     #[cfg(feature = "metrics")]
     let depth = tokio::spawn(super::depth::run(Arc::clone(&shared), background.clone()));
