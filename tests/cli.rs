@@ -1007,7 +1007,36 @@ async fn queues_are_listed_paused_and_resumed() {
     let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let op = || cli(&role.url, &q);
-    let paused = ok(&mut op(), &["queues", "pause", "partner_api"]).stdout;
+    // a queue no job went to: refused (a typo must not make a paused queue for ever),
+    // unless asked to create it
+    fails(
+        &mut op(),
+        &["queues", "pause", "partner_api"],
+        1,
+        "no queue named \"partner_api\"",
+    );
+    fails(
+        &mut op(),
+        &["queues", "key-limit", "partner_api", "5"],
+        1,
+        "no queue named",
+    );
+    fails(
+        &mut op(),
+        &["queues", "weight", "partner_api", "k", "2"],
+        1,
+        "no queue named",
+    );
+    assert!(
+        queue(&q)
+            .queues()
+            .await
+            .unwrap()
+            .iter()
+            .all(|info| info.name != "partner_api"),
+        "nothing created"
+    );
+    let paused = ok(&mut op(), &["queues", "pause", "partner_api", "--create"]).stdout;
     assert!(
         paused.starts_with("queue partner_api: paused since "),
         "{paused}"
@@ -1018,7 +1047,7 @@ async fn queues_are_listed_paused_and_resumed() {
         .unwrap()
         .into_iter()
         .find(|info| info.name == "partner_api")
-        .expect("created by the pause");
+        .expect("created by the pause --create");
     assert!(info.is_paused());
 
     let listed = ok(&mut op(), &["--json", "queues", "list"]).json();

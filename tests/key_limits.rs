@@ -223,6 +223,7 @@ async fn a_changed_limit_applies_at_the_next_claim() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_limit_per_key_holds_across_every_worker() {
     let q = SuiteSchema::new().await;
+    client(&q).create_queue("partner").await.unwrap();
     client(&q)
         .set_key_limits("partner", KeyLimits::none().concurrency(2))
         .await
@@ -362,6 +363,7 @@ async fn a_key_past_its_rate_waits_for_its_start_times() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rate_per_key_holds_across_every_worker() {
     let q = SuiteSchema::new().await;
+    client(&q).create_queue("partner").await.unwrap();
     client(&q)
         .set_key_limits(
             "partner",

@@ -309,6 +309,7 @@ async fn the_lag_gauge_says_how_long_the_oldest_ready_job_waits() {
 
     let queue = SuiteSchema::new().await;
     let jobs = Client::with_schema(queue.pool.clone(), queue.schema.clone());
+    jobs.create_queue("mail").await.unwrap();
     jobs.pause("mail").await.unwrap();
     jobs.enqueue(&queue.pool, Good { n: 1 })
         .queue("mail")

@@ -192,6 +192,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_notify",
         "harel_publish",
         "harel_publish_workflow",
+        "harel_queue_id",
         "harel_queued_state",
         "harel_queues",
         "harel_record_attempts",

@@ -158,6 +158,7 @@ async fn a_retried_dead_letter_goes_back_to_its_queue() {
 async fn a_paused_queue_is_not_claimed_until_resumed() {
     let q = SuiteSchema::new().await;
     let queue = queue(&q);
+    queue.create_queue("mail").await.unwrap();
     let paused = queue.pause("mail").await.unwrap();
     assert!(paused.is_paused());
     let t = &q.transport;
@@ -207,6 +208,70 @@ async fn bulk_job(ctx: JobContext<Arc<Gate>>, n: u32) -> JobResult {
 async fn urgent_job(ctx: JobContext<Arc<Gate>>) -> JobResult {
     ctx.state().urgent_done.notify_one();
     Ok(())
+}
+
+/// A pool refuses to build with a registered kind whose queue it does not serve (its jobs
+/// would wait for ever), unless told that another pool serves that queue.
+#[tokio::test]
+async fn a_pool_refuses_a_kind_whose_queue_it_does_not_serve() {
+    let q = SuiteSchema::new().await;
+    let gate = || {
+        Arc::new(Gate {
+            bulk: Semaphore::new(0),
+            bulk_started: AtomicUsize::new(0),
+            urgent_done: tokio::sync::Notify::new(),
+        })
+    };
+    let refused = queue(&q)
+        .worker(gate())
+        .register::<BulkJob>()
+        .build()
+        .expect_err("refused: the pool serves only the default queue");
+    match &refused {
+        harel_jobs::ConfigError::UnservedQueue {
+            kind,
+            queue,
+            served,
+        } => {
+            assert_eq!((*kind, *queue), ("bulk_job", "bulk"));
+            assert_eq!(served, &["default".to_owned()]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        refused.to_string().contains(".served_elsewhere(\"bulk\")"),
+        "{refused}"
+    );
+    let refused = queue(&q)
+        .worker(gate())
+        .register::<BulkJob>()
+        .register::<UrgentJob>()
+        .queue("urgent", 1)
+        .build()
+        .expect_err("refused: bulk is not served");
+    assert!(matches!(
+        refused,
+        harel_jobs::ConfigError::UnservedQueue { queue: "bulk", .. }
+    ));
+    // served here, or said to be served by another pool
+    assert!(
+        queue(&q)
+            .worker(gate())
+            .register::<BulkJob>()
+            .queue("bulk", 1)
+            .build()
+            .is_ok()
+    );
+    assert!(
+        queue(&q)
+            .worker(gate())
+            .register::<BulkJob>()
+            .register::<UrgentJob>()
+            .queue("urgent", 1)
+            .served_elsewhere("bulk")
+            .build()
+            .is_ok()
+    );
 }
 
 /// 10,000 jobs of a slow queue take every one of its slots; a job of the other queue still
@@ -285,6 +350,7 @@ async fn run_on_four_pools(q: &SuiteSchema, count: u32, millis: u64) -> Vec<(f64
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_concurrency_limit_holds_across_every_worker() {
     let q = SuiteSchema::new().await;
+    queue(&q).create_queue("partner").await.unwrap();
     queue(&q)
         .set_limits("partner", QueueLimits::none().concurrency(5))
         .await
@@ -309,6 +375,7 @@ async fn a_concurrency_limit_holds_across_every_worker() {
 async fn a_rate_limit_holds_across_every_worker() {
     let q = SuiteSchema::new().await;
     let limits = QueueLimits::none().rate(10, Duration::from_secs(1));
+    queue(&q).create_queue("partner").await.unwrap();
     queue(&q).set_limits("partner", limits).await.unwrap();
     let intervals = run_on_four_pools(&q, 30, 1).await;
     let starts: Vec<f64> = intervals.iter().map(|&(start, _)| start).collect();
@@ -344,6 +411,8 @@ async fn a_periodic_job_goes_to_its_queue() {
     let worker = queue(&q)
         .worker(())
         .register::<Hold>()
+        // (Hold's queue: this pool only enqueues the reports)
+        .served_elsewhere("partner")
         .periodic(every, |at| Report { at })
         .build()
         .unwrap()

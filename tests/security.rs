@@ -260,6 +260,7 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         format!("SELECT * FROM {s}.job_attempts"),
         format!("SELECT * FROM {s}.harel_job_attempts(1)"),
         format!("SELECT {s}.harel_jobs_gone(ARRAY[1::bigint])"),
+        format!("SELECT {s}.harel_queue_id('default', false)"),
         format!(
             "SELECT {s}.harel_record_attempts(ARRAY[1::bigint], ARRAY[1], ARRAY[now()], \
              ARRAY['failed'], ARRAY['e'], now(), NULL)"

@@ -127,6 +127,7 @@ impl Handler<()> for Limited {
 async fn a_login_granted_nothing_cannot_stop_a_limited_queue_or_housekeeping() {
     let q = SuiteSchema::new().await;
     let jobs = queue(&q);
+    jobs.create_queue("limited").await.unwrap();
     jobs.set_limits("limited", QueueLimits::none().concurrency(5))
         .await
         .unwrap();
@@ -235,6 +236,7 @@ async fn concurrent_migrations_of_a_new_schema_all_succeed() {
 async fn a_claim_its_caller_gave_up_on_never_leases_anything() {
     let q = SuiteSchema::new().await;
     let jobs = queue(&q);
+    jobs.create_queue("limited").await.unwrap();
     jobs.set_limits("limited", QueueLimits::none().concurrency(5))
         .await
         .unwrap();
@@ -503,7 +505,7 @@ async fn the_queue_cap_counts_queues_that_exist_and_housekeeping_sweeps_a_window
             .unwrap();
     }
     let jobs = queue(&q);
-    jobs.pause("operator-made")
+    jobs.create_queue("operator-made")
         .await
         .expect("the cap was used up by rollbacks");
     publish_raw(&mut connection, &q, "g", "first-real").await;
@@ -589,6 +591,7 @@ async fn a_changed_rate_limit_takes_effect_at_the_next_claim() {
     let q = SuiteSchema::new().await;
     let jobs = queue(&q);
     let day = Duration::from_secs(86_400);
+    jobs.create_queue("rated").await.unwrap();
     jobs.set_limits("rated", QueueLimits::none().rate(1, day))
         .await
         .unwrap();

@@ -504,9 +504,13 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
     .connect()
     .await;
     // the first round reads the catalogs (each function's first call on a connection)
+    let mut round_starts = Vec::new();
     for round in 0..7 {
         if round == 1 {
             notices.0.lock().unwrap().clear();
+        }
+        if round >= 1 {
+            round_starts.push(notices.0.lock().unwrap().len());
         }
         let fresh = [
             OutgoingMessage::new(format!("new-{round}"), "test", "{}"),
@@ -683,12 +687,33 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             "no call of {expected}: {calls:?}"
         );
     }
-    let worst = calls.iter().max_by_key(|(_, buffers)| *buffers).unwrap();
+    // Each round makes the same calls in the same order: a call's typical cost is its
+    // median over the rounds. A plan that walks an index is planned once per session and
+    // costs thousands of buffers in every round; a single round's call may read a few
+    // hundred more when another session's DDL (the suite's tests create and drop schemas
+    // beside it) makes this one reload its catalog caches, which is noise, not a plan.
+    round_starts.push(notices.len());
+    let rounds: Vec<Vec<(String, u64)>> = round_starts
+        .windows(2)
+        .map(|w| function_buffers(&notices[w[0]..w[1]]))
+        .collect();
+    assert!(
+        rounds.iter().all(|r| r.len() == rounds[0].len()),
+        "each round makes the same calls: {rounds:?}"
+    );
+    let typical: Vec<(String, u64)> = (0..rounds[0].len())
+        .map(|i| {
+            let mut costs: Vec<u64> = rounds.iter().map(|r| r[i].1).collect();
+            costs.sort_unstable();
+            (rounds[0][i].0.clone(), costs[costs.len() / 2])
+        })
+        .collect();
+    let worst = typical.iter().max_by_key(|(_, buffers)| *buffers).unwrap();
     eprintln!("worst call after {CHURNED} jobs churned under a held snapshot: {worst:?}");
     // a full walk of either table's indexes reads thousands of buffers here
     assert!(
         worst.1 <= 400,
-        "a call read {} buffers ({}); all calls: {calls:?}\nthe heavy statements:\n{heavy:#?}",
+        "a call read {} buffers ({}) in most rounds; all calls: {calls:?}\nthe heavy statements:\n{heavy:#?}",
         worst.1,
         worst.0
     );

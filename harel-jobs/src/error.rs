@@ -204,6 +204,14 @@ pub enum ClientError {
         /// The task's job.
         job: JobId,
     },
+    /// A change to a queue that does not exist (no job went to it, and it was not created
+    /// with [`Client::create_queue`](crate::Client::create_queue)): refused, so that a
+    /// mistyped name does not make a paused or limited queue no job ever goes to. Nothing
+    /// was changed.
+    #[error(
+        "no queue named {0:?}: a queue exists once a job went to it, or once created (create_queue)"
+    )]
+    UnknownQueue(String),
 }
 
 /// Why [`JobContext::complete_in`](crate::JobContext::complete_in) did not complete the
@@ -550,6 +558,22 @@ pub enum ConfigError {
     /// Two registered job types share one kind.
     #[error("two registered job types have the kind {0:?}: kinds must be unique")]
     DuplicateKind(&'static str),
+    /// A registered job type's queue is not one this pool serves: its jobs would wait for
+    /// ever unless another pool serves that queue. Serve it
+    /// ([`WorkerBuilder::queue`](crate::WorkerBuilder::queue)), or say that another pool
+    /// does ([`WorkerBuilder::served_elsewhere`](crate::WorkerBuilder::served_elsewhere)).
+    #[error(
+        "job kind {kind:?} goes to queue {queue:?}, which this pool does not serve (it serves {served:?}): \
+         add .queue({queue:?}, n), or .served_elsewhere({queue:?}) if another pool serves it"
+    )]
+    UnservedQueue {
+        /// The job kind.
+        kind: &'static str,
+        /// Its queue.
+        queue: &'static str,
+        /// The queues this pool serves.
+        served: Vec<String>,
+    },
     /// Another out-of-range setting.
     #[error("invalid setting {name}: {reason}")]
     Invalid {

@@ -193,6 +193,11 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/internal/harel_record_attempts.sql"),
     },
     Function {
+        name: "harel_queue_id",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_queue_id.sql"),
+    },
+    Function {
         name: "harel_jobs_gone",
         folder: "internal",
         sql: include_str!("../sql/functions/internal/harel_jobs_gone.sql"),

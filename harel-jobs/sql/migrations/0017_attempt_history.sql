@@ -1,5 +1,5 @@
 -- harel-jobs migration 0017: every attempt of a job, for the operator who asks why it failed
--- (ADR 0034).
+-- (ADR 0034); operators' changes to queues that do not exist refused unless asked to create.
 --
 -- - `job_attempts`: one row per attempt that ended in failure (retried later, or dead):
 --   when it started and ended, the worker pool that ran it, and the error as stored on the
@@ -22,6 +22,14 @@
 -- attempts record no worker).
 DROP FUNCTION IF EXISTS @schema@.harel_settle(
     TEXT[], BIGINT[], UUID[], TEXT[], BIGINT[], TEXT[], BOOLEAN[], INT[], UUID, UUID);
+
+-- harel_set_queue, harel_set_key_limits and harel_set_fair_weight take `p_create` (default
+-- true, what the previous release did: its operators call them unchanged); this release's
+-- client passes false unless asked to create the queue, so that a typo does not make a
+-- paused or limited queue no job ever goes to. New signatures: the old ones dropped here.
+DROP FUNCTION IF EXISTS @schema@.harel_set_queue(TEXT, BOOLEAN, BOOLEAN, INT, INT, BIGINT);
+DROP FUNCTION IF EXISTS @schema@.harel_set_key_limits(TEXT, INT, INT, BIGINT);
+DROP FUNCTION IF EXISTS @schema@.harel_set_fair_weight(TEXT, TEXT, INT);
 
 CREATE TABLE @schema@.job_attempts (
     job_id     BIGINT      NOT NULL,  -- the job's id (its message's seq)

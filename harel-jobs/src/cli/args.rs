@@ -416,11 +416,16 @@ pub(crate) enum QueuesCommand {
     #[command(after_help = "Example:\n  harel-jobs queues depth")]
     Depth,
     /// Pause a queue: no worker starts its jobs until it is resumed (running jobs finish;
-    /// enqueueing still works).
-    #[command(after_help = "Example:\n  harel-jobs queues pause partner_api")]
+    /// enqueueing still works). A queue no job went to yet is refused unless --create.
+    #[command(
+        after_help = "Examples:\n  harel-jobs queues pause partner_api\n  harel-jobs queues pause new_partner --create"
+    )]
     Pause {
         /// The queue's name.
         name: String,
+        /// Create the queue if no job went to it yet (else an unknown name is refused).
+        #[arg(long)]
+        create: bool,
     },
     /// Resume a paused queue.
     #[command(after_help = "Example:\n  harel-jobs queues resume partner_api")]
@@ -456,6 +461,9 @@ Examples:
         /// The weight, 1 to 1000.
         #[arg(value_parser = clap::value_parser!(u32).range(1..=1000))]
         weight: u32,
+        /// Create the queue if no job went to it yet (else an unknown name is refused).
+        #[arg(long)]
+        create: bool,
     },
     /// Limit each fairness key's jobs in a queue, over every worker: its running jobs, its
     /// starts per period, or both (--none removes both). A key at its running limit starts
@@ -481,6 +489,9 @@ Examples:
         /// The rate's period, up to a day (1s, 30s, 1m, 1h).
         #[arg(long, requires = "rate", value_parser = parse_duration)]
         per: Option<Duration>,
+        /// Create the queue if no job went to it yet (else an unknown name is refused).
+        #[arg(long)]
+        create: bool,
         /// Remove the limits.
         #[arg(long)]
         none: bool,

@@ -176,7 +176,10 @@ async fn dispatch(command: Command, client: &Client, out: &Printer) -> Result<()
         }
         Command::Queues(QueuesCommand::List) => queues_list(client, out).await,
         Command::Queues(QueuesCommand::Depth) => queues_depth(client, out).await,
-        Command::Queues(QueuesCommand::Pause { name }) => {
+        Command::Queues(QueuesCommand::Pause { name, create }) => {
+            if create {
+                client.create_queue(&name).await?;
+            }
             let info = client.pause(&name).await?;
             out.emit(&QueueView::new(&info), || {
                 format!("queue {name}: {}\n", QueueView::status(&info))
@@ -191,7 +194,15 @@ async fn dispatch(command: Command, client: &Client, out: &Printer) -> Result<()
         Command::Queues(QueuesCommand::Keys { name, after, limit }) => {
             fair_keys(client, out, &name, after, limit).await
         }
-        Command::Queues(QueuesCommand::Weight { name, key, weight }) => {
+        Command::Queues(QueuesCommand::Weight {
+            name,
+            key,
+            weight,
+            create,
+        }) => {
+            if create {
+                client.create_queue(&name).await?;
+            }
             client.set_fair_weight(&name, &key, weight).await?;
             out.emit(
                 &json!({ "queue": name, "key": key, "weight": weight }),
@@ -203,8 +214,12 @@ async fn dispatch(command: Command, client: &Client, out: &Printer) -> Result<()
             running,
             rate,
             per,
+            create,
             ..
         }) => {
+            if create {
+                client.create_queue(&name).await?;
+            }
             let mut limits = KeyLimits::none();
             if let Some(n) = running {
                 limits = limits.concurrency(n);

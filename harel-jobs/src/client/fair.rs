@@ -7,7 +7,7 @@ use crate::error::{ClientError, DatabaseError};
 use std::time::Duration;
 
 use super::RateLimit;
-use super::queues::{concurrency_arg, rate_arg, rate_from_row};
+use super::queues::{concurrency_arg, queue_error, rate_arg, rate_from_row};
 use crate::store::FairKeyRow;
 use crate::vocabulary::{
     Count, MAX_FAIR_WEIGHT, QUEUE_NAME_RULE, validate_fair_key, validate_queue_name,
@@ -100,11 +100,13 @@ impl Client {
     /// weight unless set, removes the setting). Among the keys with ready work in a queue
     /// and a priority level, claims give each key starts in proportion to its weight. The
     /// change applies to the groups that become ready after it: those already waiting keep
-    /// their places. Creates the queue if nothing was published into it yet.
+    /// their places. A queue that does not exist is refused (create it first with
+    /// [`create_queue`](Client::create_queue)).
     ///
     /// # Errors
     /// [`ClientError::InvalidArgument`] for an invalid queue name, key or weight;
-    /// [`ClientError::Database`] (also past 100,000 weighted keys per schema).
+    /// [`ClientError::UnknownQueue`]; [`ClientError::Database`] (also past 100,000 weighted
+    /// keys per schema).
     pub async fn set_fair_weight(
         &self,
         queue: &str,
@@ -121,13 +123,13 @@ impl Client {
         self.store()
             .fair_weight_set(self.pool(), queue, key, weight as i32)
             .await
-            .map_err(DatabaseError::new)?;
+            .map_err(|e| queue_error(queue, e))?;
         Ok(())
     }
 
     /// Sets the limits on each fairness key's jobs in a queue ([`KeyLimits::none`] removes
-    /// them), over every worker process. Creates the queue if nothing was published into
-    /// it yet.
+    /// them), over every worker process. A queue that does not exist is refused (create it
+    /// first with [`create_queue`](Client::create_queue)).
     ///
     /// The next claim applies them. Claims of a queue with a limit per key run one at a
     /// time (as a limited queue's do, [`Client::set_limits`]) and count each key's live
@@ -142,7 +144,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::InvalidArgument`] for an invalid queue name or a limit out of range;
-    /// [`ClientError::Database`].
+    /// [`ClientError::UnknownQueue`]; [`ClientError::Database`].
     pub async fn set_key_limits(&self, queue: &str, limits: KeyLimits) -> Result<(), ClientError> {
         validate_queue_name(queue).map_err(|_| ClientError::InvalidArgument(QUEUE_NAME_RULE))?;
         let concurrency = concurrency_arg(
@@ -156,7 +158,7 @@ impl Client {
         self.store()
             .key_limits_set(self.pool(), queue, concurrency, rate)
             .await
-            .map_err(DatabaseError::new)?;
+            .map_err(|e| queue_error(queue, e))?;
         Ok(())
     }
 

@@ -170,15 +170,28 @@ impl Client {
         Ok(rows.into_iter().map(queue_info).collect())
     }
 
-    /// Pauses the named queue: no worker starts its jobs until it is resumed (each worker's
-    /// next claim sees it); running jobs finish, and enqueueing into it still works.
-    /// Creates the queue if nothing was published into it yet. Returns the queue as it now
-    /// is (counts not read: zero).
+    /// Creates the named queue if it does not exist yet (a queue is otherwise created by
+    /// the first job into it), so that it can be paused or limited before any job goes to
+    /// it. Returns the queue as it now is (counts not read: zero).
     ///
     /// # Errors
-    /// [`ClientError::InvalidArgument`] for an invalid name, [`ClientError::Database`].
+    /// [`ClientError::InvalidArgument`] for an invalid name, [`ClientError::Database`]
+    /// (also past 1,000 named queues per schema).
+    pub async fn create_queue(&self, queue: &str) -> Result<QueueInfo, ClientError> {
+        self.set_queue(queue, None, None, true).await
+    }
+
+    /// Pauses the named queue: no worker starts its jobs until it is resumed (each worker's
+    /// next claim sees it); running jobs finish, and enqueueing into it still works.
+    /// Returns the queue as it now is (counts not read: zero). A queue that does not exist
+    /// (no job went to it, and it was not created) is refused: create it first with
+    /// [`create_queue`](Self::create_queue) to pause it before its first job.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidArgument`] for an invalid name, [`ClientError::UnknownQueue`],
+    /// [`ClientError::Database`].
     pub async fn pause(&self, queue: &str) -> Result<QueueInfo, ClientError> {
-        self.set_queue(queue, Some(true), None).await
+        self.set_queue(queue, Some(true), None, false).await
     }
 
     /// Resumes the named queue: workers claim it again (at once where they listen, else
@@ -187,23 +200,24 @@ impl Client {
     /// # Errors
     /// As [`pause`](Self::pause).
     pub async fn resume(&self, queue: &str) -> Result<QueueInfo, ClientError> {
-        self.set_queue(queue, Some(false), None).await
+        self.set_queue(queue, Some(false), None, false).await
     }
 
     /// Sets the named queue's limits across every worker (replacing the ones it had;
     /// [`QueueLimits::none`] removes them). The claims of a limited queue take the queue's
     /// lock one at a time; other queues never wait for it. Jobs that were running when a
-    /// concurrency limit was first set are not counted against it.
+    /// concurrency limit was first set are not counted against it. A queue that does not
+    /// exist is refused, as by [`pause`](Self::pause).
     ///
     /// # Errors
     /// [`ClientError::InvalidArgument`] for an invalid name or a limit out of range,
-    /// [`ClientError::Database`].
+    /// [`ClientError::UnknownQueue`], [`ClientError::Database`].
     pub async fn set_limits(
         &self,
         queue: &str,
         limits: QueueLimits,
     ) -> Result<QueueInfo, ClientError> {
-        self.set_queue(queue, None, Some(limits)).await
+        self.set_queue(queue, None, Some(limits), false).await
     }
 
     async fn set_queue(
@@ -211,6 +225,7 @@ impl Client {
         queue: &str,
         paused: Option<bool>,
         limits: Option<QueueLimits>,
+        create: bool,
     ) -> Result<QueueInfo, ClientError> {
         validate_queue_name(queue).map_err(|_| ClientError::InvalidArgument(QUEUE_NAME_RULE))?;
         let given = limits.unwrap_or_default();
@@ -222,6 +237,7 @@ impl Client {
         )?;
         let settings = QueueSettings {
             queue,
+            create,
             paused,
             set_limits: limits.is_some(),
             concurrency,
@@ -232,8 +248,19 @@ impl Client {
             .store()
             .queue_set(self.pool(), &settings)
             .await
-            .map_err(DatabaseError::new)?;
+            .map_err(|e| queue_error(queue, e))?;
         Ok(queue_info(row))
+    }
+}
+
+/// A database error of an operator's change to a queue: [`ClientError::UnknownQueue`] for
+/// a queue that does not exist (SQLSTATE P0002, from `harel_queue_id`).
+pub(super) fn queue_error(queue: &str, error: sqlx::Error) -> ClientError {
+    let error = DatabaseError::new(error);
+    if error.code().as_deref() == Some("P0002") {
+        ClientError::UnknownQueue(queue.to_owned())
+    } else {
+        ClientError::Database(error)
     }
 }
 

@@ -314,6 +314,7 @@ impl IntoResponse for PageError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Self::Client(ClientError::InvalidArgument(_)) => StatusCode::BAD_REQUEST,
+            Self::Client(ClientError::UnknownQueue(_)) => StatusCode::NOT_FOUND,
             Self::Client(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let body = format!(

@@ -26,11 +26,11 @@ pub(super) const DEPTH: &str =
 pub(super) const SET: &str =
     "SELECT name, paused_at, concurrency_limit, rate_limit, rate_period_ms,
             NULL::bigint, NULL::bigint, NULL::boolean, NULL::timestamptz
-       FROM @schema@.harel_set_queue($1, $2, $3, $4, $5, $6)";
+       FROM @schema@.harel_set_queue($1, $2, $3, $4, $5, $6, $7)";
 
-pub(super) const FAIR_WEIGHT_SET: &str = "SELECT @schema@.harel_set_fair_weight($1, $2, $3)";
+pub(super) const FAIR_WEIGHT_SET: &str = "SELECT @schema@.harel_set_fair_weight($1, $2, $3, $4)";
 
-pub(super) const KEY_LIMITS_SET: &str = "SELECT @schema@.harel_set_key_limits($1, $2, $3, $4)";
+pub(super) const KEY_LIMITS_SET: &str = "SELECT @schema@.harel_set_key_limits($1, $2, $3, $4, $5)";
 
 pub(super) const FAIR_KEYS_LIST: &str =
     "SELECT key, weight, ready, ready_exact, running, running_exact, more, key_limit,
@@ -80,8 +80,10 @@ pub(crate) type DepthRow = (String, i16, i64, i64, i64, i64, bool, Option<DateTi
 /// What `harel_set_queue` sets on a queue.
 #[derive(Debug)]
 pub(crate) struct QueueSettings<'a> {
-    /// The queue (created if missing).
+    /// The queue.
     pub queue: &'a str,
+    /// Create it if it does not exist (else an unknown name is refused, SQLSTATE P0002).
+    pub create: bool,
     /// Pause (`true`) or resume (`false`); `None` leaves it.
     pub paused: Option<bool>,
     /// Whether the limits below replace the queue's (`false` leaves them).
@@ -144,12 +146,14 @@ impl Store {
             .bind(settings.concurrency)
             .bind(settings.rate)
             .bind(settings.rate_period_ms)
+            .bind(settings.create)
             .persistent(self.persistent())
             .fetch_one(executor)
             .await
     }
 
-    /// `harel_set_fair_weight`: sets a fairness key's weight in a queue (1 removes it).
+    /// `harel_set_fair_weight`: sets a fairness key's weight in a queue (1 removes it); an
+    /// unknown queue is refused (SQLSTATE P0002).
     pub(crate) async fn fair_weight_set<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
@@ -161,6 +165,7 @@ impl Store {
             .bind(queue)
             .bind(key)
             .bind(weight)
+            .bind(false)
             .persistent(self.persistent())
             .execute(executor)
             .await
@@ -168,7 +173,7 @@ impl Store {
     }
 
     /// `harel_set_key_limits`: sets or removes the limits on each fairness key of a queue
-    /// (running jobs; starts per period in ms).
+    /// (running jobs; starts per period in ms); an unknown queue is refused (SQLSTATE P0002).
     pub(crate) async fn key_limits_set<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
@@ -181,6 +186,7 @@ impl Store {
             .bind(concurrency)
             .bind(rate.map(|(starts, _)| starts))
             .bind(rate.map(|(_, per_ms)| per_ms))
+            .bind(false)
             .persistent(self.persistent())
             .execute(executor)
             .await

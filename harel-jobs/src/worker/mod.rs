@@ -165,6 +165,7 @@ impl<S: Send + Sync + 'static> Worker<S> {
             faults: Faults::default(),
             schedules: Vec::new(),
             duplicate_schedule: None,
+            served_elsewhere: Vec::new(),
         }
     }
 
@@ -206,6 +207,8 @@ pub struct WorkerBuilder<S> {
     schedules: Vec<schedule::PeriodicJob>,
     /// A schedule name declared twice.
     duplicate_schedule: Option<String>,
+    /// Queues another pool serves: kinds registered here for them are not refused.
+    served_elsewhere: Vec<String>,
 }
 
 impl<S: Send + Sync + 'static> WorkerBuilder<S> {
@@ -264,6 +267,34 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
         if !self.registry.register::<J>() {
             self.duplicate.get_or_insert(J::KIND);
         }
+        self
+    }
+
+    /// Says that another pool serves the queue `name`: a job type registered here whose
+    /// [`Job::QUEUE`](crate::Job::QUEUE) is `name` is then accepted by [`build`](Self::build)
+    /// although this pool does not serve that queue (for a registration shared by pools
+    /// that serve different queues). Without it, `build` refuses such a type
+    /// ([`ConfigError::UnservedQueue`]): its jobs would wait for a pool that never comes.
+    ///
+    /// ```no_run
+    /// # use harel_jobs::{Worker, Handler, JobContext, JobResult};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Ping;
+    /// # impl harel_jobs::Job for Ping { const KIND: &'static str = "ping"; }
+    /// # impl Handler<()> for Ping { async fn handle(self, _: JobContext<()>) -> JobResult { Ok(()) } }
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Mail;
+    /// # impl harel_jobs::Job for Mail { const KIND: &'static str = "mail"; const QUEUE: &'static str = "mail"; }
+    /// # impl Handler<()> for Mail { async fn handle(self, _: JobContext<()>) -> JobResult { Ok(()) } }
+    /// # fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// // this process serves the default queue; the mail pool runs elsewhere
+    /// let worker = Worker::builder(pool, ())
+    ///     .register::<Ping>()
+    ///     .register::<Mail>()
+    ///     .served_elsewhere("mail")
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn served_elsewhere(mut self, name: impl Into<String>) -> Self {
+        self.served_elsewhere.push(name.into());
         self
     }
 
@@ -558,7 +589,9 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for an out-of-range setting, no registered job type, two
-    /// job types with one kind, or no Tokio runtime to start on.
+    /// job types with one kind, or no Tokio runtime to start on;
+    /// [`ConfigError::UnservedQueue`] for a registered job type whose queue this pool does
+    /// not serve (see [`queue`](Self::queue) and [`served_elsewhere`](Self::served_elsewhere)).
     pub fn build(self) -> Result<Worker<S>, ConfigError> {
         self.config.validate()?;
         if self.registry.is_empty() {
@@ -574,6 +607,24 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             return Err(ConfigError::InvalidSchedule {
                 name,
                 reason: "declared twice on one worker".to_owned(),
+            });
+        }
+        // a kind whose queue nobody here serves would pile up unseen
+        let lanes = self.config.lanes();
+        let served = |queue: &str| {
+            lanes.iter().any(|(name, _)| name == queue)
+                || self.served_elsewhere.iter().any(|name| name == queue)
+        };
+        if let Some((kind, queue)) = self
+            .registry
+            .queues()
+            .into_iter()
+            .find(|(_, queue)| !served(queue))
+        {
+            return Err(ConfigError::UnservedQueue {
+                kind,
+                queue,
+                served: lanes.into_iter().map(|(name, _)| name).collect(),
             });
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::Invalid {

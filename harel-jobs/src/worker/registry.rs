@@ -19,6 +19,8 @@ pub(crate) trait ErasedHandler<S>: Send + Sync {
     fn start(&self, payload: &str, ctx: JobContext<S>) -> Result<HandlerFuture, serde_json::Error>;
     /// The type's options.
     fn options(&self) -> JobOptions;
+    /// The queue its jobs are enqueued to ([`Job::QUEUE`](crate::Job::QUEUE)).
+    fn queue(&self) -> &'static str;
 }
 
 struct Typed<J>(PhantomData<fn() -> J>);
@@ -35,6 +37,10 @@ where
 
     fn options(&self) -> JobOptions {
         J::options()
+    }
+
+    fn queue(&self) -> &'static str {
+        J::QUEUE
     }
 }
 
@@ -80,5 +86,16 @@ impl<S> Registry<S> {
 
     pub fn kinds(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.handlers.keys().copied()
+    }
+
+    /// Each registered kind with its queue, in kind order.
+    pub fn queues(&self) -> Vec<(&'static str, &'static str)> {
+        let mut queues: Vec<_> = self
+            .handlers
+            .iter()
+            .map(|(kind, handler)| (*kind, handler.queue()))
+            .collect();
+        queues.sort_unstable();
+        queues
     }
 }

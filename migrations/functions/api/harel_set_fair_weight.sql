@@ -1,11 +1,13 @@
 -- harel_set_fair_weight: sets a fairness key's weight in a queue, creating the queue if
--- nothing was published into it yet. An operator's entry point.
+-- asked to and nothing was published into it yet. An operator's entry point.
 --
 -- Takes:
 --   p_queue   the queue's name (harel_ensure_queue's rule)
 --   p_key     the fairness key, 0 to 255 bytes ('' is the key of jobs without one)
 --   p_weight  1 to 1,000: the key's share of the starts against the other keys' weights
 --             (1, every key's weight unless set, removes the key's row)
+--   p_create  create the queue if it does not exist (default true); false refuses an
+--             unknown name
 -- Returns: nothing.
 -- Fence: at most 100,000 weighted keys per schema (the table is read at every tag, by key:
 --   the bound keeps an operator's script from growing it without end). A change applies to
@@ -13,17 +15,18 @@
 -- Locks: the key's row in fair_keys; harel_ensure_queue's when it creates the queue.
 -- Indexes: fair_keys' key (queue_id, key).
 -- Errors: 22023 for a key or weight out of range; 54000 past 100,000 weighted keys;
---   harel_ensure_queue's.
+--   harel_queue_id's (P0002: an unknown name, not to be created).
 --
 -- Steps:
 --   1. Check the key and the weight.
---   2. The queue's id (harel_ensure_queue).
+--   2. The queue's id (harel_queue_id).
 --   3. Weight 1: delete the key's row; otherwise insert or update it (the bound checked
 --      for a new row).
 CREATE OR REPLACE FUNCTION "harel".harel_set_fair_weight(
     p_queue  TEXT,
     p_key    TEXT,
-    p_weight INT
+    p_weight INT,
+    p_create BOOLEAN DEFAULT true
 ) RETURNS VOID
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -41,7 +44,7 @@ BEGIN
         RAISE EXCEPTION 'harel_set_fair_weight: need a key of at most 255 bytes and a weight of 1 to 1000'
             USING ERRCODE = '22023';
     END IF;
-    v_queue := "harel".harel_ensure_queue(p_queue);
+    v_queue := "harel".harel_queue_id(p_queue, p_create);
     IF p_weight = 1 THEN
         DELETE FROM "harel".fair_keys k WHERE k.queue_id = v_queue AND k.key = p_key;
         RETURN;
@@ -64,4 +67,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_set_fair_weight(TEXT, TEXT, INT) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "harel".harel_set_fair_weight(TEXT, TEXT, INT, BOOLEAN) FROM PUBLIC;

@@ -1,5 +1,5 @@
--- harel_set_queue: pauses, resumes or limits a named queue, creating it if nothing was
--- published into it yet. An operator's entry point.
+-- harel_set_queue: pauses, resumes or limits a named queue, creating it if asked to and
+-- nothing was published into it yet. An operator's entry point.
 --
 -- Takes:
 --   p_name               the queue's name (harel_ensure_queue's rule)
@@ -11,18 +11,20 @@
 --                        1 to 1,000,000 (NULL: none)
 --   p_rate_limit         at most this many starts per p_rate_period_ms, 1 to 1,000,000
 --                        per 1 ms to 1 day (both NULL: none)
+--   p_create             create the queue if it does not exist (default true, as the
+--                        previous release did); false refuses an unknown name
 -- Returns the queue as it now is: name, paused_at, concurrency_limit, rate_limit,
 --   rate_period_ms.
 -- Fence: none beyond the checks. A pause keeps its first paused_at.
 -- Locks: the queue's row (an UPDATE: it waits for a limited claim holding it, briefly);
 --   harel_ensure_queue's when it creates the queue.
--- Indexes: queues' key.
+-- Indexes: queues' key and name.
 -- Errors: 22023 for limits out of range or a rate without its period (or the reverse);
---   harel_ensure_queue's.
+--   harel_queue_id's (P0002: an unknown name, not to be created).
 --
 -- Steps:
 --   1. Check the limits.
---   2. The queue's id (harel_ensure_queue).
+--   2. The queue's id (harel_queue_id).
 --   3. Update its pause and limits.
 --   4. Resumed or limits set: wake listening workers when the transaction commits
 --      (harel_notify).
@@ -33,7 +35,8 @@ CREATE OR REPLACE FUNCTION "harel".harel_set_queue(
     p_set_limits        BOOLEAN DEFAULT false,
     p_concurrency_limit INT DEFAULT NULL,
     p_rate_limit        INT DEFAULT NULL,
-    p_rate_period_ms    BIGINT DEFAULT NULL
+    p_rate_period_ms    BIGINT DEFAULT NULL,
+    p_create            BOOLEAN DEFAULT true
 ) RETURNS TABLE (
     name              TEXT,
     paused_at         TIMESTAMPTZ,
@@ -58,7 +61,7 @@ BEGIN
         RAISE EXCEPTION 'harel_set_queue: a concurrency limit is 1 to 1000000, a rate limit 1 to 1000000 per 1 ms to 1 day'
             USING ERRCODE = '22023';
     END IF;
-    v_id := "harel".harel_ensure_queue(p_name);
+    v_id := "harel".harel_queue_id(p_name, p_create);
     UPDATE "harel".queues q
        SET paused_at = CASE WHEN p_paused THEN COALESCE(q.paused_at, statement_timestamp())
                             WHEN NOT p_paused THEN NULL
@@ -79,5 +82,5 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_set_queue(TEXT, BOOLEAN, BOOLEAN, INT, INT, BIGINT)
-    FROM PUBLIC;
+REVOKE ALL ON FUNCTION "harel".harel_set_queue(TEXT, BOOLEAN, BOOLEAN, INT, INT, BIGINT,
+    BOOLEAN) FROM PUBLIC;

@@ -1,6 +1,6 @@
 -- harel_set_key_limits: sets or removes the limits on each fairness key of a named queue
--- (its running jobs, its rate of starts), creating the queue if nothing was published into
--- it yet. An operator's entry point.
+-- (its running jobs, its rate of starts), creating the queue if asked to and nothing was
+-- published into it yet. An operator's entry point.
 --
 -- Takes:
 --   p_queue              the queue's name (harel_ensure_queue's rule)
@@ -8,6 +8,8 @@
 --                        over every worker, 1 to 1,000,000 (NULL: none)
 --   p_rate_limit         at most this many of one key's starts per p_rate_period_ms, 1 to
 --                        1,000,000 per 1 ms to 1 day (both NULL: none)
+--   p_create             create the queue if it does not exist (default true); false
+--                        refuses an unknown name
 -- Returns: nothing.
 -- Fence: none beyond the checks. The next claim applies them: a lower running limit lets
 --   the running jobs finish and starts no more of a key until it is under the limit; a
@@ -19,10 +21,10 @@
 --   harel_ensure_queue's when it creates the queue.
 -- Indexes: queues' key; transport_groups_ready from the parked band, per level.
 -- Errors: 22023 for a limit out of range, or a rate without its period (or the reverse);
---   harel_ensure_queue's.
+--   harel_queue_id's (P0002: an unknown name, not to be created).
 --
 -- Steps:
---   1. Check the limits; the queue's id (harel_ensure_queue); update its row; a changed
+--   1. Check the limits; the queue's id (harel_queue_id); update its row; a changed
 --      rate: delete the queue's key_rates rows.
 --   2. No limit now, or a higher one: the queue's parked groups re-tagged
 --      (harel_fair_tags), in their order.
@@ -31,7 +33,8 @@ CREATE OR REPLACE FUNCTION @schema@.harel_set_key_limits(
     p_queue             TEXT,
     p_concurrency_limit INT,
     p_rate_limit        INT DEFAULT NULL,
-    p_rate_period_ms    BIGINT DEFAULT NULL
+    p_rate_period_ms    BIGINT DEFAULT NULL,
+    p_create            BOOLEAN DEFAULT true
 ) RETURNS VOID
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -60,7 +63,7 @@ BEGIN
         RAISE EXCEPTION 'harel_set_key_limits: a key''s concurrency limit is 1 to 1000000, its rate limit 1 to 1000000 per 1 ms to 1 day'
             USING ERRCODE = '22023';
     END IF;
-    v_queue := @schema@.harel_ensure_queue(p_queue);
+    v_queue := @schema@.harel_queue_id(p_queue, p_create);
     SELECT q.key_concurrency_limit, q.key_rate_limit, q.key_rate_period_ms
       INTO v_before, v_rate, v_period
       FROM @schema@.queues q WHERE q.id = v_queue FOR NO KEY UPDATE;
@@ -106,4 +109,4 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION @schema@.harel_set_key_limits(TEXT, INT, INT, BIGINT) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @schema@.harel_set_key_limits(TEXT, INT, INT, BIGINT, BOOLEAN) FROM PUBLIC;
