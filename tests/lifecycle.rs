@@ -842,6 +842,53 @@ async fn jobs_are_listed_by_state_kind_and_group_page_by_page() {
     expected.sort();
     assert_eq!(seen, expected);
 
+    // newest first, 500 a page: the same ids the other way round (the 2,100 cancelled
+    // rows crossed from above)
+    let mut newest = Vec::new();
+    let mut query = JobQuery::new().newest_first().limit(500);
+    let mut pages = 0;
+    loop {
+        let page = queue.jobs(&query).await.unwrap();
+        pages += 1;
+        newest.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(next) => query = query.after(next),
+            None => break,
+        }
+        assert!(pages < 100);
+    }
+    let mut reversed = expected.clone();
+    reversed.reverse();
+    assert_eq!(newest, reversed);
+    // and filtered, in short pages: the queued ones first, then nothing skipped below
+    let mut found = Vec::new();
+    let mut query = JobQuery::new()
+        .newest_first()
+        .state(StateFilter::Queued)
+        .limit(1);
+    loop {
+        let page = queue.jobs(&query).await.unwrap();
+        found.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(next) => query = query.after(next),
+            None => break,
+        }
+    }
+    assert_eq!(found, [scheduled, running]);
+    let cancelled = queue
+        .jobs(
+            &JobQuery::new()
+                .newest_first()
+                .group("bulk")
+                .state(StateFilter::Cancelled)
+                .limit(1000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cancelled.jobs.len(), 1000);
+    assert_eq!(cancelled.jobs[0].id, bulk[2_099]);
+    assert_eq!(cancelled.next, Some(bulk[1_100]));
+
     // by state: the queued ones are past 2,100 cancelled rows; short pages, no skip
     let mut found = Vec::new();
     let mut query = JobQuery::new().state(StateFilter::Queued).limit(10);

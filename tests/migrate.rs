@@ -185,6 +185,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_job_steps",
         "harel_list_groups",
         "harel_list_jobs",
+        "harel_list_jobs_newest",
         "harel_maintain",
         "harel_move_on",
         "harel_notify",

@@ -287,6 +287,11 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_list_jobs.sql"),
     },
     Function {
+        name: "harel_list_jobs_newest",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_list_jobs_newest.sql"),
+    },
+    Function {
         name: "harel_cancel",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_cancel.sql"),

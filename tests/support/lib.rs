@@ -200,6 +200,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_publish",
     "EXECUTE ON FUNCTION @schema@.harel_job",
     "EXECUTE ON FUNCTION @schema@.harel_list_jobs",
+    "EXECUTE ON FUNCTION @schema@.harel_list_jobs_newest",
     "EXECUTE ON FUNCTION @schema@.harel_list_groups",
     "EXECUTE ON FUNCTION @schema@.harel_top_groups",
     "EXECUTE ON FUNCTION @schema@.harel_cancel",

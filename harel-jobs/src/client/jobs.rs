@@ -80,6 +80,7 @@ impl Client {
             after: query.after.map(JobId::get),
             limit: i32::try_from(query.limit).unwrap_or(100),
             queue: query.queue.as_deref(),
+            newest_first: query.newest_first,
         };
         let rows = self
             .store
@@ -99,7 +100,11 @@ impl Client {
                 (None, Some(_)) => return Err(ClientError::UnexpectedReply),
             }
         }
-        jobs.sort_by_key(|job| job.id);
+        if query.newest_first {
+            jobs.sort_by_key(|job| std::cmp::Reverse(job.id));
+        } else {
+            jobs.sort_by_key(|job| job.id);
+        }
         Ok(JobPage { jobs, next })
     }
 
@@ -546,6 +551,7 @@ pub struct JobQuery {
     queue: Option<String>,
     after: Option<JobId>,
     limit: u32,
+    newest_first: bool,
 }
 
 impl Default for JobQuery {
@@ -557,6 +563,7 @@ impl Default for JobQuery {
             queue: None,
             after: None,
             limit: 100,
+            newest_first: false,
         }
     }
 }
@@ -591,9 +598,18 @@ impl JobQuery {
         self
     }
 
-    /// Jobs with an id above this one: the cursor of the previous page ([`JobPage::next`]).
+    /// Jobs after this one in the listing's order (ids above it; below it with
+    /// [`newest_first`](Self::newest_first)): the cursor of the previous page
+    /// ([`JobPage::next`]).
     pub fn after(mut self, id: JobId) -> Self {
         self.after = Some(id);
+        self
+    }
+
+    /// Newest first: in descending id order, each page older than the one before (the
+    /// same bounded reads as oldest first, walked the other way).
+    pub fn newest_first(mut self) -> Self {
+        self.newest_first = true;
         self
     }
 
@@ -648,7 +664,7 @@ impl StateFilter {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct JobPage {
-    /// The jobs, in id order.
+    /// The jobs, in id order (descending with [`JobQuery::newest_first`]).
     pub jobs: Vec<JobInfo>,
     /// Where the next page starts ([`JobQuery::after`]); `None` when there is none.
     pub next: Option<JobId>,

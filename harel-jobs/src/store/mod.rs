@@ -25,7 +25,7 @@
 //! | [`jobs_publish`](Store::jobs_publish) | `harel_publish` |
 //! | [`jobs_claim`](Store::jobs_claim) | `harel_claim` |
 //! | [`job_get`](Store::job_get) | `harel_job` |
-//! | [`jobs_list`](Store::jobs_list) | `harel_list_jobs` |
+//! | [`jobs_list`](Store::jobs_list) | `harel_list_jobs`, `harel_list_jobs_newest` |
 //! | [`job_cancel`](Store::job_cancel) | `harel_cancel` |
 //! | [`job_parents`](Store::job_parents), [`job_steps`](Store::job_steps) | `harel_job_parents`, `harel_job_steps` |
 //! | [`leases_settle_if_held`](Store::leases_settle_if_held) | `harel_settle` |
@@ -173,6 +173,8 @@ statements! {
     JobGet = jobs::GET,
     /// [`Store::jobs_list`].
     JobsList = jobs::LIST,
+    /// [`Store::jobs_list`], newest first.
+    JobsListNewest = jobs::LIST_NEWEST,
     /// [`Store::job_cancel`].
     JobCancel = jobs::CANCEL,
     /// [`Store::job_parents`].
