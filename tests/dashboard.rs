@@ -1490,3 +1490,279 @@ async fn hostile_worker_reports_and_schedules_keep_every_page_bounded() {
     operator.close().await;
     worker.close().await;
 }
+
+/// Runs `script` in the page and returns its value.
+async fn js(client: &Browser, script: &str) -> serde_json::Value {
+    client
+        .execute(script, vec![])
+        .await
+        .unwrap_or_else(|e| panic!("{script}: {e}"))
+}
+
+/// The ids in the first column of the page's table, top to bottom.
+async fn listed_ids(client: &Browser) -> Vec<i64> {
+    let rows = client.find_all(Locator::Css("tbody tr")).await.unwrap();
+    let mut ids = Vec::new();
+    for row in rows {
+        let text = row.text().await.unwrap();
+        ids.push(
+            text.split_whitespace()
+                .next()
+                .and_then(|id| id.parse().ok())
+                .unwrap_or_else(|| panic!("no id first: {text}")),
+        );
+    }
+    ids
+}
+
+/// Waits, without reloading, until `#live-status` says `attribute` is at least `at_least`.
+async fn wait_for_live(client: &Browser, attribute: &str, at_least: i64) {
+    let started = Instant::now();
+    loop {
+        let value = js(
+            client,
+            &format!(
+                "return parseInt(document.getElementById('live-status')\
+                 .getAttribute('{attribute}') || '0', 10);"
+            ),
+        )
+        .await
+        .as_i64()
+        .unwrap_or(0);
+        if value >= at_least {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{attribute} stayed at {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 5).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+
+    // a long-running job of customer-7 holds its group; 4 more of it wait behind; two
+    // mails in a queue of their own (its group leased too)
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let message = OutgoingMessage::new("customer-7", "sync_crm", format!("{{\"n\":{n}}}"));
+        ids.push(q.transport.publish(&q.pool, &message).await.unwrap());
+    }
+    let mut mails = Vec::new();
+    for n in 0..2 {
+        let message = OutgoingMessage::new("mail-group", "send_email", format!("{{\"n\":{n}}}"))
+            .queue("mail");
+        mails.push(q.transport.publish(&q.pool, &message).await.unwrap());
+    }
+    for lane in [None, Some("mail")] {
+        let mut request = ClaimRequest::new(Duration::from_secs(3600)).limit(10);
+        if let Some(name) = lane {
+            request = request.queue(name);
+        }
+        let claimed = q.transport.claim_many(&q.pool, &request).await.unwrap();
+        assert_eq!(claimed.len(), 1, "{lane:?}");
+    }
+
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string()])
+        .unwrap();
+    serve_on(listener, dashboard::router_with(queue.clone(), config));
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+
+    // the overview says why nothing is ready: 4 + 1 jobs wait behind running groups
+    client.goto(&format!("{base}/")).await.unwrap();
+    let oldest = text(&client, "#oldest-ready").await;
+    assert!(
+        oldest.contains("5 job(s) waiting behind running groups"),
+        "{oldest}"
+    );
+    let now = text(&client, "#queue-now").await;
+    assert!(
+        now.contains("working") && now.contains("2 running"),
+        "{now}"
+    );
+
+    // newest first, the queue in its own column
+    client.goto(&format!("{base}/jobs")).await.unwrap();
+    let mut all: Vec<i64> = ids.iter().chain(&mails).map(|id| id.get()).collect();
+    all.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(listed_ids(&client).await, all);
+    let first = text(&client, "tbody tr").await;
+    assert!(first.contains("send_email mail mail-group"), "{first}");
+    assert!(
+        text(&client, "#jobs-shown")
+            .await
+            .contains("Newest first: 7 shown; no older matching job."),
+    );
+    // oldest first on request
+    client
+        .find(Locator::Id("filter-order"))
+        .await
+        .unwrap()
+        .select_by_value("oldest")
+        .await
+        .unwrap();
+    click(&client, Locator::Id("filter-apply")).await;
+    wait_for_url(&client, "order=oldest").await;
+    all.reverse();
+    assert_eq!(listed_ids(&client).await, all);
+    // by queue, and by group
+    client.goto(&format!("{base}/jobs")).await.unwrap();
+    client
+        .find(Locator::Id("filter-queue"))
+        .await
+        .unwrap()
+        .send_keys("mail")
+        .await
+        .unwrap();
+    click(&client, Locator::Id("filter-apply")).await;
+    wait_for_url(&client, "queue=mail").await;
+    let mut expected: Vec<i64> = mails.iter().map(|id| id.get()).collect();
+    expected.reverse();
+    assert_eq!(listed_ids(&client).await, expected);
+    client
+        .goto(&format!("{base}/jobs?group=customer-7&kind=sync_crm"))
+        .await
+        .unwrap();
+    assert_eq!(listed_ids(&client).await.len(), 5);
+    screenshot(&client, "jobs_by_group").await;
+
+    // the search box: a job's page, or "not found"
+    client.goto(&format!("{base}/jobs")).await.unwrap();
+    client
+        .find(Locator::Id("search-id"))
+        .await
+        .unwrap()
+        .send_keys(&mails[0].to_string())
+        .await
+        .unwrap();
+    click(&client, Locator::Id("search-go")).await;
+    wait_for_url(&client, &format!("/jobs/{}", mails[0])).await;
+    assert_eq!(text(&client, "h1").await, format!("Job {}", mails[0]));
+    let fields = text(&client, ".fields").await;
+    assert!(fields.contains("Queue\nmail"), "{fields}");
+    client.goto(&format!("{base}/jobs")).await.unwrap();
+    client
+        .find(Locator::Id("search-id"))
+        .await
+        .unwrap()
+        .send_keys("987654321")
+        .await
+        .unwrap();
+    click(&client, Locator::Id("search-go")).await;
+    wait_for_url(&client, "id=987654321").await;
+    assert!(
+        text(&client, "#search-result")
+            .await
+            .contains("No job 987654321")
+    );
+    let (status, _) = get_as(address, "/jobs?id=987654321", &address.to_string()).await;
+    assert_eq!(status, 404);
+
+    // live: a job enqueued after the page loaded shows up on top without a reload
+    client.goto(&format!("{base}/jobs")).await.unwrap();
+    let later = q
+        .transport
+        .publish(
+            &q.pool,
+            &OutgoingMessage::new("late", "build_report", "{}").queue("mail"),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while listed_ids(&client).await.first() != Some(&later.get()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{later} never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // paused while the reader types: a job enqueued meanwhile waits until they stop
+    click(&client, Locator::Id("search-id")).await;
+    wait_for_live(&client, "data-paused-ticks", 1).await;
+    let quiet = q
+        .transport
+        .publish(
+            &q.pool,
+            &OutgoingMessage::new("quiet", "build_report", "{}").queue("mail"),
+        )
+        .await
+        .unwrap();
+    let paused = js(
+        &client,
+        "return parseInt(document.getElementById('live-status').getAttribute('data-paused-ticks'), 10);",
+    )
+    .await
+    .as_i64()
+    .unwrap();
+    wait_for_live(&client, "data-paused-ticks", paused + 2).await;
+    assert_eq!(listed_ids(&client).await.first(), Some(&later.get()));
+    js(&client, "document.activeElement.blur(); return null;").await;
+    let started = Instant::now();
+    while listed_ids(&client).await.first() != Some(&quiet.get()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{quiet} never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // 400 px wide: no page is wider than the window (tables scroll in their own box)
+    client.set_window_size(400, 900).await.unwrap();
+    for path in [
+        "/".to_owned(),
+        "/jobs".to_owned(),
+        format!("/jobs/{}", ids[1]),
+        "/queues".to_owned(),
+        "/groups".to_owned(),
+        "/dead".to_owned(),
+        "/schedules".to_owned(),
+    ] {
+        client.goto(&format!("{base}{path}")).await.unwrap();
+        let widths = js(
+            &client,
+            "return [document.documentElement.scrollWidth, window.innerWidth];",
+        )
+        .await;
+        let (scroll, window) = (widths[0].as_i64().unwrap(), widths[1].as_i64().unwrap());
+        assert!(window <= 400, "the window is {window} px wide");
+        assert!(scroll <= window, "{path}: {scroll} px wide in {window}");
+        let name = format!("narrow{}", path.replace('/', "_"));
+        screenshot(&client, &name).await;
+    }
+    client.close().await.unwrap();
+
+    // the dark scheme follows the system's
+    let mut capabilities = ChromeDriver::capabilities();
+    capabilities["goog:chromeOptions"]["args"]
+        .as_array_mut()
+        .unwrap()
+        .push("--blink-settings=preferredColorScheme=0".into());
+    let dark = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&driver.url)
+        .await
+        .expect("a Chromium session");
+    dark.goto(&format!("{base}/jobs")).await.unwrap();
+    let scheme = js(
+        &dark,
+        "return [window.matchMedia('(prefers-color-scheme: dark)').matches, \
+         getComputedStyle(document.documentElement).backgroundColor];",
+    )
+    .await;
+    assert_eq!(scheme[0], true, "{scheme}");
+    assert_eq!(scheme[1], "rgb(18, 21, 28)", "{scheme}");
+    screenshot(&dark, "jobs_dark").await;
+    dark.close().await.unwrap();
+    operator.close().await;
+}

@@ -227,14 +227,15 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
 }
 
 /// Headers on every response: no framing (clickjacking), scripts and styles from the
-/// dashboard only, no referrer to other sites, no caching of pages that show jobs.
+/// dashboard only (and fetches: the live parts of a page re-read the page itself), no
+/// referrer to other sites, no caching of pages that show jobs.
 async fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
             "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
-             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));

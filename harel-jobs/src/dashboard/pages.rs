@@ -1,7 +1,8 @@
 //! The pages (GET): each one or a few bounded calls to the library, rendered as HTML.
 
 use axum::extract::{Path, Query, State};
-use axum::response::Html;
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
@@ -95,6 +96,27 @@ impl Ctx {
     }
 }
 
+/// How often a page left open refreshes its live parts (assets/app.js reads it).
+const LIVE_EVERY_MS: u32 = 5_000;
+
+/// `inner` as a part of the page that refreshes itself while the page is open: app.js
+/// fetches the page again every [`LIVE_EVERY_MS`] (the same bounded work as loading it) and
+/// swaps in the part of the same name, unless the reader is acting (a focused field, a
+/// selection, a confirmation open) or the tab is hidden.
+fn live(name: &str, inner: &str) -> String {
+    format!("<div data-live=\"{}\">{inner}</div>", escape(name))
+}
+
+/// The line that says a page updates itself (and, from app.js, when it is paused).
+fn live_note() -> String {
+    format!(
+        "<p class=\"muted live\" id=\"live-status\" data-every=\"{LIVE_EVERY_MS}\">\
+         Updates every {} s while this tab is shown; paused while you type, select text or \
+         confirm.</p>",
+        LIVE_EVERY_MS / 1000
+    )
+}
+
 /// A job's state, its time, and whether a cancel was asked.
 fn state_of(job: &JobInfo) -> (&'static str, Option<chrono::DateTime<chrono::Utc>>) {
     match &job.state {
@@ -118,6 +140,7 @@ fn jobs_table(ctx: &Ctx, jobs: &[JobInfo], empty: &str) -> String {
                 ctx.job_link(job.id),
                 badge(state),
                 escape(&job.kind),
+                format!("<span class=\"queue-name\">{}</span>", escape(&job.queue)),
                 ctx.group_link(&job.group),
                 job.priority.get().to_string(),
                 job.attempts.to_string(),
@@ -134,6 +157,7 @@ fn jobs_table(ctx: &Ctx, jobs: &[JobInfo], empty: &str) -> String {
             "ID",
             "State",
             "Kind",
+            "Queue",
             "Group",
             "Priority",
             "Attempts",
@@ -198,11 +222,13 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         false,
     ));
     body.push_str(&count_card("Dead letters", stats.dead_letters, true));
-    body.push_str(&oldest_ready_card(&ctx, &depth));
+    let load = Load::of(&stats, &depth);
+    body.push_str(&oldest_ready_card(&ctx, &depth, &load));
     body.push_str(&format!(
-        "<div class=\"card\"><div class=\"label\">Client</div><div class=\"value\">{}</div>\
-         <div class=\"hint\">{} schedule(s){}</div></div>",
-        if stats.is_idle() { "idle" } else { "busy" },
+        "<div class=\"card\" id=\"queue-now\"><div class=\"label\">Queue now</div>\
+         <div class=\"value\">{}</div><div class=\"hint\">{}; {} schedule(s){}</div></div>",
+        load.word(stats.is_idle()),
+        escape(&load.summary()),
         schedules.total,
         next_tick.map_or_else(String::new, |at| format!(", next tick {}", time(at))),
     ));
@@ -233,13 +259,109 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         "<section id=\"latest-dead\"><h2>Latest dead letters</h2>{}</section>",
         dead_table(&ctx, &dead, false)
     ));
+    let body = format!("{}{}", live("overview", &body), live_note());
     let shell = ctx.shell("Overview", "/", &done);
     Ok(ctx.render(&shell, &body))
 }
 
+/// What the queue's groups are doing, summed over the depth's levels (in groups, each by
+/// its first job), and how many jobs wait behind their group's first job.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Load {
+    ready: i64,
+    running: i64,
+    retrying: i64,
+    scheduled: i64,
+    /// Jobs in the queue that are not their group's first: they wait for it to end.
+    behind: i64,
+    /// Whether every figure was counted exactly.
+    exact: bool,
+}
+
+impl Load {
+    fn of(stats: &crate::Stats, depth: &[LevelDepth]) -> Self {
+        let mut load = Load {
+            exact: stats.jobs.is_exact() && stats.groups.is_exact(),
+            ..Load::default()
+        };
+        for level in depth {
+            load.ready = load.ready.saturating_add(level.ready.value());
+            load.running = load.running.saturating_add(level.running.value());
+            load.retrying = load.retrying.saturating_add(level.retrying.value());
+            load.scheduled = load.scheduled.saturating_add(level.scheduled.value());
+            load.exact &= level.ready.is_exact()
+                && level.running.is_exact()
+                && level.retrying.is_exact()
+                && level.scheduled.is_exact();
+        }
+        load.behind = stats
+            .jobs
+            .value()
+            .saturating_sub(stats.groups.value())
+            .max(0);
+        load
+    }
+
+    /// One word for the card: idle, working (jobs run), ready (jobs wait for a worker),
+    /// or waiting (nothing runs or is ready: only retries and later work).
+    fn word(&self, idle: bool) -> &'static str {
+        if idle {
+            "idle"
+        } else if self.running > 0 {
+            "working"
+        } else if self.ready > 0 {
+            "ready"
+        } else {
+            "waiting"
+        }
+    }
+
+    /// The figures behind the word, in a line.
+    fn summary(&self) -> String {
+        let about = if self.exact { "" } else { "about " };
+        format!(
+            "{about}{} running, {} ready, {} retrying, {} scheduled group(s)",
+            self.running, self.ready, self.retrying, self.scheduled
+        )
+    }
+
+    /// Why no job is ready, when none is but jobs are queued: what they wait behind.
+    fn why_none_ready(&self) -> String {
+        let about = if self.exact { "" } else { "about " };
+        let mut behind = Vec::new();
+        if self.running > 0 {
+            behind.push("running");
+        }
+        if self.retrying > 0 {
+            behind.push("retrying");
+        }
+        if self.scheduled > 0 {
+            behind.push("scheduled");
+        }
+        let kinds = match behind.as_slice() {
+            [] => String::new(),
+            [one] => (*one).to_owned(),
+            [first @ .., last] => format!("{} or {last}", first.join(", ")),
+        };
+        match (self.behind > 0, kinds.is_empty()) {
+            (true, false) => format!(
+                "no group is ready: {about}{} job(s) waiting behind {kinds} groups (a group \
+                 runs its jobs one at a time)",
+                self.behind
+            ),
+            (false, false) => format!("no group is ready: every group is {kinds}"),
+            (true, true) => format!(
+                "no group is ready: {about}{} job(s) waiting behind their groups' first jobs",
+                self.behind
+            ),
+            (false, true) => "no job is waiting".to_owned(),
+        }
+    }
+}
+
 /// Since when the longest waiting ready group waits, in which queue, with a link to the
-/// longest waiting groups.
-fn oldest_ready_card(ctx: &Ctx, depth: &[LevelDepth]) -> String {
+/// longest waiting groups; with none ready, what the queued jobs wait behind.
+fn oldest_ready_card(ctx: &Ctx, depth: &[LevelDepth], load: &Load) -> String {
     let oldest = depth
         .iter()
         .filter_map(|level| Some((level.oldest_ready_at?, level)))
@@ -255,7 +377,7 @@ fn oldest_ready_card(ctx: &Ctx, depth: &[LevelDepth]) -> String {
                 link(&ctx.href("/groups?sort=waiting"), "longest waiting →")
             ),
         ),
-        None => ("–".to_owned(), "no job is waiting".to_owned()),
+        None => ("–".to_owned(), escape(&load.why_none_ready())),
     };
     format!(
         "<div class=\"card\" id=\"oldest-ready\"><div class=\"label\">Oldest ready job waits</div>\
@@ -408,13 +530,18 @@ fn workers_table(list: &crate::client::WorkerList) -> String {
     html
 }
 
-/// The filters of `/jobs`.
+/// The filters of `/jobs`, its order and cursor, and the id searched for.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct JobsFilter {
     state: Option<String>,
     kind: Option<String>,
     group: Option<String>,
+    queue: Option<String>,
+    /// `oldest` for oldest first; anything else (or nothing) newest first.
+    order: Option<String>,
     after: Option<i64>,
+    /// A job id typed in the search box: its page, or "not found".
+    id: Option<String>,
 }
 
 /// The states `/jobs` filters on: value and label.
@@ -451,12 +578,38 @@ fn non_empty(value: Option<&String>) -> Option<&str> {
     value.map(|v| v.trim()).filter(|v| !v.is_empty())
 }
 
-/// `/jobs`: jobs by state, kind and group, a page at a time.
-pub(crate) async fn jobs(State(ctx): State<Ctx>, Query(filter): Query<JobsFilter>) -> PageResult {
+/// `/jobs`: jobs by state, kind, group and queue, newest first (or oldest first), a page
+/// at a time; with `id`, the job's page (or a page saying there is no such job).
+pub(crate) async fn jobs(
+    State(ctx): State<Ctx>,
+    Query(filter): Query<JobsFilter>,
+) -> Result<Response, PageError> {
+    let mut search_error = None;
+    if let Some(wanted) = non_empty(filter.id.as_ref()) {
+        match wanted.trim_start_matches('#').parse::<JobId>() {
+            Ok(id) => match ctx.client.job(id).await? {
+                Some(_) => {
+                    return Ok(Redirect::to(&ctx.href(&format!("/jobs/{id}"))).into_response());
+                }
+                None => {
+                    search_error = Some(format!(
+                        "No job {id}: it never existed, or it completed without retention, \
+                         or its history was pruned."
+                    ));
+                }
+            },
+            Err(_) => search_error = Some(format!("{wanted:?} is not a job id (a number).")),
+        }
+    }
     let state = non_empty(filter.state.as_ref());
     let kind = non_empty(filter.kind.as_ref());
     let group = non_empty(filter.group.as_ref());
+    let queue = non_empty(filter.queue.as_ref());
+    let oldest_first = filter.order.as_deref() == Some("oldest");
     let mut query = JobQuery::new().limit(PAGE_SIZE);
+    if !oldest_first {
+        query = query.newest_first();
+    }
     if let Some(state) = state {
         let state = state_filter(state)
             .ok_or_else(|| PageError::BadRequest(format!("unknown state {state:?}")))?;
@@ -467,6 +620,9 @@ pub(crate) async fn jobs(State(ctx): State<Ctx>, Query(filter): Query<JobsFilter
     }
     if let Some(group) = group {
         query = query.group(group);
+    }
+    if let Some(queue) = queue {
+        query = query.queue(queue);
     }
     if let Some(after) = filter.after {
         query = query.after(JobId::new(after));
@@ -484,36 +640,112 @@ pub(crate) async fn jobs(State(ctx): State<Ctx>, Query(filter): Query<JobsFilter
             "<option value=\"{value}\"{selected}>{label}</option>"
         ));
     }
+    let mut orders = String::new();
+    for (value, label, this) in [
+        ("newest", "newest first", !oldest_first),
+        ("oldest", "oldest first", oldest_first),
+    ] {
+        let selected = if this { " selected" } else { "" };
+        orders.push_str(&format!(
+            "<option value=\"{value}\"{selected}>{label}</option>"
+        ));
+    }
     let mut body = format!(
+        "<form class=\"filters\" method=\"get\" action=\"{action}\" id=\"job-search\">\
+         <label>Job id<input type=\"text\" name=\"id\" id=\"search-id\" inputmode=\"numeric\" \
+         value=\"{id}\" placeholder=\"go to a job\"></label>\
+         <button type=\"submit\" id=\"search-go\">Go</button></form>",
+        action = escape(&ctx.href("/jobs")),
+        id = escape(non_empty(filter.id.as_ref()).unwrap_or_default()),
+    );
+    if let Some(error) = &search_error {
+        body.push_str(&format!(
+            "<p class=\"error\" id=\"search-result\" role=\"status\">{}</p>",
+            escape(error)
+        ));
+    }
+    body.push_str(&format!(
         "<form class=\"filters\" method=\"get\" action=\"{action}\">\
          <label>State<select name=\"state\" id=\"filter-state\">{options}</select></label>\
          <label>Kind<input type=\"text\" name=\"kind\" id=\"filter-kind\" value=\"{kind}\" placeholder=\"any kind\"></label>\
          <label>Group<input type=\"text\" name=\"group\" id=\"filter-group\" value=\"{group}\" placeholder=\"any group\"></label>\
+         <label>Queue<input type=\"text\" name=\"queue\" id=\"filter-queue\" value=\"{queue}\" placeholder=\"any queue\"></label>\
+         <label>Order<select name=\"order\" id=\"filter-order\">{orders}</select></label>\
          <button type=\"submit\" id=\"filter-apply\">Filter</button></form>",
         action = escape(&ctx.href("/jobs")),
         kind = escape(kind.unwrap_or_default()),
         group = escape(group.unwrap_or_default()),
-    );
+        queue = escape(queue.unwrap_or_default()),
+    ));
     let empty = if page.next.is_some() {
         "No matching job in this stretch of ids: go on to the next page."
     } else {
         "No matching job."
     };
-    body.push_str(&jobs_table(&ctx, &page.jobs, empty));
-    if let Some(next) = page.next {
-        let mut href = format!("/jobs?after={next}");
-        for (name, value) in [("state", state), ("kind", kind), ("group", group)] {
+    let mut listed = jobs_table(&ctx, &page.jobs, empty);
+    let (direction, rest) = if oldest_first {
+        ("Oldest first", "newer")
+    } else {
+        ("Newest first", "older")
+    };
+    let shown = match page.next {
+        Some(_) => format!(
+            "{direction}, at most {PAGE_SIZE} a page: {} shown; {rest} matching jobs are on \
+             the next pages.",
+            page.jobs.len()
+        ),
+        None => format!(
+            "{direction}: {} shown; no {rest} matching job.",
+            page.jobs.len()
+        ),
+    };
+    listed.push_str(&format!(
+        "<p class=\"muted\" id=\"jobs-shown\">{}</p>",
+        escape(&shown)
+    ));
+    let mut pager = Vec::new();
+    let filters = |href: &mut String| {
+        for (name, value) in [
+            ("state", state),
+            ("kind", kind),
+            ("group", group),
+            ("queue", queue),
+            ("order", oldest_first.then_some("oldest")),
+        ] {
             if let Some(value) = value {
                 href.push_str(&format!("&{name}={}", query_value(value)));
             }
         }
-        body.push_str(&format!(
-            "<p class=\"pager\"><a href=\"{}\" id=\"next-page\">Next page →</a></p>",
-            escape(&ctx.href(&href))
+    };
+    if filter.after.is_some() {
+        let mut href = "/jobs?".to_owned();
+        filters(&mut href);
+        pager.push(format!(
+            "<a href=\"{}\" id=\"first-page\">← {}</a>",
+            escape(&ctx.href(&href)),
+            if oldest_first { "Oldest" } else { "Newest" }
         ));
     }
+    if let Some(next) = page.next {
+        let mut href = format!("/jobs?after={next}");
+        filters(&mut href);
+        pager.push(format!(
+            "<a href=\"{}\" id=\"next-page\">{} →</a>",
+            escape(&ctx.href(&href)),
+            if oldest_first { "Newer" } else { "Older" }
+        ));
+    }
+    if !pager.is_empty() {
+        listed.push_str(&format!("<p class=\"pager\">{}</p>", pager.join(" · ")));
+    }
+    body.push_str(&live("jobs", &listed));
+    body.push_str(&live_note());
     let shell = ctx.shell("Jobs", "/jobs", &Done::default());
-    Ok(ctx.render(&shell, &body))
+    let html = ctx.render(&shell, &body);
+    Ok(match search_error {
+        Some(_) => (StatusCode::NOT_FOUND, html).into_response(),
+        None => html.into_response(),
+    })
 }
 
 fn parse_id(text: &str) -> Result<JobId, PageError> {
@@ -537,6 +769,14 @@ pub(crate) async fn job(
     let mut pairs = vec![
         ("State", badge(state)),
         ("Kind", escape(&job.kind)),
+        (
+            "Queue",
+            format!(
+                "<a href=\"{}\" class=\"queue-name\">{}</a>",
+                escape(&ctx.href(&format!("/jobs?queue={}", query_value(&job.queue)))),
+                escape(&job.queue)
+            ),
+        ),
         ("Group", ctx.group_link(&job.group)),
         ("Priority", job.priority.get().to_string()),
         ("Attempts", job.attempts.to_string()),
@@ -600,7 +840,7 @@ pub(crate) async fn job(
         }
         pairs.push(("Steps recorded", names.join("; ")));
     }
-    let mut body = fields(&pairs);
+    let mut body = live("job", &fields(&pairs));
     let queued = matches!(
         job.state,
         JobState::Pending
@@ -648,6 +888,7 @@ pub(crate) async fn job(
         "<h2>Payload</h2><pre id=\"payload\">{}</pre>",
         escape(&pretty(&job.payload))
     ));
+    body.push_str(&live_note());
     let title = format!("Job {id}");
     let shell = ctx.shell(&title, "/jobs", &done);
     Ok(ctx.render(&shell, &body))
@@ -890,7 +1131,7 @@ pub(crate) async fn group(
         body.push_str(&format!(
             "<p class=\"pager\"><a href=\"{}\">More →</a></p>",
             escape(&ctx.href(&format!(
-                "/jobs?state=queued&group={}&after={next}",
+                "/jobs?state=queued&order=oldest&group={}&after={next}",
                 query_value(&group.id)
             )))
         ));
@@ -1058,7 +1299,11 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
                 limits.push(format!("{} per {:?}", rate.starts, rate.per));
             }
             let mut row = vec![
-                format!("<span class=\"queue-name\">{}</span>", escape(&queue.name)),
+                format!(
+                    "<a href=\"{}\" class=\"queue-name\">{}</a>",
+                    escape(&ctx.href(&format!("/jobs?queue={}", query_value(&queue.name)))),
+                    escape(&queue.name)
+                ),
                 status,
                 if limits.is_empty() {
                     "–".to_owned()
@@ -1105,8 +1350,9 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
     }
     let body = format!(
         "{}<p class=\"muted\">A paused queue keeps taking jobs; no worker starts them until it \
-         is resumed. Running jobs finish.</p>",
-        table(&headers, &rows, "No queues.")
+         is resumed. Running jobs finish.</p>{}",
+        live("queues", &table(&headers, &rows, "No queues.")),
+        live_note()
     );
     let shell = ctx.shell("Queues", "/queues", &done);
     Ok(ctx.render(&shell, &body))
@@ -1357,6 +1603,40 @@ mod tests {
         );
         assert_eq!(done("<script>", Some(1)).notice(), None);
         assert_eq!(Done::default().notice(), None);
+    }
+
+    #[test]
+    fn a_queue_with_nothing_ready_says_what_its_jobs_wait_behind() {
+        let load = |running, retrying, behind| Load {
+            ready: 0,
+            running,
+            retrying,
+            scheduled: 0,
+            behind,
+            exact: true,
+        };
+        // the 3 a.m. case: 96 jobs queued behind leased groups
+        assert_eq!(
+            load(4, 0, 96).why_none_ready(),
+            "no group is ready: 96 job(s) waiting behind running groups (a group runs its \
+             jobs one at a time)"
+        );
+        assert_eq!(load(4, 0, 96).word(false), "working");
+        assert!(
+            load(1, 2, 5)
+                .why_none_ready()
+                .contains("5 job(s) waiting behind running or retrying groups")
+        );
+        assert_eq!(
+            load(0, 2, 0).why_none_ready(),
+            "no group is ready: every group is retrying"
+        );
+        assert_eq!(load(0, 0, 0).why_none_ready(), "no job is waiting");
+        let estimated = Load {
+            exact: false,
+            ..load(3, 0, 10)
+        };
+        assert!(estimated.why_none_ready().contains("about 10 job(s)"));
     }
 
     #[test]
