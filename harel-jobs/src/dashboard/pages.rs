@@ -1299,11 +1299,7 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
                 limits.push(format!("{} per {:?}", rate.starts, rate.per));
             }
             let mut row = vec![
-                format!(
-                    "<a href=\"{}\" class=\"queue-name\">{}</a>",
-                    escape(&ctx.href(&format!("/jobs?queue={}", query_value(&queue.name)))),
-                    escape(&queue.name)
-                ),
+                format!("<span class=\"queue-name\">{}</span>", escape(&queue.name)),
                 status,
                 if limits.is_empty() {
                     "–".to_owned()
@@ -1314,8 +1310,10 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
                 queue.oldest_ready_at.map_or_else(|| "–".to_owned(), time),
                 escape(&queue.running.to_string()),
                 format!(
-                    "<a href=\"{}\" class=\"keys-link\">Keys</a>",
-                    escape(&ctx.href(&format!("/queues/keys?name={}", query_value(&queue.name))))
+                    "<a href=\"{}\" class=\"keys-link\">Keys</a> · \
+                     <a href=\"{}\" class=\"jobs-link\">Jobs</a>",
+                    escape(&ctx.href(&format!("/queues/keys?name={}", query_value(&queue.name)))),
+                    escape(&ctx.href(&format!("/jobs?queue={}", query_value(&queue.name)))),
                 ),
             ];
             if !ctx.read_only {
@@ -1343,7 +1341,7 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
         "Ready groups",
         "Oldest ready since",
         "Running",
-        "Fairness keys",
+        "Fairness keys · jobs",
     ];
     if !ctx.read_only {
         headers.push("");
