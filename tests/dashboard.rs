@@ -1499,20 +1499,24 @@ async fn js(client: &Browser, script: &str) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("{script}: {e}"))
 }
 
-/// The ids in the first column of the page's table, top to bottom.
+/// The ids in the first column of the page's table, top to bottom, read in one script (a
+/// live refresh may swap the rows between two WebDriver calls).
 async fn listed_ids(client: &Browser) -> Vec<i64> {
-    let rows = client.find_all(Locator::Css("tbody tr")).await.unwrap();
-    let mut ids = Vec::new();
-    for row in rows {
-        let text = row.text().await.unwrap();
-        ids.push(
-            text.split_whitespace()
-                .next()
+    let ids = js(
+        client,
+        "return Array.from(document.querySelectorAll('tbody tr'))
+                    .map(function (row) { return row.cells[0].innerText.trim(); });",
+    )
+    .await;
+    ids.as_array()
+        .expect("an array")
+        .iter()
+        .map(|id| {
+            id.as_str()
                 .and_then(|id| id.parse().ok())
-                .unwrap_or_else(|| panic!("no id first: {text}")),
-        );
-    }
-    ids
+                .unwrap_or_else(|| panic!("no id first: {id}"))
+        })
+        .collect()
 }
 
 /// Waits, without reloading, until `#live-status` says `attribute` is at least `at_least`.
@@ -1764,5 +1768,99 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
     assert_eq!(scheme[1], "rgb(18, 21, 28)", "{scheme}");
     screenshot(&dark, "jobs_dark").await;
     dark.close().await.unwrap();
+    operator.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_retried_and_deleted_by_filter_in_batches() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 5).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let first = dead_letter(&q, "a@example.com", "smtp: 421").await;
+    let second = dead_letter(&q, "b@example.com", "smtp: 421").await;
+    // last month's 2,500 reports: more than two batches of 1,000
+    sqlx::raw_sql(q.sql(
+        "INSERT INTO @schema@.dead_letters (id, group_id, kind, payload, priority, attempts,
+                                            last_error, enqueued_at)
+         SELECT 1000000 + n, 'own:' || lpad((1000000 + n)::text, 19, '0'), 'old_report', '{}',
+                2, 1, 'gone', now()
+           FROM generate_series(1, 2500) AS n",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let dead = queue.dead_letters();
+    assert_eq!(dead.count().await.unwrap(), 2502);
+
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string()])
+        .unwrap();
+    serve_on(listener, dashboard::router_with(queue.clone(), config));
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+
+    // delete every report, not only the 50 shown, after a confirmation with the count
+    client
+        .goto(&format!("{base}/dead?kind=old_report"))
+        .await
+        .unwrap();
+    assert_eq!(
+        client
+            .find_all(Locator::Css("tbody tr"))
+            .await
+            .unwrap()
+            .len(),
+        50
+    );
+    let count = text(&client, "#matching-count").await;
+    assert!(
+        count.contains("2500 dead letter(s) of kind old_report"),
+        "{count}"
+    );
+    click(&client, Locator::Id("delete-all")).await;
+    let question = client.get_alert_text().await.expect("asks first");
+    assert_eq!(
+        question,
+        "Delete 2500 dead letter(s) of kind old_report for good?"
+    );
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=deleted").await;
+    assert!(
+        text(&client, ".notice")
+            .await
+            .contains("Deleted 2500 dead letter(s).")
+    );
+    screenshot(&client, "dead_all_deleted").await;
+    assert_eq!(dead.count().await.unwrap(), 2, "the mails are left");
+
+    // then every kind: the two mails go back in the queue
+    client.goto(&format!("{base}/dead")).await.unwrap();
+    assert!(
+        text(&client, "#matching-count")
+            .await
+            .contains("2 dead letter(s) of every kind")
+    );
+    click(&client, Locator::Id("retry-all")).await;
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=retried").await;
+    assert!(
+        text(&client, ".notice")
+            .await
+            .contains("Put 2 dead letter(s) back in the queue.")
+    );
+    assert_eq!(dead.count().await.unwrap(), 0);
+    for id in [first, second] {
+        assert!(dead.get(id).await.unwrap().is_none());
+    }
+    let queued = queue
+        .jobs(&harel_jobs::JobQuery::new().state(harel_jobs::StateFilter::Queued))
+        .await
+        .unwrap();
+    assert_eq!(queued.jobs.len(), 2);
+    client.close().await.unwrap();
     operator.close().await;
 }

@@ -204,6 +204,7 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
         .route("/dead/{id}", get(pages::dead_letter))
         .route("/dead/retry", post(actions::retry_dead))
         .route("/dead/delete", post(actions::delete_dead))
+        .route("/dead/all", post(actions::dead_all))
         .route("/schedules", get(pages::schedules))
         .route("/workflows", get(workflows::list))
         .route("/workflows/{id}", get(workflows::show))

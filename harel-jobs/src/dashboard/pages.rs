@@ -6,6 +6,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+use super::actions::{BULK_BATCH, BULK_BATCHES};
 use super::html::{
     Shell, action, badge, escape, fields, link, opt_time, page, query_value, short, span, table,
     time,
@@ -46,6 +47,14 @@ impl Done {
             "group_cancelled" => format!("Cancelled {n} job(s) of the group."),
             "retried" => format!("Put {n} dead letter(s) back in the queue."),
             "deleted" => format!("Deleted {n} dead letter(s)."),
+            "retried_more" => format!(
+                "Put {n} dead letter(s) back in the queue, 1,000 a transaction; more match: \
+                 do it again for the rest."
+            ),
+            "deleted_more" => format!(
+                "Deleted {n} dead letter(s), 1,000 a transaction; more match: do it again for \
+                 the rest."
+            ),
             "paused" => "Paused: no job of the queue starts until it is resumed.".to_owned(),
             "resumed" => "Resumed: workers start the queue's jobs again.".to_owned(),
             "weight_set" => {
@@ -1182,7 +1191,11 @@ pub(crate) struct DeadFilter {
     before: Option<i64>,
 }
 
-/// `/dead`: dead letters, newest first, with retry and delete (of those ticked).
+/// Up to how many dead letters the count of "All that match" reads.
+const BULK_COUNT_CAP: u32 = 100_000;
+
+/// `/dead`: dead letters, newest first, with retry and delete (of those ticked, or of all
+/// that match the filter).
 pub(crate) async fn dead_letters(
     State(ctx): State<Ctx>,
     Query(filter): Query<DeadFilter>,
@@ -1217,6 +1230,63 @@ pub(crate) async fn dead_letters(
             delete = escape(&ctx.href("/dead/delete")),
             csrf = escape(&ctx.csrf),
             table = dead_table(&ctx, &letters, true),
+        ));
+    }
+    // every letter the filter matches, not only this page's: on the first page, up to its
+    // newest letter (those that die after the count are left alone)
+    if let (false, None, Some(newest)) = (ctx.read_only, filter.before, letters.first()) {
+        let count = ctx
+            .client
+            .dead_letters()
+            .count_matching(kind, newest.id, BULK_COUNT_CAP)
+            .await?;
+        let what = match kind {
+            Some(kind) => format!("of kind {kind}"),
+            None => "of every kind".to_owned(),
+        };
+        let counted = match count {
+            crate::Count::AtLeast(n) => format!("at least {n}"),
+            other => other.value().to_string(),
+        };
+        let form = |action: &str, label: &str, class: &str, id: &str, question: &str| {
+            format!(
+                "<form method=\"post\" action=\"{path}\" class=\"inline\" \
+                 data-confirm=\"{question}\"><input type=\"hidden\" name=\"csrf\" \
+                 value=\"{csrf}\"><input type=\"hidden\" name=\"action\" value=\"{action}\">\
+                 <input type=\"hidden\" name=\"kind\" value=\"{kind}\">\
+                 <input type=\"hidden\" name=\"upto\" value=\"{upto}\">\
+                 <button type=\"submit\" class=\"{class}\" id=\"{id}\">{label}</button></form>",
+                path = escape(&ctx.href("/dead/all")),
+                question = escape(question),
+                csrf = escape(&ctx.csrf),
+                kind = escape(kind.unwrap_or_default()),
+                upto = newest.id,
+            )
+        };
+        body.push_str(&format!(
+            "<section id=\"all-matching\"><h2>All that match</h2><p id=\"matching-count\">\
+             {counted} dead letter(s) {what} (not only this page's), up to id {upto}.</p>\
+             <div class=\"actions\">{retry}{delete}</div><p class=\"muted\">Oldest first, \
+             1,000 a transaction (a group's letters go back in order), at most {max} a click; \
+             letters that die after this page was loaded are left alone.</p></section>",
+            counted = escape(&counted),
+            what = escape(&what),
+            upto = newest.id,
+            max = BULK_BATCHES * BULK_BATCH,
+            retry = form(
+                "retry",
+                &format!("Retry all {counted}"),
+                "",
+                "retry-all",
+                &format!("Put {counted} dead letter(s) {what} back in the queue?"),
+            ),
+            delete = form(
+                "delete",
+                &format!("Delete all {counted}"),
+                "danger",
+                "delete-all",
+                &format!("Delete {counted} dead letter(s) {what} for good?"),
+            ),
         ));
     }
     if letters.len() == PAGE_SIZE as usize

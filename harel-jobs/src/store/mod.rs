@@ -227,6 +227,8 @@ statements! {
     DeadLetterGet = dead_letters::GET,
     /// [`Store::dead_letters_count`].
     DeadLettersCount = dead_letters::COUNT,
+    /// [`Store::dead_letters_count_matching`].
+    DeadLettersCountMatching = dead_letters::COUNT_MATCHING,
     /// [`Store::dead_letters_retry`].
     DeadLettersRetry = dead_letters::RETRY,
     /// [`Store::dead_letters_delete`].
