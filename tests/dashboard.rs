@@ -1595,6 +1595,16 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
         now.contains("working") && now.contains("2 running"),
         "{now}"
     );
+    // the chart's axes: jobs a minute (nothing yet: a scale of 1) and the minutes
+    let y = text(&client, "#chart-y").await;
+    assert_eq!(y.split_whitespace().collect::<Vec<_>>(), ["1", "0.5", "0"]);
+    let x = text(&client, "#chart-x").await;
+    assert_eq!(x.split_whitespace().count(), 6, "{x}");
+    let chart = text(&client, "figure.chart").await;
+    assert!(
+        chart.contains("jobs a minute") && chart.contains("minute (UTC)"),
+        "{chart}"
+    );
 
     // newest first, the queue in its own column
     client.goto(&format!("{base}/jobs")).await.unwrap();

@@ -444,15 +444,16 @@ fn chart(minutes: &[crate::client::ThroughputMinute]) -> String {
     };
     let total: u64 = minutes.iter().map(all).fold(0, u64::saturating_add);
     let peak = minutes.iter().map(all).max().unwrap_or(0).max(1);
-    // a bar's height in the chart: `n` of `peak`, in u128 (no overflow), at most `HEIGHT - 20`
-    let scaled = |n: u64| (u128::from(n) * u128::from(HEIGHT - 20) / u128::from(peak)) as u64;
+    // a bar's height in the chart: `n` of `peak`, in u128 (no overflow), at most `HEIGHT`
+    // (the peak reaches the top, where the y axis says it)
+    let scaled = |n: u64| (u128::from(n) * u128::from(HEIGHT) / u128::from(peak)) as u64;
     let slot = WIDTH / (minutes.len().max(1) as u64);
     let mut bars = String::new();
     for (n, minute) in minutes.iter().enumerate() {
         let x = n as u64 * slot + 1;
         let w = slot.saturating_sub(2).max(1);
         let ok = scaled(minute.succeeded);
-        let bad = scaled(minute.failed.saturating_add(minute.dead)).min(HEIGHT - 20 - ok);
+        let bad = scaled(minute.failed.saturating_add(minute.dead)).min(HEIGHT - ok);
         let title = format!(
             "{}: {} succeeded, {} failed, {} dead",
             minute.minute.format("%H:%M"),
@@ -470,19 +471,46 @@ fn chart(minutes: &[crate::client::ThroughputMinute]) -> String {
             HEIGHT - ok - bad,
         ));
     }
-    let (first, last) = match (minutes.first(), minutes.last()) {
-        (Some(first), Some(last)) => (
-            first.minute.format("%H:%M").to_string(),
-            last.minute.format("%H:%M").to_string(),
-        ),
-        _ => (String::new(), String::new()),
-    };
+    // the axes, in HTML around the SVG (text in a stretched SVG would stretch with it, and
+    // the CSP allows no inline style): the y axis says the jobs a minute at the top of the
+    // scale, half way and 0 (a gridline at each), the x axis a time every X_EVERY minutes,
+    // each label in a cell as wide as a bar's slot, under its bar
+    const X_EVERY: usize = 5;
+    let grid = format!(
+        "<line x1=\"0\" x2=\"{WIDTH}\" y1=\"0.5\" y2=\"0.5\" class=\"grid\"/>\
+         <line x1=\"0\" x2=\"{WIDTH}\" y1=\"{half_y}\" y2=\"{half_y}\" class=\"grid\"/>",
+        half_y = HEIGHT / 2,
+    );
+    let y_axis = format!(
+        "<div class=\"y-axis\" id=\"chart-y\"><span>{peak}</span><span>{}</span>\
+         <span>0</span></div>",
+        if peak % 2 == 0 {
+            (peak / 2).to_string()
+        } else {
+            format!("{}.5", peak / 2)
+        },
+    );
+    let count = minutes.len();
+    let mut x_axis = String::from("<div class=\"x-axis\" id=\"chart-x\">");
+    for (n, minute) in minutes.iter().enumerate() {
+        let label = if (count - 1 - n) % X_EVERY == 0 {
+            minute.minute.format("%H:%M").to_string()
+        } else {
+            String::new()
+        };
+        x_axis.push_str(&format!("<span>{label}</span>"));
+    }
+    x_axis.push_str("</div>");
     format!(
-        "<figure class=\"chart\"><svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" \
-         aria-label=\"jobs per minute\" preserveAspectRatio=\"none\">{bars}</svg>\
-         <figcaption><span>{first}</span><span><i class=\"key ok\"></i>succeeded \
+        "<figure class=\"chart\"><div class=\"y-title\">jobs a minute</div>\
+         <div class=\"plot\">{y_axis}<svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" \
+         aria-label=\"jobs per minute: {total} in all, at most {peak} a minute\" \
+         preserveAspectRatio=\"none\">{bars}{grid}</svg></div>\
+         <div class=\"x-row\"><div class=\"y-axis-gap\"></div>{x_axis}</div>\
+         <div class=\"x-title\">minute (UTC)</div>\
+         <figcaption><span><i class=\"key ok\"></i>succeeded \
          <i class=\"key bad\"></i>failed or dead · {total} in all, at most {peak} a minute \
-         (reported by the worker pools every 10 s)</span><span>{last}</span></figcaption></figure>"
+         (reported by the worker pools every 10 s)</span></figcaption></figure>"
     )
 }
 
@@ -1705,6 +1733,41 @@ mod tests {
             ..load(3, 0, 10)
         };
         assert!(estimated.why_none_ready().contains("about 10 job(s)"));
+    }
+
+    #[test]
+    fn the_chart_labels_its_axes() {
+        let start = chrono::DateTime::parse_from_rfc3339("2026-12-07T02:30:00Z")
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default();
+        let minutes: Vec<crate::client::ThroughputMinute> = (0..30)
+            .map(|n| crate::client::ThroughputMinute {
+                minute: start + chrono::Duration::minutes(n),
+                succeeded: if n == 29 { 6 } else { 1 },
+                failed: if n == 29 { 1 } else { 0 },
+                dead: 0,
+            })
+            .collect();
+        let html = chart(&minutes);
+        // values on the y axis: the peak (7 a minute), half of it, 0
+        assert!(
+            html.contains(
+                "<div class=\"y-axis\" id=\"chart-y\"><span>7</span><span>3.5</span>\
+                 <span>0</span></div>"
+            ),
+            "{html}"
+        );
+        // time on the x axis: every 5 minutes back from the last, one cell a minute
+        let x = &html[html.find("id=\"chart-x\"").unwrap_or(0)..];
+        let x = &x[..x.find("</div>").unwrap_or(x.len())];
+        assert_eq!(x.matches("<span>").count(), 30, "{x}");
+        for label in ["02:34", "02:39", "02:44", "02:49", "02:54", "02:59"] {
+            assert!(x.contains(&format!("<span>{label}</span>")), "{label}: {x}");
+        }
+        assert!(!x.contains("02:30"), "{x}");
+        assert!(html.contains("jobs a minute") && html.contains("minute (UTC)"));
+        // the peak minute's bar fills the chart's height
+        assert!(html.contains("height=\"120\" class=\"ok\""), "{html}");
     }
 
     #[test]
