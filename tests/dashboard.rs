@@ -1572,6 +1572,20 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
         let claimed = q.transport.claim_many(&q.pool, &request).await.unwrap();
         assert_eq!(claimed.len(), 1, "{lane:?}");
     }
+    // a nightly schedule whose workers are gone (its next tick an hour late), an hourly one
+    // on time
+    for (name, next) in [
+        ("nightly-export", "now() - interval '1 hour'"),
+        ("hourly-sync", "now() + interval '1 hour'"),
+    ] {
+        sqlx::raw_sql(q.sql(&format!(
+            "SELECT @schema@.harel_schedule_fire('{name}', 'every 3600s', NULL, {next}, NULL, \
+             'k', '{{}}', 0::smallint)"
+        )))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    }
 
     let listener = bind().await;
     let address = listener.local_addr().unwrap();
@@ -1595,6 +1609,13 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
         now.contains("working") && now.contains("2 running"),
         "{now}"
     );
+    assert!(now.contains("2 schedule(s), 1 stale"), "{now}");
+    client.goto(&format!("{base}/schedules")).await.unwrap();
+    let nightly = text_of(&client, "//tr[td[text()='nightly-export']]").await;
+    assert!(nightly.contains("stale"), "{nightly}");
+    let hourly = text_of(&client, "//tr[td[text()='hourly-sync']]").await;
+    assert!(hourly.contains("on time"), "{hourly}");
+    client.goto(&format!("{base}/")).await.unwrap();
     // the chart's axes: jobs a minute (nothing yet: a scale of 1) and the minutes
     let y = text(&client, "#chart-y").await;
     assert_eq!(y.split_whitespace().collect::<Vec<_>>(), ["1", "0.5", "0"]);

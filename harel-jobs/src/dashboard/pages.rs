@@ -217,6 +217,12 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
     // (a schema holds at most MAX_SCHEDULES: one page has them all)
     let schedules = ctx.client.schedules(&ScheduleQuery::new()).await?;
     let next_tick = schedules.schedules.iter().filter_map(|s| s.next_tick).min();
+    let now = Utc::now();
+    let stale_schedules = schedules
+        .schedules
+        .iter()
+        .filter(|s| stale(s.next_tick, now))
+        .count();
     let throughput = ctx.client.throughput(CHART_MINUTES).await?;
     let workers = ctx
         .client
@@ -239,7 +245,14 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         load.word(stats.is_idle()),
         escape(&load.summary()),
         schedules.total,
-        next_tick.map_or_else(String::new, |at| format!(", next tick {}", time(at))),
+        if stale_schedules > 0 {
+            format!(
+                ", <a href=\"{}\" id=\"stale-schedules\">{stale_schedules} stale</a>",
+                escape(&ctx.href("/schedules"))
+            )
+        } else {
+            next_tick.map_or_else(String::new, |at| format!(", next tick {}", time(at)))
+        },
     ));
     body.push_str("</div>");
     body.push_str(&format!(
@@ -1629,6 +1642,16 @@ pub(crate) async fn queue_keys(
     Ok(ctx.render(&shell, &body))
 }
 
+/// How far in the past a schedule's next tick may be before it is marked stale: a worker
+/// declaring it fires a tick within a second or two of it, so a tick this late means no
+/// such worker runs (or they are stuck).
+const STALE_AFTER_MINUTES: i64 = 5;
+
+/// Whether `next_tick` is more than [`STALE_AFTER_MINUTES`] before `now`.
+fn stale(next_tick: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
+    next_tick.is_some_and(|at| now - at > chrono::Duration::minutes(STALE_AFTER_MINUTES))
+}
+
 /// The cursor of `/schedules`.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct SchedulesPage {
@@ -1645,15 +1668,25 @@ pub(crate) async fn schedules(
         query = query.after(after);
     }
     let schedules = ctx.client.schedules(&query).await?;
+    let now = Utc::now();
     let rows: Vec<Vec<String>> = schedules
         .schedules
         .iter()
         .map(|s| {
+            let status = if stale(s.next_tick, now) {
+                format!(
+                    "<span class=\"badge badge-stale\" title=\"its next tick is over \
+                     {STALE_AFTER_MINUTES} min late: no worker declaring it seems to run\">stale</span>"
+                )
+            } else {
+                badge("on time")
+            };
             vec![
                 escape(&s.name),
                 format!("<code>{}</code>", escape(&s.spec)),
                 opt_time(s.last_tick),
                 opt_time(s.next_tick),
+                status,
                 time(s.updated_at),
             ]
         })
@@ -1664,13 +1697,16 @@ pub(crate) async fn schedules(
             "Schedule",
             "Last tick",
             "Next tick",
+            "Status",
             "Declared or ticked",
         ],
         &rows,
         "No periodic schedules.",
     );
     body.push_str(&format!(
-        "<p class=\"muted\" id=\"schedules-total\">{} schedule(s) in all.</p>",
+        "<p class=\"muted\" id=\"schedules-total\">{} schedule(s) in all. A schedule is \
+         stale when its next tick is more than {STALE_AFTER_MINUTES} minutes in the past: the \
+         workers that declare it are gone or stuck.</p>",
         schedules.total
     ));
     if let Some(next) = schedules.next {
@@ -1768,6 +1804,16 @@ mod tests {
         assert!(html.contains("jobs a minute") && html.contains("minute (UTC)"));
         // the peak minute's bar fills the chart's height
         assert!(html.contains("height=\"120\" class=\"ok\""), "{html}");
+    }
+
+    #[test]
+    fn a_schedule_is_stale_past_its_margin_only() {
+        let now = Utc::now();
+        let ago = |minutes| Some(now - chrono::Duration::minutes(minutes));
+        assert!(!stale(None, now));
+        assert!(!stale(Some(now + chrono::Duration::minutes(60)), now));
+        assert!(!stale(ago(STALE_AFTER_MINUTES), now));
+        assert!(stale(ago(STALE_AFTER_MINUTES + 1), now));
     }
 
     #[test]
