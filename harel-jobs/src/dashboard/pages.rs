@@ -497,7 +497,7 @@ fn chart(minutes: &[crate::client::ThroughputMinute]) -> String {
     let y_axis = format!(
         "<div class=\"y-axis\" id=\"chart-y\"><span>{peak}</span><span>{}</span>\
          <span>0</span></div>",
-        if peak % 2 == 0 {
+        if peak.is_multiple_of(2) {
             (peak / 2).to_string()
         } else {
             format!("{}.5", peak / 2)
@@ -506,7 +506,7 @@ fn chart(minutes: &[crate::client::ThroughputMinute]) -> String {
     let count = minutes.len();
     let mut x_axis = String::from("<div class=\"x-axis\" id=\"chart-x\">");
     for (n, minute) in minutes.iter().enumerate() {
-        let label = if (count - 1 - n) % X_EVERY == 0 {
+        let label = if (count - 1 - n).is_multiple_of(X_EVERY) {
             minute.minute.format("%H:%M").to_string()
         } else {
             String::new()
