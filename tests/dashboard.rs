@@ -1704,6 +1704,42 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
     let (status, _) = get_as(address, "/jobs?id=987654321", &address.to_string()).await;
     assert_eq!(status, 404);
 
+    // Run now: a report scheduled for an hour from now, due at once after a confirmation
+    let report = q
+        .transport
+        .publish(
+            &q.pool,
+            &OutgoingMessage::new("unused", "build_report", "{}")
+                .in_own_group()
+                .delay(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    client.goto(&format!("{base}/jobs/{report}")).await.unwrap();
+    assert!(text(&client, ".fields").await.contains("scheduled"));
+    click(&client, Locator::XPath("//button[text()='Run now']")).await;
+    let question = client.get_alert_text().await.expect("asks first");
+    assert!(
+        question.starts_with(&format!("Run job {report} now rather than at ")),
+        "{question}"
+    );
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=run_now").await;
+    assert!(text(&client, ".notice").await.contains("Due now"));
+    assert!(text(&client, ".fields").await.contains("waiting"));
+    assert_eq!(
+        queue.job(report).await.unwrap().unwrap().state,
+        harel_jobs::JobState::Waiting
+    );
+    // a waiting job has no such button
+    assert!(
+        client
+            .find(Locator::XPath("//button[text()='Run now']"))
+            .await
+            .is_err()
+    );
+    screenshot(&client, "job_run_now").await;
+
     // live: a job enqueued after the page loaded shows up on top without a reload
     client.goto(&format!("{base}/jobs")).await.unwrap();
     let later = q

@@ -208,6 +208,7 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         format!("SELECT * FROM {s}.harel_list_jobs_newest(NULL, NULL, NULL, NULL, 10)"),
         format!("SELECT {s}.harel_queued_state(true, true, now(), 1, NULL, now())"),
         format!("SELECT {s}.harel_cancel(1, NULL, 0)"),
+        format!("SELECT {s}.harel_run_now(1)"),
         format!("SELECT * FROM {s}.harel_cancel_group('g', NULL, 0, 10)"),
         format!("SELECT * FROM {s}.job_history"),
         format!("DELETE FROM {s}.unique_keys"),

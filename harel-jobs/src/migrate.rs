@@ -297,6 +297,11 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_cancel.sql"),
     },
     Function {
+        name: "harel_run_now",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_run_now.sql"),
+    },
+    Function {
         name: "harel_cancel_group",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_cancel_group.sql"),

@@ -204,6 +204,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_list_groups",
     "EXECUTE ON FUNCTION @schema@.harel_top_groups",
     "EXECUTE ON FUNCTION @schema@.harel_cancel",
+    "EXECUTE ON FUNCTION @schema@.harel_run_now",
     "EXECUTE ON FUNCTION @schema@.harel_cancel_group",
     "EXECUTE ON FUNCTION @schema@.harel_schedules",
     "EXECUTE ON FUNCTION @schema@.harel_queues",

@@ -155,6 +155,30 @@ impl Client {
         })
     }
 
+    /// Makes a retrying or scheduled job due now (`harel_run_now`): its group's next job
+    /// starts at the next claim; a job behind others of its group loses its not-before
+    /// time and keeps its place. See [`RunNowOutcome`].
+    ///
+    /// # Errors
+    /// [`ClientError::Database`] (SQLSTATE `40001` if the job kept moving under it: try
+    /// again); [`ClientError::UnexpectedReply`] for an answer this release does not know.
+    pub async fn run_now(&self, id: JobId) -> Result<RunNowOutcome, ClientError> {
+        let outcome = self
+            .store
+            .job_run_now(&self.pool, id.get())
+            .await
+            .map_err(DatabaseError::new)?;
+        Ok(match outcome.as_str() {
+            "due" => RunNowOutcome::Due,
+            "behind" => RunNowOutcome::Behind,
+            "running" => RunNowOutcome::Running,
+            "not_waiting" => RunNowOutcome::NotWaiting,
+            "finished" => RunNowOutcome::Finished,
+            "not_found" => RunNowOutcome::NotFound,
+            _ => return Err(ClientError::UnexpectedReply),
+        })
+    }
+
     /// Cancels a job: at once if it is waiting, scheduled or retrying (it never runs); if it
     /// runs, its handler is signalled at its worker's next heartbeat and the job ends as
     /// cancelled whatever the handler returns. See [`CancelOutcome`]. Set a reason (kept
@@ -323,6 +347,28 @@ pub struct JobSteps {
     pub steps: Vec<StepInfo>,
     /// Whether there are more.
     pub more: bool,
+}
+
+/// What [`Client::run_now`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunNowOutcome {
+    /// It was its group's next job, waiting for a retry's backoff or its not-before time:
+    /// it is due now and starts at the next claim (as its queue's pause, limits and fair
+    /// share allow).
+    Due,
+    /// It waits behind earlier jobs of its group: its not-before time is dropped, and it
+    /// starts as soon as its turn comes (its group's order is kept).
+    Behind,
+    /// It is running: refused.
+    Running,
+    /// It waits for no time of its own (it is due already, waits for other jobs, is held
+    /// by a lapsed lease, or is delayed by its queue's rate or a snooze): nothing changed.
+    NotWaiting,
+    /// It completed (and is retained), is a dead letter, or was cancelled.
+    Finished,
+    /// No such job (or it completed without retention, or was pruned).
+    NotFound,
 }
 
 /// What a cancel did.

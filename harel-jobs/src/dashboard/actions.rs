@@ -12,7 +12,7 @@ use rand::Rng as _;
 
 use super::html::query_value;
 use super::{Ctx, PageError};
-use crate::client::{CancelOutcome, JobQuery, KeyLimits, StateFilter};
+use crate::client::{CancelOutcome, JobQuery, KeyLimits, RunNowOutcome, StateFilter};
 use crate::vocabulary::{JobId, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT};
 use crate::vocabulary::{QUEUE_NAME_RULE, validate_fair_key, validate_queue_name};
 
@@ -164,6 +164,28 @@ pub(crate) async fn dead_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Redi
         path.push_str(&format!("&kind={}", query_value(kind)));
     }
     Ok(ctx.redirect(&path))
+}
+
+/// `POST /jobs/{id}/run-now`: a retrying or scheduled job due now (or, behind others of its
+/// group, without its time); back to its page saying what was done.
+pub(crate) async fn run_now(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Redirect, PageError> {
+    ctx.authorise(&body)?;
+    let id: JobId = id
+        .parse()
+        .map_err(|_| PageError::BadRequest(format!("{id:?} is not a job id")))?;
+    let done = match ctx.client.run_now(id).await? {
+        RunNowOutcome::NotFound => return Err(PageError::NotFound(format!("no job {id}"))),
+        RunNowOutcome::Due => "run_now",
+        RunNowOutcome::Behind => "run_now_behind",
+        RunNowOutcome::Running => "run_now_running",
+        RunNowOutcome::Finished => "too_late",
+        RunNowOutcome::NotWaiting => "run_now_not_waiting",
+    };
+    Ok(ctx.redirect(&format!("/jobs/{id}?done={done}")))
 }
 
 /// `POST /jobs/{id}/cancel` (`reason` optional).

@@ -197,6 +197,7 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
         .route("/jobs", get(pages::jobs))
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/{id}/cancel", post(actions::cancel_job))
+        .route("/jobs/{id}/run-now", post(actions::run_now))
         .route("/groups", get(pages::groups))
         .route("/groups/show", get(pages::group))
         .route("/groups/cancel", post(actions::cancel_group))

@@ -43,7 +43,18 @@ impl Done {
                  cancelled."
                     .to_owned()
             }
-            "too_late" => "Too late to cancel: the job had already finished.".to_owned(),
+            "too_late" => "Too late: the job had already finished.".to_owned(),
+            "run_now" => "Due now: it starts at the next claim.".to_owned(),
+            "run_now_behind" => {
+                "Its time dropped: it starts when the jobs before it in its group are done."
+                    .to_owned()
+            }
+            "run_now_running" => "It is running already: nothing changed.".to_owned(),
+            "run_now_not_waiting" => {
+                "It waits for no time of its own (due already, pending, or delayed by its \
+                 queue): nothing changed."
+                    .to_owned()
+            }
             "group_cancelled" => format!("Cancelled {n} job(s) of the group."),
             "retried" => format!("Put {n} dead letter(s) back in the queue."),
             "deleted" => format!("Deleted {n} dead letter(s)."),
@@ -899,6 +910,24 @@ pub(crate) async fn job(
             | JobState::Running { .. }
             | JobState::Retrying { .. }
     );
+    if matches!(
+        job.state,
+        JobState::Retrying { .. } | JobState::Scheduled { .. }
+    ) && !ctx.read_only
+    {
+        body.push_str(&action(
+            &ctx.href(&format!("/jobs/{id}/run-now")),
+            &ctx.csrf,
+            &[],
+            "Run now",
+            "",
+            Some(&format!(
+                "Run job {id} now rather than at {}?",
+                at.map(|at| at.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                    .unwrap_or_else(|| "its time".to_owned())
+            )),
+        ));
+    }
     if queued && !ctx.read_only {
         body.push_str(&format!(
             "<form method=\"post\" action=\"{}\" class=\"actions\" data-confirm=\"Cancel job {id}?\">\

@@ -32,6 +32,8 @@ pub(super) const LIST_NEWEST: &str =
 
 pub(super) const CANCEL: &str = "SELECT @schema@.harel_cancel($1, $2, $3)";
 
+pub(super) const RUN_NOW: &str = "SELECT @schema@.harel_run_now($1)";
+
 pub(super) const PARENTS: &str = "SELECT parent_id FROM @schema@.harel_job_parents($1, $2)";
 
 pub(super) const STEPS: &str =
@@ -282,6 +284,20 @@ impl Store {
             .bind(filter.queue)
             .persistent(self.persistent())
             .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_run_now`: makes a retrying or scheduled job due now. Returns what it did:
+    /// `due`, `behind`, `running`, `not_waiting`, `finished` or `not_found`.
+    pub(crate) async fn job_run_now<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: i64,
+    ) -> Result<String, sqlx::Error> {
+        sqlx::query_scalar(self.sql(Statement::JobRunNow))
+            .bind(id)
+            .persistent(self.persistent())
+            .fetch_one(executor)
             .await
     }
 

@@ -27,6 +27,7 @@
 //! | [`job_get`](Store::job_get) | `harel_job` |
 //! | [`jobs_list`](Store::jobs_list) | `harel_list_jobs`, `harel_list_jobs_newest` |
 //! | [`job_cancel`](Store::job_cancel) | `harel_cancel` |
+//! | [`job_run_now`](Store::job_run_now) | `harel_run_now` |
 //! | [`job_parents`](Store::job_parents), [`job_steps`](Store::job_steps) | `harel_job_parents`, `harel_job_steps` |
 //! | [`leases_settle_if_held`](Store::leases_settle_if_held) | `harel_settle` |
 //! | [`leases_extend_if_held`](Store::leases_extend_if_held) | `harel_extend` |
@@ -177,6 +178,8 @@ statements! {
     JobsListNewest = jobs::LIST_NEWEST,
     /// [`Store::job_cancel`].
     JobCancel = jobs::CANCEL,
+    /// [`Store::job_run_now`].
+    JobRunNow = jobs::RUN_NOW,
     /// [`Store::job_parents`].
     JobParents = jobs::PARENTS,
     /// [`Store::job_steps`].
