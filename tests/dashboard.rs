@@ -1870,6 +1870,33 @@ async fn dead_letters_are_retried_and_deleted_by_filter_in_batches() {
     let driver = ChromeDriver::start();
     let client = browser(&driver).await;
 
+    // the jobs page, newest first, 50 a page, saying what it does not show
+    client
+        .goto(&format!("{base}/jobs?state=dead&kind=old_report"))
+        .await
+        .unwrap();
+    let ids = listed_ids(&client).await;
+    assert_eq!((ids.len(), ids[0]), (50, 1_002_500));
+    let shown = text(&client, "#jobs-shown").await;
+    assert!(
+        shown.contains("Newest first, at most 50 a page: 50 shown; older matching jobs"),
+        "{shown}"
+    );
+    click(&client, Locator::Id("next-page")).await;
+    wait_for_url(&client, "after=").await;
+    assert_eq!(listed_ids(&client).await[0], 1_002_450);
+    let first_page = client
+        .find(Locator::Id("first-page"))
+        .await
+        .unwrap()
+        .attr("href")
+        .await
+        .unwrap();
+    assert_eq!(
+        first_page.as_deref(),
+        Some("/jobs?state=dead&kind=old_report")
+    );
+
     // delete every report, not only the 50 shown, after a confirmation with the count
     client
         .goto(&format!("{base}/dead?kind=old_report"))

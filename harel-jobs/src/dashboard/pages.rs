@@ -779,8 +779,13 @@ pub(crate) async fn jobs(
         }
     };
     if filter.after.is_some() {
-        let mut href = "/jobs?".to_owned();
-        filters(&mut href);
+        // the filters without a cursor: `/jobs?state=…` (or `/jobs` with none)
+        let mut params = String::new();
+        filters(&mut params);
+        let href = match params.strip_prefix('&') {
+            Some(params) => format!("/jobs?{params}"),
+            None => "/jobs".to_owned(),
+        };
         pager.push(format!(
             "<a href=\"{}\" id=\"first-page\">← {}</a>",
             escape(&ctx.href(&href)),
