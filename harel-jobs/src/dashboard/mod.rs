@@ -18,11 +18,15 @@
 //!
 //! Pages: an overview (depth, jobs per minute as a chart, worker pools seen recently,
 //! running jobs, latest dead letters), queues (pause, resume) and their fairness keys
-//! (set a key's weight), jobs by state with
-//! filters and keyset pagination, a job's page (cancel), groups (cancel a group), dead
-//! letters (retry, delete, one or in bulk), schedules. Every page's work is bounded
-//! whatever the queue holds: the same bounded calls as the library's (see [`Client::jobs`],
-//! [`Client::groups`], [`Stats`](crate::Stats)).
+//! (set a key's weight), jobs newest first by state, kind, group and queue with keyset
+//! pagination and a search by id, a job's page (cancel, run now), groups (cancel a group),
+//! dead letters (retry, delete, one, the ticked ones, or all a filter matches in batches),
+//! schedules (stale ones marked). Every page's work is bounded whatever the queue holds:
+//! the same bounded calls as the library's (see [`Client::jobs`], [`Client::groups`],
+//! [`Stats`](crate::Stats)). The overview, the jobs list, a job's page and the queues page
+//! refresh themselves while open (the script fetches the page again every 5 s, paused while
+//! the reader acts or the tab is hidden); every page works at 400 px wide and follows the
+//! system's dark scheme.
 //!
 //! Actions are POSTs carrying a CSRF token (a random value the router makes when it is
 //! built, shown only inside its own pages); a POST without it is refused (403). With
