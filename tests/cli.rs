@@ -553,6 +553,37 @@ async fn stats_and_jobs_list_show_and_cancel() {
         1,
         "no job 999999999",
     );
+
+    // run now: a report scheduled for an hour from now is due at once; a waiting job is
+    // left as it is
+    let later = q
+        .transport
+        .publish(
+            &q.pool,
+            &harel_jobs::transport::OutgoingMessage::new("unused", "report", "{}")
+                .in_own_group()
+                .delay(std::time::Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    let said = ok(&mut op(), &["jobs", "run-now", &later.to_string()]);
+    assert!(said.stdout.contains("due now"), "{}", said.stdout);
+    assert_eq!(
+        queue(&q).job(later).await.unwrap().unwrap().state,
+        JobState::Waiting
+    );
+    let json = ok(
+        &mut op(),
+        &["--json", "jobs", "run-now", &second.to_string()],
+    )
+    .json();
+    assert_eq!(json["outcome"], "not_waiting");
+    fails(
+        &mut op(),
+        &["jobs", "run-now", "999999999"],
+        1,
+        "no job 999999999",
+    );
 }
 
 #[tokio::test]

@@ -1501,3 +1501,471 @@ async fn hostile_worker_reports_and_schedules_keep_every_page_bounded() {
     operator.close().await;
     worker.close().await;
 }
+
+/// Runs `script` in the page and returns its value.
+async fn js(client: &Browser, script: &str) -> serde_json::Value {
+    client
+        .execute(script, vec![])
+        .await
+        .unwrap_or_else(|e| panic!("{script}: {e}"))
+}
+
+/// The ids in the first column of the page's table, top to bottom, read in one script (a
+/// live refresh may swap the rows between two WebDriver calls).
+async fn listed_ids(client: &Browser) -> Vec<i64> {
+    let ids = js(
+        client,
+        "return Array.from(document.querySelectorAll('tbody tr'))
+                    .map(function (row) { return row.cells[0].innerText.trim(); });",
+    )
+    .await;
+    ids.as_array()
+        .expect("an array")
+        .iter()
+        .map(|id| {
+            id.as_str()
+                .and_then(|id| id.parse().ok())
+                .unwrap_or_else(|| panic!("no id first: {id}"))
+        })
+        .collect()
+}
+
+/// Waits, without reloading, until `#live-status` says `attribute` is at least `at_least`.
+async fn wait_for_live(client: &Browser, attribute: &str, at_least: i64) {
+    let started = Instant::now();
+    loop {
+        let value = js(
+            client,
+            &format!(
+                "return parseInt(document.getElementById('live-status')\
+                 .getAttribute('{attribute}') || '0', 10);"
+            ),
+        )
+        .await
+        .as_i64()
+        .unwrap_or(0);
+        if value >= at_least {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{attribute} stayed at {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 5).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+
+    // a long-running job of customer-7 holds its group; 4 more of it wait behind; two
+    // mails in a queue of their own (its group leased too)
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let message = OutgoingMessage::new("customer-7", "sync_crm", format!("{{\"n\":{n}}}"));
+        ids.push(q.transport.publish(&q.pool, &message).await.unwrap());
+    }
+    let mut mails = Vec::new();
+    for n in 0..2 {
+        let message = OutgoingMessage::new("mail-group", "send_email", format!("{{\"n\":{n}}}"))
+            .queue("mail");
+        mails.push(q.transport.publish(&q.pool, &message).await.unwrap());
+    }
+    for lane in [None, Some("mail")] {
+        let mut request = ClaimRequest::new(Duration::from_secs(3600)).limit(10);
+        if let Some(name) = lane {
+            request = request.queue(name);
+        }
+        let claimed = q.transport.claim_many(&q.pool, &request).await.unwrap();
+        assert_eq!(claimed.len(), 1, "{lane:?}");
+    }
+    // a nightly schedule whose workers are gone (its next tick an hour late), an hourly one
+    // on time
+    for (name, next) in [
+        ("nightly-export", "now() - interval '1 hour'"),
+        ("hourly-sync", "now() + interval '1 hour'"),
+    ] {
+        sqlx::raw_sql(q.sql(&format!(
+            "SELECT @schema@.harel_schedule_fire('{name}', 'every 3600s', NULL, {next}, NULL, \
+             'k', '{{}}', 0::smallint)"
+        )))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    }
+
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string()])
+        .unwrap();
+    serve_on(listener, dashboard::router_with(queue.clone(), config));
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+
+    // the overview says why nothing is ready: 4 + 1 jobs wait behind running groups
+    client.goto(&format!("{base}/")).await.unwrap();
+    let oldest = text(&client, "#oldest-ready").await;
+    assert!(
+        oldest.contains("5 job(s) waiting behind running groups"),
+        "{oldest}"
+    );
+    let now = text(&client, "#queue-now").await;
+    assert!(
+        now.contains("working") && now.contains("2 running"),
+        "{now}"
+    );
+    assert!(now.contains("2 schedule(s), 1 stale"), "{now}");
+    client.goto(&format!("{base}/schedules")).await.unwrap();
+    let nightly = text_of(&client, "//tr[td[text()='nightly-export']]").await;
+    assert!(nightly.contains("stale"), "{nightly}");
+    let hourly = text_of(&client, "//tr[td[text()='hourly-sync']]").await;
+    assert!(hourly.contains("on time"), "{hourly}");
+    client.goto(&format!("{base}/")).await.unwrap();
+    // the chart's axes: jobs a minute (nothing yet: a scale of 1) and the minutes
+    let y = text(&client, "#chart-y").await;
+    assert_eq!(y.split_whitespace().collect::<Vec<_>>(), ["1", "0.5", "0"]);
+    let x = text(&client, "#chart-x").await;
+    assert_eq!(x.split_whitespace().count(), 6, "{x}");
+    let chart = text(&client, "figure.chart").await;
+    assert!(
+        chart.contains("jobs a minute") && chart.contains("minute (UTC)"),
+        "{chart}"
+    );
+
+    // newest first, the queue in its own column
+    client.goto(&format!("{base}/jobs")).await.unwrap();
+    let mut all: Vec<i64> = ids.iter().chain(&mails).map(|id| id.get()).collect();
+    all.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(listed_ids(&client).await, all);
+    let first = text(&client, "tbody tr").await;
+    assert!(first.contains("send_email mail mail-group"), "{first}");
+    assert!(
+        text(&client, "#jobs-shown")
+            .await
+            .contains("Newest first: 7 shown; no older matching job."),
+    );
+    // oldest first on request
+    client
+        .find(Locator::Id("filter-order"))
+        .await
+        .unwrap()
+        .select_by_value("oldest")
+        .await
+        .unwrap();
+    click(&client, Locator::Id("filter-apply")).await;
+    wait_for_url(&client, "order=oldest").await;
+    all.reverse();
+    assert_eq!(listed_ids(&client).await, all);
+    // by queue, and by group
+    client.goto(&format!("{base}/jobs")).await.unwrap();
+    client
+        .find(Locator::Id("filter-queue"))
+        .await
+        .unwrap()
+        .send_keys("mail")
+        .await
+        .unwrap();
+    click(&client, Locator::Id("filter-apply")).await;
+    wait_for_url(&client, "queue=mail").await;
+    let mut expected: Vec<i64> = mails.iter().map(|id| id.get()).collect();
+    expected.reverse();
+    assert_eq!(listed_ids(&client).await, expected);
+    client
+        .goto(&format!("{base}/jobs?group=customer-7&kind=sync_crm"))
+        .await
+        .unwrap();
+    assert_eq!(listed_ids(&client).await.len(), 5);
+    screenshot(&client, "jobs_by_group").await;
+
+    // the search box: a job's page, or "not found"
+    client.goto(&format!("{base}/jobs")).await.unwrap();
+    client
+        .find(Locator::Id("search-id"))
+        .await
+        .unwrap()
+        .send_keys(&mails[0].to_string())
+        .await
+        .unwrap();
+    click(&client, Locator::Id("search-go")).await;
+    wait_for_url(&client, &format!("/jobs/{}", mails[0])).await;
+    assert_eq!(text(&client, "h1").await, format!("Job {}", mails[0]));
+    let fields = text(&client, ".fields").await;
+    assert!(fields.contains("Queue\nmail"), "{fields}");
+    client.goto(&format!("{base}/jobs")).await.unwrap();
+    client
+        .find(Locator::Id("search-id"))
+        .await
+        .unwrap()
+        .send_keys("987654321")
+        .await
+        .unwrap();
+    click(&client, Locator::Id("search-go")).await;
+    wait_for_url(&client, "id=987654321").await;
+    assert!(
+        text(&client, "#search-result")
+            .await
+            .contains("No job 987654321")
+    );
+    let (status, _) = get_as(address, "/jobs?id=987654321", &address.to_string()).await;
+    assert_eq!(status, 404);
+
+    // Run now: a report scheduled for an hour from now, due at once after a confirmation
+    let report = q
+        .transport
+        .publish(
+            &q.pool,
+            &OutgoingMessage::new("unused", "build_report", "{}")
+                .in_own_group()
+                .delay(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    client.goto(&format!("{base}/jobs/{report}")).await.unwrap();
+    assert!(text(&client, ".fields").await.contains("scheduled"));
+    click(&client, Locator::XPath("//button[text()='Run now']")).await;
+    let question = client.get_alert_text().await.expect("asks first");
+    assert!(
+        question.starts_with(&format!("Run job {report} now rather than at ")),
+        "{question}"
+    );
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=run_now").await;
+    assert!(text(&client, ".notice").await.contains("Due now"));
+    assert!(text(&client, ".fields").await.contains("waiting"));
+    assert_eq!(
+        queue.job(report).await.unwrap().unwrap().state,
+        harel_jobs::JobState::Waiting
+    );
+    // a waiting job has no such button
+    assert!(
+        client
+            .find(Locator::XPath("//button[text()='Run now']"))
+            .await
+            .is_err()
+    );
+    screenshot(&client, "job_run_now").await;
+
+    // live: a job enqueued after the page loaded shows up on top without a reload
+    client.goto(&format!("{base}/jobs")).await.unwrap();
+    let later = q
+        .transport
+        .publish(
+            &q.pool,
+            &OutgoingMessage::new("late", "build_report", "{}").queue("mail"),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while listed_ids(&client).await.first() != Some(&later.get()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{later} never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // paused while the reader types: a job enqueued meanwhile waits until they stop
+    click(&client, Locator::Id("search-id")).await;
+    wait_for_live(&client, "data-paused-ticks", 1).await;
+    let quiet = q
+        .transport
+        .publish(
+            &q.pool,
+            &OutgoingMessage::new("quiet", "build_report", "{}").queue("mail"),
+        )
+        .await
+        .unwrap();
+    let paused = js(
+        &client,
+        "return parseInt(document.getElementById('live-status').getAttribute('data-paused-ticks'), 10);",
+    )
+    .await
+    .as_i64()
+    .unwrap();
+    wait_for_live(&client, "data-paused-ticks", paused + 2).await;
+    assert_eq!(listed_ids(&client).await.first(), Some(&later.get()));
+    js(&client, "document.activeElement.blur(); return null;").await;
+    let started = Instant::now();
+    while listed_ids(&client).await.first() != Some(&quiet.get()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{quiet} never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // 400 px wide: no page is wider than the window (tables scroll in their own box)
+    client.set_window_size(400, 900).await.unwrap();
+    for path in [
+        "/".to_owned(),
+        "/jobs".to_owned(),
+        format!("/jobs/{}", ids[1]),
+        "/queues".to_owned(),
+        "/groups".to_owned(),
+        "/dead".to_owned(),
+        "/schedules".to_owned(),
+    ] {
+        client.goto(&format!("{base}{path}")).await.unwrap();
+        let widths = js(
+            &client,
+            "return [document.documentElement.scrollWidth, window.innerWidth];",
+        )
+        .await;
+        let (scroll, window) = (widths[0].as_i64().unwrap(), widths[1].as_i64().unwrap());
+        assert!(window <= 400, "the window is {window} px wide");
+        assert!(scroll <= window, "{path}: {scroll} px wide in {window}");
+        let name = format!("narrow{}", path.replace('/', "_"));
+        screenshot(&client, &name).await;
+    }
+    client.close().await.unwrap();
+
+    // the dark scheme follows the system's
+    let mut capabilities = ChromeDriver::capabilities();
+    capabilities["goog:chromeOptions"]["args"]
+        .as_array_mut()
+        .unwrap()
+        .push("--blink-settings=preferredColorScheme=0".into());
+    let dark = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&driver.url)
+        .await
+        .expect("a Chromium session");
+    dark.goto(&format!("{base}/jobs")).await.unwrap();
+    let scheme = js(
+        &dark,
+        "return [window.matchMedia('(prefers-color-scheme: dark)').matches, \
+         getComputedStyle(document.documentElement).backgroundColor];",
+    )
+    .await;
+    assert_eq!(scheme[0], true, "{scheme}");
+    assert_eq!(scheme[1], "rgb(18, 21, 28)", "{scheme}");
+    screenshot(&dark, "jobs_dark").await;
+    dark.close().await.unwrap();
+    operator.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_retried_and_deleted_by_filter_in_batches() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 5).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let first = dead_letter(&q, "a@example.com", "smtp: 421").await;
+    let second = dead_letter(&q, "b@example.com", "smtp: 421").await;
+    // last month's 2,500 reports: more than two batches of 1,000
+    sqlx::raw_sql(q.sql(
+        "INSERT INTO @schema@.dead_letters (id, group_id, kind, payload, priority, attempts,
+                                            last_error, enqueued_at)
+         SELECT 1000000 + n, 'own:' || lpad((1000000 + n)::text, 19, '0'), 'old_report', '{}',
+                2, 1, 'gone', now()
+           FROM generate_series(1, 2500) AS n",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let dead = queue.dead_letters();
+    assert_eq!(dead.count().await.unwrap(), 2502);
+
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string()])
+        .unwrap();
+    serve_on(listener, dashboard::router_with(queue.clone(), config));
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+
+    // the jobs page, newest first, 50 a page, saying what it does not show
+    client
+        .goto(&format!("{base}/jobs?state=dead&kind=old_report"))
+        .await
+        .unwrap();
+    let ids = listed_ids(&client).await;
+    assert_eq!((ids.len(), ids[0]), (50, 1_002_500));
+    let shown = text(&client, "#jobs-shown").await;
+    assert!(
+        shown.contains("Newest first, at most 50 a page: 50 shown; older matching jobs"),
+        "{shown}"
+    );
+    click(&client, Locator::Id("next-page")).await;
+    wait_for_url(&client, "after=").await;
+    assert_eq!(listed_ids(&client).await[0], 1_002_450);
+    let first_page = client
+        .find(Locator::Id("first-page"))
+        .await
+        .unwrap()
+        .attr("href")
+        .await
+        .unwrap();
+    assert_eq!(
+        first_page.as_deref(),
+        Some("/jobs?state=dead&kind=old_report")
+    );
+
+    // delete every report, not only the 50 shown, after a confirmation with the count
+    client
+        .goto(&format!("{base}/dead?kind=old_report"))
+        .await
+        .unwrap();
+    assert_eq!(
+        client
+            .find_all(Locator::Css("tbody tr"))
+            .await
+            .unwrap()
+            .len(),
+        50
+    );
+    let count = text(&client, "#matching-count").await;
+    assert!(
+        count.contains("2500 dead letter(s) of kind old_report"),
+        "{count}"
+    );
+    click(&client, Locator::Id("delete-all")).await;
+    let question = client.get_alert_text().await.expect("asks first");
+    assert_eq!(
+        question,
+        "Delete 2500 dead letter(s) of kind old_report for good?"
+    );
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=deleted").await;
+    assert!(
+        text(&client, ".notice")
+            .await
+            .contains("Deleted 2500 dead letter(s).")
+    );
+    screenshot(&client, "dead_all_deleted").await;
+    assert_eq!(dead.count().await.unwrap(), 2, "the mails are left");
+
+    // then every kind: the two mails go back in the queue
+    client.goto(&format!("{base}/dead")).await.unwrap();
+    assert!(
+        text(&client, "#matching-count")
+            .await
+            .contains("2 dead letter(s) of every kind")
+    );
+    click(&client, Locator::Id("retry-all")).await;
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=retried").await;
+    assert!(
+        text(&client, ".notice")
+            .await
+            .contains("Put 2 dead letter(s) back in the queue.")
+    );
+    assert_eq!(dead.count().await.unwrap(), 0);
+    for id in [first, second] {
+        assert!(dead.get(id).await.unwrap().is_none());
+    }
+    let queued = queue
+        .jobs(&harel_jobs::JobQuery::new().state(harel_jobs::StateFilter::Queued))
+        .await
+        .unwrap();
+    assert_eq!(queued.jobs.len(), 2);
+    client.close().await.unwrap();
+    operator.close().await;
+}

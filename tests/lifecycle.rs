@@ -842,6 +842,53 @@ async fn jobs_are_listed_by_state_kind_and_group_page_by_page() {
     expected.sort();
     assert_eq!(seen, expected);
 
+    // newest first, 500 a page: the same ids the other way round (the 2,100 cancelled
+    // rows crossed from above)
+    let mut newest = Vec::new();
+    let mut query = JobQuery::new().newest_first().limit(500);
+    let mut pages = 0;
+    loop {
+        let page = queue.jobs(&query).await.unwrap();
+        pages += 1;
+        newest.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(next) => query = query.after(next),
+            None => break,
+        }
+        assert!(pages < 100);
+    }
+    let mut reversed = expected.clone();
+    reversed.reverse();
+    assert_eq!(newest, reversed);
+    // and filtered, in short pages: the queued ones first, then nothing skipped below
+    let mut found = Vec::new();
+    let mut query = JobQuery::new()
+        .newest_first()
+        .state(StateFilter::Queued)
+        .limit(1);
+    loop {
+        let page = queue.jobs(&query).await.unwrap();
+        found.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(next) => query = query.after(next),
+            None => break,
+        }
+    }
+    assert_eq!(found, [scheduled, running]);
+    let cancelled = queue
+        .jobs(
+            &JobQuery::new()
+                .newest_first()
+                .group("bulk")
+                .state(StateFilter::Cancelled)
+                .limit(1000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cancelled.jobs.len(), 1000);
+    assert_eq!(cancelled.jobs[0].id, bulk[2_099]);
+    assert_eq!(cancelled.next, Some(bulk[1_100]));
+
     // by state: the queued ones are past 2,100 cancelled rows; short pages, no skip
     let mut found = Vec::new();
     let mut query = JobQuery::new().state(StateFilter::Queued).limit(10);
@@ -972,4 +1019,119 @@ async fn a_dead_letter_of_a_job_without_a_group_is_retried_into_a_group_of_its_o
         );
         assert!(matches!(job.state, JobState::Waiting));
     }
+}
+
+/// `Client::run_now`: a retrying or scheduled job due at once; a running or finished one
+/// refused; a job behind another in its group stays behind it.
+#[tokio::test]
+async fn run_now_makes_a_waiting_job_due_and_keeps_its_groups_order() {
+    use harel_jobs::RunNowOutcome;
+    let q = SuiteSchema::new().await;
+    let queue = queue(&q);
+    let hour = Duration::from_secs(3600);
+
+    // retrying: an attempt failed, its next an hour away; made due, a claim takes it at once
+    let retrying = publish(&q, "retry", 1).await;
+    let lease = claim_job(&q, retrying).await;
+    let release = Settlement::Release {
+        delay: hour,
+        error: Some("smtp down".into()),
+        count_attempt: true,
+    };
+    assert!(
+        q.transport
+            .settle(&q.pool, &lease, release)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(matches!(
+        state(&queue, retrying).await,
+        Some(JobState::Retrying { .. })
+    ));
+    assert_eq!(queue.run_now(retrying).await.unwrap(), RunNowOutcome::Due);
+    // still counted as retrying (an attempt failed), its next attempt due now
+    match state(&queue, retrying).await {
+        Some(JobState::Retrying { after }) => assert!(after <= chrono::Utc::now()),
+        other => panic!("expected a due retry, got {other:?}"),
+    }
+    let lease = claim_job(&q, retrying).await;
+    assert_eq!(queue.job(retrying).await.unwrap().unwrap().attempts, 2);
+    // running: refused
+    assert_eq!(
+        queue.run_now(retrying).await.unwrap(),
+        RunNowOutcome::Running
+    );
+    // completed (retained): refused
+    let retain = Settlement::Retain { keep: hour };
+    assert!(
+        q.transport
+            .settle(&q.pool, &lease, retain)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(
+        queue.run_now(retrying).await.unwrap(),
+        RunNowOutcome::Finished
+    );
+
+    // scheduled in a group of its own: due at once
+    let later = OutgoingMessage::serialize("unused", Note::KIND, &Note { n: 2 })
+        .unwrap()
+        .in_own_group()
+        .delay(hour);
+    let scheduled = q.transport.publish(&q.pool, &later).await.unwrap();
+    assert!(matches!(
+        state(&queue, scheduled).await,
+        Some(JobState::Scheduled { .. })
+    ));
+    assert_eq!(queue.run_now(scheduled).await.unwrap(), RunNowOutcome::Due);
+    assert_eq!(state(&queue, scheduled).await, Some(JobState::Waiting));
+    claim_job(&q, scheduled).await;
+
+    // behind another job of its group: its time dropped, its place kept
+    let first = publish(&q, "fifo", 3).await;
+    let behind = OutgoingMessage::serialize("fifo", Note::KIND, &Note { n: 4 })
+        .unwrap()
+        .delay(hour);
+    let second = q.transport.publish(&q.pool, &behind).await.unwrap();
+    assert!(matches!(
+        state(&queue, second).await,
+        Some(JobState::Scheduled { .. })
+    ));
+    assert_eq!(queue.run_now(second).await.unwrap(), RunNowOutcome::Behind);
+    assert_eq!(state(&queue, second).await, Some(JobState::Waiting));
+    // the claim takes the first, not the second
+    let claimed = q
+        .transport
+        .claim_many(&q.pool, &claim(Duration::from_secs(60), 100))
+        .await
+        .unwrap();
+    let ids: Vec<JobId> = claimed.iter().map(|m| m.lease.id).collect();
+    assert_eq!(ids, [first]);
+    assert_eq!(
+        queue.run_now(second).await.unwrap(),
+        RunNowOutcome::NotWaiting
+    );
+    // once the first is done, the second is due at once (not in an hour)
+    assert!(
+        q.transport
+            .settle(&q.pool, &claimed[0].lease, Settlement::Ack)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    claim_job(&q, second).await;
+
+    // a waiting job waits for no time: nothing changes; an unknown id
+    let waiting = publish(&q, "plain", 5).await;
+    assert_eq!(
+        queue.run_now(waiting).await.unwrap(),
+        RunNowOutcome::NotWaiting
+    );
+    assert_eq!(
+        queue.run_now(JobId::new(987_654_321)).await.unwrap(),
+        RunNowOutcome::NotFound
+    );
 }

@@ -225,8 +225,8 @@ pub use client::{
     Cancel, CancelOutcome, Client, DeadLetter, DeadLetterQuery, DeadLetters, FairKeyInfo,
     FairKeyPage, GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, JobInfo, JobPage,
     JobQuery, JobState, KeyLimits, LevelDepth, MAX_FAIR_KEY_PAGE, QueueInfo, QueueLimits,
-    RateLimit, ScheduleInfo, SchedulePage, ScheduleQuery, StateFilter, Stats, ThroughputMinute,
-    TopGroups, WorkerInfo, WorkerList,
+    RateLimit, RunNowOutcome, ScheduleInfo, SchedulePage, ScheduleQuery, StateFilter, Stats,
+    ThroughputMinute, TopGroups, WorkerInfo, WorkerList,
 };
 pub use client::{
     CancelWorkflow, ParentOutcomes, TaskInfo, TaskPage, WorkflowCancelled, WorkflowInfo,

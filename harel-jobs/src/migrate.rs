@@ -313,9 +313,19 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_list_jobs.sql"),
     },
     Function {
+        name: "harel_list_jobs_newest",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_list_jobs_newest.sql"),
+    },
+    Function {
         name: "harel_cancel",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_cancel.sql"),
+    },
+    Function {
+        name: "harel_run_now",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_run_now.sql"),
     },
     Function {
         name: "harel_cancel_group",

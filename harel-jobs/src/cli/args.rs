@@ -208,6 +208,20 @@ Examples:
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    /// Run a retrying or scheduled job now, rather than at its time.
+    ///
+    /// Its group's next job starts at the next claim; a job behind others of its group
+    /// loses its time and keeps its place. A running, finished or otherwise waiting job is
+    /// left as it is (the answer says why).
+    #[command(
+        name = "run-now",
+        after_help = "Example:
+  harel-jobs jobs run-now 4711"
+    )]
+    RunNow {
+        /// The job's id.
+        id: JobId,
+    },
 }
 
 /// `jobs list` filters.

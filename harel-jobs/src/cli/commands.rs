@@ -18,7 +18,7 @@ use super::output::{
     AttemptView, DeadView, DepthView, FairKeyView, GroupView, JobView, QueueView, ScheduleView,
     StatsView, TaskView, WorkflowView, cancel_outcome, time,
 };
-use crate::client::{CancelOutcome, Client, JobQuery, ScheduleQuery, StateFilter};
+use crate::client::{CancelOutcome, Client, JobQuery, RunNowOutcome, ScheduleQuery, StateFilter};
 use crate::client::{DeadLetter, DeadLetterQuery};
 use crate::client::{GroupQuery, GroupRank, KeyLimits, WorkflowQuery};
 use crate::connect::{ConnectConfig, connect_with};
@@ -137,6 +137,7 @@ async fn dispatch(command: Command, client: &Client, out: &Printer) -> Result<()
         Command::Stats => stats(client, out).await,
         Command::Jobs(JobsCommand::List(list)) => jobs_list(client, out, list).await,
         Command::Jobs(JobsCommand::Show { id }) => jobs_show(client, out, id).await,
+        Command::Jobs(JobsCommand::RunNow { id }) => jobs_run_now(client, out, id).await,
         Command::Jobs(JobsCommand::Cancel {
             id,
             group,
@@ -349,6 +350,27 @@ async fn jobs_cancel(
         return Err(CliError::NoJob(id));
     }
     let (name, sentence) = cancel_outcome(&outcome);
+    out.emit(&json!({ "id": id.get(), "outcome": name }), || {
+        format!("job {id}: {sentence}\n")
+    })
+}
+
+async fn jobs_run_now(client: &Client, out: &Printer, id: JobId) -> Result<(), CliError> {
+    let (name, sentence) = match client.run_now(id).await? {
+        RunNowOutcome::NotFound => return Err(CliError::NoJob(id)),
+        RunNowOutcome::Due => ("due", "due now: it starts at the next claim"),
+        RunNowOutcome::Behind => (
+            "behind",
+            "its time dropped: it starts when the jobs before it in its group are done",
+        ),
+        RunNowOutcome::Running => ("running", "running already: nothing changed"),
+        RunNowOutcome::Finished => ("finished", "finished already: nothing changed"),
+        RunNowOutcome::NotWaiting => (
+            "not_waiting",
+            "it waits for no time of its own (due already, pending, or delayed by its \
+             queue): nothing changed",
+        ),
+    };
     out.emit(&json!({ "id": id.get(), "outcome": name }), || {
         format!("job {id}: {sentence}\n")
     })

@@ -210,6 +210,35 @@ impl DeadLetters {
             .map_err(DatabaseError::new)?)
     }
 
+    /// How many dead letters of `kind` (`None`: any kind) have an id up to `upto`:
+    /// [`Count::Exact`](crate::Count::Exact), or [`Count::AtLeast`](crate::Count::AtLeast)
+    /// `cap` when there are more (it reads at most `cap` of them): the figure a
+    /// confirmation of a bulk action over a filter shows.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidArgument`] for a cap of 0; [`ClientError::Database`].
+    pub async fn count_matching(
+        &self,
+        kind: Option<&str>,
+        upto: JobId,
+        cap: u32,
+    ) -> Result<crate::Count, ClientError> {
+        if cap == 0 {
+            return Err(ClientError::InvalidArgument("a count's cap is at least 1"));
+        }
+        let cap = i64::from(cap);
+        let n = self
+            .store
+            .dead_letters_count_matching(&self.pool, kind, upto.get(), cap)
+            .await
+            .map_err(DatabaseError::new)?;
+        Ok(if n >= cap {
+            crate::Count::AtLeast(n)
+        } else {
+            crate::Count::Exact(n)
+        })
+    }
+
     /// Puts a dead letter back in the queue, atomically: same group (at its end; a job
     /// that had no group gets a group of its own again), kind, payload, priority, queue and
     /// trace context, attempts starting over. Returns its new id, or `None` if there is no

@@ -80,6 +80,7 @@ impl Client {
             after: query.after.map(JobId::get),
             limit: i32::try_from(query.limit).unwrap_or(100),
             queue: query.queue.as_deref(),
+            newest_first: query.newest_first,
         };
         let rows = self
             .store
@@ -99,7 +100,11 @@ impl Client {
                 (None, Some(_)) => return Err(ClientError::UnexpectedReply),
             }
         }
-        jobs.sort_by_key(|job| job.id);
+        if query.newest_first {
+            jobs.sort_by_key(|job| std::cmp::Reverse(job.id));
+        } else {
+            jobs.sort_by_key(|job| job.id);
+        }
         Ok(JobPage { jobs, next })
     }
 
@@ -176,6 +181,30 @@ impl Client {
                 },
             )
             .collect())
+    }
+
+    /// Makes a retrying or scheduled job due now (`harel_run_now`): its group's next job
+    /// starts at the next claim; a job behind others of its group loses its not-before
+    /// time and keeps its place. See [`RunNowOutcome`].
+    ///
+    /// # Errors
+    /// [`ClientError::Database`] (SQLSTATE `40001` if the job kept moving under it: try
+    /// again); [`ClientError::UnexpectedReply`] for an answer this release does not know.
+    pub async fn run_now(&self, id: JobId) -> Result<RunNowOutcome, ClientError> {
+        let outcome = self
+            .store
+            .job_run_now(&self.pool, id.get())
+            .await
+            .map_err(DatabaseError::new)?;
+        Ok(match outcome.as_str() {
+            "due" => RunNowOutcome::Due,
+            "behind" => RunNowOutcome::Behind,
+            "running" => RunNowOutcome::Running,
+            "not_waiting" => RunNowOutcome::NotWaiting,
+            "finished" => RunNowOutcome::Finished,
+            "not_found" => RunNowOutcome::NotFound,
+            _ => return Err(ClientError::UnexpectedReply),
+        })
     }
 
     /// Cancels a job: at once if it is waiting, scheduled or retrying (it never runs); if it
@@ -431,6 +460,28 @@ impl std::fmt::Display for AttemptOutcome {
     }
 }
 
+/// What [`Client::run_now`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunNowOutcome {
+    /// It was its group's next job, waiting for a retry's backoff or its not-before time:
+    /// it is due now and starts at the next claim (as its queue's pause, limits and fair
+    /// share allow).
+    Due,
+    /// It waits behind earlier jobs of its group: its not-before time is dropped, and it
+    /// starts as soon as its turn comes (its group's order is kept).
+    Behind,
+    /// It is running: refused.
+    Running,
+    /// It waits for no time of its own (it is due already, waits for other jobs, is held
+    /// by a lapsed lease, or is delayed by its queue's rate or a snooze): nothing changed.
+    NotWaiting,
+    /// It completed (and is retained), is a dead letter, or was cancelled.
+    Finished,
+    /// No such job (or it completed without retention, or was pruned).
+    NotFound,
+}
+
 /// What a cancel did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -667,6 +718,7 @@ pub struct JobQuery {
     queue: Option<String>,
     after: Option<JobId>,
     limit: u32,
+    newest_first: bool,
 }
 
 impl Default for JobQuery {
@@ -678,6 +730,7 @@ impl Default for JobQuery {
             queue: None,
             after: None,
             limit: 100,
+            newest_first: false,
         }
     }
 }
@@ -712,9 +765,18 @@ impl JobQuery {
         self
     }
 
-    /// Jobs with an id above this one: the cursor of the previous page ([`JobPage::next`]).
+    /// Jobs after this one in the listing's order (ids above it; below it with
+    /// [`newest_first`](Self::newest_first)): the cursor of the previous page
+    /// ([`JobPage::next`]).
     pub fn after(mut self, id: JobId) -> Self {
         self.after = Some(id);
+        self
+    }
+
+    /// Newest first: in descending id order, each page older than the one before (the
+    /// same bounded reads as oldest first, walked the other way).
+    pub fn newest_first(mut self) -> Self {
+        self.newest_first = true;
         self
     }
 
@@ -769,7 +831,7 @@ impl StateFilter {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct JobPage {
-    /// The jobs, in id order.
+    /// The jobs, in id order (descending with [`JobQuery::newest_first`]).
     pub jobs: Vec<JobInfo>,
     /// Where the next page starts ([`JobQuery::after`]); `None` when there is none.
     pub next: Option<JobId>,

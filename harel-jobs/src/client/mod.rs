@@ -53,7 +53,8 @@ pub use fair::{FairKeyInfo, FairKeyPage, KeyLimits, MAX_FAIR_KEY_PAGE};
 pub use groups::{GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, TopGroups};
 pub use jobs::{
     AttemptInfo, AttemptOutcome, AttemptWorker, Cancel, CancelOutcome, JobInfo, JobPage,
-    JobParents, JobQuery, JobState, JobSteps, MAX_ATTEMPTS_KEPT, MAX_LISTED, StateFilter, StepInfo,
+    JobParents, JobQuery, JobState, JobSteps, MAX_ATTEMPTS_KEPT, MAX_LISTED, RunNowOutcome,
+    StateFilter, StepInfo,
 };
 pub use queues::{LevelDepth, QueueInfo, QueueLimits, RateLimit};
 pub use schedules::{ScheduleInfo, SchedulePage, ScheduleQuery};

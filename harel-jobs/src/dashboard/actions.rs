@@ -12,7 +12,7 @@ use rand::Rng as _;
 
 use super::html::query_value;
 use super::{Ctx, PageError};
-use crate::client::{CancelOutcome, KeyLimits};
+use crate::client::{CancelOutcome, JobQuery, KeyLimits, RunNowOutcome, StateFilter};
 use crate::vocabulary::{JobId, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT};
 use crate::vocabulary::{QUEUE_NAME_RULE, validate_fair_key, validate_queue_name};
 
@@ -102,6 +102,90 @@ fn ids(form: &Form) -> Result<Vec<JobId>, PageError> {
         )));
     }
     Ok(ids)
+}
+
+/// Dead letters one bulk transaction takes, in a bulk action over a filter.
+pub(super) const BULK_BATCH: u32 = 1_000;
+
+/// Batches one bulk action over a filter runs at most (the rest: press again).
+pub(super) const BULK_BATCHES: u32 = 100;
+
+/// `POST /dead/all` (`action`: `retry` or `delete`; `kind`: the filter, empty for any;
+/// `upto`: the newest id the confirmation counted): every dead letter the filter matches
+/// up to `upto`, oldest first (a group's letters go back in order), [`BULK_BATCH`] per
+/// transaction, at most [`BULK_BATCHES`] batches; redirects with how many were done.
+pub(crate) async fn dead_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let retry = match form.get("action") {
+        Some("retry") => true,
+        Some("delete") => false,
+        _ => return Err(PageError::BadRequest("retry or delete?".into())),
+    };
+    let kind = form.get("kind").map(str::trim).filter(|k| !k.is_empty());
+    let upto: JobId = form
+        .get("upto")
+        .and_then(|u| u.parse().ok())
+        .ok_or_else(|| PageError::BadRequest("no newest id to stop at".into()))?;
+    let dead = ctx.client.dead_letters();
+    let mut query = JobQuery::new().state(StateFilter::Dead).limit(BULK_BATCH);
+    if let Some(kind) = kind {
+        query = query.kind(kind);
+    }
+    let (mut done, mut more) = (0usize, false);
+    for batch in 0..BULK_BATCHES {
+        // oldest first, in bounded reads (harel_list_jobs reads 2,000 rows a call)
+        let page = ctx.client.jobs(&query).await?;
+        let ids: Vec<JobId> = page
+            .jobs
+            .iter()
+            .map(|job| job.id)
+            .filter(|id| *id <= upto)
+            .collect();
+        // one statement, so one transaction, per batch
+        done += if retry {
+            dead.retry_many(&ids).await?.len()
+        } else {
+            dead.delete_many(&ids).await?.len()
+        };
+        match page.next {
+            Some(next) if next < upto => query = query.after(next),
+            _ => break,
+        }
+        more = batch + 1 == BULK_BATCHES;
+    }
+    let code = match (retry, more) {
+        (true, false) => "retried",
+        (true, true) => "retried_more",
+        (false, false) => "deleted",
+        (false, true) => "deleted_more",
+    };
+    let mut path = format!("/dead?done={code}&n={done}");
+    if let Some(kind) = kind {
+        path.push_str(&format!("&kind={}", query_value(kind)));
+    }
+    Ok(ctx.redirect(&path))
+}
+
+/// `POST /jobs/{id}/run-now`: a retrying or scheduled job due now (or, behind others of its
+/// group, without its time); back to its page saying what was done.
+pub(crate) async fn run_now(
+    State(ctx): State<Ctx>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Redirect, PageError> {
+    ctx.authorise(&body)?;
+    let id: JobId = id
+        .parse()
+        .map_err(|_| PageError::BadRequest(format!("{id:?} is not a job id")))?;
+    let done = match ctx.client.run_now(id).await? {
+        RunNowOutcome::NotFound => return Err(PageError::NotFound(format!("no job {id}"))),
+        RunNowOutcome::Due => "run_now",
+        RunNowOutcome::Behind => "run_now_behind",
+        RunNowOutcome::Running => "run_now_running",
+        RunNowOutcome::Finished => "too_late",
+        RunNowOutcome::NotWaiting => "run_now_not_waiting",
+    };
+    Ok(ctx.redirect(&format!("/jobs/{id}?done={done}")))
 }
 
 /// `POST /jobs/{id}/cancel` (`reason` optional).

@@ -132,12 +132,14 @@ pub(crate) fn page(shell: &Shell<'_>, base: &str, body: &str) -> String {
     )
 }
 
-/// A table: headers and rows of ready-made HTML cells, or `empty` when there are none.
+/// A table: headers and rows of ready-made HTML cells, or `empty` when there are none. It
+/// sits in a container of its own that scrolls sideways on a narrow screen, so a wide table
+/// never widens the page.
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>], empty: &str) -> String {
     if rows.is_empty() {
         return format!("<p class=\"empty\">{}</p>", escape(empty));
     }
-    let mut out = String::from("<table><thead><tr>");
+    let mut out = String::from("<div class=\"table-wrap\"><table><thead><tr>");
     for header in headers {
         let _ = write!(out, "<th>{}</th>", escape(header));
     }
@@ -149,7 +151,7 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>], empty: &str) -> Stri
         }
         out.push_str("</tr>");
     }
-    out.push_str("</tbody></table>");
+    out.push_str("</tbody></table></div>");
     out
 }
 

@@ -18,11 +18,15 @@
 //!
 //! Pages: an overview (depth, jobs per minute as a chart, worker pools seen recently,
 //! running jobs, latest dead letters), queues (pause, resume) and their fairness keys
-//! (set a key's weight), jobs by state with
-//! filters and keyset pagination, a job's page (cancel), groups (cancel a group), dead
-//! letters (retry, delete, one or in bulk), schedules. Every page's work is bounded
-//! whatever the queue holds: the same bounded calls as the library's (see [`Client::jobs`],
-//! [`Client::groups`], [`Stats`](crate::Stats)).
+//! (set a key's weight), jobs newest first by state, kind, group and queue with keyset
+//! pagination and a search by id, a job's page (cancel, run now), groups (cancel a group),
+//! dead letters (retry, delete, one, the ticked ones, or all a filter matches in batches),
+//! schedules (stale ones marked). Every page's work is bounded whatever the queue holds:
+//! the same bounded calls as the library's (see [`Client::jobs`], [`Client::groups`],
+//! [`Stats`](crate::Stats)). The overview, the jobs list, a job's page and the queues page
+//! refresh themselves while open (the script fetches the page again every 5 s, paused while
+//! the reader acts or the tab is hidden); every page works at 400 px wide and follows the
+//! system's dark scheme.
 //!
 //! Actions are POSTs carrying a CSRF token (a random value the router makes when it is
 //! built, shown only inside its own pages); a POST without it is refused (403). With
@@ -197,6 +201,7 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
         .route("/jobs", get(pages::jobs))
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/{id}/cancel", post(actions::cancel_job))
+        .route("/jobs/{id}/run-now", post(actions::run_now))
         .route("/groups", get(pages::groups))
         .route("/groups/show", get(pages::group))
         .route("/groups/cancel", post(actions::cancel_group))
@@ -204,6 +209,7 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
         .route("/dead/{id}", get(pages::dead_letter))
         .route("/dead/retry", post(actions::retry_dead))
         .route("/dead/delete", post(actions::delete_dead))
+        .route("/dead/all", post(actions::dead_all))
         .route("/schedules", get(pages::schedules))
         .route("/workflows", get(workflows::list))
         .route("/workflows/{id}", get(workflows::show))
@@ -227,14 +233,15 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
 }
 
 /// Headers on every response: no framing (clickjacking), scripts and styles from the
-/// dashboard only, no referrer to other sites, no caching of pages that show jobs.
+/// dashboard only (and fetches: the live parts of a page re-read the page itself), no
+/// referrer to other sites, no caching of pages that show jobs.
 async fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
             "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
-             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));

@@ -1,10 +1,12 @@
 //! The pages (GET): each one or a few bounded calls to the library, rendered as HTML.
 
 use axum::extract::{Path, Query, State};
-use axum::response::Html;
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+use super::actions::{BULK_BATCH, BULK_BATCHES};
 use super::html::{
     Shell, action, badge, escape, fields, link, opt_time, page, query_value, short, span, table,
     time,
@@ -44,10 +46,29 @@ impl Done {
                  cancelled."
                     .to_owned()
             }
-            "too_late" => "Too late to cancel: the job had already finished.".to_owned(),
+            "too_late" => "Too late: the job had already finished.".to_owned(),
+            "run_now" => "Due now: it starts at the next claim.".to_owned(),
+            "run_now_behind" => {
+                "Its time dropped: it starts when the jobs before it in its group are done."
+                    .to_owned()
+            }
+            "run_now_running" => "It is running already: nothing changed.".to_owned(),
+            "run_now_not_waiting" => {
+                "It waits for no time of its own (due already, pending, or delayed by its \
+                 queue): nothing changed."
+                    .to_owned()
+            }
             "group_cancelled" => format!("Cancelled {n} job(s) of the group."),
             "retried" => format!("Put {n} dead letter(s) back in the queue."),
             "deleted" => format!("Deleted {n} dead letter(s)."),
+            "retried_more" => format!(
+                "Put {n} dead letter(s) back in the queue, 1,000 a transaction; more match: \
+                 do it again for the rest."
+            ),
+            "deleted_more" => format!(
+                "Deleted {n} dead letter(s), 1,000 a transaction; more match: do it again for \
+                 the rest."
+            ),
             "paused" => "Paused: no job of the queue starts until it is resumed.".to_owned(),
             "resumed" => "Resumed: workers start the queue's jobs again.".to_owned(),
             "weight_set" => {
@@ -98,6 +119,27 @@ impl Ctx {
     }
 }
 
+/// How often a page left open refreshes its live parts (assets/app.js reads it).
+const LIVE_EVERY_MS: u32 = 5_000;
+
+/// `inner` as a part of the page that refreshes itself while the page is open: app.js
+/// fetches the page again every [`LIVE_EVERY_MS`] (the same bounded work as loading it) and
+/// swaps in the part of the same name, unless the reader is acting (a focused field, a
+/// selection, a confirmation open) or the tab is hidden.
+fn live(name: &str, inner: &str) -> String {
+    format!("<div data-live=\"{}\">{inner}</div>", escape(name))
+}
+
+/// The line that says a page updates itself (and, from app.js, when it is paused).
+fn live_note() -> String {
+    format!(
+        "<p class=\"muted live\" id=\"live-status\" data-every=\"{LIVE_EVERY_MS}\">\
+         Updates every {} s while this tab is shown; paused while you type, select text or \
+         confirm.</p>",
+        LIVE_EVERY_MS / 1000
+    )
+}
+
 /// A job's state, its time, and whether a cancel was asked.
 fn state_of(job: &JobInfo) -> (&'static str, Option<chrono::DateTime<chrono::Utc>>) {
     match &job.state {
@@ -121,6 +163,7 @@ fn jobs_table(ctx: &Ctx, jobs: &[JobInfo], empty: &str) -> String {
                 ctx.job_link(job.id),
                 badge(state),
                 escape(&job.kind),
+                format!("<span class=\"queue-name\">{}</span>", escape(&job.queue)),
                 ctx.group_link(&job.group),
                 job.priority.get().to_string(),
                 job.attempts.to_string(),
@@ -137,6 +180,7 @@ fn jobs_table(ctx: &Ctx, jobs: &[JobInfo], empty: &str) -> String {
             "ID",
             "State",
             "Kind",
+            "Queue",
             "Group",
             "Priority",
             "Attempts",
@@ -187,6 +231,12 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
     // (a schema holds at most MAX_SCHEDULES: one page has them all)
     let schedules = ctx.client.schedules(&ScheduleQuery::new()).await?;
     let next_tick = schedules.schedules.iter().filter_map(|s| s.next_tick).min();
+    let now = Utc::now();
+    let stale_schedules = schedules
+        .schedules
+        .iter()
+        .filter(|s| stale(s.next_tick, now))
+        .count();
     let throughput = ctx.client.throughput(CHART_MINUTES).await?;
     let workers = ctx
         .client
@@ -201,13 +251,22 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         false,
     ));
     body.push_str(&count_card("Dead letters", stats.dead_letters, true));
-    body.push_str(&oldest_ready_card(&ctx, &depth));
+    let load = Load::of(&stats, &depth);
+    body.push_str(&oldest_ready_card(&ctx, &depth, &load));
     body.push_str(&format!(
-        "<div class=\"card\"><div class=\"label\">Client</div><div class=\"value\">{}</div>\
-         <div class=\"hint\">{} schedule(s){}</div></div>",
-        if stats.is_idle() { "idle" } else { "busy" },
+        "<div class=\"card\" id=\"queue-now\"><div class=\"label\">Queue now</div>\
+         <div class=\"value\">{}</div><div class=\"hint\">{}; {} schedule(s){}</div></div>",
+        load.word(stats.is_idle()),
+        escape(&load.summary()),
         schedules.total,
-        next_tick.map_or_else(String::new, |at| format!(", next tick {}", time(at))),
+        if stale_schedules > 0 {
+            format!(
+                ", <a href=\"{}\" id=\"stale-schedules\">{stale_schedules} stale</a>",
+                escape(&ctx.href("/schedules"))
+            )
+        } else {
+            next_tick.map_or_else(String::new, |at| format!(", next tick {}", time(at)))
+        },
     ));
     body.push_str("</div>");
     body.push_str(&format!(
@@ -236,13 +295,109 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         "<section id=\"latest-dead\"><h2>Latest dead letters</h2>{}</section>",
         dead_table(&ctx, &dead, false)
     ));
+    let body = format!("{}{}", live("overview", &body), live_note());
     let shell = ctx.shell("Overview", "/", &done);
     Ok(ctx.render(&shell, &body))
 }
 
+/// What the queue's groups are doing, summed over the depth's levels (in groups, each by
+/// its first job), and how many jobs wait behind their group's first job.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Load {
+    ready: i64,
+    running: i64,
+    retrying: i64,
+    scheduled: i64,
+    /// Jobs in the queue that are not their group's first: they wait for it to end.
+    behind: i64,
+    /// Whether every figure was counted exactly.
+    exact: bool,
+}
+
+impl Load {
+    fn of(stats: &crate::Stats, depth: &[LevelDepth]) -> Self {
+        let mut load = Load {
+            exact: stats.jobs.is_exact() && stats.groups.is_exact(),
+            ..Load::default()
+        };
+        for level in depth {
+            load.ready = load.ready.saturating_add(level.ready.value());
+            load.running = load.running.saturating_add(level.running.value());
+            load.retrying = load.retrying.saturating_add(level.retrying.value());
+            load.scheduled = load.scheduled.saturating_add(level.scheduled.value());
+            load.exact &= level.ready.is_exact()
+                && level.running.is_exact()
+                && level.retrying.is_exact()
+                && level.scheduled.is_exact();
+        }
+        load.behind = stats
+            .jobs
+            .value()
+            .saturating_sub(stats.groups.value())
+            .max(0);
+        load
+    }
+
+    /// One word for the card: idle, working (jobs run), ready (jobs wait for a worker),
+    /// or waiting (nothing runs or is ready: only retries and later work).
+    fn word(&self, idle: bool) -> &'static str {
+        if idle {
+            "idle"
+        } else if self.running > 0 {
+            "working"
+        } else if self.ready > 0 {
+            "ready"
+        } else {
+            "waiting"
+        }
+    }
+
+    /// The figures behind the word, in a line.
+    fn summary(&self) -> String {
+        let about = if self.exact { "" } else { "about " };
+        format!(
+            "{about}{} running, {} ready, {} retrying, {} scheduled group(s)",
+            self.running, self.ready, self.retrying, self.scheduled
+        )
+    }
+
+    /// Why no job is ready, when none is but jobs are queued: what they wait behind.
+    fn why_none_ready(&self) -> String {
+        let about = if self.exact { "" } else { "about " };
+        let mut behind = Vec::new();
+        if self.running > 0 {
+            behind.push("running");
+        }
+        if self.retrying > 0 {
+            behind.push("retrying");
+        }
+        if self.scheduled > 0 {
+            behind.push("scheduled");
+        }
+        let kinds = match behind.as_slice() {
+            [] => String::new(),
+            [one] => (*one).to_owned(),
+            [first @ .., last] => format!("{} or {last}", first.join(", ")),
+        };
+        match (self.behind > 0, kinds.is_empty()) {
+            (true, false) => format!(
+                "no group is ready: {about}{} job(s) waiting behind {kinds} groups (a group \
+                 runs its jobs one at a time)",
+                self.behind
+            ),
+            (false, false) => format!("no group is ready: every group is {kinds}"),
+            (true, true) => format!(
+                "no group is ready: {about}{} job(s) waiting behind their groups' first jobs",
+                self.behind
+            ),
+            (false, true) => "no job is waiting".to_owned(),
+        }
+    }
+}
+
 /// Since when the longest waiting ready group waits, in which queue, with a link to the
-/// longest waiting groups.
-fn oldest_ready_card(ctx: &Ctx, depth: &[LevelDepth]) -> String {
+/// longest waiting groups; with none ready, what the queued jobs wait behind.
+fn oldest_ready_card(ctx: &Ctx, depth: &[LevelDepth], load: &Load) -> String {
     let oldest = depth
         .iter()
         .filter_map(|level| Some((level.oldest_ready_at?, level)))
@@ -258,7 +413,7 @@ fn oldest_ready_card(ctx: &Ctx, depth: &[LevelDepth]) -> String {
                 link(&ctx.href("/groups?sort=waiting"), "longest waiting →")
             ),
         ),
-        None => ("–".to_owned(), "no job is waiting".to_owned()),
+        None => ("–".to_owned(), escape(&load.why_none_ready())),
     };
     format!(
         "<div class=\"card\" id=\"oldest-ready\"><div class=\"label\">Oldest ready job waits</div>\
@@ -316,15 +471,16 @@ fn chart(minutes: &[crate::client::ThroughputMinute]) -> String {
     };
     let total: u64 = minutes.iter().map(all).fold(0, u64::saturating_add);
     let peak = minutes.iter().map(all).max().unwrap_or(0).max(1);
-    // a bar's height in the chart: `n` of `peak`, in u128 (no overflow), at most `HEIGHT - 20`
-    let scaled = |n: u64| (u128::from(n) * u128::from(HEIGHT - 20) / u128::from(peak)) as u64;
+    // a bar's height in the chart: `n` of `peak`, in u128 (no overflow), at most `HEIGHT`
+    // (the peak reaches the top, where the y axis says it)
+    let scaled = |n: u64| (u128::from(n) * u128::from(HEIGHT) / u128::from(peak)) as u64;
     let slot = WIDTH / (minutes.len().max(1) as u64);
     let mut bars = String::new();
     for (n, minute) in minutes.iter().enumerate() {
         let x = n as u64 * slot + 1;
         let w = slot.saturating_sub(2).max(1);
         let ok = scaled(minute.succeeded);
-        let bad = scaled(minute.failed.saturating_add(minute.dead)).min(HEIGHT - 20 - ok);
+        let bad = scaled(minute.failed.saturating_add(minute.dead)).min(HEIGHT - ok);
         let title = format!(
             "{}: {} succeeded, {} failed, {} dead",
             minute.minute.format("%H:%M"),
@@ -342,19 +498,46 @@ fn chart(minutes: &[crate::client::ThroughputMinute]) -> String {
             HEIGHT - ok - bad,
         ));
     }
-    let (first, last) = match (minutes.first(), minutes.last()) {
-        (Some(first), Some(last)) => (
-            first.minute.format("%H:%M").to_string(),
-            last.minute.format("%H:%M").to_string(),
-        ),
-        _ => (String::new(), String::new()),
-    };
+    // the axes, in HTML around the SVG (text in a stretched SVG would stretch with it, and
+    // the CSP allows no inline style): the y axis says the jobs a minute at the top of the
+    // scale, half way and 0 (a gridline at each), the x axis a time every X_EVERY minutes,
+    // each label in a cell as wide as a bar's slot, under its bar
+    const X_EVERY: usize = 5;
+    let grid = format!(
+        "<line x1=\"0\" x2=\"{WIDTH}\" y1=\"0.5\" y2=\"0.5\" class=\"grid\"/>\
+         <line x1=\"0\" x2=\"{WIDTH}\" y1=\"{half_y}\" y2=\"{half_y}\" class=\"grid\"/>",
+        half_y = HEIGHT / 2,
+    );
+    let y_axis = format!(
+        "<div class=\"y-axis\" id=\"chart-y\"><span>{peak}</span><span>{}</span>\
+         <span>0</span></div>",
+        if peak.is_multiple_of(2) {
+            (peak / 2).to_string()
+        } else {
+            format!("{}.5", peak / 2)
+        },
+    );
+    let count = minutes.len();
+    let mut x_axis = String::from("<div class=\"x-axis\" id=\"chart-x\">");
+    for (n, minute) in minutes.iter().enumerate() {
+        let label = if (count - 1 - n).is_multiple_of(X_EVERY) {
+            minute.minute.format("%H:%M").to_string()
+        } else {
+            String::new()
+        };
+        x_axis.push_str(&format!("<span>{label}</span>"));
+    }
+    x_axis.push_str("</div>");
     format!(
-        "<figure class=\"chart\"><svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" \
-         aria-label=\"jobs per minute\" preserveAspectRatio=\"none\">{bars}</svg>\
-         <figcaption><span>{first}</span><span><i class=\"key ok\"></i>succeeded \
+        "<figure class=\"chart\"><div class=\"y-title\">jobs a minute</div>\
+         <div class=\"plot\">{y_axis}<svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" \
+         aria-label=\"jobs per minute: {total} in all, at most {peak} a minute\" \
+         preserveAspectRatio=\"none\">{bars}{grid}</svg></div>\
+         <div class=\"x-row\"><div class=\"y-axis-gap\"></div>{x_axis}</div>\
+         <div class=\"x-title\">minute (UTC)</div>\
+         <figcaption><span><i class=\"key ok\"></i>succeeded \
          <i class=\"key bad\"></i>failed or dead · {total} in all, at most {peak} a minute \
-         (reported by the worker pools every 10 s)</span><span>{last}</span></figcaption></figure>"
+         (reported by the worker pools every 10 s)</span></figcaption></figure>"
     )
 }
 
@@ -411,13 +594,18 @@ fn workers_table(list: &crate::client::WorkerList) -> String {
     html
 }
 
-/// The filters of `/jobs`.
+/// The filters of `/jobs`, its order and cursor, and the id searched for.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct JobsFilter {
     state: Option<String>,
     kind: Option<String>,
     group: Option<String>,
+    queue: Option<String>,
+    /// `oldest` for oldest first; anything else (or nothing) newest first.
+    order: Option<String>,
     after: Option<i64>,
+    /// A job id typed in the search box: its page, or "not found".
+    id: Option<String>,
 }
 
 /// The states `/jobs` filters on: value and label.
@@ -454,12 +642,38 @@ fn non_empty(value: Option<&String>) -> Option<&str> {
     value.map(|v| v.trim()).filter(|v| !v.is_empty())
 }
 
-/// `/jobs`: jobs by state, kind and group, a page at a time.
-pub(crate) async fn jobs(State(ctx): State<Ctx>, Query(filter): Query<JobsFilter>) -> PageResult {
+/// `/jobs`: jobs by state, kind, group and queue, newest first (or oldest first), a page
+/// at a time; with `id`, the job's page (or a page saying there is no such job).
+pub(crate) async fn jobs(
+    State(ctx): State<Ctx>,
+    Query(filter): Query<JobsFilter>,
+) -> Result<Response, PageError> {
+    let mut search_error = None;
+    if let Some(wanted) = non_empty(filter.id.as_ref()) {
+        match wanted.trim_start_matches('#').parse::<JobId>() {
+            Ok(id) => match ctx.client.job(id).await? {
+                Some(_) => {
+                    return Ok(Redirect::to(&ctx.href(&format!("/jobs/{id}"))).into_response());
+                }
+                None => {
+                    search_error = Some(format!(
+                        "No job {id}: it never existed, or it completed without retention, \
+                         or its history was pruned."
+                    ));
+                }
+            },
+            Err(_) => search_error = Some(format!("{wanted:?} is not a job id (a number).")),
+        }
+    }
     let state = non_empty(filter.state.as_ref());
     let kind = non_empty(filter.kind.as_ref());
     let group = non_empty(filter.group.as_ref());
+    let queue = non_empty(filter.queue.as_ref());
+    let oldest_first = filter.order.as_deref() == Some("oldest");
     let mut query = JobQuery::new().limit(PAGE_SIZE);
+    if !oldest_first {
+        query = query.newest_first();
+    }
     if let Some(state) = state {
         let state = state_filter(state)
             .ok_or_else(|| PageError::BadRequest(format!("unknown state {state:?}")))?;
@@ -470,6 +684,9 @@ pub(crate) async fn jobs(State(ctx): State<Ctx>, Query(filter): Query<JobsFilter
     }
     if let Some(group) = group {
         query = query.group(group);
+    }
+    if let Some(queue) = queue {
+        query = query.queue(queue);
     }
     if let Some(after) = filter.after {
         query = query.after(JobId::new(after));
@@ -487,36 +704,117 @@ pub(crate) async fn jobs(State(ctx): State<Ctx>, Query(filter): Query<JobsFilter
             "<option value=\"{value}\"{selected}>{label}</option>"
         ));
     }
+    let mut orders = String::new();
+    for (value, label, this) in [
+        ("newest", "newest first", !oldest_first),
+        ("oldest", "oldest first", oldest_first),
+    ] {
+        let selected = if this { " selected" } else { "" };
+        orders.push_str(&format!(
+            "<option value=\"{value}\"{selected}>{label}</option>"
+        ));
+    }
     let mut body = format!(
+        "<form class=\"filters\" method=\"get\" action=\"{action}\" id=\"job-search\">\
+         <label>Job id<input type=\"text\" name=\"id\" id=\"search-id\" inputmode=\"numeric\" \
+         value=\"{id}\" placeholder=\"go to a job\"></label>\
+         <button type=\"submit\" id=\"search-go\">Go</button></form>",
+        action = escape(&ctx.href("/jobs")),
+        id = escape(non_empty(filter.id.as_ref()).unwrap_or_default()),
+    );
+    if let Some(error) = &search_error {
+        body.push_str(&format!(
+            "<p class=\"error\" id=\"search-result\" role=\"status\">{}</p>",
+            escape(error)
+        ));
+    }
+    body.push_str(&format!(
         "<form class=\"filters\" method=\"get\" action=\"{action}\">\
          <label>State<select name=\"state\" id=\"filter-state\">{options}</select></label>\
          <label>Kind<input type=\"text\" name=\"kind\" id=\"filter-kind\" value=\"{kind}\" placeholder=\"any kind\"></label>\
          <label>Group<input type=\"text\" name=\"group\" id=\"filter-group\" value=\"{group}\" placeholder=\"any group\"></label>\
+         <label>Queue<input type=\"text\" name=\"queue\" id=\"filter-queue\" value=\"{queue}\" placeholder=\"any queue\"></label>\
+         <label>Order<select name=\"order\" id=\"filter-order\">{orders}</select></label>\
          <button type=\"submit\" id=\"filter-apply\">Filter</button></form>",
         action = escape(&ctx.href("/jobs")),
         kind = escape(kind.unwrap_or_default()),
         group = escape(group.unwrap_or_default()),
-    );
+        queue = escape(queue.unwrap_or_default()),
+    ));
     let empty = if page.next.is_some() {
         "No matching job in this stretch of ids: go on to the next page."
     } else {
         "No matching job."
     };
-    body.push_str(&jobs_table(&ctx, &page.jobs, empty));
-    if let Some(next) = page.next {
-        let mut href = format!("/jobs?after={next}");
-        for (name, value) in [("state", state), ("kind", kind), ("group", group)] {
+    let mut listed = jobs_table(&ctx, &page.jobs, empty);
+    let (direction, rest) = if oldest_first {
+        ("Oldest first", "newer")
+    } else {
+        ("Newest first", "older")
+    };
+    let shown = match page.next {
+        Some(_) => format!(
+            "{direction}, at most {PAGE_SIZE} a page: {} shown; {rest} matching jobs are on \
+             the next pages.",
+            page.jobs.len()
+        ),
+        None => format!(
+            "{direction}: {} shown; no {rest} matching job.",
+            page.jobs.len()
+        ),
+    };
+    listed.push_str(&format!(
+        "<p class=\"muted\" id=\"jobs-shown\">{}</p>",
+        escape(&shown)
+    ));
+    let mut pager = Vec::new();
+    let filters = |href: &mut String| {
+        for (name, value) in [
+            ("state", state),
+            ("kind", kind),
+            ("group", group),
+            ("queue", queue),
+            ("order", oldest_first.then_some("oldest")),
+        ] {
             if let Some(value) = value {
                 href.push_str(&format!("&{name}={}", query_value(value)));
             }
         }
-        body.push_str(&format!(
-            "<p class=\"pager\"><a href=\"{}\" id=\"next-page\">Next page →</a></p>",
-            escape(&ctx.href(&href))
+    };
+    if filter.after.is_some() {
+        // the filters without a cursor: `/jobs?state=…` (or `/jobs` with none)
+        let mut params = String::new();
+        filters(&mut params);
+        let href = match params.strip_prefix('&') {
+            Some(params) => format!("/jobs?{params}"),
+            None => "/jobs".to_owned(),
+        };
+        pager.push(format!(
+            "<a href=\"{}\" id=\"first-page\">← {}</a>",
+            escape(&ctx.href(&href)),
+            if oldest_first { "Oldest" } else { "Newest" }
         ));
     }
+    if let Some(next) = page.next {
+        let mut href = format!("/jobs?after={next}");
+        filters(&mut href);
+        pager.push(format!(
+            "<a href=\"{}\" id=\"next-page\">{} →</a>",
+            escape(&ctx.href(&href)),
+            if oldest_first { "Newer" } else { "Older" }
+        ));
+    }
+    if !pager.is_empty() {
+        listed.push_str(&format!("<p class=\"pager\">{}</p>", pager.join(" · ")));
+    }
+    body.push_str(&live("jobs", &listed));
+    body.push_str(&live_note());
     let shell = ctx.shell("Jobs", "/jobs", &Done::default());
-    Ok(ctx.render(&shell, &body))
+    let html = ctx.render(&shell, &body);
+    Ok(match search_error {
+        Some(_) => (StatusCode::NOT_FOUND, html).into_response(),
+        None => html.into_response(),
+    })
 }
 
 fn parse_id(text: &str) -> Result<JobId, PageError> {
@@ -540,6 +838,14 @@ pub(crate) async fn job(
     let mut pairs = vec![
         ("State", badge(state)),
         ("Kind", escape(&job.kind)),
+        (
+            "Queue",
+            format!(
+                "<a href=\"{}\" class=\"queue-name\">{}</a>",
+                escape(&ctx.href(&format!("/jobs?queue={}", query_value(&job.queue)))),
+                escape(&job.queue)
+            ),
+        ),
         ("Group", ctx.group_link(&job.group)),
         ("Priority", job.priority.get().to_string()),
         ("Attempts", job.attempts.to_string()),
@@ -606,7 +912,7 @@ pub(crate) async fn job(
         }
         pairs.push(("Steps recorded", names.join("; ")));
     }
-    let mut body = fields(&pairs);
+    let mut body = live("job", &fields(&pairs));
     let queued = matches!(
         job.state,
         JobState::Pending
@@ -615,6 +921,24 @@ pub(crate) async fn job(
             | JobState::Running { .. }
             | JobState::Retrying { .. }
     );
+    if matches!(
+        job.state,
+        JobState::Retrying { .. } | JobState::Scheduled { .. }
+    ) && !ctx.read_only
+    {
+        body.push_str(&action(
+            &ctx.href(&format!("/jobs/{id}/run-now")),
+            &ctx.csrf,
+            &[],
+            "Run now",
+            "",
+            Some(&format!(
+                "Run job {id} now rather than at {}?",
+                at.map(|at| at.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                    .unwrap_or_else(|| "its time".to_owned())
+            )),
+        ));
+    }
     if queued && !ctx.read_only {
         body.push_str(&format!(
             "<form method=\"post\" action=\"{}\" class=\"actions\" data-confirm=\"Cancel job {id}?\">\
@@ -661,6 +985,7 @@ pub(crate) async fn job(
         "<h2>Payload</h2><pre id=\"payload\">{}</pre>",
         escape(&pretty(&job.payload))
     ));
+    body.push_str(&live_note());
     let title = format!("Job {id}");
     let shell = ctx.shell(&title, "/jobs", &done);
     Ok(ctx.render(&shell, &body))
@@ -1006,7 +1331,7 @@ pub(crate) async fn group(
         body.push_str(&format!(
             "<p class=\"pager\"><a href=\"{}\">More →</a></p>",
             escape(&ctx.href(&format!(
-                "/jobs?state=queued&group={}&after={next}",
+                "/jobs?state=queued&order=oldest&group={}&after={next}",
                 query_value(&group.id)
             )))
         ));
@@ -1057,7 +1382,11 @@ pub(crate) struct DeadFilter {
     before: Option<i64>,
 }
 
-/// `/dead`: dead letters, newest first, with retry and delete (of those ticked).
+/// Up to how many dead letters the count of "All that match" reads.
+const BULK_COUNT_CAP: u32 = 100_000;
+
+/// `/dead`: dead letters, newest first, with retry and delete (of those ticked, or of all
+/// that match the filter).
 pub(crate) async fn dead_letters(
     State(ctx): State<Ctx>,
     Query(filter): Query<DeadFilter>,
@@ -1092,6 +1421,63 @@ pub(crate) async fn dead_letters(
             delete = escape(&ctx.href("/dead/delete")),
             csrf = escape(&ctx.csrf),
             table = dead_table(&ctx, &letters, true),
+        ));
+    }
+    // every letter the filter matches, not only this page's: on the first page, up to its
+    // newest letter (those that die after the count are left alone)
+    if let (false, None, Some(newest)) = (ctx.read_only, filter.before, letters.first()) {
+        let count = ctx
+            .client
+            .dead_letters()
+            .count_matching(kind, newest.id, BULK_COUNT_CAP)
+            .await?;
+        let what = match kind {
+            Some(kind) => format!("of kind {kind}"),
+            None => "of every kind".to_owned(),
+        };
+        let counted = match count {
+            crate::Count::AtLeast(n) => format!("at least {n}"),
+            other => other.value().to_string(),
+        };
+        let form = |action: &str, label: &str, class: &str, id: &str, question: &str| {
+            format!(
+                "<form method=\"post\" action=\"{path}\" class=\"inline\" \
+                 data-confirm=\"{question}\"><input type=\"hidden\" name=\"csrf\" \
+                 value=\"{csrf}\"><input type=\"hidden\" name=\"action\" value=\"{action}\">\
+                 <input type=\"hidden\" name=\"kind\" value=\"{kind}\">\
+                 <input type=\"hidden\" name=\"upto\" value=\"{upto}\">\
+                 <button type=\"submit\" class=\"{class}\" id=\"{id}\">{label}</button></form>",
+                path = escape(&ctx.href("/dead/all")),
+                question = escape(question),
+                csrf = escape(&ctx.csrf),
+                kind = escape(kind.unwrap_or_default()),
+                upto = newest.id,
+            )
+        };
+        body.push_str(&format!(
+            "<section id=\"all-matching\"><h2>All that match</h2><p id=\"matching-count\">\
+             {counted} dead letter(s) {what} (not only this page's), up to id {upto}.</p>\
+             <div class=\"actions\">{retry}{delete}</div><p class=\"muted\">Oldest first, \
+             1,000 a transaction (a group's letters go back in order), at most {max} a click; \
+             letters that die after this page was loaded are left alone.</p></section>",
+            counted = escape(&counted),
+            what = escape(&what),
+            upto = newest.id,
+            max = BULK_BATCHES * BULK_BATCH,
+            retry = form(
+                "retry",
+                &format!("Retry all {counted}"),
+                "",
+                "retry-all",
+                &format!("Put {counted} dead letter(s) {what} back in the queue?"),
+            ),
+            delete = form(
+                "delete",
+                &format!("Delete all {counted}"),
+                "danger",
+                "delete-all",
+                &format!("Delete {counted} dead letter(s) {what} for good?"),
+            ),
         ));
     }
     if letters.len() == PAGE_SIZE as usize
@@ -1185,8 +1571,10 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
                 queue.oldest_ready_at.map_or_else(|| "–".to_owned(), time),
                 escape(&queue.running.to_string()),
                 format!(
-                    "<a href=\"{}\" class=\"keys-link\">Keys</a>",
-                    escape(&ctx.href(&format!("/queues/keys?name={}", query_value(&queue.name))))
+                    "<a href=\"{}\" class=\"keys-link\">Keys</a> · \
+                     <a href=\"{}\" class=\"jobs-link\">Jobs</a>",
+                    escape(&ctx.href(&format!("/queues/keys?name={}", query_value(&queue.name)))),
+                    escape(&ctx.href(&format!("/jobs?queue={}", query_value(&queue.name)))),
                 ),
             ];
             if !ctx.read_only {
@@ -1214,15 +1602,16 @@ pub(crate) async fn queues(State(ctx): State<Ctx>, Query(done): Query<Done>) -> 
         "Ready groups",
         "Oldest ready since",
         "Running",
-        "Fairness keys",
+        "Fairness keys · jobs",
     ];
     if !ctx.read_only {
         headers.push("");
     }
     let body = format!(
         "{}<p class=\"muted\">A paused queue keeps taking jobs; no worker starts them until it \
-         is resumed. Running jobs finish.</p>",
-        table(&headers, &rows, "No queues.")
+         is resumed. Running jobs finish.</p>{}",
+        live("queues", &table(&headers, &rows, "No queues.")),
+        live_note()
     );
     let shell = ctx.shell("Queues", "/queues", &done);
     Ok(ctx.render(&shell, &body))
@@ -1403,6 +1792,16 @@ pub(crate) async fn queue_keys(
     Ok(ctx.render(&shell, &body))
 }
 
+/// How far in the past a schedule's next tick may be before it is marked stale: a worker
+/// declaring it fires a tick within a second or two of it, so a tick this late means no
+/// such worker runs (or they are stuck).
+const STALE_AFTER_MINUTES: i64 = 5;
+
+/// Whether `next_tick` is more than [`STALE_AFTER_MINUTES`] before `now`.
+fn stale(next_tick: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
+    next_tick.is_some_and(|at| now - at > chrono::Duration::minutes(STALE_AFTER_MINUTES))
+}
+
 /// The cursor of `/schedules`.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct SchedulesPage {
@@ -1419,15 +1818,25 @@ pub(crate) async fn schedules(
         query = query.after(after);
     }
     let schedules = ctx.client.schedules(&query).await?;
+    let now = Utc::now();
     let rows: Vec<Vec<String>> = schedules
         .schedules
         .iter()
         .map(|s| {
+            let status = if stale(s.next_tick, now) {
+                format!(
+                    "<span class=\"badge badge-stale\" title=\"its next tick is over \
+                     {STALE_AFTER_MINUTES} min late: no worker declaring it seems to run\">stale</span>"
+                )
+            } else {
+                badge("on time")
+            };
             vec![
                 escape(&s.name),
                 format!("<code>{}</code>", escape(&s.spec)),
                 opt_time(s.last_tick),
                 opt_time(s.next_tick),
+                status,
                 time(s.updated_at),
             ]
         })
@@ -1438,13 +1847,16 @@ pub(crate) async fn schedules(
             "Schedule",
             "Last tick",
             "Next tick",
+            "Status",
             "Declared or ticked",
         ],
         &rows,
         "No periodic schedules.",
     );
     body.push_str(&format!(
-        "<p class=\"muted\" id=\"schedules-total\">{} schedule(s) in all.</p>",
+        "<p class=\"muted\" id=\"schedules-total\">{} schedule(s) in all. A schedule is \
+         stale when its next tick is more than {STALE_AFTER_MINUTES} minutes in the past: the \
+         workers that declare it are gone or stuck.</p>",
         schedules.total
     ));
     if let Some(next) = schedules.next {
@@ -1473,6 +1885,85 @@ mod tests {
         );
         assert_eq!(done("<script>", Some(1)).notice(), None);
         assert_eq!(Done::default().notice(), None);
+    }
+
+    #[test]
+    fn a_queue_with_nothing_ready_says_what_its_jobs_wait_behind() {
+        let load = |running, retrying, behind| Load {
+            ready: 0,
+            running,
+            retrying,
+            scheduled: 0,
+            behind,
+            exact: true,
+        };
+        // the 3 a.m. case: 96 jobs queued behind leased groups
+        assert_eq!(
+            load(4, 0, 96).why_none_ready(),
+            "no group is ready: 96 job(s) waiting behind running groups (a group runs its \
+             jobs one at a time)"
+        );
+        assert_eq!(load(4, 0, 96).word(false), "working");
+        assert!(
+            load(1, 2, 5)
+                .why_none_ready()
+                .contains("5 job(s) waiting behind running or retrying groups")
+        );
+        assert_eq!(
+            load(0, 2, 0).why_none_ready(),
+            "no group is ready: every group is retrying"
+        );
+        assert_eq!(load(0, 0, 0).why_none_ready(), "no job is waiting");
+        let estimated = Load {
+            exact: false,
+            ..load(3, 0, 10)
+        };
+        assert!(estimated.why_none_ready().contains("about 10 job(s)"));
+    }
+
+    #[test]
+    fn the_chart_labels_its_axes() {
+        let start = chrono::DateTime::parse_from_rfc3339("2026-12-07T02:30:00Z")
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default();
+        let minutes: Vec<crate::client::ThroughputMinute> = (0..30)
+            .map(|n| crate::client::ThroughputMinute {
+                minute: start + chrono::Duration::minutes(n),
+                succeeded: if n == 29 { 6 } else { 1 },
+                failed: if n == 29 { 1 } else { 0 },
+                dead: 0,
+            })
+            .collect();
+        let html = chart(&minutes);
+        // values on the y axis: the peak (7 a minute), half of it, 0
+        assert!(
+            html.contains(
+                "<div class=\"y-axis\" id=\"chart-y\"><span>7</span><span>3.5</span>\
+                 <span>0</span></div>"
+            ),
+            "{html}"
+        );
+        // time on the x axis: every 5 minutes back from the last, one cell a minute
+        let x = &html[html.find("id=\"chart-x\"").unwrap_or(0)..];
+        let x = &x[..x.find("</div>").unwrap_or(x.len())];
+        assert_eq!(x.matches("<span>").count(), 30, "{x}");
+        for label in ["02:34", "02:39", "02:44", "02:49", "02:54", "02:59"] {
+            assert!(x.contains(&format!("<span>{label}</span>")), "{label}: {x}");
+        }
+        assert!(!x.contains("02:30"), "{x}");
+        assert!(html.contains("jobs a minute") && html.contains("minute (UTC)"));
+        // the peak minute's bar fills the chart's height
+        assert!(html.contains("height=\"120\" class=\"ok\""), "{html}");
+    }
+
+    #[test]
+    fn a_schedule_is_stale_past_its_margin_only() {
+        let now = Utc::now();
+        let ago = |minutes| Some(now - chrono::Duration::minutes(minutes));
+        assert!(!stale(None, now));
+        assert!(!stale(Some(now + chrono::Duration::minutes(60)), now));
+        assert!(!stale(ago(STALE_AFTER_MINUTES), now));
+        assert!(stale(ago(STALE_AFTER_MINUTES + 1), now));
     }
 
     #[test]

@@ -29,6 +29,12 @@ pub(super) const GET: &str = concat!(
 
 pub(super) const COUNT: &str = "SELECT count(*) FROM @schema@.dead_letters";
 
+// at most $3 rows read (by the primary key up to $2): a capped count for a confirmation
+pub(super) const COUNT_MATCHING: &str = "SELECT count(*) FROM (
+         SELECT 1 FROM @schema@.dead_letters
+          WHERE ($1::text IS NULL OR kind = $1) AND id <= $2
+          LIMIT $3) AS m";
+
 // one harel_publish over arrays in id order (its ids come back in that order); a letter of
 // a job without a group (its group named as `own_group` names them, which a caller may not
 // use) goes back without one, into a group of its own
@@ -122,6 +128,24 @@ impl Store {
             .fetch_one(executor)
             .await?
             .try_get(0)
+    }
+
+    /// How many dead letters of `kind` (`None`: any) have an id up to `upto`, counted up to
+    /// `cap` (reads at most `cap` matching rows).
+    pub(crate) async fn dead_letters_count_matching<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        kind: Option<&str>,
+        upto: i64,
+        cap: i64,
+    ) -> Result<i64, sqlx::Error> {
+        sqlx::query_scalar(self.sql(Statement::DeadLettersCountMatching))
+            .bind(kind)
+            .bind(upto)
+            .bind(cap)
+            .persistent(self.persistent())
+            .fetch_one(executor)
+            .await
     }
 
     /// Deletes the dead letters `ids` and publishes each again (same group, at its end;

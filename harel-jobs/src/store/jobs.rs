@@ -24,7 +24,15 @@ pub(super) const LIST: &str =
             fair_key
        FROM @schema@.harel_list_jobs($1, $2, $3, $4, $5, $6)";
 
+pub(super) const LIST_NEWEST: &str =
+    "SELECT id, state, group_id, kind, payload, priority, attempts, enqueued_at, at,
+            started_at, finished_at, last_error, cancel_reason, cancel_requested, queue,
+            fair_key
+       FROM @schema@.harel_list_jobs_newest($1, $2, $3, $4, $5, $6)";
+
 pub(super) const CANCEL: &str = "SELECT @schema@.harel_cancel($1, $2, $3)";
+
+pub(super) const RUN_NOW: &str = "SELECT @schema@.harel_run_now($1)";
 
 pub(super) const PARENTS: &str = "SELECT parent_id FROM @schema@.harel_job_parents($1, $2)";
 
@@ -168,12 +176,14 @@ pub(crate) struct JobsFilter<'a> {
     pub kind: Option<&'a str>,
     /// Only this group.
     pub group: Option<&'a str>,
-    /// Only ids above this one.
+    /// Only ids after this one in the listing's order (above it; below it newest first).
     pub after: Option<i64>,
     /// At most this many jobs.
     pub limit: i32,
     /// Only this queue.
     pub queue: Option<&'a str>,
+    /// Newest first (`harel_list_jobs_newest`) rather than oldest first.
+    pub newest_first: bool,
 }
 
 impl Store {
@@ -282,14 +292,20 @@ impl Store {
             .await
     }
 
-    /// `harel_list_jobs`: a page of jobs in id order as `filter` says, and a cursor row
-    /// (its id the next page's start, its other columns NULL) when there may be more.
+    /// `harel_list_jobs` (or `harel_list_jobs_newest`): a page of jobs in id order (or
+    /// descending) as `filter` says, and a cursor row (its id the next page's start, its
+    /// other columns NULL) when there may be more.
     pub(crate) async fn jobs_list<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
         filter: &JobsFilter<'_>,
     ) -> Result<Vec<ListRow>, sqlx::Error> {
-        sqlx::query_as(self.sql(Statement::JobsList))
+        let statement = if filter.newest_first {
+            Statement::JobsListNewest
+        } else {
+            Statement::JobsList
+        };
+        sqlx::query_as(self.sql(statement))
             .bind(filter.state)
             .bind(filter.kind)
             .bind(filter.group)
@@ -298,6 +314,20 @@ impl Store {
             .bind(filter.queue)
             .persistent(self.persistent())
             .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_run_now`: makes a retrying or scheduled job due now. Returns what it did:
+    /// `due`, `behind`, `running`, `not_waiting`, `finished` or `not_found`.
+    pub(crate) async fn job_run_now<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: i64,
+    ) -> Result<String, sqlx::Error> {
+        sqlx::query_scalar(self.sql(Statement::JobRunNow))
+            .bind(id)
+            .persistent(self.persistent())
+            .fetch_one(executor)
             .await
     }
 

@@ -25,8 +25,9 @@
 //! | [`jobs_publish`](Store::jobs_publish) | `harel_publish` |
 //! | [`jobs_claim`](Store::jobs_claim) | `harel_claim` |
 //! | [`job_get`](Store::job_get) | `harel_job` |
-//! | [`jobs_list`](Store::jobs_list) | `harel_list_jobs` |
+//! | [`jobs_list`](Store::jobs_list) | `harel_list_jobs`, `harel_list_jobs_newest` |
 //! | [`job_cancel`](Store::job_cancel) | `harel_cancel` |
+//! | [`job_run_now`](Store::job_run_now) | `harel_run_now` |
 //! | [`job_parents`](Store::job_parents), [`job_steps`](Store::job_steps) | `harel_job_parents`, `harel_job_steps` |
 //! | [`job_attempts`](Store::job_attempts) | `harel_job_attempts` |
 //! | [`leases_settle_if_held`](Store::leases_settle_if_held) | `harel_settle` |
@@ -174,8 +175,12 @@ statements! {
     JobGet = jobs::GET,
     /// [`Store::jobs_list`].
     JobsList = jobs::LIST,
+    /// [`Store::jobs_list`], newest first.
+    JobsListNewest = jobs::LIST_NEWEST,
     /// [`Store::job_cancel`].
     JobCancel = jobs::CANCEL,
+    /// [`Store::job_run_now`].
+    JobRunNow = jobs::RUN_NOW,
     /// [`Store::job_parents`].
     JobParents = jobs::PARENTS,
     /// [`Store::job_steps`].
@@ -229,6 +234,8 @@ statements! {
     DeadLetterGet = dead_letters::GET,
     /// [`Store::dead_letters_count`].
     DeadLettersCount = dead_letters::COUNT,
+    /// [`Store::dead_letters_count_matching`].
+    DeadLettersCountMatching = dead_letters::COUNT_MATCHING,
     /// [`Store::dead_letters_retry`].
     DeadLettersRetry = dead_letters::RETRY,
     /// [`Store::dead_letters_delete`].
