@@ -2,6 +2,7 @@
 //! state, cancel (queued, racing a claim, running, lapsed, whole groups), retention and its
 //! pruning.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use harel_jobs::transport::{ClaimRequest, LeaseOutcome, OutgoingMessage, Settlement};
@@ -1134,4 +1135,78 @@ async fn run_now_makes_a_waiting_job_due_and_keeps_its_groups_order() {
         queue.run_now(JobId::new(987_654_321)).await.unwrap(),
         RunNowOutcome::NotFound
     );
+}
+
+/// Enqueued once a second by the shutdown test's schedule; never registered.
+#[derive(Serialize, Deserialize)]
+struct Beat {
+    at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Job for Beat {
+    const KIND: &'static str = "beat";
+}
+
+/// Holds its worker's shutdown until the test releases it.
+#[derive(Serialize, Deserialize)]
+struct Linger;
+
+impl Job for Linger {
+    const KIND: &'static str = "linger";
+}
+
+impl harel_jobs::Handler<Arc<tokio::sync::Semaphore>> for Linger {
+    async fn handle(
+        self,
+        ctx: harel_jobs::JobContext<Arc<tokio::sync::Semaphore>>,
+    ) -> harel_jobs::JobResult {
+        let _permit = ctx.state().acquire().await;
+        Ok(())
+    }
+}
+
+/// Once a pool's graceful shutdown begins, its scheduler enqueues nothing more, although a
+/// running handler keeps the pool alive for seconds (it used to go on ticking until the
+/// handlers were done).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutting_down_pool_enqueues_no_more_periodic_jobs() {
+    let q = SuiteSchema::new().await;
+    let c = queue(&q);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    c.enqueue(&q.pool, Linger).await.unwrap();
+    let every = harel_jobs::Periodic::every("beat", Duration::from_secs(1)).unwrap();
+    let handle = c
+        .worker(Arc::clone(&gate))
+        .register::<Linger>()
+        .periodic(every, |at| Beat { at })
+        .poll_interval(Duration::from_millis(50))
+        .shutdown_grace(Duration::from_secs(30))
+        .build()
+        .unwrap()
+        .start();
+    let beats = || async {
+        c.jobs(&JobQuery::new().kind("beat"))
+            .await
+            .unwrap()
+            .jobs
+            .len()
+    };
+    let started = Instant::now();
+    while beats().await < 2 {
+        assert!(started.elapsed() < Duration::from_secs(20), "no ticks");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // the handler runs (the pool has been up for two ticks); shut down behind it
+    let shutdown = tokio::spawn(handle.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let at_shutdown = beats().await;
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert!(!shutdown.is_finished(), "the handler holds the shutdown");
+    assert_eq!(
+        beats().await,
+        at_shutdown,
+        "no tick enqueued during the shutdown's three seconds"
+    );
+    gate.add_permits(1);
+    shutdown.await.unwrap().unwrap();
 }

@@ -213,10 +213,13 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
             maintain::run(Arc::clone(&shared), background.clone()),
         )
     });
+    // stops as soon as shutdown begins, with the claiming: no periodic job is enqueued by
+    // a pool that is shutting down (a tick it did not enqueue is another pool's, or this
+    // schedule's missed-ticks policy's at the next start)
     let mut scheduler = (!shared.schedules.is_empty()).then(|| {
         Watched::spawn(
             Scheduler,
-            schedule::run(Arc::clone(&shared), background.clone()),
+            schedule::run(Arc::clone(&shared), shared.stop_claiming.clone()),
         )
     });
     // the help texts and units, for whatever recorder is installed now (idempotent)
@@ -257,6 +260,15 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
         }
     }
 
+    // the scheduler first: it stopped enqueueing when claiming stopped; wait for it (a tick
+    // being enqueued is abandoned, its transaction rolled back), so that nothing is
+    // enqueued after "shutting down"
+    if let Some(watched) = scheduler.as_mut() {
+        match timeout_at(Instant::now() + STOP_WITHIN, watched.join()).await {
+            Ok(reason) => failed.note(watched.task, reason),
+            Err(_) => watched.abort(),
+        }
+    }
     tracing::info!(running = shared.inflight.len(), "worker pool shutting down");
     let limit = shared.config.database_timeout;
     // Phase 1: the handlers. No job task starts once claiming stopped (the fetcher gives
@@ -292,7 +304,6 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
     let mut background = vec![&mut heartbeat];
     background.extend(listener.as_mut());
     background.extend(maintenance.as_mut());
-    background.extend(scheduler.as_mut());
     for watched in background {
         match timeout_at(stopped_by, watched.join()).await {
             Ok(reason) => failed.note(watched.task, reason),
