@@ -491,11 +491,41 @@ async fn a_scheduled_job_runs_with_the_scheduled_option_only() {
         JobState::Scheduled { .. }
     ));
 
+    // a retry waiting for its backoff, a scheduled job behind it in its group: the
+    // scheduled option alone runs neither (the retry waits, and the group runs in order)
+    let retrying = queue
+        .enqueue(queue.pool(), Stubborn { fails: 1 })
+        .group("r")
+        .await
+        .unwrap();
+    let behind = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 2 })
+        .group("r")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(worker.work_until_idle(queue.pool()).await.unwrap().len(), 1);
+
     let drained = bounded(worker.drain(queue.pool(), WorkOptions::new().scheduled()))
         .await
         .unwrap();
     assert_eq!(attempts(&drained.worked), [(id, 1, WorkOutcome::Succeeded)]);
     assert!(!drained.stopped_at_bound);
+    assert!(matches!(
+        queue.client().job(retrying).await.unwrap().unwrap().state,
+        JobState::Retrying { .. }
+    ));
+
+    // both: the retry, then the job behind it
+    let drained = bounded(worker.drain(queue.pool(), WorkOptions::new().scheduled().retries()))
+        .await
+        .unwrap();
+    let ran: Vec<_> = drained
+        .worked
+        .iter()
+        .map(|job| (job.id, job.attempt))
+        .collect();
+    assert_eq!(ran, [(retrying, 2), (behind, 1)]);
     queue.assert_nothing_enqueued(queue.pool()).await;
     queue.cleanup().await.unwrap();
 }
