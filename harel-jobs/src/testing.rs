@@ -7,9 +7,11 @@
 //!   they see jobs its uncommitted transaction enqueued: [`TestSchema::enqueued`],
 //!   [`TestSchema::assert_enqueued`], [`TestSchema::assert_nothing_enqueued`].
 //! - [`TestWorker`]: runs jobs in the test's task, without a worker pool: one
-//!   ([`TestWorker::work_one`]) or all that are due ([`TestWorker::work_until_idle`]),
-//!   optionally inside the test's transaction, and returns what became of each
-//!   ([`WorkedJob`]).
+//!   ([`TestWorker::work_one`]), all that are due ([`TestWorker::work_until_idle`]), or
+//!   those due later too, retries and scheduled jobs made due at once
+//!   ([`TestWorker::drain`] with [`WorkOptions`]), optionally inside the test's
+//!   transaction, and returns what became of each ([`WorkedJob`]).
+//! - [`TestSchema::enqueue`]: enqueue into the test schema without a client of its own.
 //!
 //! ```no_run
 //! use harel_jobs::testing::{TestSchema, TestWorker, WorkOutcome};
@@ -74,11 +76,14 @@
 //!   lose it, and its outcome is then [`WorkOutcome::LeaseLost`]; a cancel asked for while
 //!   the handler runs is seen when its outcome is written ([`WorkOutcome::Cancelled`]), not
 //!   signalled to the handler;
-//! - no waiting: a retried or snoozed job becomes due after its delay, and until then
-//!   [`work_until_idle`](TestWorker::work_until_idle) does not see it. To run a job to its
-//!   dead letter in one call, give the pool a zero backoff
-//!   (`.backoff(Backoff::fixed(Duration::ZERO))`; a job type's own `#[job(backoff = …)]`
-//!   still wins);
+//! - no waiting: a retried, snoozed or scheduled job becomes due after its delay, and until
+//!   then [`work_until_idle`](TestWorker::work_until_idle) does not see it. Either make it
+//!   due now: [`TestWorker::drain`] with [`WorkOptions::scheduled`] and
+//!   [`WorkOptions::retries`] runs jobs round after round until nothing is left (bounded),
+//!   and [`TestSchema::make_due`] makes one job due; or make retries immediate:
+//!   [`TestWorker::retry_immediately`] (or [`TestWorker::backoff`]) overrides every retry's
+//!   delay, a job type's own `#[job(backoff = …)]` included (the builder's
+//!   [`backoff`](WorkerBuilder::backoff) is only the default of types that set none);
 //! - inside the test's transaction, the claim and the outcome are part of that
 //!   transaction, but what the handler does through its own pool is not, and
 //!   [`JobContext::complete_in`](crate::JobContext::complete_in) on another connection
@@ -622,7 +627,7 @@ impl<S: Send + Sync + 'static> TestWorker<S> {
     /// once the one before has ended), a job pending on its parents runs only once they
     /// complete (in the same call when they ran in it), a running (leased) job is not
     /// touched, nor a paused queue's. Jobs are made due in the whole schema, run from the
-    /// worker's queues. Only the times change (a job made due shows as scheduled now).
+    /// worker's queues. Only the times change (a job made due gets now as its time).
     ///
     /// ```no_run
     /// # use harel_jobs::testing::{TestSchema, TestWorker, WorkOptions};
