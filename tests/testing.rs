@@ -608,6 +608,18 @@ async fn an_always_failing_job_ends_dead_after_its_last_attempt() {
         .enqueue(queue.pool(), Stubborn { fails: 99 })
         .await
         .unwrap();
+    // inside the test's transaction first: rolled back, the job is as it was
+    let mut tx = queue.pool().begin().await.unwrap();
+    let drained = bounded(worker.drain(&mut *tx, WorkOptions::new().scheduled().retries()))
+        .await
+        .unwrap();
+    assert_eq!(drained.worked.len(), 3, "{drained:?}");
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        queue.client().job(id).await.unwrap().unwrap().state,
+        JobState::Waiting
+    );
+
     let drained = bounded(worker.drain(queue.pool(), WorkOptions::new().scheduled().retries()))
         .await
         .unwrap();

@@ -862,3 +862,19 @@ impl From<Inline> for WorkedJob {
 /// named queues).
 #[deprecated(since = "0.2.0", note = "renamed to TestSchema")]
 pub type TestQueue = TestSchema;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_options_make_nothing_due_unless_asked() {
+        let plain = WorkOptions::new();
+        assert_eq!(plain, WorkOptions::default());
+        assert!(!plain.scheduled && !plain.retries);
+        assert_eq!(plain.max_jobs, DRAIN_MAX_JOBS);
+        let all = WorkOptions::new().scheduled().retries().max_jobs(5);
+        assert!(all.scheduled && all.retries);
+        assert_eq!(all.max_jobs, 5);
+    }
+}
