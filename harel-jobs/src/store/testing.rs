@@ -13,6 +13,11 @@
 //!   (above the claim floors, which stay 250 ms below the times the claims saw). A leased
 //!   group is never touched, nor one whose head is not due (pending, or still scheduled).
 //!   The group's order (its messages' seq) is not changed: FIFO per group holds.
+//!
+//! Locks: `FOR NO KEY UPDATE SKIP LOCKED` on the rows changed (groups, messages), in no
+//! order: they never wait, as the claims and the heartbeat (harel-jobs/sql/README.md, "Row
+//! locks"); a row another transaction holds (a settle, a cancel) is left as it is (a drain
+//! running beside a worker pool on the same schema may so end without it).
 
 /// Scheduled jobs made due: every queued job (or only job `$2`) whose own time is in the
 /// future (but not the pending time) gets the statement's time. Returns the groups whose
@@ -22,17 +27,25 @@ pub(super) const JOBS_DUE_NOW: &str = "
 WITH inline AS (
     UPDATE @schema@.transport_groups g
        SET inline_not_before = statement_timestamp()
-     WHERE g.inline_seq IS NOT NULL
-       AND g.inline_not_before > statement_timestamp()
-       AND g.inline_not_before < timestamptz '9999-12-31 00:00:00+00'
-       AND ($1::bigint IS NULL OR g.inline_seq = $1)
+      FROM (SELECT t.group_id
+              FROM @schema@.transport_groups t
+             WHERE t.inline_seq IS NOT NULL
+               AND t.inline_not_before > statement_timestamp()
+               AND t.inline_not_before < timestamptz '9999-12-31 00:00:00+00'
+               AND ($1::bigint IS NULL OR t.inline_seq = $1)
+               FOR NO KEY UPDATE SKIP LOCKED) AS l
+     WHERE g.group_id = l.group_id
     RETURNING g.group_id
 ), queued AS (
     UPDATE @schema@.transport_messages m
        SET not_before = statement_timestamp()
-     WHERE m.not_before > statement_timestamp()
-       AND m.not_before < timestamptz '9999-12-31 00:00:00+00'
-       AND ($1::bigint IS NULL OR m.seq = $1)
+      FROM (SELECT t.group_id, t.seq
+              FROM @schema@.transport_messages t
+             WHERE t.not_before > statement_timestamp()
+               AND t.not_before < timestamptz '9999-12-31 00:00:00+00'
+               AND ($1::bigint IS NULL OR t.seq = $1)
+               FOR NO KEY UPDATE SKIP LOCKED) AS l
+     WHERE m.group_id = l.group_id AND m.seq = l.seq
     RETURNING m.group_id, m.seq
 )
 SELECT count(*)::bigint,
@@ -68,6 +81,7 @@ WITH waiting AS (
        AND g.fair_tag IS NULL
        AND g.available_at > statement_timestamp()
        AND ($1 OR g.group_id = ANY ($2::text[]))
+       FOR NO KEY UPDATE OF g SKIP LOCKED
 ), made AS (
     UPDATE @schema@.transport_groups g
        SET available_at = statement_timestamp()
