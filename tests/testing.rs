@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use harel_jobs::testing::{TestError, TestSchema, TestWorker, WorkOutcome};
+use harel_jobs::testing::{TestError, TestSchema, TestWorker, WorkOptions, WorkOutcome, WorkedJob};
 use harel_jobs::{Backoff, JobContext, JobError, JobResult, JobState, Schema, job};
 use harel_jobs_suite::{database_url, pool_with};
 
@@ -423,5 +423,454 @@ async fn a_test_worker_serves_the_builders_queues() {
         (mail, &WorkOutcome::Succeeded)
     );
     queue.assert_nothing_enqueued(queue.pool()).await;
+    queue.cleanup().await.unwrap();
+}
+
+/// Fails its first `fails` attempts, each retried after an hour (its own backoff), then
+/// succeeds; three attempts at most.
+#[job(backoff = "1h", max_attempts = 3)]
+async fn stubborn(ctx: JobContext<Ran>, fails: u32) -> JobResult {
+    ctx.state().0.fetch_add(1, Ordering::SeqCst);
+    if ctx.attempt() <= fails {
+        return Err(JobError::retry(format!("attempt {} failed", ctx.attempt())));
+    }
+    Ok(())
+}
+
+/// A test worker of the default queue with the builder's own (2 s doubling) backoff.
+fn plain_worker(queue: &TestSchema) -> TestWorker<Ran> {
+    TestWorker::new(
+        queue
+            .worker(Ran::default())
+            .register::<SendWelcomeEmail>()
+            .register::<Stubborn>()
+            .register::<Sleepy>(),
+    )
+    .expect("a valid worker")
+}
+
+/// (id, attempt, outcome) of each attempt, in order.
+fn attempts(worked: &[WorkedJob]) -> Vec<(harel_jobs::JobId, u32, WorkOutcome)> {
+    worked
+        .iter()
+        .map(|job| (job.id, job.attempt, job.outcome.clone()))
+        .collect()
+}
+
+/// A drain that loops for ever fails the test instead of hanging it.
+async fn bounded<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), future)
+        .await
+        .expect("the drain returned")
+}
+
+#[tokio::test]
+async fn a_scheduled_job_runs_with_the_scheduled_option_only() {
+    let queue = queue().await;
+    let worker = plain_worker(&queue);
+    let id = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 1 })
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+
+    assert!(
+        worker
+            .work_until_idle(queue.pool())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let drained = worker
+        .drain(queue.pool(), WorkOptions::new().retries())
+        .await
+        .unwrap();
+    assert!(drained.worked.is_empty(), "{drained:?}");
+    assert!(matches!(
+        queue.client().job(id).await.unwrap().unwrap().state,
+        JobState::Scheduled { .. }
+    ));
+
+    // a retry waiting for its backoff, a scheduled job behind it in its group: the
+    // scheduled option alone runs neither (the retry waits, and the group runs in order)
+    let retrying = queue
+        .enqueue(queue.pool(), Stubborn { fails: 1 })
+        .group("r")
+        .await
+        .unwrap();
+    let behind = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 2 })
+        .group("r")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(worker.work_until_idle(queue.pool()).await.unwrap().len(), 1);
+
+    let drained = bounded(worker.drain(queue.pool(), WorkOptions::new().scheduled()))
+        .await
+        .unwrap();
+    assert_eq!(attempts(&drained.worked), [(id, 1, WorkOutcome::Succeeded)]);
+    assert!(!drained.stopped_at_bound);
+    assert!(matches!(
+        queue.client().job(retrying).await.unwrap().unwrap().state,
+        JobState::Retrying { .. }
+    ));
+
+    // both: the retry, then the job behind it
+    let drained = bounded(worker.drain(queue.pool(), WorkOptions::new().scheduled().retries()))
+        .await
+        .unwrap();
+    let ran: Vec<_> = drained
+        .worked
+        .iter()
+        .map(|job| (job.id, job.attempt))
+        .collect();
+    assert_eq!(ran, [(retrying, 2), (behind, 1)]);
+    queue.assert_nothing_enqueued(queue.pool()).await;
+    queue.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn retries_run_at_once_with_the_retries_option() {
+    let queue = queue().await;
+    let worker = plain_worker(&queue);
+    // its own backoff is an hour: a pool would run the third attempt two hours later
+    let id = queue
+        .enqueue(queue.pool(), Stubborn { fails: 2 })
+        .await
+        .unwrap();
+
+    let drained = worker
+        .drain(queue.pool(), WorkOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(drained.worked.len(), 1, "one attempt, then the backoff");
+    let WorkOutcome::Retrying { delay, .. } = &drained.worked[0].outcome else {
+        panic!("{drained:?}");
+    };
+    assert!(
+        *delay >= Duration::from_secs(1800),
+        "the job's own backoff: {delay:?}"
+    );
+    // retries only: the scheduled option is not needed
+    let drained = bounded(worker.drain(queue.pool(), WorkOptions::new().retries()))
+        .await
+        .unwrap();
+    let seen: Vec<_> = drained
+        .worked
+        .iter()
+        .map(|job| (job.id, job.attempt, job.error().map(str::to_owned)))
+        .collect();
+    assert_eq!(
+        seen,
+        [(id, 2, Some("attempt 2 failed".to_owned())), (id, 3, None)]
+    );
+    assert_eq!(drained.worked[1].outcome, WorkOutcome::Succeeded);
+    queue.assert_nothing_enqueued(queue.pool()).await;
+    queue.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_job_failing_twice_completes_on_its_third_attempt_in_one_call() {
+    let queue = queue().await;
+    let worker = plain_worker(&queue);
+    let id = queue
+        .enqueue(queue.pool(), Stubborn { fails: 2 })
+        .await
+        .unwrap();
+    let drained = bounded(worker.drain(queue.pool(), WorkOptions::new().scheduled().retries()))
+        .await
+        .unwrap();
+    let seen: Vec<_> = drained
+        .worked
+        .iter()
+        .map(|job| (job.id, job.attempt, job.error().map(str::to_owned)))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (id, 1, Some("attempt 1 failed".to_owned())),
+            (id, 2, Some("attempt 2 failed".to_owned())),
+            (id, 3, None),
+        ]
+    );
+    assert_eq!(drained.worked[2].outcome, WorkOutcome::Succeeded);
+    assert!(!drained.stopped_at_bound);
+    assert!(queue.client().job(id).await.unwrap().is_none());
+    queue.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_always_failing_job_ends_dead_after_its_last_attempt() {
+    let queue = queue().await;
+    let worker = plain_worker(&queue);
+    let id = queue
+        .enqueue(queue.pool(), Stubborn { fails: 99 })
+        .await
+        .unwrap();
+    // inside the test's transaction first: rolled back, the job is as it was
+    let mut tx = queue.pool().begin().await.unwrap();
+    let drained = bounded(worker.drain(&mut *tx, WorkOptions::new().scheduled().retries()))
+        .await
+        .unwrap();
+    assert_eq!(drained.worked.len(), 3, "{drained:?}");
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        queue.client().job(id).await.unwrap().unwrap().state,
+        JobState::Waiting
+    );
+
+    let drained = bounded(worker.drain(queue.pool(), WorkOptions::new().scheduled().retries()))
+        .await
+        .unwrap();
+    assert_eq!(drained.worked.len(), 3, "{drained:?}");
+    assert_eq!(
+        drained.worked[2].outcome,
+        WorkOutcome::Dead {
+            error: "attempt 3 failed (attempt 3 of 3)".to_owned()
+        }
+    );
+    assert!(!drained.stopped_at_bound);
+    assert!(matches!(
+        queue.client().job(id).await.unwrap().unwrap().state,
+        JobState::Dead { .. }
+    ));
+    queue.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_drain_stops_at_its_bound_and_says_so() {
+    let queue = queue().await;
+    let worker = plain_worker(&queue);
+    // snoozes for an hour, every time
+    let id = queue.enqueue(queue.pool(), Sleepy {}).await.unwrap();
+    let drained = bounded(worker.drain(
+        queue.pool(),
+        WorkOptions::new().scheduled().retries().max_jobs(5),
+    ))
+    .await
+    .unwrap();
+    assert!(drained.stopped_at_bound);
+    assert_eq!(drained.worked.len(), 5);
+    assert!(drained.worked.iter().all(|job| job.id == id
+        && job.outcome
+            == WorkOutcome::Snoozed {
+                delay: Duration::from_secs(3600)
+            }));
+    // not the bound: a drain that ran everything
+    queue.client().cancel(id).await.unwrap();
+    let drained = worker
+        .drain(queue.pool(), WorkOptions::new().scheduled().retries())
+        .await
+        .unwrap();
+    assert!(!drained.stopped_at_bound);
+    queue.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_test_workers_backoff_overrides_the_jobs_own() {
+    let queue = queue().await;
+    let id = queue
+        .enqueue(queue.pool(), Stubborn { fails: 2 })
+        .await
+        .unwrap();
+    // without it, the job's hour wins over the builder's zero
+    let builders = TestWorker::new(
+        queue
+            .worker(Ran::default())
+            .register::<Stubborn>()
+            .backoff(Backoff::fixed(Duration::ZERO)),
+    )
+    .unwrap();
+    let worked = builders.work_until_idle(queue.pool()).await.unwrap();
+    assert_eq!(worked.len(), 1);
+    assert!(
+        matches!(&worked[0].outcome, WorkOutcome::Retrying { delay, .. } if *delay >= Duration::from_secs(1800)),
+        "{worked:?}"
+    );
+
+    let second = queue
+        .enqueue(queue.pool(), Stubborn { fails: 2 })
+        .await
+        .unwrap();
+    let immediate = plain_worker(&queue).retry_immediately();
+    let worked = immediate.work_until_idle(queue.pool()).await.unwrap();
+    let zero = |attempt: u32| WorkOutcome::Retrying {
+        error: format!("attempt {attempt} failed"),
+        delay: Duration::ZERO,
+    };
+    assert_eq!(
+        attempts(&worked),
+        [
+            (second, 1, zero(1)),
+            (second, 2, zero(2)),
+            (second, 3, WorkOutcome::Succeeded)
+        ]
+    );
+    // the first job still waits for its hour
+    assert!(matches!(
+        queue.client().job(id).await.unwrap().unwrap().state,
+        JobState::Retrying { .. }
+    ));
+    queue.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_pending_dependent_waits_for_its_parent_then_runs_in_the_same_call() {
+    let queue = queue().await;
+    // the parent is in `mail`, an hour from now; its dependent in the default queue
+    let parent = queue
+        .enqueue(queue.pool(), SendMail { to: "a@b".into() })
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let child = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 1 })
+        .after([parent])
+        .await
+        .unwrap();
+    assert_eq!(
+        queue.client().job(child).await.unwrap().unwrap().state,
+        JobState::Pending
+    );
+
+    // a worker that does not serve the parent's queue: nothing may run, however due
+    // everything is made
+    let default_only = plain_worker(&queue);
+    let drained =
+        bounded(default_only.drain(queue.pool(), WorkOptions::new().scheduled().retries()))
+            .await
+            .unwrap();
+    assert!(drained.worked.is_empty(), "{drained:?}");
+    assert_eq!(
+        queue.client().job(child).await.unwrap().unwrap().state,
+        JobState::Pending
+    );
+    assert!(
+        !queue.make_due(queue.pool(), child).await.unwrap(),
+        "a pending job is not made due"
+    );
+    assert!(
+        default_only
+            .work_until_idle(queue.pool())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // both queues: the parent (made due), then its dependent, in one call
+    let both = TestWorker::new(
+        queue
+            .worker(Ran::default())
+            .register::<SendMail>()
+            .register::<SendWelcomeEmail>()
+            .queue("mail", 1)
+            .queue("default", 1),
+    )
+    .unwrap();
+    let drained = bounded(both.drain(queue.pool(), WorkOptions::new().scheduled()))
+        .await
+        .unwrap();
+    assert_eq!(
+        attempts(&drained.worked),
+        [
+            (parent, 1, WorkOutcome::Succeeded),
+            (child, 1, WorkOutcome::Succeeded)
+        ]
+    );
+    queue.assert_nothing_enqueued(queue.pool()).await;
+    queue.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_drain_keeps_fifo_within_a_group() {
+    let queue = queue().await;
+    let worker = plain_worker(&queue);
+    // first a job that fails once (an hour's backoff), then one due in an hour, then one
+    // due now, then one due in half an hour: all in group g
+    let first = queue
+        .enqueue(queue.pool(), Stubborn { fails: 1 })
+        .group("g")
+        .await
+        .unwrap();
+    let second = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 2 })
+        .group("g")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let third = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 3 })
+        .group("g")
+        .await
+        .unwrap();
+    let fourth = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 4 })
+        .group("g")
+        .delay(Duration::from_secs(1800))
+        .await
+        .unwrap();
+    // another group's job due now runs meanwhile
+    let other = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 5 })
+        .group("h")
+        .await
+        .unwrap();
+    let drained = bounded(worker.drain(queue.pool(), WorkOptions::new().scheduled().retries()))
+        .await
+        .unwrap();
+    let in_g: Vec<_> = drained
+        .worked
+        .iter()
+        .filter(|job| job.group == "g")
+        .map(|job| (job.id, job.attempt))
+        .collect();
+    assert_eq!(
+        in_g,
+        [(first, 1), (first, 2), (second, 1), (third, 1), (fourth, 1)]
+    );
+    assert!(drained.worked.iter().any(|job| job.id == other));
+    assert_eq!(drained.worked.len(), 6);
+    queue.assert_nothing_enqueued(queue.pool()).await;
+    queue.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn make_due_runs_one_job_now() {
+    let queue = queue().await;
+    let worker = plain_worker(&queue);
+    let later = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 1 })
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let also_later = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 2 })
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let retrying = queue
+        .enqueue(queue.pool(), Stubborn { fails: 1 })
+        .await
+        .unwrap();
+    assert_eq!(worker.work_until_idle(queue.pool()).await.unwrap().len(), 1);
+
+    let mut tx = queue.pool().begin().await.unwrap();
+    assert!(queue.make_due(&mut *tx, later).await.unwrap());
+    assert!(queue.make_due(&mut *tx, retrying).await.unwrap());
+    let worked = worker.work_until_idle(&mut *tx).await.unwrap();
+    let mut ran: Vec<_> = worked.iter().map(|job| (job.id, job.attempt)).collect();
+    ran.sort();
+    assert_eq!(ran, [(later, 1), (retrying, 2)]);
+    assert!(
+        worked
+            .iter()
+            .all(|job| job.outcome == WorkOutcome::Succeeded)
+    );
+    tx.commit().await.unwrap();
+    assert!(matches!(
+        queue.client().job(also_later).await.unwrap().unwrap().state,
+        JobState::Scheduled { .. }
+    ));
     queue.cleanup().await.unwrap();
 }

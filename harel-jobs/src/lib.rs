@@ -87,7 +87,7 @@
 //!   [`Client`] calls and a rendering.
 //! - **Testing** (feature `testing`): `testing::TestSchema` (a fresh, migrated schema per
 //!   test, and assertions on what was enqueued) and `testing::TestWorker` (jobs run
-//!   in-process).
+//!   in-process; scheduled jobs and retries made due at once by `drain`).
 //! - **Metrics** (feature `metrics`): counters, histograms, depth and lag gauges through the
 //!   `metrics` facade, each described with its unit; their names are the constants of
 //!   [`telemetry`]. **Traces**: an enqueue's producer span (`send {queue}`, or

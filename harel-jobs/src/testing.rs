@@ -7,9 +7,11 @@
 //!   they see jobs its uncommitted transaction enqueued: [`TestSchema::enqueued`],
 //!   [`TestSchema::assert_enqueued`], [`TestSchema::assert_nothing_enqueued`].
 //! - [`TestWorker`]: runs jobs in the test's task, without a worker pool: one
-//!   ([`TestWorker::work_one`]) or all that are due ([`TestWorker::work_until_idle`]),
-//!   optionally inside the test's transaction, and returns what became of each
-//!   ([`WorkedJob`]).
+//!   ([`TestWorker::work_one`]), all that are due ([`TestWorker::work_until_idle`]), or
+//!   those due later too, retries and scheduled jobs made due at once
+//!   ([`TestWorker::drain`] with [`WorkOptions`]), optionally inside the test's
+//!   transaction, and returns what became of each ([`WorkedJob`]).
+//! - [`TestSchema::enqueue`]: enqueue into the test schema without a client of its own.
 //!
 //! ```no_run
 //! use harel_jobs::testing::{TestSchema, TestWorker, WorkOutcome};
@@ -74,11 +76,14 @@
 //!   lose it, and its outcome is then [`WorkOutcome::LeaseLost`]; a cancel asked for while
 //!   the handler runs is seen when its outcome is written ([`WorkOutcome::Cancelled`]), not
 //!   signalled to the handler;
-//! - no waiting: a retried or snoozed job becomes due after its delay, and until then
-//!   [`work_until_idle`](TestWorker::work_until_idle) does not see it. To run a job to its
-//!   dead letter in one call, give the pool a zero backoff
-//!   (`.backoff(Backoff::fixed(Duration::ZERO))`; a job type's own `#[job(backoff = …)]`
-//!   still wins);
+//! - no waiting: a retried, snoozed or scheduled job becomes due after its delay, and until
+//!   then [`work_until_idle`](TestWorker::work_until_idle) does not see it. Either make it
+//!   due now: [`TestWorker::drain`] with [`WorkOptions::scheduled`] and
+//!   [`WorkOptions::retries`] runs jobs round after round until nothing is left (bounded),
+//!   and [`TestSchema::make_due`] makes one job due; or make retries immediate:
+//!   [`TestWorker::retry_immediately`] (or [`TestWorker::backoff`]) overrides every retry's
+//!   delay, a job type's own `#[job(backoff = …)]` included (the builder's
+//!   [`backoff`](WorkerBuilder::backoff) is only the default of types that set none);
 //! - inside the test's transaction, the claim and the outcome are part of that
 //!   transaction, but what the handler does through its own pool is not, and
 //!   [`JobContext::complete_in`](crate::JobContext::complete_in) on another connection
@@ -102,11 +107,13 @@ use std::fmt;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Acquire, Connection, PgConnection, PgPool, Postgres};
+use sqlx::{Acquire, Connection, PgConnection, PgExecutor, PgPool, Postgres};
 
 use crate::client::{Client, JobInfo, JobQuery, StateFilter};
+use crate::enqueue::Enqueue;
 use crate::error::{ClientError, ConfigError, DatabaseError, MigrateError, TransportError};
 use crate::job::Job;
+use crate::retry::Backoff;
 use crate::schema::Schema;
 use crate::store::{Store, session};
 use crate::transport::LeaseOutcome;
@@ -266,6 +273,51 @@ impl TestSchema {
     /// A worker builder for this schema (for [`TestWorker::new`], or a real pool).
     pub fn worker<S: Send + Sync + 'static>(&self, state: S) -> WorkerBuilder<S> {
         self.client.worker(state)
+    }
+
+    /// Enqueues `job` into the test schema on `executor` (the test's transaction, `&mut
+    /// *tx`, or the pool), as [`Client::enqueue`] does: the same builder, so options go on
+    /// it before the `.await` (`.delay(…)`, `.group(…)`, `.after(…)`, `.queue(…)`), and
+    /// it resolves to the job's id.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use harel_jobs::testing::TestSchema;
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Ping;
+    /// # impl harel_jobs::Job for Ping { const KIND: &'static str = "ping"; }
+    /// # async fn example(test: &TestSchema) -> Result<(), Box<dyn std::error::Error>> {
+    /// let id = test.enqueue(test.pool(), Ping).delay(Duration::from_secs(3600)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn enqueue<'c, J: Job, E: PgExecutor<'c>>(&self, executor: E, job: J) -> Enqueue<'c, J, E> {
+        self.client.enqueue(executor, job)
+    }
+
+    /// Makes job `id` due now, as `connection` sees it: its own time (a delay,
+    /// `not_before`) becomes now, and if it is its group's first job, its group's wait (a
+    /// retry's backoff, a snooze) ends now. A job behind others of its group still waits for
+    /// them (FIFO per group), a job pending on its parents is not touched, nor a running
+    /// one. Returns whether anything changed.
+    ///
+    /// # Errors
+    /// [`TestError::Database`].
+    pub async fn make_due<'c>(
+        &self,
+        connection: impl Acquire<'c, Database = Postgres>,
+        id: JobId,
+    ) -> Result<bool, TestError> {
+        let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
+        let made = due_now(
+            self.client.store(),
+            &mut connection,
+            Due {
+                scheduled: true,
+                retries: true,
+                job: Some(id.get()),
+            },
+        )
+        .await?;
+        Ok(made > 0)
     }
 
     /// The jobs of type `J` still in the queue (waiting, scheduled, running or retrying),
@@ -476,6 +528,8 @@ pub struct EnqueuedJob<J> {
 /// background tasks (see the [module](self) docs for what differs).
 pub struct TestWorker<S> {
     shared: std::sync::Arc<crate::worker::Shared<S>>,
+    /// Replaces every retry's delay ([`TestWorker::backoff`]).
+    backoff: Option<Backoff>,
 }
 
 impl<S> fmt::Debug for TestWorker<S> {
@@ -496,7 +550,25 @@ impl<S: Send + Sync + 'static> TestWorker<S> {
         crate::telemetry::describe();
         Ok(Self {
             shared: worker.into_shared(),
+            backoff: None,
         })
+    }
+
+    /// Every retry of this test worker waits `backoff`, whatever the job type's own
+    /// `#[job(backoff = …)]` or a `JobError`'s `retry_after` say (the builder's
+    /// [`backoff`](WorkerBuilder::backoff) is only the default of types that set none, as
+    /// in a pool). Snoozes keep their delay. [`WorkOutcome::Retrying`] reports the delay
+    /// applied.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = Some(backoff);
+        self
+    }
+
+    /// Every retry is due at once: [`backoff`](Self::backoff)`(Backoff::fixed(Duration::ZERO))`,
+    /// so [`work_until_idle`](Self::work_until_idle) runs a failing job to its last attempt
+    /// (its dead letter) in one call.
+    pub fn retry_immediately(self) -> Self {
+        self.backoff(Backoff::fixed(Duration::ZERO))
     }
 
     /// Claims the next due job as `connection` sees it (the test's transaction, `&mut
@@ -511,9 +583,11 @@ impl<S: Send + Sync + 'static> TestWorker<S> {
         connection: impl Acquire<'c, Database = Postgres>,
     ) -> Result<Option<WorkedJob>, TestError> {
         let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
-        Ok(inline::work_one(&self.shared, &mut connection)
-            .await?
-            .map(WorkedJob::from))
+        Ok(
+            inline::work_one(&self.shared, &mut connection, self.backoff)
+                .await?
+                .map(WorkedJob::from),
+        )
     }
 
     /// Runs jobs as [`work_one`](Self::work_one) does until none is due, and returns what
@@ -529,7 +603,7 @@ impl<S: Send + Sync + 'static> TestWorker<S> {
     ) -> Result<Vec<WorkedJob>, TestError> {
         let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
         let mut worked = Vec::new();
-        while let Some(job) = inline::work_one(&self.shared, &mut connection).await? {
+        while let Some(job) = inline::work_one(&self.shared, &mut connection, self.backoff).await? {
             worked.push(WorkedJob::from(job));
             if worked.len() >= MAX_WORKED {
                 return Err(TestError::StillBusy(worked.len()));
@@ -537,6 +611,170 @@ impl<S: Send + Sync + 'static> TestWorker<S> {
         }
         Ok(worked)
     }
+
+    /// Runs jobs until none is left that `options` lets run now, and returns what it did.
+    /// With [`WorkOptions::scheduled`], jobs enqueued with a delay or a time are made due at
+    /// once; with [`WorkOptions::retries`], groups waiting out a retry's backoff (or a
+    /// snooze) are. Round after round: what is due runs (as
+    /// [`work_until_idle`](Self::work_until_idle) does), then what waits is made due
+    /// again (the retries just written, the jobs those runs enqueued or released), until a
+    /// round runs nothing, or [`WorkOptions::max_jobs`] jobs ran
+    /// ([`Drained::stopped_at_bound`]). A job that always fails so ends as a dead letter
+    /// after its last attempt, and a job that snoozes or enqueues itself for ever stops at
+    /// the bound.
+    ///
+    /// Kept as a pool keeps it: FIFO per group (a group runs its jobs in order, the next
+    /// once the one before has ended), a job pending on its parents runs only once they
+    /// complete (in the same call when they ran in it), a running (leased) job is not
+    /// touched, nor a paused queue's. Jobs are made due in the whole schema, run from the
+    /// worker's queues. Only the times change (a job made due gets now as its time).
+    ///
+    /// ```no_run
+    /// # use harel_jobs::testing::{TestSchema, TestWorker, WorkOptions};
+    /// # async fn example(test: &TestSchema, worker: &TestWorker<()>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // Oban's drain_queue(with_scheduled: true, with_recursion: true)
+    /// let drained = worker.drain(test.pool(), WorkOptions::new().scheduled().retries()).await?;
+    /// assert!(!drained.stopped_at_bound);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`work_one`](Self::work_one). Reaching the bound is not an error.
+    pub async fn drain<'c>(
+        &self,
+        connection: impl Acquire<'c, Database = Postgres>,
+        options: WorkOptions,
+    ) -> Result<Drained, TestError> {
+        let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
+        let store = self.shared.store();
+        let mut worked = Vec::new();
+        let later = options.scheduled || options.retries;
+        loop {
+            if later {
+                due_now(
+                    store,
+                    &mut connection,
+                    Due {
+                        scheduled: options.scheduled,
+                        retries: options.retries,
+                        job: None,
+                    },
+                )
+                .await?;
+            }
+            let before = worked.len();
+            loop {
+                if worked.len() >= options.max_jobs {
+                    return Ok(Drained {
+                        worked,
+                        stopped_at_bound: true,
+                    });
+                }
+                match inline::work_one(&self.shared, &mut connection, self.backoff).await? {
+                    Some(job) => worked.push(WorkedJob::from(job)),
+                    None => break,
+                }
+            }
+            // a round that ran nothing: nothing more can become due by running
+            if !later || worked.len() == before {
+                return Ok(Drained {
+                    worked,
+                    stopped_at_bound: false,
+                });
+            }
+        }
+    }
+}
+
+/// Which jobs waiting for a time to make due now.
+struct Due {
+    /// Jobs with a time of their own in the future (not pending on parents).
+    scheduled: bool,
+    /// Groups parked after a release (a retry's backoff, a snooze) whose head is due.
+    retries: bool,
+    /// Only this job (and its group, if it is its head).
+    job: Option<i64>,
+}
+
+/// Makes due now what `due` names; returns how many jobs and groups it changed.
+async fn due_now(store: &Store, connection: &mut PgConnection, due: Due) -> Result<i64, TestError> {
+    let (jobs, heads) = if due.scheduled {
+        store
+            .jobs_due_now(&mut *connection, due.job)
+            .await
+            .map_err(DatabaseError::new)?
+    } else {
+        (0, Vec::new())
+    };
+    let groups = store
+        .groups_due_now(&mut *connection, due.retries, &heads, due.job)
+        .await
+        .map_err(DatabaseError::new)?;
+    Ok(jobs + groups)
+}
+
+/// What [`TestWorker::drain`] makes due and how far it goes. [`new`](Self::new): nothing
+/// made due (as [`TestWorker::work_until_idle`]), at most [`DRAIN_MAX_JOBS`] jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkOptions {
+    /// Jobs enqueued with a delay or a time ([`WorkOptions::scheduled`]).
+    scheduled: bool,
+    /// Groups waiting out a retry's backoff or a snooze ([`WorkOptions::retries`]).
+    retries: bool,
+    /// At most this many jobs run ([`WorkOptions::max_jobs`]).
+    max_jobs: usize,
+}
+
+/// The default bound of [`TestWorker::drain`]: jobs run at most.
+pub const DRAIN_MAX_JOBS: usize = 1_000;
+
+impl Default for WorkOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WorkOptions {
+    /// Only what is due now, at most [`DRAIN_MAX_JOBS`] jobs.
+    pub fn new() -> Self {
+        Self {
+            scheduled: false,
+            retries: false,
+            max_jobs: DRAIN_MAX_JOBS,
+        }
+    }
+
+    /// Jobs enqueued with a delay or a time run now (Oban's `with_scheduled: true`), and
+    /// those that runs enqueue with one. Not a job pending on its parents.
+    pub fn scheduled(mut self) -> Self {
+        self.scheduled = true;
+        self
+    }
+
+    /// Retries run now, without waiting for their backoff (whatever set it: the job type's,
+    /// the worker's, a `retry_after`), until each job succeeds or ends dead after its last
+    /// attempt; snoozed jobs too (a snooze parks its group as a retry does).
+    pub fn retries(mut self) -> Self {
+        self.retries = true;
+        self
+    }
+
+    /// At most `jobs` run (attempts, counted one by one); then the drain stops and says so
+    /// ([`Drained::stopped_at_bound`]).
+    pub fn max_jobs(mut self, jobs: usize) -> Self {
+        self.max_jobs = jobs;
+        self
+    }
+}
+
+/// What [`TestWorker::drain`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Drained {
+    /// The attempts it ran, in order.
+    pub worked: Vec<WorkedJob>,
+    /// It stopped because [`WorkOptions::max_jobs`] attempts ran: more may be due.
+    pub stopped_at_bound: bool,
 }
 
 /// One job a [`TestWorker`] ran.
@@ -624,3 +862,19 @@ impl From<Inline> for WorkedJob {
 /// named queues).
 #[deprecated(since = "0.2.0", note = "renamed to TestSchema")]
 pub type TestQueue = TestSchema;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_options_make_nothing_due_unless_asked() {
+        let plain = WorkOptions::new();
+        assert_eq!(plain, WorkOptions::default());
+        assert!(!plain.scheduled && !plain.retries);
+        assert_eq!(plain.max_jobs, DRAIN_MAX_JOBS);
+        let all = WorkOptions::new().scheduled().retries().max_jobs(5);
+        assert!(all.scheduled && all.retries);
+        assert_eq!(all.max_jobs, 5);
+    }
+}

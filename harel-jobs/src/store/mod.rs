@@ -67,6 +67,7 @@
 //! | [`function_grants_read`](Store::function_grants_read), [`function_grants_restore`](Store::function_grants_restore) | `pg_proc`'s ACLs; `GRANT EXECUTE` |
 //! | [`privileges_lacking`](Store::privileges_lacking) | `has_*_privilege` over the catalog |
 //! | [`schema_drop`](Store::schema_drop) | `DROP SCHEMA … CASCADE` (the test helpers) |
+//! | `jobs_due_now`, `groups_due_now` (feature `testing`) | `UPDATE` on `transport_groups` and `transport_messages` (the test helpers) |
 //! | [`session::synchronous_commit_set`], [`session::synchronous_commit_read`], [`session::synchronous_commit_restore`], [`session::transaction_begin`], [`session::synchronous_commit_set_local`], [`session::lock_timeout_set`] | `SET`, `current_setting`, `set_config`, `BEGIN` |
 //! | [`session::listen`], [`session::listen_check`] | `LISTEN` |
 
@@ -82,6 +83,7 @@ mod schedules;
 pub(crate) mod session;
 mod stats;
 mod steps;
+mod testing;
 mod workers;
 mod workflows;
 
@@ -282,6 +284,10 @@ statements! {
     PrivilegesLacking = catalog::PRIVILEGES_LACKING,
     /// [`Store::schema_drop`].
     SchemaDrop = migrations::SCHEMA_DROP,
+    /// `Store::jobs_due_now` (feature `testing`).
+    JobsDueNow = testing::JOBS_DUE_NOW,
+    /// `Store::groups_due_now` (feature `testing`).
+    GroupsDueNow = testing::GROUPS_DUE_NOW,
 }
 
 /// The statements of one schema, each rendered on first use and kept.

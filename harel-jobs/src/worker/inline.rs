@@ -13,7 +13,7 @@ use super::Shared;
 use super::execute::{attempt, decided, job_span, panic_message};
 use crate::context::ExecutionFlags;
 use crate::error::TransportError;
-use crate::retry::{Attempted, Decision};
+use crate::retry::{Attempted, Backoff, Decision, Limits};
 use crate::transport::{ClaimRequest, ClaimedMessage, LeaseOutcome, LeaseToken};
 
 /// What became of one job run by [`work_one`].
@@ -28,10 +28,12 @@ pub(crate) struct Inline {
 /// Claims the next due job on `connection` (one group of the pool's queues, in the order it
 /// serves them, with its lease and priority floor),
 /// runs it as a job task of the pool would, and writes its outcome on `connection`.
-/// `None`: nothing is due.
+/// `None`: nothing is due. `backoff`, when given, replaces every retry's delay (the job
+/// type's own backoff, and a `JobError`'s `retry_after`): the test worker's override.
 pub(crate) async fn work_one<S: Send + Sync + 'static>(
     shared: &Arc<Shared<S>>,
     connection: &mut PgConnection,
+    backoff: Option<Backoff>,
 ) -> Result<Option<Inline>, TransportError> {
     // the pool's queues in its order, one claim each until one has a due job
     let mut claimed = None;
@@ -65,6 +67,16 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
             let error = format!("job panicked: {}", panic_message(&*panic));
             (Attempted::failed(error), shared.config.limits())
         });
+    let (limits, attempted) = match backoff {
+        Some(backoff) => (
+            Limits { backoff, ..limits },
+            match attempted {
+                Attempted::Failed { error, .. } => Attempted::failed(error),
+                other => other,
+            },
+        ),
+        None => (limits, attempted),
+    };
     let decision = {
         let _entered = span.enter();
         decided(message.attempt, limits, attempted)

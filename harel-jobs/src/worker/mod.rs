@@ -819,6 +819,12 @@ impl Drop for WorkerHandle {
 }
 
 impl<S> Shared<S> {
+    /// The data layer of the pool's schema (the test worker's own statements).
+    #[cfg(feature = "testing")]
+    pub(crate) fn store(&self) -> &crate::store::Store {
+        self.transport.store()
+    }
+
     /// The metrics labels of a job of `kind` claimed by `lane`: the registered kind (or
     /// "unregistered") and the lane's queue.
     fn labels(&self, lane: usize, kind: &str) -> crate::telemetry::Labels {
