@@ -375,3 +375,115 @@ async fn nothing_is_written_for_a_first_success_and_gone_jobs_are_swept() {
     assert!(client.job_attempts(gone).await.unwrap().is_empty());
     assert_eq!(client.job_attempts(kept).await.unwrap().len(), 1);
 }
+
+/// A job given up on by a claim that found it out of attempts (its handler did not run)
+/// marks its last attempt dead and keeps what that attempt recorded (its start, worker and
+/// error); a last attempt that lapsed shows as dead with no start and no worker, not with
+/// the giving-up claim's.
+#[tokio::test]
+async fn giving_up_after_the_last_attempt_keeps_what_it_recorded() {
+    let q = SuiteSchema::new().await;
+    let client = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let first_pool = uuid::Uuid::new_v4();
+    let second_pool = uuid::Uuid::new_v4();
+    let first = q.transport.clone().worker_id(first_pool);
+    let second = q.transport.clone().worker_id(second_pool);
+
+    // attempt 1 failed on the first pool; the second pool's claim (attempt 2) finds the
+    // job out of attempts and gives up on it
+    let failed = first
+        .publish(&q.pool, &OutgoingMessage::new("a", "k", "{}"))
+        .await
+        .unwrap();
+    let claimed = first
+        .claim(&q.pool, &ClaimRequest::new(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .unwrap();
+    applied(
+        first
+            .settle(
+                &q.pool,
+                &claimed.lease,
+                Settlement::Release {
+                    delay: Duration::ZERO,
+                    error: Some("the partner timed out".to_owned()),
+                    count_attempt: true,
+                },
+            )
+            .await
+            .unwrap(),
+    );
+    let before = client.job_attempts(failed).await.unwrap();
+    let again = second
+        .claim(&q.pool, &ClaimRequest::new(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.attempt, 2);
+    applied(
+        second
+            .settle(
+                &q.pool,
+                &again.lease,
+                Settlement::DeadLetter {
+                    error: "attempt 1 of 1 never reported a result".to_owned(),
+                    attempts: Some(1),
+                },
+            )
+            .await
+            .unwrap(),
+    );
+    let after = client.job_attempts(failed).await.unwrap();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].outcome, AttemptOutcome::Dead);
+    assert_eq!(
+        (
+            after[0].started_at,
+            after[0].worker.as_ref().map(|w| w.id),
+            after[0].error.as_deref()
+        ),
+        (
+            before[0].started_at,
+            Some(first_pool),
+            Some("the partner timed out")
+        ),
+        "what attempt 1 recorded"
+    );
+
+    // attempt 1 lapsed; the second pool gives up on the job the same way
+    let lapsed = first
+        .publish(&q.pool, &OutgoingMessage::new("b", "k", "{}"))
+        .await
+        .unwrap();
+    first
+        .claim(&q.pool, &ClaimRequest::new(Duration::from_millis(100)))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = second
+        .claim(&q.pool, &ClaimRequest::new(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.lease.id, again.attempt), (lapsed, 2));
+    applied(
+        second
+            .settle(
+                &q.pool,
+                &again.lease,
+                Settlement::DeadLetter {
+                    error: "attempt 1 of 1 never reported a result".to_owned(),
+                    attempts: Some(1),
+                },
+            )
+            .await
+            .unwrap(),
+    );
+    let after = client.job_attempts(lapsed).await.unwrap();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].outcome, AttemptOutcome::Dead);
+    assert_eq!(after[0].started_at, None, "not the giving-up claim's start");
+    assert!(after[0].worker.is_none(), "not the giving-up pool");
+}

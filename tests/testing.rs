@@ -874,3 +874,33 @@ async fn make_due_runs_one_job_now() {
     ));
     queue.cleanup().await.unwrap();
 }
+
+/// A drain inside the test's transaction locks only the groups it makes due: a scheduled
+/// job it leaves waiting (retries only) can still be cancelled from another connection
+/// while that transaction is open.
+#[tokio::test]
+async fn a_drain_in_a_transaction_locks_only_what_it_makes_due() {
+    let queue = queue().await;
+    let worker = worker(&queue);
+    let id = queue
+        .enqueue(queue.pool(), SendWelcomeEmail { user_id: 9 })
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let mut tx = queue.pool().begin().await.unwrap();
+    let drained = worker
+        .drain(&mut *tx, WorkOptions::new().retries())
+        .await
+        .unwrap();
+    assert!(drained.worked.is_empty(), "{drained:?}");
+    let cancelled = tokio::time::timeout(
+        Duration::from_secs(10),
+        queue.client().cancel(id).reason("not needed"),
+    )
+    .await
+    .expect("the cancel waited for the test's transaction: the drain locked the job's group")
+    .unwrap();
+    assert_eq!(cancelled, harel_jobs::CancelOutcome::Cancelled);
+    tx.rollback().await.unwrap();
+    queue.cleanup().await.unwrap();
+}

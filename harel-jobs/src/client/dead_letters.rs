@@ -210,33 +210,34 @@ impl DeadLetters {
             .map_err(DatabaseError::new)?)
     }
 
-    /// How many dead letters of `kind` (`None`: any kind) have an id up to `upto`:
+    /// How many dead letters of `kind` (`None`: any kind) there are:
     /// [`Count::Exact`](crate::Count::Exact), or [`Count::AtLeast`](crate::Count::AtLeast)
-    /// `cap` when there are more (it reads at most `cap` of them): the figure a
-    /// confirmation of a bulk action over a filter shows.
+    /// `cap` when there are more (it reads at most `cap` of them), with the database's time
+    /// of the count: the figure a confirmation of a bulk action over a filter shows, and the
+    /// bound (`failed_at` up to that time) that keeps the action to the letters counted.
     ///
     /// # Errors
     /// [`ClientError::InvalidArgument`] for a cap of 0; [`ClientError::Database`].
     pub async fn count_matching(
         &self,
         kind: Option<&str>,
-        upto: JobId,
         cap: u32,
-    ) -> Result<crate::Count, ClientError> {
+    ) -> Result<(crate::Count, DateTime<Utc>), ClientError> {
         if cap == 0 {
             return Err(ClientError::InvalidArgument("a count's cap is at least 1"));
         }
         let cap = i64::from(cap);
-        let n = self
+        let (n, at) = self
             .store
-            .dead_letters_count_matching(&self.pool, kind, upto.get(), cap)
+            .dead_letters_count_matching(&self.pool, kind, cap)
             .await
             .map_err(DatabaseError::new)?;
-        Ok(if n >= cap {
+        let count = if n >= cap {
             crate::Count::AtLeast(n)
         } else {
             crate::Count::Exact(n)
-        })
+        };
+        Ok((count, at))
     }
 
     /// Puts a dead letter back in the queue, atomically: same group (at its end; a job

@@ -8,11 +8,12 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::Redirect;
+use chrono::{DateTime, Utc};
 use rand::Rng as _;
 
 use super::html::query_value;
 use super::{Ctx, PageError};
-use crate::client::{CancelOutcome, JobQuery, KeyLimits, RunNowOutcome, StateFilter};
+use crate::client::{CancelOutcome, JobQuery, JobState, KeyLimits, RunNowOutcome, StateFilter};
 use crate::vocabulary::{JobId, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT};
 use crate::vocabulary::{QUEUE_NAME_RULE, validate_fair_key, validate_queue_name};
 
@@ -111,9 +112,11 @@ pub(super) const BULK_BATCH: u32 = 1_000;
 pub(super) const BULK_BATCHES: u32 = 100;
 
 /// `POST /dead/all` (`action`: `retry` or `delete`; `kind`: the filter, empty for any;
-/// `upto`: the newest id the confirmation counted): every dead letter the filter matches
-/// up to `upto`, oldest first (a group's letters go back in order), [`BULK_BATCH`] per
-/// transaction, at most [`BULK_BATCHES`] batches; redirects with how many were done.
+/// `asof`: the database time of the count the confirmation showed): every dead letter the
+/// filter matches that had died by `asof` (a letter's id is its job's, taken at enqueue:
+/// only its death time tells a letter counted from one that died later), oldest first (a
+/// group's letters go back in order), [`BULK_BATCH`] per transaction, at most
+/// [`BULK_BATCHES`] batches; redirects with how many were done.
 pub(crate) async fn dead_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Redirect, PageError> {
     let form = ctx.authorise(&body)?;
     let retry = match form.get("action") {
@@ -122,10 +125,11 @@ pub(crate) async fn dead_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Redi
         _ => return Err(PageError::BadRequest("retry or delete?".into())),
     };
     let kind = form.get("kind").map(str::trim).filter(|k| !k.is_empty());
-    let upto: JobId = form
-        .get("upto")
-        .and_then(|u| u.parse().ok())
-        .ok_or_else(|| PageError::BadRequest("no newest id to stop at".into()))?;
+    let asof: DateTime<Utc> = form
+        .get("asof")
+        .and_then(|at| DateTime::parse_from_rfc3339(at).ok())
+        .map(|at| at.with_timezone(&Utc))
+        .ok_or_else(|| PageError::BadRequest("no time of the count to stop at".into()))?;
     let dead = ctx.client.dead_letters();
     let mut query = JobQuery::new().state(StateFilter::Dead).limit(BULK_BATCH);
     if let Some(kind) = kind {
@@ -138,8 +142,8 @@ pub(crate) async fn dead_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Redi
         let ids: Vec<JobId> = page
             .jobs
             .iter()
+            .filter(|job| matches!(job.state, JobState::Dead { at } if at <= asof))
             .map(|job| job.id)
-            .filter(|id| *id <= upto)
             .collect();
         // one statement, so one transaction, per batch
         done += if retry {
@@ -148,8 +152,8 @@ pub(crate) async fn dead_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Redi
             dead.delete_many(&ids).await?.len()
         };
         match page.next {
-            Some(next) if next < upto => query = query.after(next),
-            _ => break,
+            Some(next) => query = query.after(next),
+            None => break,
         }
         more = batch + 1 == BULK_BATCHES;
     }

@@ -19,6 +19,7 @@ use crate::client::{
 };
 use crate::client::{DeadLetter, DeadLetterQuery};
 use crate::client::{GroupInfo, GroupQuery, GroupRank};
+use crate::error::ClientError;
 use crate::vocabulary::JobId;
 use crate::vocabulary::{Count, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT};
 use crate::vocabulary::{QUEUE_NAME_RULE, validate_queue_name};
@@ -669,29 +670,46 @@ pub(crate) async fn jobs(
     let kind = non_empty(filter.kind.as_ref());
     let group = non_empty(filter.group.as_ref());
     let queue = non_empty(filter.queue.as_ref());
-    let oldest_first = filter.order.as_deref() == Some("oldest");
-    let mut query = JobQuery::new().limit(PAGE_SIZE);
-    if !oldest_first {
-        query = query.newest_first();
-    }
-    if let Some(state) = state {
-        let state = state_filter(state)
-            .ok_or_else(|| PageError::BadRequest(format!("unknown state {state:?}")))?;
-        query = query.state(state);
-    }
-    if let Some(kind) = kind {
-        query = query.kind(kind);
-    }
-    if let Some(group) = group {
-        query = query.group(group);
-    }
-    if let Some(queue) = queue {
-        query = query.queue(queue);
-    }
-    if let Some(after) = filter.after {
-        query = query.after(JobId::new(after));
-    }
-    let page = ctx.client.jobs(&query).await?;
+    let mut oldest_first = filter.order.as_deref() == Some("oldest");
+    let state_wanted = match state {
+        Some(state) => Some(
+            state_filter(state)
+                .ok_or_else(|| PageError::BadRequest(format!("unknown state {state:?}")))?,
+        ),
+        None => None,
+    };
+    let query_for = |oldest_first: bool| {
+        let mut query = JobQuery::new().limit(PAGE_SIZE);
+        if !oldest_first {
+            query = query.newest_first();
+        }
+        if let Some(state) = state_wanted {
+            query = query.state(state);
+        }
+        if let Some(kind) = kind {
+            query = query.kind(kind);
+        }
+        if let Some(group) = group {
+            query = query.group(group);
+        }
+        if let Some(queue) = queue {
+            query = query.queue(queue);
+        }
+        if let Some(after) = filter.after {
+            query = query.after(JobId::new(after));
+        }
+        query
+    };
+    // a role granted before harel_list_jobs_newest existed lists oldest first, and is told
+    let mut missing_grant = false;
+    let page = match ctx.client.jobs(&query_for(oldest_first)).await {
+        Err(ClientError::Database(error)) if !oldest_first && error.is_permission_denied() => {
+            oldest_first = true;
+            missing_grant = true;
+            ctx.client.jobs(&query_for(true)).await?
+        }
+        other => other?,
+    };
 
     let mut options = String::new();
     for (value, label) in STATES {
@@ -727,6 +745,13 @@ pub(crate) async fn jobs(
             "<p class=\"error\" id=\"search-result\" role=\"status\">{}</p>",
             escape(error)
         ));
+    }
+    if missing_grant {
+        body.push_str(
+            "<p class=\"notice\" id=\"missing-grant\">Oldest first: this role may not list \
+             newest first (grant it EXECUTE on harel_list_jobs_newest, see the guide's \
+             Database roles).</p>",
+        );
     }
     body.push_str(&format!(
         "<form class=\"filters\" method=\"get\" action=\"{action}\">\
@@ -967,9 +992,19 @@ pub(crate) async fn job(
             link(&ctx.href(&format!("/dead/{id}")), "Its dead letter →")
         ));
     }
-    let attempts = ctx.client.job_attempts(id).await?;
+    // a role granted before harel_job_attempts existed sees the page without them
+    let (attempts, attempts_note) = match ctx.client.job_attempts(id).await {
+        Ok(attempts) => (attempts, ""),
+        Err(ClientError::Database(error)) if error.is_permission_denied() => (
+            Vec::new(),
+            "<p class=\"notice\" id=\"missing-grant\">No attempt history: this role may not \
+             read it (grant it EXECUTE on harel_job_attempts, see the guide's Database \
+             roles).</p>",
+        ),
+        Err(error) => return Err(error.into()),
+    };
     body.push_str(&format!(
-        "<h2>Timeline</h2><ol class=\"timeline\" id=\"timeline\">{}</ol>",
+        "<h2>Timeline</h2><ol class=\"timeline\" id=\"timeline\">{}</ol>{attempts_note}",
         timeline(&job, &attempts)
     ));
     if !attempts.is_empty() {
@@ -1382,8 +1417,9 @@ pub(crate) struct DeadFilter {
     before: Option<i64>,
 }
 
-/// Up to how many dead letters the count of "All that match" reads.
-const BULK_COUNT_CAP: u32 = 100_000;
+/// Up to how many dead letters the count of "All that match" reads (each view of the first
+/// page counts).
+const BULK_COUNT_CAP: u32 = 10_000;
 
 /// `/dead`: dead letters, newest first, with retry and delete (of those ticked, or of all
 /// that match the filter).
@@ -1423,14 +1459,15 @@ pub(crate) async fn dead_letters(
             table = dead_table(&ctx, &letters, true),
         ));
     }
-    // every letter the filter matches, not only this page's: on the first page, up to its
-    // newest letter (those that die after the count are left alone)
-    if let (false, None, Some(newest)) = (ctx.read_only, filter.before, letters.first()) {
-        let count = ctx
+    // every letter the filter matches, not only this page's: on the first page, those dead
+    // by the time of the count (those that die after it are left alone)
+    if let (false, None, Some(_)) = (ctx.read_only, filter.before, letters.first()) {
+        let (count, asof) = ctx
             .client
             .dead_letters()
-            .count_matching(kind, newest.id, BULK_COUNT_CAP)
+            .count_matching(kind, BULK_COUNT_CAP)
             .await?;
+        let asof = asof.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
         let what = match kind {
             Some(kind) => format!("of kind {kind}"),
             None => "of every kind".to_owned(),
@@ -1445,24 +1482,24 @@ pub(crate) async fn dead_letters(
                  data-confirm=\"{question}\"><input type=\"hidden\" name=\"csrf\" \
                  value=\"{csrf}\"><input type=\"hidden\" name=\"action\" value=\"{action}\">\
                  <input type=\"hidden\" name=\"kind\" value=\"{kind}\">\
-                 <input type=\"hidden\" name=\"upto\" value=\"{upto}\">\
+                 <input type=\"hidden\" name=\"asof\" value=\"{asof}\">\
                  <button type=\"submit\" class=\"{class}\" id=\"{id}\">{label}</button></form>",
                 path = escape(&ctx.href("/dead/all")),
                 question = escape(question),
                 csrf = escape(&ctx.csrf),
                 kind = escape(kind.unwrap_or_default()),
-                upto = newest.id,
+                asof = escape(&asof),
             )
         };
         body.push_str(&format!(
             "<section id=\"all-matching\"><h2>All that match</h2><p id=\"matching-count\">\
-             {counted} dead letter(s) {what} (not only this page's), up to id {upto}.</p>\
+             {counted} dead letter(s) {what} (not only this page's), dead by {at}.</p>\
              <div class=\"actions\">{retry}{delete}</div><p class=\"muted\">Oldest first, \
              1,000 a transaction (a group's letters go back in order), at most {max} a click; \
              letters that die after this page was loaded are left alone.</p></section>",
             counted = escape(&counted),
             what = escape(&what),
-            upto = newest.id,
+            at = escape(&asof),
             max = BULK_BATCHES * BULK_BATCH,
             retry = form(
                 "retry",

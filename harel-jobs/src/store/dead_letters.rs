@@ -30,10 +30,10 @@ pub(super) const GET: &str = concat!(
 pub(super) const COUNT: &str = "SELECT count(*) FROM @schema@.dead_letters";
 
 // at most $3 rows read (by the primary key up to $2): a capped count for a confirmation
-pub(super) const COUNT_MATCHING: &str = "SELECT count(*) FROM (
+pub(super) const COUNT_MATCHING: &str = "SELECT count(*), statement_timestamp() FROM (
          SELECT 1 FROM @schema@.dead_letters
-          WHERE ($1::text IS NULL OR kind = $1) AND id <= $2
-          LIMIT $3) AS m";
+          WHERE ($1::text IS NULL OR kind = $1) AND failed_at <= statement_timestamp()
+          LIMIT $2) AS m";
 
 // one harel_publish over arrays in id order (its ids come back in that order); a letter of
 // a job without a group (its group named as `own_group` names them, which a caller may not
@@ -130,18 +130,16 @@ impl Store {
             .try_get(0)
     }
 
-    /// How many dead letters of `kind` (`None`: any) have an id up to `upto`, counted up to
-    /// `cap` (reads at most `cap` matching rows).
+    /// How many dead letters of `kind` (`None`: any) there are, counted up to `cap` (reads
+    /// at most `cap` matching rows), and the database's time of the count.
     pub(crate) async fn dead_letters_count_matching<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
         kind: Option<&str>,
-        upto: i64,
         cap: i64,
-    ) -> Result<i64, sqlx::Error> {
-        sqlx::query_scalar(self.sql(Statement::DeadLettersCountMatching))
+    ) -> Result<(i64, DateTime<Utc>), sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::DeadLettersCountMatching))
             .bind(kind)
-            .bind(upto)
             .bind(cap)
             .persistent(self.persistent())
             .fetch_one(executor)

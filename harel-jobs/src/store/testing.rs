@@ -67,10 +67,9 @@ SELECT count(*)::bigint,
 /// `$3`. Returns how many.
 pub(super) const GROUPS_DUE_NOW: &str = "
 WITH waiting AS (
-    SELECT g.group_id,
-           COALESCE(g.inline_seq, h.seq) AS head_id,
-           CASE WHEN g.inline_seq IS NOT NULL THEN g.inline_not_before ELSE h.not_before END
-               AS head_not_before
+    -- only the rows it changes are locked (a row locked and left as it is would hold a
+    -- cancel or a run-now of that job until the test's transaction ends)
+    SELECT g.group_id
       FROM @schema@.transport_groups g
       LEFT JOIN LATERAL (SELECT m.seq, m.not_before
                            FROM @schema@.transport_messages m
@@ -81,15 +80,16 @@ WITH waiting AS (
        AND g.fair_tag IS NULL
        AND g.available_at > statement_timestamp()
        AND ($1 OR g.group_id = ANY ($2::text[]))
+       AND COALESCE(g.inline_seq, h.seq) IS NOT NULL
+       AND COALESCE(CASE WHEN g.inline_seq IS NOT NULL THEN g.inline_not_before
+                         ELSE h.not_before END, '-infinity') <= statement_timestamp()
+       AND ($3::bigint IS NULL OR COALESCE(g.inline_seq, h.seq) = $3)
        FOR NO KEY UPDATE OF g SKIP LOCKED
 ), made AS (
     UPDATE @schema@.transport_groups g
        SET available_at = statement_timestamp()
       FROM waiting w
      WHERE g.group_id = w.group_id
-       AND w.head_id IS NOT NULL
-       AND (w.head_not_before IS NULL OR w.head_not_before <= statement_timestamp())
-       AND ($3::bigint IS NULL OR w.head_id = $3)
        -- still as read (a row changed since is left to the claim)
        AND g.locked_by IS NULL AND g.fair_tag IS NULL
     RETURNING g.group_id

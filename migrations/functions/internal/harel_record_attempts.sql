@@ -12,14 +12,15 @@
 --   p_ended     when they ended (the settle's time)
 --   p_worker    the worker pool that settled them (NULL: not said)
 -- Returns: nothing.
--- Fence: none of its own: the caller holds each job's group lease. An attempt recorded
---   twice (its number given back by a snooze, then used again) keeps the newest.
+-- Fence: none of its own: the caller holds each job's group lease. An attempt already
+--   recorded keeps what it recorded and takes the new outcome only: that is a job given up
+--   on after its last attempt (a claim found it out of attempts; the handler did not run).
 -- Locks: the job_attempts rows it writes and deletes.
 -- Indexes: job_attempts' key (job_id, attempt).
 -- Errors: none of its own.
 --
 -- Steps:
---   1. Insert one row per attempt (the newest wins on a number seen before).
+--   1. Insert one row per attempt (one already recorded takes the new outcome only).
 --   2. For the jobs past 100 attempts, delete their rows older than their 100 most recent.
 CREATE OR REPLACE FUNCTION "harel".harel_record_attempts(
     p_jobs     BIGINT[],
@@ -47,9 +48,7 @@ BEGIN
       FROM unnest(p_jobs, p_attempts, p_started, p_outcomes, p_errors)
            AS x(job_id, attempt, started_at, outcome, error)
      WHERE x.attempt > 0
-    ON CONFLICT (job_id, attempt) DO UPDATE
-       SET started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
-           outcome = EXCLUDED.outcome, worker = EXCLUDED.worker, error = EXCLUDED.error;
+    ON CONFLICT (job_id, attempt) DO UPDATE SET outcome = EXCLUDED.outcome;
 
     IF EXISTS (SELECT 1 FROM unnest(p_attempts) AS x(attempt) WHERE x.attempt > c_kept) THEN
         DELETE FROM "harel".job_attempts a

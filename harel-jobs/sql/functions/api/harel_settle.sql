@@ -356,12 +356,22 @@ BEGIN
                                   WHERE t.group_id = d.group_id
                                  OFFSET 0) AS g
              WHERE d.action = 'dead' AND d.inline;
+            -- the attempt that died; a job given up on by a claim that found it out of
+            -- attempts (p_attempts given: the handler did not run) marks its last attempt
+            -- dead, without this claim's start or worker
             PERFORM @schema@.harel_record_attempts(
-                array_agg(d.seq), array_agg(d.attempts), array_agg(d.started),
+                array_agg(d.seq), array_agg(d.attempts),
+                array_agg(d.started),
                 array_agg('dead'::text), array_agg(d.error), v_now, p_worker)
-              FROM unnest(v_seqs, v_actions, v_attempts, v_errors, v_started)
-                   AS d(seq, action, attempts, error, started)
-             WHERE d.action = 'dead';
+              FROM unnest(v_seqs, v_actions, v_attempts, v_errors, v_started, v_ords)
+                   AS d(seq, action, attempts, error, started, ord)
+             WHERE d.action = 'dead' AND p_attempts[d.ord::int] IS NULL;
+            PERFORM @schema@.harel_record_attempts(
+                array_agg(d.seq), array_agg(d.attempts), array_agg(NULL::timestamptz),
+                array_agg('dead'::text), array_agg(d.error), v_now, NULL)
+              FROM unnest(v_seqs, v_actions, v_attempts, v_errors, v_ords)
+                   AS d(seq, action, attempts, error, ord)
+             WHERE d.action = 'dead' AND p_attempts[d.ord::int] IS NOT NULL;
         END IF;
         IF 'retain' = ANY (v_actions) THEN
             INSERT INTO @schema@.job_history
