@@ -944,6 +944,78 @@ async fn schedules_are_listed() {
     assert_eq!(json["deleted"], false);
 }
 
+#[tokio::test]
+async fn schedules_are_paused_resumed_and_triggered() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    sqlx::query(q.sql(
+        "INSERT INTO @schema@.schedules (name, spec, next_tick)
+         VALUES ('nightly_report', 'every 3600s', now() + interval '1 hour')",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let table = ok(&mut op(), &["schedules", "list"]).stdout;
+    assert!(
+        table.contains("STATE") && table.contains("active"),
+        "{table}"
+    );
+
+    let paused = ok(&mut op(), &["schedules", "pause", "nightly_report"]).stdout;
+    assert_eq!(paused, "paused the schedule nightly_report\n");
+    let again = ok(
+        &mut op(),
+        &["--json", "schedules", "pause", "nightly_report"],
+    )
+    .json();
+    assert_eq!(again["changed"], false);
+    let table = ok(&mut op(), &["schedules", "list"]).stdout;
+    assert!(table.contains("paused since"), "{table}");
+    let json = ok(&mut op(), &["--json", "schedules", "list"]).json();
+    assert!(json["schedules"][0]["paused_at"].is_string(), "{json}");
+    fails(
+        &mut op(),
+        &["schedules", "trigger", "nightly_report"],
+        1,
+        "is paused",
+    );
+
+    let resumed = ok(&mut op(), &["schedules", "resume", "nightly_report"]).stdout;
+    assert!(
+        resumed.starts_with("resumed the schedule nightly_report"),
+        "{resumed}"
+    );
+    let json = ok(&mut op(), &["--json", "schedules", "list"]).json();
+    assert!(json["schedules"][0]["paused_at"].is_null(), "{json}");
+
+    let triggered = ok(
+        &mut op(),
+        &["--json", "schedules", "trigger", "nightly_report"],
+    )
+    .json();
+    assert_eq!(triggered["requested"], true);
+    let table = ok(&mut op(), &["schedules", "list"]).stdout;
+    assert!(table.contains("triggered"), "{table}");
+    let json = ok(&mut op(), &["--json", "schedules", "list"]).json();
+    assert!(
+        json["schedules"][0]["trigger_requested_at"].is_string(),
+        "{json}"
+    );
+
+    // an unknown name is refused, and not created
+    for action in ["pause", "resume", "trigger"] {
+        fails(
+            &mut op(),
+            &["schedules", action, "nope"],
+            1,
+            "no schedule named",
+        );
+    }
+    let json = ok(&mut op(), &["--json", "schedules", "list"]).json();
+    assert_eq!(json["total"], 1);
+}
+
 /// A job of the workflows below.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Note {

@@ -2024,3 +2024,139 @@ async fn a_role_granted_by_the_previous_release_still_sees_jobs_and_their_pages(
         "{page}"
     );
 }
+
+/// An operator pauses, resumes and triggers a schedule from the Schedules page, each
+/// confirmed first; the page shows it paused, and a trigger waiting. Unknown names are
+/// refused (404), and so is a trigger of a paused schedule (409). Read-only: no buttons,
+/// and the POSTs are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_pauses_resumes_and_triggers_a_schedule_in_the_browser() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 3).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    // declared by a worker (no worker runs: the trigger waits)
+    sqlx::raw_sql(q.sql(
+        "SELECT @schema@.harel_schedule_fire('nightly-export', 'every 3600s', NULL, \
+         now() + interval '1 hour', NULL, 'k', '{}', 0::smallint)",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let nightly = || async {
+        owner
+            .schedules(&harel_jobs::ScheduleQuery::new())
+            .await
+            .unwrap()
+            .schedules
+            .remove(0)
+    };
+
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let ours = address.to_string();
+    let config = DashboardConfig::new()
+        .allowed_hosts([ours.clone()])
+        .unwrap();
+    serve_on(listener, dashboard::router_with(queue.clone(), config));
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+
+    client.goto(&format!("{base}/schedules")).await.unwrap();
+    let row = "//tr[td[text()='nightly-export']]";
+    click(
+        &client,
+        Locator::XPath(&format!("{row}//button[text()='Pause']")),
+    )
+    .await;
+    let question = client.get_alert_text().await.expect("asks first");
+    assert!(question.contains("nightly-export"), "{question}");
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=schedule_paused").await;
+    assert!(text(&client, ".notice").await.contains("Paused"));
+    let paused_row = text_of(&client, row).await;
+    assert!(paused_row.contains("paused since"), "{paused_row}");
+    assert!(!paused_row.contains("Trigger now"), "{paused_row}");
+    assert!(nightly().await.paused_at.is_some());
+    screenshot(&client, "schedules_paused").await;
+
+    // a trigger of the paused schedule, and unknown names, with the page's token
+    let (_, page) = get_as(address, "/schedules", &ours).await;
+    let csrf = csrf_of(&page);
+    let origin = format!("Origin: http://{ours}\r\n");
+    let (status, body) = post_with(
+        address,
+        "/schedules/trigger",
+        &ours,
+        &origin,
+        &format!("csrf={csrf}&name=nightly-export"),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(nightly().await.trigger_requested_at, None);
+    for action in ["pause", "resume", "trigger"] {
+        let (status, body) = post_with(
+            address,
+            &format!("/schedules/{action}"),
+            &ours,
+            &origin,
+            &format!("csrf={csrf}&name=nope"),
+        )
+        .await;
+        assert_eq!(status, 404, "{action}: {body}");
+    }
+    assert_eq!(
+        owner
+            .schedules(&harel_jobs::ScheduleQuery::new())
+            .await
+            .unwrap()
+            .total,
+        1,
+        "nothing created"
+    );
+
+    click(
+        &client,
+        Locator::XPath(&format!("{row}//button[text()='Resume']")),
+    )
+    .await;
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=schedule_resumed").await;
+    assert!(text_of(&client, row).await.contains("on time"));
+    assert_eq!(nightly().await.paused_at, None);
+
+    click(
+        &client,
+        Locator::XPath(&format!("{row}//button[text()='Trigger now']")),
+    )
+    .await;
+    let question = client.get_alert_text().await.expect("asks first");
+    assert!(question.contains("now"), "{question}");
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=schedule_triggered").await;
+    let triggered_row = text_of(&client, row).await;
+    assert!(triggered_row.contains("triggered at"), "{triggered_row}");
+    assert!(nightly().await.trigger_requested_at.is_some());
+    screenshot(&client, "schedules").await;
+    client.close().await.unwrap();
+
+    // read-only: the page has no buttons, and the POSTs are refused
+    let read_only = dashboard::router_with(queue.clone(), DashboardConfig::new().read_only(true));
+    let address = serve(read_only).await;
+    let (status, page) = http(
+        address,
+        format!("GET /schedules HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("nightly-export") && !page.contains("<button"),
+        "{page}"
+    );
+    let (status, body) = post(address, "/schedules/pause", "name=nightly-export").await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(nightly().await.paused_at, None);
+    operator.close().await;
+}

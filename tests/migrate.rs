@@ -203,6 +203,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_resolve_dependents",
         "harel_retry_workflow",
         "harel_run_now",
+        "harel_schedule_control",
         "harel_schedule_fire",
         "harel_schedules",
         "harel_set_fair_weight",
@@ -455,7 +456,7 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
     .execute(&q.pool)
     .await
     .unwrap();
-    // 0010 runs again, as on a schema of the release before it (and 0011 to 0017 after
+    // 0010 runs again, as on a schema of the release before it (and 0011 to 0018 after
     // it, their objects dropped first)
     sqlx::raw_sql(q.sql(
         "DELETE FROM @schema@._migrations WHERE version >= 10;
@@ -466,6 +467,8 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
          DROP TABLE @schema@.job_attempts;
          DROP SEQUENCE @schema@.attempt_sweep;
          ALTER TABLE @schema@.job_history DROP COLUMN worker;
+         ALTER TABLE @schema@.schedules DROP COLUMN paused_at,
+             DROP COLUMN trigger_requested_at;
          DROP VIEW @schema@.jobs;
          CREATE VIEW @schema@.jobs AS SELECT 1::bigint AS seq;
          DROP TABLE @schema@.fair_keys;

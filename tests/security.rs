@@ -221,6 +221,7 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
              2::smallint)"
         ),
         format!("SELECT * FROM {s}.harel_schedules(NULL)"),
+        format!("SELECT {s}.harel_schedule_control('x', 'pause')"),
         format!("DELETE FROM {s}.schedules"),
         format!("SELECT * FROM {s}.harel_set_queue('default', true)"),
         format!("SELECT * FROM {s}.harel_queues()"),
@@ -246,6 +247,11 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         format!("DELETE FROM {s}.job_dependencies"),
         format!("SELECT * FROM {s}.workflows"),
         format!("UPDATE {s}.workflow_tasks SET outcome = NULL"),
+        format!(
+            "SELECT {s}.harel_schedule_fire('nightly', 'every 60s', now(), NULL, NULL, 'k', \
+             '{{}}', 2::smallint, NULL, NULL, NULL, now())"
+        ),
+        format!("UPDATE {s}.schedules SET paused_at = now()"),
         format!(
             "SELECT {s}.harel_hold(ARRAY[2::bigint], ARRAY['g'], NULL, ARRAY[1], ARRAY[1::bigint], ARRAY[false], NULL, NULL)"
         ),
@@ -473,7 +479,8 @@ async fn a_worker_can_work_and_can_neither_enqueue_nor_touch_leases_it_does_not_
         !sql.contains("harel_claim")
             && !sql.contains("harel_maintain")
             && !sql.contains("harel_extend")
-            && !sql.contains("harel_schedule")
+            && !sql.contains("harel_schedule_fire(")
+            && !sql.contains("harel_schedules(")
             && !sql.contains("harel_worker_report")
             && !sql.contains("harel_steps(")
             && !sql.contains("harel_record_step(")
@@ -600,6 +607,23 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
         queue.cancel_group("g0").await.unwrap(),
         harel_jobs::CancelOutcome::Group { .. }
     ));
+
+    // pause, resume and trigger a schedule a worker declared; fire none of its ticks
+    sqlx::query(q.sql(
+        "SELECT @schema@.harel_schedule_fire('nightly', 'every 60s', NULL, NULL, NULL, NULL,
+                NULL, NULL)",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    assert!(queue.pause_schedule("nightly").await.unwrap());
+    assert!(queue.resume_schedule("nightly").await.unwrap());
+    assert!(queue.trigger_schedule("nightly").await.unwrap());
+    let listed = queue
+        .schedules(&harel_jobs::ScheduleQuery::new())
+        .await
+        .unwrap();
+    assert!(listed.schedules[0].trigger_requested_at.is_some());
 
     let claim = t
         .claim(&operator, &ClaimRequest::new(LONG))

@@ -212,6 +212,16 @@ pub enum ClientError {
         "no queue named {0:?}: a queue exists once a job went to it, or once created (create_queue)"
     )]
     UnknownQueue(String),
+    /// [`Client::pause_schedule`](crate::Client::pause_schedule),
+    /// [`resume_schedule`](crate::Client::resume_schedule) or
+    /// [`trigger_schedule`](crate::Client::trigger_schedule) of a schedule no worker
+    /// declared (or one deleted since): refused, nothing is created.
+    #[error("no schedule named {0:?}: a schedule exists once a worker declared it")]
+    UnknownSchedule(String),
+    /// [`Client::trigger_schedule`](crate::Client::trigger_schedule) of a paused schedule:
+    /// refused (resume it first). Nothing was written.
+    #[error("schedule {0:?} is paused: resume it to trigger it")]
+    SchedulePaused(String),
 }
 
 /// Why [`JobContext::complete_in`](crate::JobContext::complete_in) did not complete the

@@ -142,6 +142,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0017_attempt_history.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 18,
+        name: "schedule_controls",
+        sql: include_str!("../sql/migrations/0018_schedule_controls.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied: the internal helpers first, then the
@@ -408,6 +414,11 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_delete_schedule.sql"),
     },
     Function {
+        name: "harel_schedule_control",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_schedule_control.sql"),
+    },
+    Function {
         name: "harel_steps",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_steps.sql"),
@@ -420,7 +431,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 17;
+pub const SCHEMA_VERSION: i32 = 18;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

@@ -216,6 +216,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_workers",
     "EXECUTE ON FUNCTION @schema@.harel_throughput",
     "EXECUTE ON FUNCTION @schema@.harel_delete_schedule",
+    "EXECUTE ON FUNCTION @schema@.harel_schedule_control",
     "EXECUTE ON FUNCTION @schema@.harel_workflows",
     "EXECUTE ON FUNCTION @schema@.harel_workflow",
     "EXECUTE ON FUNCTION @schema@.harel_workflow_tasks",

@@ -515,7 +515,8 @@ Examples:
 /// `schedules …`
 #[derive(Debug, Subcommand)]
 pub(crate) enum SchedulesCommand {
-    /// The periodic schedules workers declared, with their last and next tick, by name.
+    /// The periodic schedules workers declared, with their last and next tick and whether
+    /// paused, by name.
     #[command(after_help = "\
 Examples:
   harel-jobs schedules list
@@ -537,6 +538,28 @@ Examples:
         /// Do not ask for confirmation.
         #[arg(long, short = 'y')]
         yes: bool,
+    },
+    /// Pause a schedule: no worker enqueues a tick of it until it is resumed (a trigger
+    /// not yet fired is dropped). An unknown name is refused.
+    #[command(after_help = "Example:\n  harel-jobs schedules pause nightly-report")]
+    Pause {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Resume a paused schedule: its next tick is the next one to come (the ticks that
+    /// passed while paused are not caught up).
+    #[command(after_help = "Example:\n  harel-jobs schedules resume nightly-report")]
+    Resume {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Ask a schedule to enqueue one job now, besides its ticks: the next pass of a worker
+    /// that declares it (within seconds) makes and enqueues it, once. Refused for a paused
+    /// schedule.
+    #[command(after_help = "Example:\n  harel-jobs schedules trigger nightly-report")]
+    Trigger {
+        /// The schedule's name.
+        name: String,
     },
 }
 

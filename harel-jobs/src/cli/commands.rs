@@ -239,6 +239,51 @@ async fn dispatch(command: Command, client: &Client, out: &Printer) -> Result<()
         Command::Schedules(SchedulesCommand::Delete { name, yes }) => {
             schedules_delete(client, out, name, yes).await
         }
+        Command::Schedules(SchedulesCommand::Pause { name }) => {
+            let changed = client.pause_schedule(&name).await?;
+            out.emit(
+                &json!({ "name": name, "paused": true, "changed": changed }),
+                || {
+                    if changed {
+                        format!("paused the schedule {}\n", shell_word(&name))
+                    } else {
+                        format!("the schedule {} was already paused\n", shell_word(&name))
+                    }
+                },
+            )
+        }
+        Command::Schedules(SchedulesCommand::Resume { name }) => {
+            let changed = client.resume_schedule(&name).await?;
+            out.emit(
+                &json!({ "name": name, "paused": false, "changed": changed }),
+                || {
+                    if changed {
+                        format!(
+                            "resumed the schedule {}: its next tick is the next one to come\n",
+                            shell_word(&name)
+                        )
+                    } else {
+                        format!("the schedule {} was not paused\n", shell_word(&name))
+                    }
+                },
+            )
+        }
+        Command::Schedules(SchedulesCommand::Trigger { name }) => {
+            let requested = client.trigger_schedule(&name).await?;
+            out.emit(&json!({ "name": name, "requested": requested }), || {
+                if requested {
+                    format!(
+                        "asked the schedule {} to fire now: a worker that declares it enqueues the job\n",
+                        shell_word(&name)
+                    )
+                } else {
+                    format!(
+                        "the schedule {} already has a request to fire waiting: one job\n",
+                        shell_word(&name)
+                    )
+                }
+            })
+        }
         Command::Workflows(WorkflowsCommand::List {
             name,
             before,

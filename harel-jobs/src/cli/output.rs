@@ -650,6 +650,8 @@ pub(crate) struct ScheduleView {
     last_tick: Option<DateTime<Utc>>,
     next_tick: Option<DateTime<Utc>>,
     updated_at: DateTime<Utc>,
+    paused_at: Option<DateTime<Utc>>,
+    trigger_requested_at: Option<DateTime<Utc>>,
 }
 
 impl ScheduleView {
@@ -660,16 +662,32 @@ impl ScheduleView {
             last_tick: schedule.last_tick,
             next_tick: schedule.next_tick,
             updated_at: schedule.updated_at,
+            paused_at: schedule.paused_at,
+            trigger_requested_at: schedule.trigger_requested_at,
         }
     }
 
     /// A table of schedules.
     pub(crate) fn table(schedules: &[ScheduleInfo]) -> Table {
-        let mut table = Table::new(vec!["NAME", "SPEC", "LAST TICK", "NEXT TICK", "UPDATED"]);
+        let mut table = Table::new(vec![
+            "NAME",
+            "SPEC",
+            "STATE",
+            "LAST TICK",
+            "NEXT TICK",
+            "UPDATED",
+        ]);
         for schedule in schedules {
+            // paused wins: a pause drops a waiting trigger
+            let state = match (schedule.paused_at, schedule.trigger_requested_at) {
+                (Some(at), _) => format!("paused since {}", time(at)),
+                (None, Some(_)) => "triggered".to_owned(),
+                (None, None) => "active".to_owned(),
+            };
             table.row(vec![
                 schedule.name.clone(),
                 schedule.spec.clone(),
+                state,
                 opt_time(schedule.last_tick),
                 opt_time(schedule.next_tick),
                 time(schedule.updated_at),

@@ -1,5 +1,7 @@
 //! The periodic schedules as an operator sees them: [`Client::schedules`] lists them,
-//! [`Client::delete_schedule`] forgets one that no worker declares any more.
+//! [`Client::delete_schedule`] forgets one that no worker declares any more,
+//! [`Client::pause_schedule`], [`Client::resume_schedule`] and
+//! [`Client::trigger_schedule`] control one.
 
 use chrono::{DateTime, Utc};
 
@@ -52,12 +54,16 @@ impl Client {
             schedules: rows
                 .into_iter()
                 .map(
-                    |(name, spec, last_tick, next_tick, updated_at, _)| ScheduleInfo {
-                        name,
-                        spec,
-                        last_tick,
-                        next_tick,
-                        updated_at,
+                    |(name, spec, last_tick, next_tick, updated_at, _, paused_at, trigger)| {
+                        ScheduleInfo {
+                            name,
+                            spec,
+                            last_tick,
+                            next_tick,
+                            updated_at,
+                            paused_at,
+                            trigger_requested_at: trigger,
+                        }
                     },
                 )
                 .collect(),
@@ -79,6 +85,62 @@ impl Client {
             .schedule_delete(&self.pool, name)
             .await
             .map_err(|error| DatabaseError::new(error).into())
+    }
+
+    /// Pauses a schedule: no worker enqueues a tick of it until
+    /// [`resume_schedule`](Self::resume_schedule) (the database decides, so every worker
+    /// declaring it, of any release since 0018, respects it); its ticks pass meanwhile
+    /// without a job, and a [`trigger_schedule`](Self::trigger_schedule) not yet fired is
+    /// dropped. Returns `false` if it was already paused. One round trip; the operator's
+    /// `EXECUTE` on `harel_schedule_control`.
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownSchedule`], [`ClientError::Database`].
+    pub async fn pause_schedule(&self, name: &str) -> Result<bool, ClientError> {
+        self.control_schedule(name, "pause").await
+    }
+
+    /// Resumes a paused schedule: its next tick is the next one to come. The ticks that
+    /// passed while it was paused are not caught up (whatever its
+    /// [`MissedTicks`](crate::MissedTicks) policy, which is about ticks missed while no
+    /// worker ran). Returns `false` if it was not paused. One round trip; the operator's
+    /// `EXECUTE` on `harel_schedule_control`.
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownSchedule`], [`ClientError::Database`].
+    pub async fn resume_schedule(&self, name: &str) -> Result<bool, ClientError> {
+        self.control_schedule(name, "resume").await
+    }
+
+    /// Asks a schedule to enqueue one job now, besides its ticks: the next pass of a
+    /// worker that declares it (workers look for requests every 2 seconds) makes
+    /// the job with the request's time as its tick, and one worker only enqueues it. The
+    /// request waits in the database until such a worker runs (shown as
+    /// [`ScheduleInfo::trigger_requested_at`]). Returns `false` if a request was already
+    /// waiting (it stands: one job). One round trip; the operator's `EXECUTE` on
+    /// `harel_schedule_control`.
+    ///
+    /// # Errors
+    /// [`ClientError::SchedulePaused`] (a paused schedule enqueues nothing: resume it
+    /// first), [`ClientError::UnknownSchedule`], [`ClientError::Database`].
+    pub async fn trigger_schedule(&self, name: &str) -> Result<bool, ClientError> {
+        self.control_schedule(name, "trigger").await
+    }
+
+    /// `harel_schedule_control`: whether it changed anything.
+    async fn control_schedule(&self, name: &str, action: &str) -> Result<bool, ClientError> {
+        let answer = self
+            .store
+            .schedule_control(&self.pool, name, action)
+            .await
+            .map_err(DatabaseError::new)?;
+        match answer.as_str() {
+            "done" => Ok(true),
+            "unchanged" => Ok(false),
+            "paused" => Err(ClientError::SchedulePaused(name.to_owned())),
+            "not_found" => Err(ClientError::UnknownSchedule(name.to_owned())),
+            _ => Err(ClientError::UnexpectedReply),
+        }
     }
 }
 
@@ -139,10 +201,16 @@ pub struct ScheduleInfo {
     pub name: String,
     /// How it was last declared: `cron <expression> (<time zone>)` or `every <n>s`.
     pub spec: String,
-    /// The last tick whose job was enqueued (`None`: none yet).
+    /// The last tick whose job was enqueued, or that passed while paused (after a resume,
+    /// at least the resume time) (`None`: none yet).
     pub last_tick: Option<DateTime<Utc>>,
     /// The tick after it, as the worker that enqueued it computed it.
     pub next_tick: Option<DateTime<Utc>>,
     /// When a worker last declared it or enqueued a tick.
     pub updated_at: DateTime<Utc>,
+    /// When an operator paused it ([`Client::pause_schedule`]); `None`: not paused.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// When an operator asked it to fire now ([`Client::trigger_schedule`]) and no worker
+    /// has fired it yet; `None`: no request waiting.
+    pub trigger_requested_at: Option<DateTime<Utc>>,
 }

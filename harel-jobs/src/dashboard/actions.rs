@@ -1,5 +1,6 @@
 //! The actions (POST): cancel a job or a group, retry or delete dead letters, pause or
-//! resume a queue, set a fairness key's weight or the queue's limit per key. Each checks
+//! resume a queue, set a fairness key's weight or the queue's limit per key, pause, resume
+//! or trigger a schedule. Each checks
 //! the read-only switch and the CSRF token first, then calls the library and redirects
 //! (303) to a page that shows the outcome.
 
@@ -264,6 +265,30 @@ async fn set_paused(ctx: &Ctx, body: &[u8], pause: bool) -> Result<Redirect, Pag
         "resumed"
     };
     Ok(ctx.redirect(&format!("/queues?done={done}")))
+}
+
+/// `POST /schedules/pause`, `/schedules/resume`, `/schedules/trigger` (`name`): then back
+/// to the schedules, saying what was done.
+pub(crate) async fn control_schedule(
+    State(ctx): State<Ctx>,
+    Path(action): Path<String>,
+    body: Bytes,
+) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let name = form
+        .get("name")
+        .ok_or_else(|| PageError::BadRequest("no schedule named".into()))?;
+    let (changed, done) = match action.as_str() {
+        "pause" => (ctx.client.pause_schedule(name).await?, "schedule_paused"),
+        "resume" => (ctx.client.resume_schedule(name).await?, "schedule_resumed"),
+        "trigger" => (
+            ctx.client.trigger_schedule(name).await?,
+            "schedule_triggered",
+        ),
+        _ => return Err(PageError::NotFound(format!("no action {action:?}"))),
+    };
+    let done = if changed { done } else { "schedule_unchanged" };
+    Ok(ctx.redirect(&format!("/schedules?done={done}")))
 }
 
 /// `POST /queues/weight` (`name`, `key`, `weight`): a fairness key's weight in a queue,

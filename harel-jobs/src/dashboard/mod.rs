@@ -21,7 +21,7 @@
 //! (set a key's weight), jobs newest first by state, kind, group and queue with keyset
 //! pagination and a search by id, a job's page (cancel, run now), groups (cancel a group),
 //! dead letters (retry, delete, one, the ticked ones, or all a filter matches in batches),
-//! schedules (stale ones marked). Every page's work is bounded whatever the queue holds:
+//! schedules (stale ones marked; pause, resume, trigger now). Every page's work is bounded whatever the queue holds:
 //! the same bounded calls as the library's (see [`Client::jobs`], [`Client::groups`],
 //! [`Stats`](crate::Stats)). The overview, the jobs list, a job's page and the queues page
 //! refresh themselves while open (the script fetches the page again every 5 s, paused while
@@ -211,6 +211,7 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
         .route("/dead/delete", post(actions::delete_dead))
         .route("/dead/all", post(actions::dead_all))
         .route("/schedules", get(pages::schedules))
+        .route("/schedules/{action}", post(actions::control_schedule))
         .route("/workflows", get(workflows::list))
         .route("/workflows/{id}", get(workflows::show))
         .route("/workflows/{id}/cancel", post(workflows::cancel))
@@ -321,7 +322,10 @@ impl IntoResponse for PageError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Self::Client(ClientError::InvalidArgument(_)) => StatusCode::BAD_REQUEST,
-            Self::Client(ClientError::UnknownQueue(_)) => StatusCode::NOT_FOUND,
+            Self::Client(ClientError::UnknownQueue(_) | ClientError::UnknownSchedule(_)) => {
+                StatusCode::NOT_FOUND
+            }
+            Self::Client(ClientError::SchedulePaused(_)) => StatusCode::CONFLICT,
             Self::Client(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let body = format!(

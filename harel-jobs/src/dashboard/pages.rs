@@ -82,6 +82,20 @@ impl Done {
                  their handlers return."
             ),
             "workflow_retried" => format!("Enqueued {n} failed task(s) again."),
+            "schedule_paused" => {
+                "Paused: no worker enqueues the schedule's ticks until it is resumed.".to_owned()
+            }
+            "schedule_resumed" => {
+                "Resumed: its next tick is the next one to come (the paused ones are not caught \
+                 up)."
+                    .to_owned()
+            }
+            "schedule_triggered" => {
+                "Triggered: a worker that declares the schedule enqueues one job at its next \
+                 pass."
+                    .to_owned()
+            }
+            "schedule_unchanged" => "Nothing to do: it was so already.".to_owned(),
             _ => return None,
         })
     }
@@ -1849,6 +1863,7 @@ pub(crate) struct SchedulesPage {
 pub(crate) async fn schedules(
     State(ctx): State<Ctx>,
     Query(page): Query<SchedulesPage>,
+    Query(done): Query<Done>,
 ) -> PageResult {
     let mut query = ScheduleQuery::new().limit(PAGE_SIZE);
     if let Some(after) = page.after.filter(|a| !a.is_empty()) {
@@ -1860,7 +1875,9 @@ pub(crate) async fn schedules(
         .schedules
         .iter()
         .map(|s| {
-            let status = if stale(s.next_tick, now) {
+            let mut status = if let Some(at) = s.paused_at {
+                format!("{} since {}", badge("paused"), time(at))
+            } else if stale(s.next_tick, now) {
                 format!(
                     "<span class=\"badge badge-stale\" title=\"its next tick is over \
                      {STALE_AFTER_MINUTES} min late: no worker declaring it seems to run\">stale</span>"
@@ -1868,32 +1885,86 @@ pub(crate) async fn schedules(
             } else {
                 badge("on time")
             };
-            vec![
+            if let Some(at) = s.trigger_requested_at {
+                status.push_str(&format!(
+                    "<br><span class=\"trigger-waiting\">triggered at {}: waiting for a worker \
+                     that declares it</span>",
+                    time(at)
+                ));
+            }
+            let mut row = vec![
                 escape(&s.name),
                 format!("<code>{}</code>", escape(&s.spec)),
                 opt_time(s.last_tick),
                 opt_time(s.next_tick),
                 status,
                 time(s.updated_at),
-            ]
+            ];
+            if !ctx.read_only {
+                let name = || vec![("name", s.name.clone())];
+                let mut buttons = if s.paused_at.is_some() {
+                    action(
+                        &ctx.href("/schedules/resume"),
+                        &ctx.csrf,
+                        &name(),
+                        "Resume",
+                        "",
+                        Some(&format!(
+                            "Resume the schedule {}? Its next tick is the next one to come: the \
+                             ticks that passed while paused are not caught up.",
+                            s.name
+                        )),
+                    )
+                } else {
+                    action(
+                        &ctx.href("/schedules/pause"),
+                        &ctx.csrf,
+                        &name(),
+                        "Pause",
+                        "danger",
+                        Some(&format!(
+                            "Pause the schedule {}? No worker enqueues its ticks until it is \
+                             resumed.",
+                            s.name
+                        )),
+                    )
+                };
+                if s.paused_at.is_none() {
+                    buttons.push_str(&action(
+                        &ctx.href("/schedules/trigger"),
+                        &ctx.csrf,
+                        &name(),
+                        "Trigger now",
+                        "",
+                        Some(&format!(
+                            "Enqueue one job of the schedule {} now, besides its ticks?",
+                            s.name
+                        )),
+                    ));
+                }
+                row.push(buttons);
+            }
+            row
         })
         .collect();
-    let mut body = table(
-        &[
-            "Name",
-            "Schedule",
-            "Last tick",
-            "Next tick",
-            "Status",
-            "Declared or ticked",
-        ],
-        &rows,
-        "No periodic schedules.",
-    );
+    let mut headers = vec![
+        "Name",
+        "Schedule",
+        "Last tick",
+        "Next tick",
+        "Status",
+        "Declared or ticked",
+    ];
+    if !ctx.read_only {
+        headers.push("");
+    }
+    let mut body = table(&headers, &rows, "No periodic schedules.");
     body.push_str(&format!(
         "<p class=\"muted\" id=\"schedules-total\">{} schedule(s) in all. A schedule is \
          stale when its next tick is more than {STALE_AFTER_MINUTES} minutes in the past: the \
-         workers that declare it are gone or stuck.</p>",
+         workers that declare it are gone or stuck. A paused schedule enqueues no tick until \
+         resumed; a trigger enqueues one job at the next pass of a worker that declares it \
+         (within seconds).</p>",
         schedules.total
     ));
     if let Some(next) = schedules.next {
@@ -1902,7 +1973,7 @@ pub(crate) async fn schedules(
             escape(&ctx.href(&format!("/schedules?after={}", query_value(&next))))
         ));
     }
-    let shell = ctx.shell("Schedules", "/schedules", &Done::default());
+    let shell = ctx.shell("Schedules", "/schedules", &done);
     Ok(ctx.render(&shell, &body))
 }
 

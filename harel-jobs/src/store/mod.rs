@@ -46,9 +46,10 @@
 //! | [`workers_list`](Store::workers_list) | `harel_workers` |
 //! | [`worker_report`](Store::worker_report) | `harel_worker_report` |
 //! | [`throughput_list`](Store::throughput_list) | `harel_throughput` |
-//! | [`schedules_list`](Store::schedules_list), [`schedules_last_ticks`](Store::schedules_last_ticks) | `harel_schedules` |
+//! | [`schedules_list`](Store::schedules_list), [`schedules_last_ticks`](Store::schedules_last_ticks), [`schedules_triggers`](Store::schedules_triggers) | `harel_schedules` |
 //! | [`schedule_fire_if_due`](Store::schedule_fire_if_due) | `harel_schedule_fire` |
 //! | [`schedule_delete`](Store::schedule_delete) | `harel_delete_schedule` |
+//! | [`schedule_control`](Store::schedule_control) | `harel_schedule_control` |
 //! | [`dead_letters_list`](Store::dead_letters_list), [`dead_letter_get`](Store::dead_letter_get), [`dead_letters_count`](Store::dead_letters_count) | `SELECT` on `dead_letters` |
 //! | [`dead_letters_retry`](Store::dead_letters_retry) | `DELETE` on `dead_letters`, then `harel_publish` |
 //! | [`dead_letters_delete`](Store::dead_letters_delete), [`dead_letters_purge_before`](Store::dead_letters_purge_before) | `DELETE` on `dead_letters` |
@@ -230,6 +231,10 @@ statements! {
     ScheduleFireIfDue = schedules::FIRE_IF_DUE,
     /// [`Store::schedule_delete`].
     ScheduleDelete = schedules::DELETE,
+    /// [`Store::schedules_triggers`].
+    SchedulesTriggers = schedules::TRIGGERS,
+    /// [`Store::schedule_control`].
+    ScheduleControl = schedules::CONTROL,
     /// [`Store::dead_letters_list`].
     DeadLettersList = dead_letters::LIST,
     /// [`Store::dead_letter_get`].

@@ -1,21 +1,29 @@
-//! Periodic schedules: fire a tick, read the last ticks, list and delete schedules.
+//! Periodic schedules: fire a tick or a trigger, read the last ticks and the triggers,
+//! list, delete, pause, resume and trigger schedules.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
 use super::{Statement, Store};
 
-pub(super) const LIST: &str = "SELECT name, spec, last_tick, next_tick, updated_at, total
+pub(super) const LIST: &str =
+    "SELECT name, spec, last_tick, next_tick, updated_at, total, paused_at, trigger_requested_at
        FROM @schema@.harel_schedules(NULL, $1, $2)";
 
 pub(super) const LAST_TICKS: &str = "SELECT name, last_tick FROM @schema@.harel_schedules($1)";
 
+pub(super) const TRIGGERS: &str = "SELECT name, trigger_requested_at
+       FROM @schema@.harel_schedules($1) WHERE trigger_requested_at IS NOT NULL";
+
 pub(super) const FIRE_IF_DUE: &str =
-    "SELECT @schema@.harel_schedule_fire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+    "SELECT @schema@.harel_schedule_fire($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+pub(super) const CONTROL: &str = "SELECT @schema@.harel_schedule_control($1, $2)";
 
 pub(super) const DELETE: &str = "SELECT @schema@.harel_delete_schedule($1)";
 
-/// A row of `harel_schedules`: name, spec, last tick, next tick, updated, total.
+/// A row of `harel_schedules`: name, spec, last tick, next tick, updated, total, paused
+/// at, trigger requested at.
 pub(crate) type ScheduleRow = (
     String,
     String,
@@ -23,6 +31,8 @@ pub(crate) type ScheduleRow = (
     Option<DateTime<Utc>>,
     DateTime<Utc>,
     i64,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
 );
 
 /// One call of `harel_schedule_fire`: a schedule's declaration, and the job of one of its
@@ -51,6 +61,9 @@ pub(crate) struct Fire<'a> {
     pub unique_key: Option<&'a str>,
     /// How long the key is held after completion, in milliseconds.
     pub unique_hold_ms: Option<i64>,
+    /// An operator's request to fire now, as `harel_schedules` showed it (`tick` is then
+    /// its time); `None`: `tick` is one of the schedule's ticks.
+    pub trigger: Option<DateTime<Utc>>,
 }
 
 impl Store {
@@ -75,6 +88,7 @@ impl Store {
             .bind(fire.queue)
             .bind(fire.unique_key)
             .bind(fire.unique_hold_ms)
+            .bind(fire.trigger)
             .persistent(self.persistent())
             .fetch_one(executor)
             .await
@@ -90,6 +104,37 @@ impl Store {
             .bind(names)
             .persistent(self.persistent())
             .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_schedules` for the schedules named: those with an operator's request to fire
+    /// now, and the request's time.
+    pub(crate) async fn schedules_triggers<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        names: &[&str],
+    ) -> Result<Vec<(String, DateTime<Utc>)>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::SchedulesTriggers))
+            .bind(names)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_schedule_control`: pauses, resumes or triggers a schedule (`action`
+    /// `pause`, `resume`, `trigger`). Returns the function's answer: `done`, `unchanged`,
+    /// `paused` (a trigger refused) or `not_found`.
+    pub(crate) async fn schedule_control<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        name: &str,
+        action: &str,
+    ) -> Result<String, sqlx::Error> {
+        sqlx::query_scalar(self.sql(Statement::ScheduleControl))
+            .bind(name)
+            .bind(action)
+            .persistent(self.persistent())
+            .fetch_one(executor)
             .await
     }
 

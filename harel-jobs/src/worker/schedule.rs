@@ -1,6 +1,8 @@
 //! The scheduler: enqueues the jobs of the pool's periodic schedules, one per tick across
 //! every worker that declares the schedule (`harel_schedule_fire` decides, in the
-//! database, which worker's call enqueues a tick).
+//! database, which worker's call enqueues a tick). It also looks, every [`TRIGGER_POLL`],
+//! for an operator's request to fire a schedule now (`Client::trigger_schedule`), and fires
+//! it (`harel_schedule_fire` with the request: one worker's call claims it).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +32,10 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// How long to wait before firing again a tick the database's clock had not reached.
 const NOT_DUE_RETRY: Duration = Duration::from_millis(200);
+
+/// How often the scheduler looks for operators' requests to fire a schedule now (one
+/// `harel_schedules` call for the pool's schedules).
+const TRIGGER_POLL: Duration = Duration::from_secs(2);
 
 /// Where one schedule stands in this worker.
 struct Cursor {
@@ -87,21 +93,37 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         };
         let missed = job.schedule.due(last, started);
         if missed.is_empty() {
-            let declared = fire(&shared, job, None).await;
+            let declared = fire(&shared, job, None, None).await;
             if let Err(error) = declared {
                 tracing::warn!(schedule = job.schedule.name(), error = %error, "cannot declare the schedule");
             }
         }
         for tick in missed {
-            if !fire_logged(&shared, job, tick, &mut cursor).await {
+            // a shutdown stops between ticks and stops waiting for a tick being enqueued
+            // (one statement: if already sent, it may still commit)
+            let fired = tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                fired = fire_logged(&shared, job, tick, &mut cursor) => fired,
+            };
+            if !fired {
                 break;
             }
         }
         cursors.push(cursor);
     }
 
+    let mut next_poll = tokio::time::Instant::now();
+    // the requests whose job this worker could not make: not tried again
+    let mut unmade: Vec<(String, DateTime<Utc>)> = Vec::new();
     loop {
         shared.faults.check(WorkerTask::Scheduler)?;
+        if tokio::time::Instant::now() >= next_poll {
+            tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                () = fire_triggers(&shared, &mut unmade) => {}
+            }
+            next_poll = tokio::time::Instant::now() + TRIGGER_POLL;
+        }
         let now = Utc::now();
         // fire what is due, then sleep until the next tick of any schedule
         let mut wake: Option<DateTime<Utc>> = None;
@@ -115,7 +137,11 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             // usually one tick; several when this worker fell behind (the database was
             // unreachable, the process was paused): the policy's most recent ones
             for tick in job.schedule.live_ticks(cursor.done_through(), now) {
-                if !fire_logged(&shared, job, tick, cursor).await {
+                let fired = tokio::select! {
+                    () = stop.cancelled() => return Ok(()),
+                    fired = fire_logged(&shared, job, tick, cursor) => fired,
+                };
+                if !fired {
                     break;
                 }
             }
@@ -131,7 +157,8 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             Some(at) => at.min(tokio::time::Instant::now() + until_tick),
             None if wake.is_none() => tokio::time::Instant::now() + Duration::from_secs(3600),
             None => tokio::time::Instant::now() + until_tick,
-        };
+        }
+        .min(next_poll);
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
             () = tokio::time::sleep_until(sleep_until) => {}
@@ -147,7 +174,7 @@ async fn fire_logged<S: Send + Sync + 'static>(
     tick: DateTime<Utc>,
     cursor: &mut Cursor,
 ) -> bool {
-    match fire(shared, job, Some(tick)).await {
+    match fire(shared, job, Some(tick), None).await {
         Ok(Some(0)) => {
             // the database's clock has not reached the tick: ours runs ahead
             tracing::debug!(
@@ -197,12 +224,75 @@ async fn fire_logged<S: Send + Sync + 'static>(
     true
 }
 
+/// Fires the operators' requests waiting for this pool's schedules, each as a job whose
+/// tick is the request's time; logs what it could not do (a request whose call failed
+/// stays in the database, and is tried again at the next poll; one whose job could not be
+/// made is kept in `unmade` and not tried again by this worker).
+async fn fire_triggers<S: Send + Sync + 'static>(
+    shared: &Shared<S>,
+    unmade: &mut Vec<(String, DateTime<Utc>)>,
+) {
+    let names: Vec<&str> = shared.schedules.iter().map(|j| j.schedule.name()).collect();
+    let read = on_pooled(
+        &shared.pool,
+        shared.config.transaction_pooler,
+        async |connection: &mut PgConnection| {
+            shared.store.schedules_triggers(connection, &names).await
+        },
+    );
+    let requests = match bounded(shared.config.database_timeout, read).await {
+        Ok(requests) => requests,
+        Err(error) => {
+            tracing::warn!(error = %error, "cannot read the schedules' trigger requests; trying again");
+            return;
+        }
+    };
+    // forget the requests that are gone (fired elsewhere, dropped by a pause)
+    unmade.retain(|request| requests.contains(request));
+    for (name, requested_at) in requests {
+        if unmade.contains(&(name.clone(), requested_at)) {
+            continue;
+        }
+        let Some(job) = shared.schedules.iter().find(|j| j.schedule.name() == name) else {
+            continue;
+        };
+        match fire(shared, job, Some(requested_at), Some(requested_at)).await {
+            Ok(Some(id)) if id < 0 => tracing::info!(
+                schedule = %name,
+                holder = -id,
+                "the triggered job is a duplicate of a queued unique job: not enqueued"
+            ),
+            Ok(Some(id)) => {
+                tracing::info!(schedule = %name, job_id = id, "triggered job enqueued");
+            }
+            Ok(None) => {
+                tracing::debug!(schedule = %name, "trigger already fired by another worker, or paused");
+            }
+            Err(FireError::Job(error)) => {
+                tracing::error!(
+                    schedule = %name,
+                    error = %error,
+                    "the triggered job could not be made: this worker leaves the request"
+                );
+                unmade.push((name, requested_at));
+            }
+            Err(error) => tracing::warn!(
+                schedule = %name,
+                error = %error,
+                "cannot enqueue the triggered job; trying again"
+            ),
+        }
+    }
+}
+
 /// One call of `harel_schedule_fire`: the job of `tick` (or, `None`, only the schedule's
-/// declaration). Returns the new job's id, `None` if another worker had enqueued it.
+/// declaration); `trigger`: the operator's request it fires instead of a tick. Returns the
+/// new job's id, `None` if another worker had enqueued it.
 async fn fire<S: Send + Sync + 'static>(
     shared: &Shared<S>,
     job: &PeriodicJob,
     tick: Option<DateTime<Utc>>,
+    trigger: Option<DateTime<Utc>>,
 ) -> Result<Option<i64>, FireError> {
     // Some(0): the database's clock has not reached `tick` (nothing written)
     let schedule = &job.schedule;
@@ -210,6 +300,7 @@ async fn fire<S: Send + Sync + 'static>(
         Some(tick) => Some((job.make)(tick).map_err(FireError::Job)?),
         None => None,
     };
+    // (a trigger moves no tick: the function ignores it then)
     let next = schedule.next_after(tick.unwrap_or_else(Utc::now));
     let unique_hold_ms = match message.as_ref().and_then(|m| m.unique.as_ref()) {
         Some((_, Some(hold))) => Some(
@@ -233,6 +324,7 @@ async fn fire<S: Send + Sync + 'static>(
             .as_ref()
             .and_then(|m| m.unique.as_ref().map(|(key, _)| key.as_str())),
         unique_hold_ms,
+        trigger,
     };
     let pooler = shared.config.transaction_pooler;
     let call = on_pooled(

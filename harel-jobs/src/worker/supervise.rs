@@ -260,9 +260,9 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
         }
     }
 
-    // the scheduler first: it stopped enqueueing when claiming stopped; wait for it (a tick
-    // being enqueued is abandoned, its transaction rolled back), so that nothing is
-    // enqueued after "shutting down"
+    // the scheduler first: it stopped enqueueing when claiming stopped (between ticks, or
+    // no longer waiting for a tick's statement, which may still commit if already sent);
+    // wait for it, so that it starts nothing after "shutting down"
     if let Some(watched) = scheduler.as_mut() {
         match timeout_at(Instant::now() + STOP_WITHIN, watched.join()).await {
             Ok(reason) => failed.note(watched.task, reason),

@@ -11,10 +11,17 @@
 --   p_next_tick   the tick after it, as the worker computed it
 --   p_group, p_kind, p_payload, p_priority, p_queue, p_unique_key, p_unique_hold_ms
 --                 the job, as harel_publish takes them (p_queue NULL: 'default')
+--   p_trigger     NULL: p_tick is a tick of the schedule. Else an operator's request to
+--                 fire it now (harel_schedule_control 'trigger'), as harel_schedules showed
+--                 it: the job is enqueued if that request is still the row's (it is cleared
+--                 in the same statement: one worker fires it) and the schedule is not
+--                 paused; last_tick and next_tick do not move
 -- Returns: the job's id; for a unique job that is a duplicate of a queued one, the holder's
 --   id negated (the tick still counts as fired); NULL if this tick (or a later one) was
---   already enqueued, and for a declaration; 0, writing nothing, for a tick more than a
---   second ahead of the database's clock.
+--   already enqueued, for a tick of a paused schedule (it counts as passed: last_tick
+--   moves on, no job), for a trigger already fired (or dropped by a pause), and for a
+--   declaration; 0, writing nothing, for a tick more than a second ahead of the
+--   database's clock.
 -- Fence: the schedule's last_tick only moves forward, and the job is published in the same
 --   transaction: one job per tick, never none once the row moved. Ticks fire by each
 --   worker's clock, but a worker whose clock runs ahead cannot move the schedule past ticks
@@ -32,9 +39,11 @@
 --   1. Check the name and spec; a tick ahead of the database's clock: return 0.
 --   2. A new name: refused past the cap.
 --   3. A declaration: upsert the spec and next tick; return NULL.
---   4. Move the row's last tick to p_tick if it is older (insert the row if new); not
---      moved: return NULL.
---   5. Publish the job (harel_publish); return its id.
+--   4. A trigger: clear the row's request if it is still p_trigger and the schedule is
+--      not paused; not cleared: return NULL.
+--   5. A tick: move the row's last tick to p_tick if it is older (insert the row if new);
+--      not moved, or the schedule paused: return NULL.
+--   6. Publish the job (harel_publish); return its id.
 CREATE OR REPLACE FUNCTION "harel".harel_schedule_fire(
     p_name      TEXT,
     p_spec      TEXT,
@@ -46,7 +55,8 @@ CREATE OR REPLACE FUNCTION "harel".harel_schedule_fire(
     p_priority  SMALLINT,
     p_queue          TEXT DEFAULT NULL,
     p_unique_key     TEXT DEFAULT NULL,
-    p_unique_hold_ms BIGINT DEFAULT NULL
+    p_unique_hold_ms BIGINT DEFAULT NULL,
+    p_trigger        TIMESTAMPTZ DEFAULT NULL
 ) RETURNS BIGINT
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -56,7 +66,8 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_id BIGINT;
+    v_id     BIGINT;
+    v_paused TIMESTAMPTZ;
     c_max_schedules CONSTANT INT := 1000;
 BEGIN
     IF p_name IS NULL OR octet_length(p_name) NOT BETWEEN 1 AND 255
@@ -87,14 +98,28 @@ BEGIN
         RETURN NULL;
     END IF;
 
-    INSERT INTO "harel".schedules AS s (name, spec, last_tick, next_tick)
-    VALUES (p_name, p_spec, p_tick, p_next_tick)
-    ON CONFLICT (name) DO UPDATE
-       SET last_tick = excluded.last_tick, next_tick = excluded.next_tick,
-           spec = excluded.spec, updated_at = statement_timestamp()
-     WHERE s.last_tick IS NULL OR s.last_tick < excluded.last_tick;
-    IF NOT FOUND THEN
-        RETURN NULL;
+    IF p_trigger IS NOT NULL THEN
+        -- the row lock serialises workers claiming the same request: the second finds it
+        -- cleared
+        UPDATE "harel".schedules s
+           SET trigger_requested_at = NULL, updated_at = statement_timestamp()
+         WHERE s.name = p_name AND s.trigger_requested_at = p_trigger
+           AND s.paused_at IS NULL;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    ELSE
+        -- a paused schedule's tick passes without a job, so no worker fires it later
+        INSERT INTO "harel".schedules AS s (name, spec, last_tick, next_tick)
+        VALUES (p_name, p_spec, p_tick, p_next_tick)
+        ON CONFLICT (name) DO UPDATE
+           SET last_tick = excluded.last_tick, next_tick = excluded.next_tick,
+               spec = excluded.spec, updated_at = statement_timestamp()
+         WHERE s.last_tick IS NULL OR s.last_tick < excluded.last_tick
+        RETURNING s.paused_at INTO v_paused;
+        IF NOT FOUND OR v_paused IS NOT NULL THEN
+            RETURN NULL;
+        END IF;
     END IF;
 
     SELECT p.s INTO v_id
@@ -112,5 +137,5 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION "harel".harel_schedule_fire(
-    TEXT, TEXT, TIMESTAMPTZ, TIMESTAMPTZ, TEXT, TEXT, TEXT, SMALLINT, TEXT, TEXT, BIGINT)
-    FROM PUBLIC;
+    TEXT, TEXT, TIMESTAMPTZ, TIMESTAMPTZ, TEXT, TEXT, TEXT, SMALLINT, TEXT, TEXT, BIGINT,
+    TIMESTAMPTZ) FROM PUBLIC;

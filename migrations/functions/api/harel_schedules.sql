@@ -9,6 +9,8 @@
 --   p_limit  at most this many schedules in a page, 1 to 1,000
 -- Returns one row per schedule, by name:
 --   name, spec, last_tick, next_tick, updated_at
+--   paused_at             when an operator paused it (NULL: not paused)
+--   trigger_requested_at  an operator's request to fire it now, not yet fired (NULL: none)
 --   total  for a page, the number of schedules in the schema (about 1,000 at most:
 --          harel_schedule_fire's cap), so nothing is left out without saying so; for
 --          p_names, the number of names asked for
@@ -26,7 +28,9 @@ CREATE OR REPLACE FUNCTION "harel".harel_schedules(
     last_tick  TIMESTAMPTZ,
     next_tick  TIMESTAMPTZ,
     updated_at TIMESTAMPTZ,
-    total      BIGINT
+    total      BIGINT,
+    paused_at  TIMESTAMPTZ,
+    trigger_requested_at TIMESTAMPTZ
 )
 LANGUAGE plpgsql
 STABLE
@@ -47,7 +51,8 @@ BEGIN
         -- (an index-only count of a table of at most about 1,000 rows)
         SELECT count(*) INTO v_total FROM "harel".schedules s;
         RETURN QUERY
-        SELECT s.name, s.spec, s.last_tick, s.next_tick, s.updated_at, v_total
+        SELECT s.name, s.spec, s.last_tick, s.next_tick, s.updated_at, v_total,
+               s.paused_at, s.trigger_requested_at
           FROM "harel".schedules s
          WHERE p_after IS NULL OR s.name > p_after
          ORDER BY s.name
@@ -55,7 +60,7 @@ BEGIN
     ELSE
         RETURN QUERY
         SELECT s.name, s.spec, s.last_tick, s.next_tick, s.updated_at,
-               cardinality(p_names)::bigint
+               cardinality(p_names)::bigint, s.paused_at, s.trigger_requested_at
           FROM "harel".schedules s
          WHERE s.name = ANY (p_names)
          ORDER BY s.name;
