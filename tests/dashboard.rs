@@ -1555,6 +1555,135 @@ async fn wait_for_live(client: &Browser, attribute: &str, at_least: i64) {
     }
 }
 
+/// The overview's chart split by queue (issue 30): a pool serving two queues runs work in
+/// both, and the chart draws a series per queue, each a colour of its own, the legend
+/// naming both queues, under the labelled axes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_draws_a_series_per_queue_named_in_its_legend() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 5).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    for (n, lane) in ["default", "default", "mail"].into_iter().enumerate() {
+        owner
+            .enqueue(
+                &q.pool,
+                SendEmail {
+                    to: format!("{n}@example.com"),
+                },
+            )
+            .queue(lane)
+            .await
+            .unwrap();
+    }
+    let worker = owner
+        .worker(())
+        .register::<SendEmail>()
+        .queue("default", 1)
+        .queue("mail", 1)
+        .poll_interval(Duration::from_millis(100))
+        .report_interval(Duration::from_millis(100))
+        .build()
+        .unwrap()
+        .start();
+    let began = Instant::now();
+    loop {
+        let pools = owner.workers(Duration::from_secs(60), 10).await.unwrap();
+        if pools.workers.iter().map(|pool| pool.succeeded).sum::<u64>() == 3 {
+            break;
+        }
+        assert!(began.elapsed() < Duration::from_secs(60), "{pools:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.shutdown().await.unwrap();
+
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string()])
+        .unwrap();
+    serve_on(listener, dashboard::router_with(queue.clone(), config));
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+    client.goto(&format!("{base}/")).await.unwrap();
+
+    // the legend: the busiest queue first, each beside its colour's key
+    let keys = client
+        .find_all(Locator::Css("#chart-legend .series"))
+        .await
+        .unwrap();
+    let mut legend = Vec::new();
+    for key in keys {
+        let colour = key
+            .find(Locator::Css("i.key"))
+            .await
+            .unwrap()
+            .attr("class")
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        legend.push((key.text().await.unwrap().trim().to_owned(), colour));
+    }
+    assert_eq!(
+        legend,
+        [
+            ("default".to_owned(), "key q0".to_owned()),
+            ("mail".to_owned(), "key q1".to_owned())
+        ]
+    );
+    // the colours differ as drawn (the stylesheet's, under the CSP), bars of both are there
+    let drawn = client
+        .execute(
+            "return ['q0', 'q1'].map(c => getComputedStyle(document.querySelector(\
+             '#chart-legend i.key.' + c)).backgroundColor);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let drawn: Vec<String> = serde_json::from_value(drawn).unwrap();
+    assert_ne!(drawn[0], drawn[1], "{drawn:?}");
+    assert!(drawn.iter().all(|c| c != "rgba(0, 0, 0, 0)"), "{drawn:?}");
+    for series in ["q0", "q1"] {
+        let bars = client
+            .find_all(Locator::Css(&format!(
+                "figure.chart g.minute rect.{series}"
+            )))
+            .await
+            .unwrap();
+        assert!(!bars.is_empty(), "no bar of {series}");
+    }
+    // the tooltip of the minute names both queues' counts
+    let titles = client
+        .execute(
+            "return Array.from(document.querySelectorAll('figure.chart g.minute title'))\
+             .map(t => t.textContent).filter(t => t.includes('; '));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let titles: Vec<String> = serde_json::from_value(titles).unwrap();
+    let counted = titles.iter().fold((0, 0), |(d, m), title| {
+        let of = |name: &str| {
+            title
+                .split("; ")
+                .filter_map(|part| part.strip_prefix(name))
+                .filter_map(|n| n.trim().parse::<u32>().ok())
+                .sum::<u32>()
+        };
+        (d + of("default "), m + of("mail "))
+    });
+    assert_eq!(counted, (2, 1), "{titles:?}");
+    // the axes, labelled as before
+    let chart = text(&client, "figure.chart").await;
+    assert!(
+        chart.contains("jobs a minute") && chart.contains("minute (UTC)"),
+        "{chart}"
+    );
+    screenshot(&client, "overview_chart_by_queue").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
     let q = SuiteSchema::new().await;

@@ -213,6 +213,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_steps",
         "harel_take_key",
         "harel_throughput",
+        "harel_throughput_by_queue",
         "harel_top_groups",
         "harel_unpark",
         "harel_worker_report",
@@ -456,7 +457,7 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
     .execute(&q.pool)
     .await
     .unwrap();
-    // 0010 runs again, as on a schema of the release before it (and 0011 to 0018 after
+    // 0010 runs again, as on a schema of the release before it (and 0011 to 0019 after
     // it, their objects dropped first)
     sqlx::raw_sql(q.sql(
         "DELETE FROM @schema@._migrations WHERE version >= 10;
@@ -469,6 +470,10 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
          ALTER TABLE @schema@.job_history DROP COLUMN worker;
          ALTER TABLE @schema@.schedules DROP COLUMN paused_at,
              DROP COLUMN trigger_requested_at;
+         ALTER TABLE @schema@.throughput DROP COLUMN queue, ADD PRIMARY KEY (minute, worker);
+         ALTER TABLE @schema@.workers DROP COLUMN counted_queues,
+             DROP COLUMN counted_succeeded, DROP COLUMN counted_failed,
+             DROP COLUMN counted_dead;
          DROP VIEW @schema@.jobs;
          CREATE VIEW @schema@.jobs AS SELECT 1::bigint AS seq;
          DROP TABLE @schema@.fair_keys;
@@ -634,4 +639,61 @@ async fn the_jobs_view_shows_each_jobs_queue_and_trace_context() {
         "read with the view's grant alone"
     );
     pool.close().await;
+}
+
+/// Migration 0019: a worker role of the previous release (granted `harel_worker_report` of
+/// ten arguments) keeps reporting after the upgrade with its old call, which the new
+/// function takes (its totals by queue default to NULL); what such a pool did counts under
+/// its queue when it serves one, else under "" (not by queue), and rows written before the
+/// upgrade count under "".
+#[tokio::test]
+async fn a_worker_of_the_previous_release_reports_after_0019() {
+    let q = SuiteSchema::new().await;
+    // the schema as the previous release left it: 0019 not applied, the old signature
+    // (its body does not matter here) and a row of throughput without a queue
+    sqlx::raw_sql(q.sql(
+        "DELETE FROM @schema@._migrations WHERE version = 19;
+         ALTER TABLE @schema@.throughput DROP COLUMN queue, ADD PRIMARY KEY (minute, worker);
+         ALTER TABLE @schema@.workers DROP COLUMN counted_queues,
+             DROP COLUMN counted_succeeded, DROP COLUMN counted_failed,
+             DROP COLUMN counted_dead;
+         DROP FUNCTION @schema@.harel_worker_report(UUID, TEXT, INT, TEXT[], INT, INT, BIGINT,
+             BIGINT, BIGINT, BOOLEAN, TEXT[], BIGINT[], BIGINT[], BIGINT[]);
+         CREATE FUNCTION @schema@.harel_worker_report(UUID, TEXT, INT, TEXT[], INT, INT, BIGINT,
+             BIGINT, BIGINT, BOOLEAN) RETURNS VOID LANGUAGE sql AS 'SELECT';
+         INSERT INTO @schema@.throughput (minute, worker, succeeded, failed, dead)
+         VALUES (date_trunc('minute', now()), gen_random_uuid(), 5, 0, 0);",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let role = TestRole::with_grants(
+        &q,
+        &[
+            "USAGE ON SCHEMA @schema@",
+            "EXECUTE ON FUNCTION @schema@.harel_worker_report",
+        ],
+    )
+    .await;
+    migrate_schema(&q.pool, &q.schema).await.unwrap();
+
+    let worker = pool_with(&role.url, 1).await;
+    sqlx::raw_sql(q.sql(
+        "SELECT @schema@.harel_worker_report(gen_random_uuid(), 'old', 1, ARRAY['mail'], 1, 0,
+                3, 1, 0, false);
+         SELECT @schema@.harel_worker_report(gen_random_uuid(), 'old', 2,
+                ARRAY['mail', 'default'], 1, 0, 2, 0, 0, false);",
+    ))
+    .execute(&worker)
+    .await
+    .expect("the previous release's call, with its grant, after the upgrade");
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(q.sql(
+        "SELECT queue, sum(succeeded)::bigint, sum(failed)::bigint
+           FROM @schema@.throughput GROUP BY queue ORDER BY queue",
+    ))
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, [("".to_owned(), 7, 0), ("mail".to_owned(), 3, 1)]);
+    worker.close().await;
 }

@@ -225,8 +225,8 @@ pub use client::{
     Cancel, CancelOutcome, Client, DeadLetter, DeadLetterQuery, DeadLetters, FairKeyInfo,
     FairKeyPage, GroupInfo, GroupPage, GroupQuery, GroupRank, GroupStatus, JobInfo, JobPage,
     JobQuery, JobState, KeyLimits, LevelDepth, MAX_FAIR_KEY_PAGE, QueueInfo, QueueLimits,
-    RateLimit, RunNowOutcome, ScheduleInfo, SchedulePage, ScheduleQuery, StateFilter, Stats,
-    ThroughputMinute, TopGroups, WorkerInfo, WorkerList,
+    QueueSeries, RateLimit, RunNowOutcome, ScheduleInfo, SchedulePage, ScheduleQuery, StateFilter,
+    Stats, ThroughputByQueue, ThroughputMinute, TopGroups, WorkerInfo, WorkerList,
 };
 pub use client::{
     CancelWorkflow, ParentOutcomes, TaskInfo, TaskPage, WorkflowCancelled, WorkflowInfo,
@@ -269,7 +269,8 @@ pub use vocabulary::{
     MAX_DEPENDENCIES, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT, MAX_GROUP_PAGE, MAX_PAGE,
     MAX_REASON_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_STEP_BYTES_PER_JOB,
     MAX_STEP_NAME_BYTES, MAX_STEP_RESULT_BYTES, MAX_STEPS_PER_JOB, MAX_TASK_NAME_BYTES,
-    MAX_THROUGHPUT_MINUTES, MAX_TOP_GROUPS, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
+    MAX_THROUGHPUT_MINUTES, MAX_THROUGHPUT_QUEUES, MAX_TOP_GROUPS, MAX_WORKER_QUEUES_LISTED,
+    MAX_WORKERS_LISTED,
 };
 #[cfg(feature = "__fault_injection")]
 #[doc(hidden)]

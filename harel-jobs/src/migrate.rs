@@ -148,6 +148,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0018_schedule_controls.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 19,
+        name: "throughput_by_queue",
+        sql: include_str!("../sql/migrations/0019_throughput_by_queue.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied: the internal helpers first, then the
@@ -389,6 +395,11 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_throughput.sql"),
     },
     Function {
+        name: "harel_throughput_by_queue",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_throughput_by_queue.sql"),
+    },
+    Function {
         name: "harel_elect",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_elect.sql"),
@@ -431,7 +442,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 18;
+pub const SCHEMA_VERSION: i32 = 19;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

@@ -107,6 +107,9 @@ pub const GROUP_JOBS_COUNT_CAP: u32 = 1_000;
 pub const MAX_TOP_GROUPS: u32 = 100;
 /// The most minutes `Client::throughput` looks back: a day.
 pub const MAX_THROUGHPUT_MINUTES: u32 = 1_440;
+/// The most queues `Client::throughput_by_queue` gives a series of their own (the others
+/// are folded into one).
+pub const MAX_THROUGHPUT_QUEUES: u32 = 100;
 /// The most pools one `Client::workers` listing returns.
 pub const MAX_WORKERS_LISTED: u32 = 1_000;
 /// The most queue names a listing gives of each pool (`WorkerInfo::queues`;

@@ -215,6 +215,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_fair_keys",
     "EXECUTE ON FUNCTION @schema@.harel_workers",
     "EXECUTE ON FUNCTION @schema@.harel_throughput",
+    "EXECUTE ON FUNCTION @schema@.harel_throughput_by_queue",
     "EXECUTE ON FUNCTION @schema@.harel_delete_schedule",
     "EXECUTE ON FUNCTION @schema@.harel_schedule_control",
     "EXECUTE ON FUNCTION @schema@.harel_workflows",

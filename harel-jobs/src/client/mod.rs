@@ -22,8 +22,9 @@
 //! - `groups.rs`: [`Client::groups`], [`Client::group`], [`Client::top_groups`];
 //!   [`GroupInfo`], [`GroupPage`], [`GroupQuery`], [`GroupRank`], [`GroupStatus`],
 //!   [`TopGroups`].
-//! - `workers.rs`: the worker pools' reports: [`Client::workers`], [`Client::throughput`];
-//!   [`WorkerInfo`], [`WorkerList`], [`ThroughputMinute`].
+//! - `workers.rs`: the worker pools' reports: [`Client::workers`], [`Client::throughput`],
+//!   [`Client::throughput_by_queue`]; [`WorkerInfo`], [`WorkerList`], [`ThroughputMinute`],
+//!   [`ThroughputByQueue`], [`QueueSeries`].
 //! - `schedules.rs`: the periodic schedules: [`Client::schedules`],
 //!   [`Client::delete_schedule`]; [`ScheduleQuery`], [`SchedulePage`], [`ScheduleInfo`].
 //! - `stats.rs`: the schema's figures at one moment: [`Client::stats`]; [`Stats`] (its
@@ -59,7 +60,7 @@ pub use jobs::{
 pub use queues::{LevelDepth, QueueInfo, QueueLimits, RateLimit};
 pub use schedules::{ScheduleInfo, SchedulePage, ScheduleQuery};
 pub use stats::Stats;
-pub use workers::{ThroughputMinute, WorkerInfo, WorkerList};
+pub use workers::{QueueSeries, ThroughputByQueue, ThroughputMinute, WorkerInfo, WorkerList};
 pub use workflows::{
     CancelWorkflow, ParentOutcomes, TaskInfo, TaskPage, WorkflowCancelled, WorkflowInfo,
     WorkflowPage, WorkflowQuery, WorkflowState,

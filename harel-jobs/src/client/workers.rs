@@ -1,12 +1,15 @@
 //! The worker pools as an operator sees them: which are up, where, serving what, and what
-//! they did over the last minutes ([`Client::workers`], [`Client::throughput`]), from the
+//! they did over the last minutes ([`Client::workers`], [`Client::throughput`],
+//! [`Client::throughput_by_queue`]), from the
 //! reports each pool writes about every 10 seconds.
 
 use std::time::Duration;
 
 use super::Client;
 use crate::error::{ClientError, DatabaseError};
-use crate::vocabulary::{MAX_THROUGHPUT_MINUTES, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED};
+use crate::vocabulary::{
+    MAX_THROUGHPUT_MINUTES, MAX_THROUGHPUT_QUEUES, MAX_WORKER_QUEUES_LISTED, MAX_WORKERS_LISTED,
+};
 use chrono::{DateTime, Utc};
 
 /// A worker pool, as its last report described it ([`Client::workers`]).
@@ -73,6 +76,33 @@ pub struct ThroughputMinute {
     pub failed: u64,
     /// Jobs dead-lettered.
     pub dead: u64,
+}
+
+/// What the worker pools did per minute, by queue ([`Client::throughput_by_queue`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ThroughputByQueue {
+    /// A series per queue, the busiest over the period first (succeeded + failed + dead),
+    /// at most the `top` asked for, then, when more queues did something, one of the
+    /// others together ([`QueueSeries::queue`] `None`). Empty when no pool reported
+    /// anything over the period. Each minute's figures over every series add up to
+    /// [`Client::throughput`]'s of that minute.
+    pub series: Vec<QueueSeries>,
+    /// How many queues the series of the others holds (0: none was folded).
+    pub folded: u32,
+}
+
+/// One queue's minutes ([`ThroughputByQueue::series`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueSeries {
+    /// The queue; `Some("")` for what was counted not by queue (by pools of a release
+    /// before this one, that serve more than one queue); `None` for the series of the
+    /// other queues together ([`ThroughputByQueue::folded`] of them).
+    pub queue: Option<String>,
+    /// One entry per minute, oldest first, zeros included; the last is the current
+    /// minute, still filling.
+    pub minutes: Vec<ThroughputMinute>,
 }
 
 fn count(n: i64) -> u64 {
@@ -162,5 +192,57 @@ impl Client {
                 dead: count(dead),
             })
             .collect())
+    }
+
+    /// [`Client::throughput`] split by queue: a series per queue for the `top` busiest
+    /// over the last `minutes` (`top` 1 to [`MAX_THROUGHPUT_QUEUES`], `minutes` 1 to
+    /// [`MAX_THROUGHPUT_MINUTES`]) and one of the other queues together, saying how many
+    /// it folded. Counted by the pools per queue they serve; a pool of the release before
+    /// this one counts under its queue if it serves one, else under `""`. One round trip.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidArgument`] for `minutes` or `top` out of range,
+    /// [`ClientError::Database`].
+    pub async fn throughput_by_queue(
+        &self,
+        minutes: u32,
+        top: u32,
+    ) -> Result<ThroughputByQueue, ClientError> {
+        if !(1..=MAX_THROUGHPUT_MINUTES).contains(&minutes) {
+            return Err(ClientError::InvalidArgument(
+                "throughput is read over 1 to 1,440 minutes",
+            ));
+        }
+        if !(1..=MAX_THROUGHPUT_QUEUES).contains(&top) {
+            return Err(ClientError::InvalidArgument(
+                "throughput is split into 1 to 100 queues and the others",
+            ));
+        }
+        let rows = self
+            .store()
+            .throughput_by_queue_list(self.pool(), minutes as i32, top as i32)
+            .await
+            .map_err(DatabaseError::new)?;
+        let folded = rows
+            .first()
+            .map_or(0, |row| u32::try_from(row.5).unwrap_or(0));
+        // (the rows come series by series, each series' minutes together)
+        let mut series: Vec<QueueSeries> = Vec::new();
+        for (minute, queue, succeeded, failed, dead, _) in rows {
+            let entry = ThroughputMinute {
+                minute,
+                succeeded: count(succeeded),
+                failed: count(failed),
+                dead: count(dead),
+            };
+            match series.last_mut() {
+                Some(last) if last.queue == queue => last.minutes.push(entry),
+                _ => series.push(QueueSeries {
+                    queue,
+                    minutes: vec![entry],
+                }),
+            }
+        }
+        Ok(ThroughputByQueue { series, folded })
     }
 }

@@ -253,6 +253,10 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
         .filter(|s| stale(s.next_tick, now))
         .count();
     let throughput = ctx.client.throughput(CHART_MINUTES).await?;
+    let by_queue = ctx
+        .client
+        .throughput_by_queue(CHART_MINUTES, CHART_QUEUES)
+        .await?;
     let workers = ctx
         .client
         .workers(std::time::Duration::from_secs(5 * 60), WORKERS_SHOWN)
@@ -286,7 +290,7 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
     body.push_str("</div>");
     body.push_str(&format!(
         "<h2>The last {CHART_MINUTES} minutes</h2>{}",
-        chart(&throughput)
+        chart(&throughput, &by_queue)
     ));
     body.push_str(&format!(
         "<section id=\"depth\"><h2>Depth by queue and priority</h2>{}</section>",
@@ -475,17 +479,55 @@ fn depth_table(depth: &[LevelDepth]) -> String {
 /// Minutes the overview's chart shows.
 const CHART_MINUTES: u32 = 30;
 
-/// Jobs succeeded (green) and attempts failed (red) per minute, as an inline SVG bar chart
-/// (no script), each bar with its figures as a tooltip.
-fn chart(minutes: &[crate::client::ThroughputMinute]) -> String {
+/// How many queues the chart draws a series of their own for (the others are one more).
+const CHART_QUEUES: u32 = 8;
+
+/// A series' name in the chart's legend and tooltips.
+fn series_name(series: &crate::client::QueueSeries, folded: u32) -> String {
+    match series.queue.as_deref() {
+        None => format!("{folded} other queue(s)"),
+        Some("") => "not by queue".to_owned(),
+        Some(queue) => queue.to_owned(),
+    }
+}
+
+/// Jobs succeeded, failed and dead per minute, as an inline SVG bar chart (no script, no
+/// inline style): stacked bars, a colour per queue (classes `q0` to `q8`, the busiest at
+/// the bottom), under the axes of the total they add up to, each bar with its figures as
+/// a tooltip, and a legend naming the queues.
+fn chart(
+    minutes: &[crate::client::ThroughputMinute],
+    by_queue: &crate::client::ThroughputByQueue,
+) -> String {
     const WIDTH: u64 = 900;
     const HEIGHT: u64 = 140;
     // (saturating: the counts are what worker roles reported, whatever they are)
     let all = |m: &crate::client::ThroughputMinute| {
         m.succeeded.saturating_add(m.failed).saturating_add(m.dead)
     };
+    // each series' figures of a minute (the two readings may straddle a minute's turn: a
+    // minute one of them lacks counts 0 there)
+    let of = |series: &crate::client::QueueSeries, at: chrono::DateTime<chrono::Utc>| {
+        series
+            .minutes
+            .iter()
+            .find(|m| m.minute == at)
+            .map_or(0, all)
+    };
+    let stacked = |at| {
+        by_queue
+            .series
+            .iter()
+            .map(|series| of(series, at))
+            .fold(0, u64::saturating_add)
+    };
     let total: u64 = minutes.iter().map(all).fold(0, u64::saturating_add);
-    let peak = minutes.iter().map(all).max().unwrap_or(0).max(1);
+    let peak = minutes
+        .iter()
+        .map(|m| all(m).max(stacked(m.minute)))
+        .max()
+        .unwrap_or(0)
+        .max(1);
     // a bar's height in the chart: `n` of `peak`, in u128 (no overflow), at most `HEIGHT`
     // (the peak reaches the top, where the y axis says it)
     let scaled = |n: u64| (u128::from(n) * u128::from(HEIGHT) / u128::from(peak)) as u64;
@@ -494,23 +536,37 @@ fn chart(minutes: &[crate::client::ThroughputMinute]) -> String {
     for (n, minute) in minutes.iter().enumerate() {
         let x = n as u64 * slot + 1;
         let w = slot.saturating_sub(2).max(1);
-        let ok = scaled(minute.succeeded);
-        let bad = scaled(minute.failed.saturating_add(minute.dead)).min(HEIGHT - ok);
-        let title = format!(
+        let mut title = format!(
             "{}: {} succeeded, {} failed, {} dead",
             minute.minute.format("%H:%M"),
             minute.succeeded,
             minute.failed,
             minute.dead
         );
+        let mut stack = String::new();
+        let mut top = HEIGHT;
+        for (index, series) in by_queue.series.iter().enumerate() {
+            let count = of(series, minute.minute);
+            if count == 0 {
+                continue;
+            }
+            title.push_str(&format!(
+                "; {} {count}",
+                series_name(series, by_queue.folded)
+            ));
+            let height = scaled(count).min(top);
+            top -= height;
+            stack.push_str(&format!(
+                "<rect x=\"{x}\" y=\"{top}\" width=\"{w}\" height=\"{height}\" \
+                 class=\"q{}\"/>",
+                index.min(CHART_QUEUES as usize)
+            ));
+        }
         bars.push_str(&format!(
             "<g class=\"minute\"><title>{}</title>\
              <rect x=\"{x}\" y=\"0\" width=\"{w}\" height=\"{HEIGHT}\" class=\"slot\"/>\
-             <rect x=\"{x}\" y=\"{}\" width=\"{w}\" height=\"{ok}\" class=\"ok\"/>\
-             <rect x=\"{x}\" y=\"{}\" width=\"{w}\" height=\"{bad}\" class=\"bad\"/></g>",
+             {stack}</g>",
             escape(&title),
-            HEIGHT - ok,
-            HEIGHT - ok - bad,
         ));
     }
     // the axes, in HTML around the SVG (text in a stretched SVG would stretch with it, and
@@ -543,15 +599,28 @@ fn chart(minutes: &[crate::client::ThroughputMinute]) -> String {
         x_axis.push_str(&format!("<span>{label}</span>"));
     }
     x_axis.push_str("</div>");
+    // the legend: a key per series, in the stack's order (bottom first)
+    let mut legend = String::from("<span id=\"chart-legend\">");
+    if by_queue.series.is_empty() {
+        legend.push_str("by queue: none did anything yet");
+    }
+    for (index, series) in by_queue.series.iter().enumerate() {
+        legend.push_str(&format!(
+            "<span class=\"series\"><i class=\"key q{}\"></i>{}</span>",
+            index.min(CHART_QUEUES as usize),
+            escape(&series_name(series, by_queue.folded))
+        ));
+    }
+    legend.push_str("</span>");
     format!(
-        "<figure class=\"chart\"><div class=\"y-title\">jobs a minute</div>\
+        "<figure class=\"chart\"><div class=\"y-title\">jobs a minute (succeeded, failed or \
+         dead), by queue</div>\
          <div class=\"plot\">{y_axis}<svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" \
-         aria-label=\"jobs per minute: {total} in all, at most {peak} a minute\" \
+         aria-label=\"jobs per minute by queue: {total} in all, at most {peak} a minute\" \
          preserveAspectRatio=\"none\">{bars}{grid}</svg></div>\
          <div class=\"x-row\"><div class=\"y-axis-gap\"></div>{x_axis}</div>\
          <div class=\"x-title\">minute (UTC)</div>\
-         <figcaption><span><i class=\"key ok\"></i>succeeded \
-         <i class=\"key bad\"></i>failed or dead · {total} in all, at most {peak} a minute \
+         <figcaption>{legend}<span>{total} in all, at most {peak} a minute \
          (reported by the worker pools every 10 s)</span></figcaption></figure>"
     )
 }
@@ -2042,7 +2111,29 @@ mod tests {
                 dead: 0,
             })
             .collect();
-        let html = chart(&minutes);
+        // split by queue: mail did 1 a minute and 5 in the last, reports 2 in the last
+        let series = |queue: &str, last: (u64, u64)| crate::client::QueueSeries {
+            queue: Some(queue.to_owned()),
+            minutes: minutes
+                .iter()
+                .enumerate()
+                .map(|(n, m)| crate::client::ThroughputMinute {
+                    minute: m.minute,
+                    succeeded: if n == 29 {
+                        last.0
+                    } else {
+                        u64::from(queue == "mail")
+                    },
+                    failed: if n == 29 { last.1 } else { 0 },
+                    dead: 0,
+                })
+                .collect(),
+        };
+        let by_queue = crate::client::ThroughputByQueue {
+            series: vec![series("mail", (4, 1)), series("reports", (2, 0))],
+            folded: 0,
+        };
+        let html = chart(&minutes, &by_queue);
         // values on the y axis: the peak (7 a minute), half of it, 0
         assert!(
             html.contains(
@@ -2060,8 +2151,23 @@ mod tests {
         }
         assert!(!x.contains("02:30"), "{x}");
         assert!(html.contains("jobs a minute") && html.contains("minute (UTC)"));
-        // the peak minute's bar fills the chart's height
-        assert!(html.contains("height=\"120\" class=\"ok\""), "{html}");
+        // the peak minute's bar fills the chart's height, stacked by queue: mail's 5 of 7
+        // at the bottom, reports' 2 on top
+        assert!(html.contains("height=\"100\" class=\"q0\""), "{html}");
+        assert!(
+            html.contains("y=\"0\" width=\"28\" height=\"40\" class=\"q1\""),
+            "{html}"
+        );
+        // a minute where reports did nothing has no rectangle of it
+        assert_eq!(html.matches("class=\"q1\"").count(), 1, "{html}");
+        // the legend names each queue beside its colour
+        assert!(
+            html.contains(
+                "<span class=\"series\"><i class=\"key q0\"></i>mail</span>\
+                 <span class=\"series\"><i class=\"key q1\"></i>reports</span>"
+            ),
+            "{html}"
+        );
     }
 
     #[test]

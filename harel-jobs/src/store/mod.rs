@@ -46,6 +46,7 @@
 //! | [`workers_list`](Store::workers_list) | `harel_workers` |
 //! | [`worker_report`](Store::worker_report) | `harel_worker_report` |
 //! | [`throughput_list`](Store::throughput_list) | `harel_throughput` |
+//! | [`throughput_by_queue_list`](Store::throughput_by_queue_list) | `harel_throughput_by_queue` |
 //! | [`schedules_list`](Store::schedules_list), [`schedules_last_ticks`](Store::schedules_last_ticks), [`schedules_triggers`](Store::schedules_triggers) | `harel_schedules` |
 //! | [`schedule_fire_if_due`](Store::schedule_fire_if_due) | `harel_schedule_fire` |
 //! | [`schedule_delete`](Store::schedule_delete) | `harel_delete_schedule` |
@@ -223,6 +224,8 @@ statements! {
     WorkerReport = workers::REPORT,
     /// [`Store::throughput_list`].
     ThroughputList = workers::THROUGHPUT,
+    /// [`Store::throughput_by_queue_list`].
+    ThroughputByQueueList = workers::THROUGHPUT_BY_QUEUE,
     /// [`Store::schedules_list`].
     SchedulesList = schedules::LIST,
     /// [`Store::schedules_last_ticks`].

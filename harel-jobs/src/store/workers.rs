@@ -13,10 +13,14 @@ pub(super) const LIST: &str =
        FROM @schema@.harel_workers($1, $2, $3)";
 
 pub(super) const REPORT: &str =
-    "SELECT @schema@.harel_worker_report($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    "SELECT @schema@.harel_worker_report($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+                                         $13, $14)";
 
 pub(super) const THROUGHPUT: &str =
     "SELECT minute, succeeded, failed, dead FROM @schema@.harel_throughput($1)";
+
+pub(super) const THROUGHPUT_BY_QUEUE: &str = "SELECT minute, queue, succeeded, failed, dead, folded
+       FROM @schema@.harel_throughput_by_queue($1, $2)";
 
 /// A row of `harel_workers`: id, host, pid, queues, queue count, concurrency, running,
 /// succeeded, failed, dead, started, seen, stopped, total.
@@ -39,6 +43,10 @@ pub(crate) type WorkerRow = (
 
 /// A row of `harel_throughput`: the minute, jobs succeeded, attempts failed, jobs dead.
 pub(crate) type ThroughputRow = (DateTime<Utc>, i64, i64, i64);
+
+/// A row of `harel_throughput_by_queue`: the minute, the queue (`None`: the folded ones),
+/// jobs succeeded, attempts failed, jobs dead, how many queues were folded.
+pub(crate) type ThroughputByQueueRow = (DateTime<Utc>, Option<String>, i64, i64, i64, i32);
 
 /// A pool's report of itself, for `harel_worker_report`.
 #[derive(Debug)]
@@ -63,6 +71,15 @@ pub(crate) struct Report<'a> {
     pub dead: i64,
     /// Whether this is its last report (a graceful shutdown).
     pub stopping: bool,
+    /// Its totals since it started by queue: the queues, and aligned with them jobs
+    /// completed, attempts failed, jobs dead-lettered.
+    pub counted_queues: &'a [&'a str],
+    /// Jobs completed per queue of `counted_queues`.
+    pub counted_succeeded: &'a [i64],
+    /// Attempts failed per queue of `counted_queues`.
+    pub counted_failed: &'a [i64],
+    /// Jobs dead-lettered per queue of `counted_queues`.
+    pub counted_dead: &'a [i64],
 }
 
 impl Store {
@@ -101,6 +118,10 @@ impl Store {
             .bind(report.failed)
             .bind(report.dead)
             .bind(report.stopping)
+            .bind(report.counted_queues)
+            .bind(report.counted_succeeded)
+            .bind(report.counted_failed)
+            .bind(report.counted_dead)
             .persistent(self.persistent())
             .execute(executor)
             .await?;
@@ -116,6 +137,23 @@ impl Store {
     ) -> Result<Vec<ThroughputRow>, sqlx::Error> {
         sqlx::query_as(self.sql(Statement::ThroughputList))
             .bind(minutes)
+            .persistent(self.persistent())
+            .fetch_all(executor)
+            .await
+    }
+
+    /// `harel_throughput_by_queue`: what every pool together did per minute over the last
+    /// `minutes`, a series per queue of the `top` busiest and one of the others folded,
+    /// busiest first, each oldest first.
+    pub(crate) async fn throughput_by_queue_list<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        minutes: i32,
+        top: i32,
+    ) -> Result<Vec<ThroughputByQueueRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::ThroughputByQueueList))
+            .bind(minutes)
+            .bind(top)
             .persistent(self.persistent())
             .fetch_all(executor)
             .await

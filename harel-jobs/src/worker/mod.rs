@@ -636,21 +636,24 @@ impl<S: Send + Sync + 'static> WorkerBuilder<S> {
             self.config.prepared_statements(),
         );
         let worker_id = uuid::Uuid::new_v4();
+        let lanes: Vec<Lane> = self
+            .config
+            .lanes()
+            .into_iter()
+            .map(|(queue, concurrency)| Lane::new(queue, concurrency, self.config.claim_batch))
+            .collect();
+        // counted by queue as well, for the report (a pool serves at most 1,000 queues)
+        let stats = Stats::for_queues(lanes.iter().map(|lane| Arc::clone(&lane.queue)));
         let shared = Shared {
             pool: self.pool,
             transport: Transport::on(store.clone()).worker_id(worker_id),
             store,
             state: self.state,
             registry: self.registry,
-            lanes: self
-                .config
-                .lanes()
-                .into_iter()
-                .map(|(queue, concurrency)| Lane::new(queue, concurrency, self.config.claim_batch))
-                .collect(),
+            lanes,
             config: self.config,
             inflight: InFlight::default(),
-            stats: Stats::default(),
+            stats,
             stop_claiming: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
             faults: self.faults,

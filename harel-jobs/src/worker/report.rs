@@ -1,7 +1,8 @@
 //! The pool's report of itself (`harel_worker_report`, migration 0008): where it runs, the
 //! queues it serves, its running jobs and its counters, about every 10 seconds and once
 //! more when it stops, so that operators see the pools that are up and what they did
-//! lately (`Client::workers`, `Client::throughput`).
+//! lately (`Client::workers`, `Client::throughput`), with its counters by queue too
+//! (migration 0019: `Client::throughput_by_queue`).
 
 use std::time::Duration;
 
@@ -42,7 +43,10 @@ pub(super) async fn report<S>(
     stopping: bool,
     limit: Duration,
 ) -> Result<(), DatabaseError> {
+    // (the totals first, then by queue: see `Stats::by_queue`)
     let stats = shared.stats.snapshot();
+    let by_queue = shared.stats.by_queue();
+    let counted_queues: Vec<&str> = by_queue.iter().map(|totals| &*totals.0).collect();
     let queues: Vec<&str> = shared.lanes.iter().map(|lane| &*lane.queue).collect();
     let concurrency = shared.config.total_concurrency();
     let running = shared.inflight.len();
@@ -59,6 +63,10 @@ pub(super) async fn report<S>(
         failed: as_i64(stats.retried + stats.dead_lettered),
         dead: as_i64(stats.dead_lettered),
         stopping,
+        counted_queues: &counted_queues,
+        counted_succeeded: &by_queue.iter().map(|t| as_i64(t.1)).collect::<Vec<_>>(),
+        counted_failed: &by_queue.iter().map(|t| as_i64(t.2)).collect::<Vec<_>>(),
+        counted_dead: &by_queue.iter().map(|t| as_i64(t.3)).collect::<Vec<_>>(),
     };
     let call = on_pooled(
         &shared.pool,

@@ -1,5 +1,7 @@
 //! Counters of what a worker pool did, for logs, tests and dashboards.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::retry::Decision;
@@ -47,13 +49,45 @@ pub(crate) struct Stats {
     leases_lost: AtomicU64,
     database_errors: AtomicU64,
     outcomes_dropped: AtomicU64,
+    /// The same by queue, for each queue the pool serves (its lanes: at most 1,000), made
+    /// when the pool starts and only read after: jobs succeeded, attempts failed, jobs dead.
+    by_queue: HashMap<Arc<str>, QueueCounters>,
 }
+
+/// A queue's counters: what its throughput in the pool's report is taken from.
+#[derive(Debug, Default)]
+struct QueueCounters {
+    succeeded: AtomicU64,
+    failed: AtomicU64,
+    dead: AtomicU64,
+}
+
+/// A queue's totals since the pool started: the queue, jobs succeeded, attempts failed
+/// (retried or dead-lettered), jobs dead-lettered.
+pub(crate) type QueueTotals = (Arc<str>, u64, u64, u64);
 
 fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
 }
 
 impl Stats {
+    /// Counters for a pool serving `queues` (counted by queue too).
+    pub fn for_queues(queues: impl IntoIterator<Item = Arc<str>>) -> Self {
+        Self {
+            by_queue: queues
+                .into_iter()
+                .map(|queue| (queue, QueueCounters::default()))
+                .collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The queue's counters (none for a queue the pool does not serve: the report counts
+    /// what no queue took under no queue).
+    fn queue(&self, labels: &Labels) -> Option<&QueueCounters> {
+        self.by_queue.get(&labels.queue)
+    }
+
     /// A job (with its metrics labels) was claimed.
     pub fn claimed(&self, labels: &Labels) {
         bump(&self.claimed, 1);
@@ -64,10 +98,16 @@ impl Stats {
         let counter = match decision {
             Decision::Succeeded => {
                 crate::telemetry::succeeded(labels);
+                if let Some(queue) = self.queue(labels) {
+                    bump(&queue.succeeded, 1);
+                }
                 &self.succeeded
             }
             Decision::Retry { .. } => {
                 crate::telemetry::retried(labels);
+                if let Some(queue) = self.queue(labels) {
+                    bump(&queue.failed, 1);
+                }
                 &self.retried
             }
             Decision::Snooze(_) => {
@@ -76,6 +116,7 @@ impl Stats {
             }
             Decision::Dead { .. } => {
                 crate::telemetry::dead_lettered(labels);
+                self.queue_dead(labels);
                 &self.dead_lettered
             }
             Decision::Released { .. } => &self.released,
@@ -83,8 +124,38 @@ impl Stats {
         bump(counter, 1);
     }
     pub fn dead_lettered(&self, labels: &Labels) {
+        // (the queue's counters first, the total's after: see `by_queue`)
+        self.queue_dead(labels);
         bump(&self.dead_lettered, 1);
         crate::telemetry::dead_lettered(labels);
+    }
+    /// A dead letter counts as a failed attempt too (as in the report's totals).
+    fn queue_dead(&self, labels: &Labels) {
+        if let Some(queue) = self.queue(labels) {
+            bump(&queue.failed, 1);
+            bump(&queue.dead, 1);
+        }
+    }
+
+    /// Each served queue's totals, by name. A queue's counters are bumped before the
+    /// pool's: read after `snapshot`, they hold at least what it counted (the report's
+    /// queues never count less than its totals, and no settle counts as "not by queue").
+    pub fn by_queue(&self) -> Vec<QueueTotals> {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let mut totals: Vec<QueueTotals> = self
+            .by_queue
+            .iter()
+            .map(|(queue, counters)| {
+                (
+                    Arc::clone(queue),
+                    read(&counters.succeeded),
+                    read(&counters.failed),
+                    read(&counters.dead),
+                )
+            })
+            .collect();
+        totals.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        totals
     }
     pub fn cancelled(&self, labels: &Labels) {
         bump(&self.cancelled, 1);
