@@ -330,8 +330,16 @@ async fn shard(_ctx: JobContext<Tally>, n: u32) -> JobResult {
     if n == 0 {
         return Err(JobError::permanent("shard 0 is corrupt"));
     }
+    // a slow shard: a workflow of them is still running when the cancel comes, however
+    // fast the machine drains
+    if n >= SLOW_SHARD {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     Ok(())
 }
+
+/// Shards numbered from here take 5 ms each.
+const SLOW_SHARD: u32 = 1_000_000;
 
 /// Records its batch's counts as its context reads them.
 #[harel_jobs::job]
@@ -527,8 +535,12 @@ async fn cancelling_a_running_workflow_beside_its_settles_never_deadlocks() {
     for round in 0..3 {
         let mut w = client.workflow("big");
         for n in 0..300 {
-            w.task(format!("t{n}"), Shard { n: n + 1 }, &EnqueueOptions::new())
-                .unwrap();
+            w.task(
+                format!("t{n}"),
+                Shard { n: SLOW_SHARD + n },
+                &EnqueueOptions::new(),
+            )
+            .unwrap();
         }
         let enqueued = w.enqueue(&q.pool).await.unwrap();
         let tally = Tally {
