@@ -746,6 +746,42 @@ async fn worker_reports_are_bounded_and_listings_say_what_they_leave_out() {
     assert_eq!(q.count("workers").await, 10_000);
 }
 
+/// A pool's last report, at its shutdown, is final: a periodic report the shutdown
+/// interrupted, whose statement still ran after it, does not make the pool look running
+/// again (seen on a loaded machine: the dashboard showed a stopped pool as running).
+#[tokio::test]
+async fn a_stopped_pools_report_is_final() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, WORKER_GRANTS).await;
+    let worker = pool_with(&role.url, 1).await;
+    let id = uuid::Uuid::new_v4();
+    let report = |succeeded: i64, stopping: bool| {
+        sqlx::query(q.sql(
+            "SELECT @schema@.harel_worker_report($1, 'host', 1, ARRAY['default'], 1, 0,
+                    $2, 0, 0, $3)",
+        ))
+        .bind(id)
+        .bind(succeeded)
+        .bind(stopping)
+        .execute(&worker)
+    };
+    report(5, false).await.unwrap();
+    report(7, true).await.unwrap();
+    // the interrupted one, older and lower, arrives last
+    report(6, false).await.unwrap();
+    let jobs = queue(&q);
+    let list = jobs.workers(Duration::from_secs(300), 20).await.unwrap();
+    let pool = list
+        .workers
+        .iter()
+        .find(|pool| pool.id == id)
+        .expect("the pool is listed");
+    assert!(pool.stopped_at.is_some(), "{pool:?}");
+    assert_eq!(pool.succeeded, 7, "{pool:?}");
+    let minutes = jobs.throughput(5).await.unwrap();
+    assert_eq!(minutes.iter().map(|m| m.succeeded).sum::<u64>(), 7);
+}
+
 /// The worker role declares schedules: at most 1,000 per schema, and the operator's
 /// listing pages through every one, with the total.
 #[tokio::test]

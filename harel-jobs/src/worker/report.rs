@@ -12,8 +12,9 @@ use crate::error::DatabaseError;
 use crate::store::Report;
 use sqlx::PgConnection;
 
-/// The longest the last report, at shutdown, may hold the shutdown up.
-pub(super) const LAST_REPORT_WITHIN: Duration = Duration::from_secs(1);
+/// The longest the last report, at shutdown, may hold the shutdown up (it may wait for a
+/// connection and for the periodic report it interrupted, whose statement may still run).
+pub(super) const LAST_REPORT_WITHIN: Duration = Duration::from_secs(3);
 
 /// Where this process runs, as the operator will read it (read once per process).
 fn host() -> &'static str {

@@ -299,13 +299,19 @@ pub(super) async fn supervise<S: Send + Sync + 'static>(
     let unwritten = shared.inflight.len() + shared.unreleased_claims.load(Ordering::Relaxed);
 
     background.cancel();
-    // they stop at once, abandoning a pending call; bounded all the same
+    // they stop at once, abandoning a pending call; bounded all the same (the maintenance
+    // task makes the pool's last report first, within its own bound: on a loaded machine
+    // a second was seen not to be enough, and the pool then showed as running for ever)
     let stopped_by = Instant::now() + STOP_WITHIN;
-    let mut background = vec![&mut heartbeat];
-    background.extend(listener.as_mut());
-    background.extend(maintenance.as_mut());
-    for watched in background {
-        match timeout_at(stopped_by, watched.join()).await {
+    let mut background = vec![(&mut heartbeat, stopped_by)];
+    background.extend(listener.as_mut().map(|watched| (watched, stopped_by)));
+    background.extend(
+        maintenance
+            .as_mut()
+            .map(|watched| (watched, stopped_by + super::report::LAST_REPORT_WITHIN)),
+    );
+    for (watched, by) in background {
+        match timeout_at(by, watched.join()).await {
             Ok(reason) => failed.note(watched.task, reason),
             Err(_) => watched.abort(),
         }

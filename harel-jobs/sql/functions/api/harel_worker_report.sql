@@ -9,7 +9,7 @@
 --   p_concurrency, p_running  its concurrency and running jobs, 0 to 10,000,000
 --   p_succeeded, p_failed, p_dead  its totals since it started (jobs succeeded; attempts
 --                  failed, retried or not; jobs dead-lettered), 0 or more
---   p_stopping     a graceful stop: stopped_at is set
+--   p_stopping     a graceful stop: stopped_at is set, and the row is final from then on
 --   p_counted_queues, p_counted_succeeded, p_counted_failed, p_counted_dead
 --                  its totals since it started by queue (migration 0019): aligned arrays of
 --                  at most 1,000 distinct queue names and counts of 0 or more; all NULL
@@ -121,7 +121,10 @@ BEGIN
            failed = excluded.failed, dead = excluded.dead, seen_at = excluded.seen_at,
            stopped_at = excluded.stopped_at, counted_queues = excluded.counted_queues,
            counted_succeeded = excluded.counted_succeeded,
-           counted_failed = excluded.counted_failed, counted_dead = excluded.counted_dead;
+           counted_failed = excluded.counted_failed, counted_dead = excluded.counted_dead
+     -- a stopped pool's row is final: a periodic report its shutdown interrupted, whose
+     -- statement still ran, must not make it look running again (a pool's id is its run's)
+     WHERE w.stopped_at IS NULL;
 
     -- (both counts are 0 or more, so the difference cannot overflow)
     v_succeeded := GREATEST(p_succeeded - COALESCE(v_succeeded, 0), 0);
