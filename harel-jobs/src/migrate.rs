@@ -36,6 +36,13 @@ struct Function {
     sql: &'static str,
 }
 
+/// Every file `migrate` runs, by name: the migrations, then the functions.
+#[cfg(test)]
+pub(crate) fn texts() -> impl Iterator<Item = (&'static str, &'static str)> {
+    let migrations = MIGRATIONS.iter().map(|m| (m.name, m.sql));
+    migrations.chain(FUNCTIONS.iter().map(|f| (f.name, f.sql)))
+}
+
 /// Every versioned migration, oldest first. Released ones never change (sql/README.md).
 const MIGRATIONS: &[Migration] = &[
     Migration {

@@ -17,10 +17,10 @@
 DROP FUNCTION IF EXISTS @schema@.harel_worker_report(
     UUID, TEXT, INT, TEXT[], INT, INT, BIGINT, BIGINT, BIGINT, BOOLEAN);
 
-ALTER TABLE @schema@.throughput
-    ADD COLUMN queue TEXT NOT NULL DEFAULT '',
-    DROP CONSTRAINT throughput_pkey,
-    ADD PRIMARY KEY (minute, worker, queue);
+-- (three statements: Citus refuses ADD CONSTRAINT beside other subcommands)
+ALTER TABLE @schema@.throughput ADD COLUMN queue TEXT NOT NULL DEFAULT '';
+ALTER TABLE @schema@.throughput DROP CONSTRAINT throughput_pkey;
+ALTER TABLE @schema@.throughput ADD PRIMARY KEY (minute, worker, queue);
 
 ALTER TABLE @schema@.workers
     ADD COLUMN counted_queues    TEXT[],

@@ -49,14 +49,28 @@ pub(super) const APPLIED: &str =
 pub(super) const MIGRATION_RECORD: &str = "INSERT INTO @schema@._migrations (version, name, checksum) \
      VALUES ($1, $2, md5($3))";
 
+/// (`excluded.applied_at`, the column's default, rather than `now()`: Citus takes no
+/// function but an immutable one in `DO UPDATE SET`.)
 pub(super) const FUNCTION_RECORD: &str =
     "INSERT INTO @schema@._functions AS f (name, checksum, release)
      VALUES ($1, md5($2), $3)
      ON CONFLICT (name) DO UPDATE
         SET checksum = excluded.checksum, release = excluded.release,
-            applied_at = now()";
+            applied_at = excluded.applied_at";
 
 pub(super) const SCHEMA_DROP: &str = "DROP SCHEMA IF EXISTS @schema@ CASCADE";
+
+/// Runs `sql`'s statements one at a time on `tx`, by the simple query protocol (no
+/// parameters): Citus refuses a DDL string of several statements in a distributed schema
+/// (see [`statements`](super::statements)).
+async fn run_each(tx: &mut PgConnection, sql: &str) -> Result<(), sqlx::Error> {
+    for statement in super::statements::split(sql) {
+        sqlx::raw_sql(AssertSqlSafe(statement))
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
+}
 
 /// One row of [`Store::migrations_applied`]: what it is (`m`igration, `f`unction, `o`ur
 /// checksum), its key, a checksum and (functions) the release that applied it.
@@ -66,12 +80,9 @@ impl Store {
     /// Creates the schema and its bookkeeping tables if missing, and locks `_migrations`
     /// in `EXCLUSIVE` mode until the end of the caller's transaction (`tx`).
     ///
-    /// By the simple query protocol: several statements, no parameters.
+    /// Its statements one at a time, by the simple query protocol (see [`run_each`]).
     pub(crate) async fn migrations_lock(&self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
-        sqlx::raw_sql(self.sql(Statement::MigrationsLock))
-            .execute(tx)
-            .await?;
-        Ok(())
+        run_each(tx, &self.sql(Statement::MigrationsLock).0).await
     }
 
     /// Reads the bookkeeping (applied migrations and functions) and the checksums the
@@ -93,7 +104,8 @@ impl Store {
     /// Runs a migration file (`sql`, with `@schema@` to render) and records it as
     /// `version` `name`, with its checksum, in the caller's transaction.
     ///
-    /// The file by the simple query protocol: many statements, no parameters.
+    /// The file's statements one at a time, by the simple query protocol (see
+    /// [`run_each`]).
     pub(crate) async fn migration_apply(
         &self,
         tx: &mut PgConnection,
@@ -101,9 +113,7 @@ impl Store {
         name: &str,
         sql: &str,
     ) -> Result<(), sqlx::Error> {
-        sqlx::raw_sql(AssertSqlSafe(self.schema().render(sql)))
-            .execute(&mut *tx)
-            .await?;
+        run_each(tx, &self.schema().render(sql)).await?;
         sqlx::query(self.sql(Statement::MigrationRecord))
             .bind(version)
             .bind(name)
@@ -117,7 +127,8 @@ impl Store {
     /// Runs a function file (`sql`, with `@schema@` to render) and records it as `name`,
     /// with its checksum and the `release` that applied it, in the caller's transaction.
     ///
-    /// The file by the simple query protocol: many statements, no parameters.
+    /// The file's statements one at a time, by the simple query protocol (see
+    /// [`run_each`]).
     pub(crate) async fn function_apply(
         &self,
         tx: &mut PgConnection,
@@ -125,9 +136,7 @@ impl Store {
         sql: &str,
         release: &str,
     ) -> Result<(), sqlx::Error> {
-        sqlx::raw_sql(AssertSqlSafe(self.schema().render(sql)))
-            .execute(&mut *tx)
-            .await?;
+        run_each(tx, &self.schema().render(sql)).await?;
         sqlx::query(self.sql(Statement::FunctionRecord))
             .bind(name)
             .bind(sql)

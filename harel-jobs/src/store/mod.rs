@@ -83,6 +83,7 @@ mod migrations;
 mod queues;
 mod schedules;
 pub(crate) mod session;
+mod statements;
 mod stats;
 mod steps;
 mod testing;
