@@ -162,6 +162,14 @@ async fn enqueue_run_and_check(shards: &Shards) {
         expected,
         "each job in its route's shard"
     );
+    let queued = shards.stats().await.unwrap();
+    let total_queued = expected.iter().sum();
+    assert_eq!(
+        queued.jobs,
+        Count::Exact(total_queued),
+        "summed over the shards"
+    );
+    assert!(!queued.is_idle());
     let used: BTreeSet<usize> = (0..GROUPS).map(route).collect();
     assert_eq!(used.len(), shards.len(), "the groups use every shard");
 
