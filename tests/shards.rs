@@ -22,20 +22,20 @@ struct Seen {
     runs: Arc<Mutex<Vec<Run>>>,
 }
 
-/// One job run: the shard whose pool ran it, its group (`None`: a job without one) and its
+/// One job run: the shard whose pool ran it, its group (as the worker saw it) and its
 /// number within the group.
 #[derive(Clone, Debug)]
 struct Run {
     shard: usize,
-    group: Option<String>,
+    group: String,
     n: u32,
 }
 
 impl Seen {
-    fn record(&self, group: Option<String>, n: u32) {
+    fn record<S>(&self, ctx: &JobContext<S>, n: u32) {
         let run = Run {
             shard: self.shard,
-            group,
+            group: ctx.group().to_owned(),
             n,
         };
         self.runs.lock().unwrap().push(run);
@@ -45,20 +45,24 @@ impl Seen {
 /// A job of a group: the `n`-th of its group.
 #[job]
 async fn grouped(ctx: JobContext<Seen>, #[group] group: String, n: u32) -> JobResult {
-    ctx.state().record(Some(group), n);
+    let _ = group;
+    ctx.state().record(&ctx, n);
     Ok(())
 }
 
-/// A job without a group.
+/// A job without a group (unless an enqueue gives it one).
 #[job]
 async fn loose(ctx: JobContext<Seen>, n: u32) -> JobResult {
-    ctx.state().record(None, n);
+    ctx.state().record(&ctx, n);
     Ok(())
 }
 
 const GROUPS: usize = 30;
 const PER_GROUP: u32 = 6;
 const LOOSE: u32 = 12;
+/// The group given to `SHARED` loose jobs by their enqueue's options.
+const SHARED_GROUP: &str = "loose-shared";
+const SHARED: u32 = 5;
 
 fn group_name(g: usize) -> String {
     format!("account-{g}")
@@ -109,10 +113,11 @@ async fn jobs_per_shard(shards: &Shards) -> Vec<i64> {
 }
 
 /// Enqueues `GROUPS` groups of `PER_GROUP` jobs (the first half one by one through
-/// `Shards::enqueue`, the rest in a `ShardedBatch`; the groups interleaved) and `LOOSE`
-/// jobs without a group; checks each landed in its route's shard (counted in each schema),
-/// runs one worker pool per shard, and checks that every job ran once, each group in its
-/// shard and in order, the loose ones spread evenly.
+/// `Shards::enqueue`, the rest in a `ShardedBatch`; the groups interleaved), `SHARED` jobs
+/// into a group given by `Shards::enqueue_with`'s options, and `LOOSE` jobs without a
+/// group; checks each landed in its route's shard (counted in each schema), runs one worker
+/// pool per shard, and checks that every job ran once, each group in its shard and in
+/// order, the loose ones spread evenly.
 async fn enqueue_run_and_check(shards: &Shards) {
     let route = |g: usize| shards.shard_of_group(&group_id(g)).index();
     let mut expected = vec![0_i64; shards.len()];
@@ -128,6 +133,13 @@ async fn enqueue_run_and_check(shards: &Shards) {
             assert_eq!(id.shard, route(g), "the enqueue names its shard");
             expected[route(g)] += 1;
         }
+    }
+    let shared = shards.shard_of_group(SHARED_GROUP).index();
+    let options = EnqueueOptions::new().group(SHARED_GROUP);
+    for n in 0..SHARED {
+        let id = shards.enqueue_with(Loose { n }, &options).await.unwrap();
+        assert_eq!(id.shard, shared, "routed by the options' group");
+        expected[shared] += 1;
     }
     let mut batch = shards.batch();
     for n in PER_GROUP / 2..PER_GROUP {
@@ -175,7 +187,7 @@ async fn enqueue_run_and_check(shards: &Shards) {
 
     let runs = Arc::new(Mutex::new(Vec::new()));
     let handles = start_workers(shards, &runs);
-    let total = GROUPS * PER_GROUP as usize + LOOSE as usize;
+    let total = GROUPS * PER_GROUP as usize + (SHARED + LOOSE) as usize;
     let started = Instant::now();
     while runs.lock().unwrap().len() < total {
         assert!(
@@ -194,24 +206,33 @@ async fn enqueue_run_and_check(shards: &Shards) {
 
     let runs = runs.lock().unwrap().clone();
     assert_eq!(runs.len(), total, "every job ran exactly once");
-    let mut by_group: BTreeMap<String, Vec<&Run>> = BTreeMap::new();
-    let mut loose = Vec::new();
+    // each group's runs, in the order they ran
+    let mut by_group: BTreeMap<&str, Vec<&Run>> = BTreeMap::new();
     for run in &runs {
-        match &run.group {
-            Some(group) => by_group.entry(group.clone()).or_default().push(run),
-            None => loose.push(run.n),
-        }
+        by_group.entry(&run.group).or_default().push(run);
     }
-    assert_eq!(by_group.len(), GROUPS);
-    for g in 0..GROUPS {
-        let group_runs = &by_group[&group_name(g)];
+    let in_order_in = |group: &str, shard: usize, jobs: u32| {
+        let group_runs = &by_group[group];
         let order: Vec<u32> = group_runs.iter().map(|run| run.n).collect();
-        assert_eq!(order, (0..PER_GROUP).collect::<Vec<_>>(), "FIFO in {g}");
+        assert_eq!(order, (0..jobs).collect::<Vec<_>>(), "FIFO in {group}");
         assert!(
-            group_runs.iter().all(|run| run.shard == route(g)),
-            "group {g} ran in its shard only: {group_runs:?}"
+            group_runs.iter().all(|run| run.shard == shard),
+            "{group} ran in its shard only: {group_runs:?}"
         );
+    };
+    for g in 0..GROUPS {
+        in_order_in(&group_id(g), route(g), PER_GROUP);
     }
+    in_order_in(SHARED_GROUP, shared, SHARED);
+    // the loose jobs: a group of its own each
+    let mut loose: Vec<u32> = runs
+        .iter()
+        .filter(|run| run.group.starts_with("own:"))
+        .map(|run| run.n)
+        .collect();
+    // (a group of its own is named by its job's id, which is its shard's: not counted here)
+    let named = by_group.keys().filter(|g| !g.starts_with("own:")).count();
+    assert_eq!(named, GROUPS + 1);
     loose.sort_unstable();
     assert_eq!(loose, (0..LOOSE).collect::<Vec<_>>());
 }

@@ -4,20 +4,17 @@
 //!
 //! The route and what sharding changes are told on [`Shards`].
 
+use sqlx::{PgExecutor, PgPool};
 use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
-
-use chrono::{DateTime, Utc};
-use sqlx::{PgExecutor, PgPool};
 
 use crate::client::{Client, Stats};
 use crate::enqueue::{Enqueue, EnqueueOptions, JobBatch};
 use crate::error::{MigrateError, PublishError, ShardsError};
-use crate::job::{Job, Unique};
+use crate::job::Job;
 use crate::schema::Schema;
 use crate::transport::PreparedStatements;
 use crate::vocabulary::{JobId, MAX_SHARDS};
@@ -312,17 +309,36 @@ impl Shards {
         self.pick(route_key(job, &EnqueueOptions::new()).as_deref())
     }
 
-    /// Enqueues `job` into its shard, on that shard's pool: options go on the returned
-    /// [`ShardEnqueue`], and the shard is chosen from them when it is awaited, so a group or
-    /// unique key set there routes the job. Its id is a [`ShardedJobId`].
+    /// Enqueues `job` into its shard ([`shard_for`](Self::shard_for)), on that shard's
+    /// pool, in a transaction of its own; awaited, it answers the job's [`ShardedJobId`].
     ///
     /// To enqueue inside a transaction, use the job's shard: [`shard_for`](Self::shard_for)
     /// then [`Shard::enqueue`].
     pub fn enqueue<J: Job>(&self, job: J) -> ShardEnqueue<'_, J> {
+        self.enqueue_with(job, &EnqueueOptions::new())
+    }
+
+    /// Enqueues `job` with `options` (delay, priority, group, unique key, queue, fairness
+    /// key) as [`enqueue`](Self::enqueue) does, into the shard its group or unique key in
+    /// `options` routes it to: an override given here is the route. Parents
+    /// ([`EnqueueOptions::after`]) must be jobs of that shard.
+    ///
+    /// ```no_run
+    /// # use harel_jobs::{EnqueueOptions, Job, Shards};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Ping;
+    /// # impl Job for Ping { const KIND: &'static str = "ping"; }
+    /// # async fn example(shards: Shards) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// let later = EnqueueOptions::new().group("user-42").delay(Duration::from_secs(60));
+    /// let id = shards.enqueue_with(Ping, &later).await?;
+    /// assert_eq!(id.shard, shards.shard_of_group("user-42").index());
+    /// # Ok(()) }
+    /// ```
+    pub fn enqueue_with<J: Job>(&self, job: J, options: &EnqueueOptions) -> ShardEnqueue<'_, J> {
         ShardEnqueue {
             shards: self,
             job,
-            options: EnqueueOptions::new(),
+            options: options.clone(),
         }
     }
 
@@ -464,64 +480,17 @@ fn jump_consistent_hash(mut key: u64, buckets: u32) -> u32 {
     u32::try_from(bucket).unwrap_or(0)
 }
 
-/// One job on its way into its shard: options first, then `.await` (a [`ShardedJobId`]).
-/// Made by [`Shards::enqueue`]; enqueued on the shard's pool, in a transaction of its own.
+/// One job on its way into its shard, answering its [`ShardedJobId`] when awaited. Made by
+/// [`Shards::enqueue`] and [`Shards::enqueue_with`]; enqueued on the shard's pool, in a
+/// transaction of its own.
 ///
-/// The shard is chosen when it is awaited, from the options set here: a
-/// [`group`](Self::group) or a [`unique`](Self::unique) key set here is the route. There is
-/// no `after`: a dependency is within one shard, so enqueue dependent jobs with
-/// [`Shard::enqueue`] into their parent's shard.
+/// The shard is chosen when it is awaited, from the job and its options: a group or a
+/// unique key in the options is the route.
 #[must_use = "an enqueue does nothing until awaited"]
 pub struct ShardEnqueue<'s, J> {
     shards: &'s Shards,
     job: J,
     options: EnqueueOptions,
-}
-
-impl<J: Job> ShardEnqueue<'_, J> {
-    /// Puts the job in this group instead of its own, and routes it by that group (see
-    /// [`Enqueue::group`]).
-    pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.options = self.options.group(group);
-        self
-    }
-
-    /// Starts the job no sooner than `delay` from now (see [`Enqueue::delay`]).
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.options = self.options.delay(delay);
-        self
-    }
-
-    /// Starts the job no sooner than `time` (see [`Enqueue::not_before`]).
-    pub fn not_before(mut self, time: DateTime<Utc>) -> Self {
-        self.options = self.options.not_before(time);
-        self
-    }
-
-    /// Sets the priority, 0 to 4, within its shard (see [`Enqueue::priority`]).
-    pub fn priority(mut self, priority: u8) -> Self {
-        self.options = self.options.priority(priority);
-        self
-    }
-
-    /// Makes the job unique under `unique`'s key in its shard (see [`Enqueue::unique`]); a
-    /// job without a group is routed by that key, so its duplicates meet it.
-    pub fn unique(mut self, unique: Unique) -> Self {
-        self.options = self.options.unique(unique);
-        self
-    }
-
-    /// Puts the job in the named queue of its shard (see [`Enqueue::queue`]).
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.options = self.options.queue(queue);
-        self
-    }
-
-    /// Gives the job this fairness key in its shard (see [`Enqueue::fair_key`]).
-    pub fn fair_key(mut self, key: impl Into<String>) -> Self {
-        self.options = self.options.fair_key(key);
-        self
-    }
 }
 
 impl<'s, J: Job> IntoFuture for ShardEnqueue<'s, J> {
@@ -701,21 +670,6 @@ mod tests {
         assert_eq!(jump_consistent_hash(10_863_919_174_838_991, 11), 6);
         assert_eq!(jump_consistent_hash(2_016_238_256_797_177_309, 11), 3);
         assert_eq!(jump_consistent_hash(42, 0), 0, "no bucket: 0, not a panic");
-    }
-
-    #[test]
-    fn a_group_s_route_matches_its_reference_values() {
-        let shards = [1, 2, 4, 5, 16, 1024];
-        let cases: [(&str, [usize; 6]); 5] = [
-            ("", [0, 1, 1, 1, 13, 266]),
-            ("user-42", [0, 0, 0, 0, 9, 364]),
-            ("account:7", [0, 1, 2, 2, 6, 345]),
-            ("tenant/éclair", [0, 1, 1, 1, 9, 658]),
-            ("order-123456", [0, 0, 0, 0, 0, 731]),
-        ];
-        for (group, expected) in cases {
-            assert_eq!(shards.map(|n| route(group, n)), expected, "{group:?}");
-        }
     }
 
     #[test]
