@@ -4,12 +4,13 @@
 //!
 //! The route and what sharding changes are told on [`Shards`].
 
-use sqlx::{PgExecutor, PgPool};
 use std::collections::HashMap;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use sqlx::{PgExecutor, PgPool};
 
 use crate::client::{Client, Stats};
 use crate::enqueue::{Enqueue, EnqueueOptions, JobBatch};
@@ -289,8 +290,8 @@ impl Shards {
     }
 
     /// The shard of the group `group` (or of any route key: see
-    /// [the route](Self#the-route-part-of-what-is-stored)). The same group always gives the same shard, in every
-    /// process and release, for the same number of shards.
+    /// [the route](Self#the-route-part-of-what-is-stored)). The same group always gives the
+    /// same shard, in every process and release, for the same number of shards.
     ///
     /// `group` is the group id as the job is enqueued with it: [`Job::group`] (for a
     /// `#[group]` parameter that is the kind, `:` and the value, as in `sync_account:42`),
