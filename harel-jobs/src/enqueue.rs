@@ -154,6 +154,16 @@ impl EnqueueOptions {
         self
     }
 
+    /// The group override, if one was set.
+    pub(crate) fn group_override(&self) -> Option<&str> {
+        self.group.as_deref()
+    }
+
+    /// The unique key override, if one was set.
+    pub(crate) fn unique_override(&self) -> Option<&Unique> {
+        self.unique.as_ref()
+    }
+
     /// The queue a job of type `J` goes to: the override, else the type's.
     pub(crate) fn queue_for<J: Job>(&self) -> &str {
         self.queue.as_deref().unwrap_or(J::QUEUE)
@@ -348,6 +358,13 @@ impl<'c, J: Job, E: PgExecutor<'c>> Enqueue<'c, J, E> {
     /// [`EnqueueOptions::on_parent_failure`]).
     pub fn on_parent_failure(mut self, then: OnParentFailure) -> Self {
         self.options = self.options.on_parent_failure(then);
+        self
+    }
+
+    /// Replaces every option with `options` (a [`ShardEnqueue`](crate::ShardEnqueue)
+    /// collects its options before it knows its shard).
+    pub(crate) fn with_options(mut self, options: EnqueueOptions) -> Self {
+        self.options = options;
         self
     }
 

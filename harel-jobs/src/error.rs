@@ -536,6 +536,72 @@ pub enum ConnectError {
     },
 }
 
+/// Why a [`Shards`](crate::Shards) could not be built, or one of its calls over several
+/// shards failed (each names the shard, by its index).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardsError {
+    /// No shard was given: a job would have nowhere to go.
+    #[error("no shards: give at least one (pool, schema)")]
+    Empty,
+    /// More shards than [`MAX_SHARDS`](crate::MAX_SHARDS).
+    #[error("{count} shards: at most {max} are allowed", max = crate::MAX_SHARDS)]
+    TooMany {
+        /// How many were given.
+        count: usize,
+    },
+    /// Two shards are one schema of one database (as far as their pools' connect options
+    /// tell: see [`Shards::new`](crate::Shards::new)): one group could be routed to both.
+    #[error("shards {first} and {second} are both schema {schema:?} in {database}")]
+    Duplicate {
+        /// The first shard's index.
+        first: usize,
+        /// The second shard's index.
+        second: usize,
+        /// The schema's name.
+        schema: String,
+        /// `host:port/database` (no user, no password).
+        database: String,
+    },
+    /// A shard's schema name made by [`Shards::schemas`](crate::Shards::schemas) is
+    /// invalid (the prefix is not a lowercase identifier, or too long).
+    #[error("invalid shard schema: {0}")]
+    InvalidSchema(#[from] ConfigError),
+    /// Migrating a shard failed; the shards before it are migrated, the ones after it are
+    /// not tried.
+    #[error("migrating shard {shard} failed: {source}")]
+    Migrate {
+        /// The shard's index.
+        shard: usize,
+        /// Why.
+        #[source]
+        source: MigrateError,
+    },
+    /// A [`Client`](crate::Client) call on a shard failed.
+    #[error("shard {shard}: {source}")]
+    Client {
+        /// The shard's index.
+        shard: usize,
+        /// Why.
+        #[source]
+        source: ClientError,
+    },
+    /// A [`ShardedBatch`](crate::ShardedBatch) failed to enqueue into one shard. Each shard's
+    /// part is one transaction: the shards tried before this one are written and stay
+    /// written, this shard's part is not, and the shards after it are not tried.
+    #[error("enqueueing into shard {shard} failed: {source}")]
+    Enqueue {
+        /// The shard whose part failed.
+        shard: usize,
+        /// Why.
+        #[source]
+        source: PublishError,
+        /// For each job of the batch, in the order it was added: its id if it was written
+        /// (in a shard tried before), `None` if not.
+        enqueued: Vec<Option<crate::ShardedJobId>>,
+    },
+}
+
 /// A configuration value that is out of range, reported by a builder's `build`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

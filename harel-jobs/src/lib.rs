@@ -77,6 +77,10 @@
 //!   ([`GroupInfo`]), worker pools ([`WorkerInfo`]), schedules ([`ScheduleInfo`]), the
 //!   figures ([`Stats`], with its [`Count`]s) and the dead letters ([`DeadLetters`]). Its
 //!   errors are [`ClientError`]s.
+//! - **Shards**: [`Shards`], one logical queue over several queue schemas (in one database
+//!   or on several primaries): each group routed to one [`Shard`] by a stable hash (FNV-1a,
+//!   then jump consistent hash), enqueues into the right shard ([`ShardEnqueue`],
+//!   [`ShardedBatch`], ids as [`ShardedJobId`]s), a worker pool and a [`Client`] per shard.
 //! - **Transport** ([`transport`]): raw JSON messages in groups; publish, claim, settle and
 //!   extend, each one round trip through a PL/pgSQL function. What the worker and the
 //!   enqueues are built on.
@@ -105,7 +109,7 @@
 //!
 //! Each surface has its own `#[non_exhaustive]` error enum ([`PublishError`],
 //! [`ClientError`], [`TransportError`], [`MigrateError`], [`ConnectError`], [`ConfigError`],
-//! [`WorkerError`], [`StepError`]); database failures are wrapped in [`DatabaseError`], and an
+//! [`WorkerError`], [`StepError`], [`ShardsError`]); database failures are wrapped in [`DatabaseError`], and an
 //! out-of-range priority is an [`InvalidPriority`] wherever it is refused. A lost lease is
 //! not an error but an outcome ([`transport::LeaseOutcome`]).
 #![warn(missing_docs)]
@@ -201,6 +205,7 @@ mod periodic;
 mod privileges;
 mod retry;
 mod schema;
+mod shards;
 mod steps;
 mod store;
 pub mod telemetry;
@@ -238,7 +243,8 @@ pub use dependency::{BatchRef, OnParentFailure, Parent};
 pub use enqueue::{Enqueue, EnqueueOptions, Enqueued, JobBatch};
 pub use error::{
     ClientError, CompleteError, ConfigError, ConnectError, DatabaseError, InvalidMessage,
-    InvalidPriority, MigrateError, MissingPrivilege, PublishError, StepError, TransportError,
+    InvalidPriority, MigrateError, MissingPrivilege, PublishError, ShardsError, StepError,
+    TransportError,
 };
 pub use harel_jobs_macros::job;
 pub use job::{Handler, Job, JobOptions, Unique};
@@ -247,6 +253,7 @@ pub use migrate::{SCHEMA_VERSION, check_schema, migrate, migrate_schema};
 pub use periodic::{MissedTicks, Periodic};
 pub use retry::Backoff;
 pub use schema::Schema;
+pub use shards::{Shard, ShardEnqueue, ShardedBatch, ShardedJobId, Shards};
 /// The sqlx this crate is built with (0.9). Pools, connections and transactions handed to
 /// harel-jobs must come from this same sqlx: with another version in the application the
 /// compiler says "expected `Pool<Postgres>`, found a different `Pool<Postgres>`". Use this
@@ -267,7 +274,7 @@ pub use transport::{DEFAULT_QUEUE, PreparedStatements, Priority};
 pub use vocabulary::{
     Count, DEFAULT_CANCELLED_RETENTION, GROUP_JOBS_COUNT_CAP, JobId, MAX_CATCH_UP,
     MAX_DEPENDENCIES, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT, MAX_GROUP_PAGE, MAX_PAGE,
-    MAX_REASON_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_STEP_BYTES_PER_JOB,
+    MAX_REASON_BYTES, MAX_SCHEDULE_NAME_BYTES, MAX_SCHEDULES, MAX_SHARDS, MAX_STEP_BYTES_PER_JOB,
     MAX_STEP_NAME_BYTES, MAX_STEP_RESULT_BYTES, MAX_STEPS_PER_JOB, MAX_TASK_NAME_BYTES,
     MAX_THROUGHPUT_MINUTES, MAX_THROUGHPUT_QUEUES, MAX_TOP_GROUPS, MAX_WORKER_QUEUES_LISTED,
     MAX_WORKERS_LISTED,

@@ -125,6 +125,11 @@ pub(crate) const STATS_WINDOW_PAGES: u32 = 64;
 pub const MAX_SCHEDULE_NAME_BYTES: usize = 255;
 /// How many ticks `MissedTicks::All` enqueues at most.
 pub const MAX_CATCH_UP: u32 = 1_000;
+/// The most shards a [`Shards`](crate::Shards) may hold: 1,024. Each shard is a queue schema
+/// with worker pools of its own (at least four connections each), so a deployment needs
+/// far fewer; the cap turns a runaway count (a shard per tenant, a loop gone wrong) into an
+/// error at start-up instead of thousands of pools.
+pub const MAX_SHARDS: usize = 1_024;
 /// The longest schema name accepted, in bytes (`Schema::MAX_NAME_BYTES`): 48. PostgreSQL
 /// allows 63, and the NOTIFY channel's name is the schema's with a suffix.
 pub(crate) const MAX_SCHEMA_NAME_BYTES: usize = 48;
@@ -286,6 +291,19 @@ impl Count {
         match self {
             Count::Exact(n) => Some(n),
             Count::Estimated(_) | Count::AtLeast(_) => None,
+        }
+    }
+}
+
+impl Count {
+    /// The sum of two counts, as sure as the least sure of them: exact if both are, an
+    /// estimate if either is, else at least the sum.
+    pub(crate) fn plus(self, other: Count) -> Count {
+        let sum = self.value().saturating_add(other.value());
+        match (self, other) {
+            (Count::Exact(_), Count::Exact(_)) => Count::Exact(sum),
+            (Count::Estimated(_), _) | (_, Count::Estimated(_)) => Count::Estimated(sum),
+            (Count::AtLeast(_), _) | (_, Count::AtLeast(_)) => Count::AtLeast(sum),
         }
     }
 }

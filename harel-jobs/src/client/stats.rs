@@ -113,6 +113,21 @@ impl Stats {
     }
 }
 
+impl Stats {
+    /// The figures of two schemas together ([`Shards::stats`](crate::Shards::stats)): each
+    /// count summed ([`Count`]'s sum is as sure as the least sure of the two), idle if both
+    /// are.
+    pub(crate) fn plus(self, other: Stats) -> Stats {
+        Stats {
+            jobs: self.jobs.plus(other.jobs),
+            groups: self.groups.plus(other.groups),
+            claimable_groups: self.claimable_groups.plus(other.claimable_groups),
+            dead_letters: self.dead_letters.plus(other.dead_letters),
+            idle: self.idle && other.idle,
+        }
+    }
+}
+
 impl From<Figures> for Stats {
     fn from(figures: Figures) -> Self {
         Self {
