@@ -1088,6 +1088,54 @@ mod tests {
     /// The repository's top-level `migrations/` folder holds these files rendered for the
     /// default schema, for other tools; `HAREL_BLESS=1` rewrites it. (Skipped where the
     /// folder is absent: in the published crate.)
+    /// Migrations from 0019 on alter tables as Citus takes DDL on a distributed schema
+    /// (sql/README.md, rule 5): a constraint added by an `ALTER TABLE` of its own, none
+    /// inside `ADD COLUMN`. (0014 does not, and is released: ADR 0035.)
+    #[test]
+    fn new_migrations_alter_tables_one_constraint_at_a_time() {
+        let mut checked = 0;
+        for migration in MIGRATIONS.iter().filter(|m| m.version >= 19) {
+            for statement in crate::store::split_statements(migration.sql) {
+                let upper = statement.to_ascii_uppercase();
+                if !upper.starts_with("ALTER TABLE") {
+                    continue;
+                }
+                checked += 1;
+                // subcommands: the commas outside parentheses
+                let mut depth = 0_i32;
+                let subcommands = 1 + upper
+                    .chars()
+                    .filter(|c| {
+                        match c {
+                            '(' => depth += 1,
+                            ')' => depth -= 1,
+                            _ => {}
+                        }
+                        *c == ',' && depth == 0
+                    })
+                    .count();
+                let adds_constraint =
+                    upper.contains("ADD CONSTRAINT") || upper.contains("ADD PRIMARY KEY");
+                assert!(
+                    !adds_constraint || subcommands == 1,
+                    "{}: a constraint beside other subcommands: {statement}",
+                    migration.name
+                );
+                for clause in upper.split("ADD COLUMN").skip(1) {
+                    let column = clause.split(",\n").next().unwrap_or_default();
+                    for word in ["CHECK", "PRIMARY KEY", "UNIQUE", "REFERENCES"] {
+                        assert!(
+                            !column.contains(word),
+                            "{}: {word} inside ADD COLUMN: {statement}",
+                            migration.name
+                        );
+                    }
+                }
+            }
+        }
+        assert!(checked > 0, "no ALTER TABLE checked");
+    }
+
     #[test]
     fn the_top_level_migrations_folder_is_this_release_rendered() {
         let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations"));

@@ -84,6 +84,8 @@ mod queues;
 mod schedules;
 pub(crate) mod session;
 mod statements;
+#[cfg(test)]
+pub(crate) use statements::split as split_statements;
 mod stats;
 mod steps;
 mod testing;
