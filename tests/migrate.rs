@@ -202,6 +202,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_release_waiting",
         "harel_resolve_dependents",
         "harel_retry_workflow",
+        "harel_retry_dead_letters",
         "harel_run_now",
         "harel_schedule_control",
         "harel_schedule_fire",

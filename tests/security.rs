@@ -238,6 +238,7 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         format!("SELECT * FROM {s}.harel_workers(60000)"),
         format!("SELECT * FROM {s}.harel_throughput(10)"),
         format!("SELECT * FROM {s}.harel_throughput_by_queue(10, 8)"),
+        format!("SELECT * FROM {s}.harel_retry_dead_letters(ARRAY[1::bigint])"),
         format!("SELECT * FROM {s}.workers"),
         format!("DELETE FROM {s}.throughput"),
         format!("SELECT * FROM {s}.job_steps"),

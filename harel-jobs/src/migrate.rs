@@ -252,6 +252,11 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_publish.sql"),
     },
     Function {
+        name: "harel_retry_dead_letters",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_retry_dead_letters.sql"),
+    },
+    Function {
         name: "harel_publish_workflow",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_publish_workflow.sql"),
@@ -647,6 +652,9 @@ impl Plan {
                 function = function.name,
                 "harel-jobs function applied"
             );
+        }
+        if !self.functions.is_empty() {
+            store.citus_settings(&mut *tx).await?;
         }
         Ok(store.function_grants_restore(tx, &grants).await?)
     }

@@ -80,6 +80,15 @@ impl SuiteSchema {
         harel_jobs::migrate_schema(&queue.pool, &queue.schema)
             .await
             .expect("migrate");
+        // The guide's Citus plan, migrate then distribute, for a run of the suite against a
+        // Citus coordinator (docs/guide/operating.md#on-citus); never set in CI.
+        if std::env::var_os("HAREL_TEST_CITUS_DISTRIBUTE").is_some_and(|v| !v.is_empty()) {
+            sqlx::query("SELECT citus_schema_distribute($1::regnamespace)")
+                .bind(queue.schema.name())
+                .execute(&queue.pool)
+                .await
+                .expect("citus_schema_distribute");
+        }
         queue
     }
 
@@ -197,7 +206,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA @schema@",
     "SELECT ON @schema@.jobs, @schema@.transport_messages, @schema@.transport_groups",
     "SELECT, DELETE ON @schema@.dead_letters",
-    "EXECUTE ON FUNCTION @schema@.harel_publish",
+    "EXECUTE ON FUNCTION @schema@.harel_retry_dead_letters",
     "EXECUTE ON FUNCTION @schema@.harel_job",
     "EXECUTE ON FUNCTION @schema@.harel_list_jobs",
     "EXECUTE ON FUNCTION @schema@.harel_list_jobs_newest",

@@ -35,32 +35,9 @@ pub(super) const COUNT_MATCHING: &str = "SELECT count(*), statement_timestamp() 
           WHERE ($1::text IS NULL OR kind = $1) AND failed_at <= statement_timestamp()
           LIMIT $2) AS m";
 
-// one harel_publish over arrays in id order (its ids come back in that order); a letter of
-// a job without a group (its group named as `own_group` names them, which a caller may not
-// use) goes back without one, into a group of its own
-pub(super) const RETRY: &str = "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1)
-                RETURNING id, group_id, kind, payload, priority, queue,
-                          trace_context, fair_key),
-          a AS (SELECT array_agg(id ORDER BY id) AS ids,
-                       array_agg(CASE WHEN group_id !~ '^own:[0-9]{19}$'
-                                      THEN group_id END ORDER BY id) AS groups,
-                       array_agg(kind ORDER BY id) AS kinds,
-                       array_agg(payload::text ORDER BY id) AS payloads,
-                       array_agg(priority ORDER BY id) AS priorities,
-                       array_agg(queue ORDER BY id) AS queues,
-                       array_agg(trace_context ORDER BY id) AS traces,
-                       array_agg(fair_key ORDER BY id) AS fair_keys,
-                       count(*)::int AS n
-                  FROM d)
-     SELECT a.ids[p.n], p.s
-       FROM a, LATERAL @schema@.harel_publish(
-           a.groups, a.kinds, a.payloads, a.priorities,
-           array_fill(NULL::timestamptz, ARRAY[a.n]),
-           array_fill(NULL::bigint, ARRAY[a.n]), NULL, NULL, a.queues, a.traces,
-           a.fair_keys)
-           WITH ORDINALITY AS p (s, n)
-      WHERE a.n > 0
-      ORDER BY p.n";
+// harel_retry_dead_letters: on Citus the DELETE and harel_publish must be statements of
+// their own (one statement touching the table runs whole on the worker node)
+pub(super) const RETRY: &str = "SELECT old_id, new_id FROM @schema@.harel_retry_dead_letters($1)";
 
 pub(super) const DELETE: &str =
     "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1) RETURNING id)
@@ -147,7 +124,8 @@ impl Store {
     }
 
     /// Deletes the dead letters `ids` and publishes each again (same group, at its end;
-    /// kind, payload, priority, queue and trace context), in one statement, in id order.
+    /// kind, payload, priority, queue and trace context), in one statement
+    /// (`harel_retry_dead_letters`), in id order.
     /// Returns `(old id, new id)` for each letter found, in id order.
     pub(crate) async fn dead_letters_retry<'e, E: PgExecutor<'e>>(
         &self,

@@ -58,6 +58,36 @@ pub(super) const FUNCTION_RECORD: &str =
         SET checksum = excluded.checksum, release = excluded.release,
             applied_at = excluded.applied_at";
 
+/// On Citus only (the extension present), after the function files:
+/// - every function of the schema that forces generic plans is altered to
+///   `plan_cache_mode = auto`. Citus cannot build a distributed plan of a generic plan with
+///   parameters ("could not create distributed plan … parameters in SQL functions"); left to
+///   choose, PostgreSQL takes the custom plans Citus steers it to;
+/// - `harel_claim` gets `citus.propagate_set_commands = 'local'`, so that its `SET LOCAL
+///   lock_timeout` reaches the worker node holding the queue's row (a function's own `SET`
+///   clause is not sent to the nodes: a limited queue's lock wait would not be bounded).
+///
+/// Plain PostgreSQL is left as the files say.
+pub(super) const CITUS_SETTINGS: &str = "
+    DO $$
+    DECLARE
+        f regprocedure;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+            RETURN;
+        END IF;
+        FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+                  WHERE p.pronamespace = '@schema@'::regnamespace
+                    AND 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig) LOOP
+            EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = auto', f);
+        END LOOP;
+        FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+                  WHERE p.pronamespace = '@schema@'::regnamespace
+                    AND p.proname = 'harel_claim' LOOP
+            EXECUTE format('ALTER FUNCTION %s SET citus.propagate_set_commands = local', f);
+        END LOOP;
+    END $$";
+
 pub(super) const SCHEMA_DROP: &str = "DROP SCHEMA IF EXISTS @schema@ CASCADE";
 
 /// Runs `sql`'s statements one at a time on `tx`, by the simple query protocol (no
@@ -144,6 +174,13 @@ impl Store {
             .persistent(self.persistent())
             .execute(&mut *tx)
             .await?;
+        Ok(())
+    }
+
+    /// On Citus, the settings the schema's functions need there (see [`CITUS_SETTINGS`]).
+    pub(crate) async fn citus_settings(&self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+        let sql = self.schema().render(CITUS_SETTINGS);
+        sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *tx).await?;
         Ok(())
     }
 

@@ -52,7 +52,7 @@
 //! | [`schedule_delete`](Store::schedule_delete) | `harel_delete_schedule` |
 //! | [`schedule_control`](Store::schedule_control) | `harel_schedule_control` |
 //! | [`dead_letters_list`](Store::dead_letters_list), [`dead_letter_get`](Store::dead_letter_get), [`dead_letters_count`](Store::dead_letters_count) | `SELECT` on `dead_letters` |
-//! | [`dead_letters_retry`](Store::dead_letters_retry) | `DELETE` on `dead_letters`, then `harel_publish` |
+//! | [`dead_letters_retry`](Store::dead_letters_retry) | `harel_retry_dead_letters` |
 //! | [`dead_letters_delete`](Store::dead_letters_delete), [`dead_letters_purge_before`](Store::dead_letters_purge_before) | `DELETE` on `dead_letters` |
 //! | [`workflow_publish`](Store::workflow_publish) | `harel_publish_workflow` |
 //! | [`workflows_list`](Store::workflows_list), [`workflow_get`](Store::workflow_get), [`workflow_tasks`](Store::workflow_tasks) | `harel_workflows`, `harel_workflow`, `harel_workflow_tasks` |

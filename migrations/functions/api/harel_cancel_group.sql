@@ -51,6 +51,15 @@ DECLARE
     v_deleted   BIGINT;
     v_gone      BIGINT[];
     v_more      BOOLEAN;
+    -- the deleted messages' columns, in seq order, and the group's queue name
+    v_kinds     TEXT[];
+    v_payloads  JSON[];
+    v_prios     SMALLINT[];
+    v_attempts  INT[];
+    v_errors    TEXT[];
+    v_enqueued  TIMESTAMPTZ[];
+    v_keys      TEXT[];
+    v_queue     TEXT;
 BEGIN
     IF p_group IS NULL OR octet_length(p_group) NOT BETWEEN 1 AND 1024
        OR p_keep_ms IS NULL OR p_keep_ms NOT BETWEEN 0 AND 3155760000000
@@ -98,25 +107,35 @@ BEGIN
         DELETE FROM "harel".transport_messages t
          WHERE t.group_id = p_group AND t.seq = ANY (ARRAY(SELECT d.seq FROM doomed d))
         RETURNING t.*
-    ), recorded AS (
+    )
+    SELECT array_agg(x.seq ORDER BY x.seq), array_agg(x.kind ORDER BY x.seq),
+           array_agg(x.payload ORDER BY x.seq), array_agg(x.priority ORDER BY x.seq),
+           array_agg(x.attempts ORDER BY x.seq), array_agg(x.last_error ORDER BY x.seq),
+           array_agg(x.enqueued_at ORDER BY x.seq), array_agg(x.unique_key ORDER BY x.seq)
+      INTO v_gone, v_kinds, v_payloads, v_prios, v_attempts, v_errors, v_enqueued, v_keys
+      FROM gone x;
+    v_deleted := COALESCE(cardinality(v_gone), 0)::bigint;
+    -- (history and unique keys from the arrays, in statements of their own: Citus sent the
+    -- worker node the INSERT … SELECT of a data-modifying CTE with a broken filter,
+    -- "WHERE ( IS NOT NULL)": a syntax error)
+    IF v_gone IS NOT NULL THEN
+        SELECT qs.name INTO v_queue FROM "harel".queues qs WHERE qs.id = g.queue_id;
         INSERT INTO "harel".job_history
                (id, group_id, kind, payload, priority, state, attempts, last_error,
                 enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue,
                 fair_key)
-        SELECT x.seq, x.group_id, x.kind, x.payload, x.priority, 'cancelled',
+        SELECT x.seq, p_group, x.kind, x.payload, x.priority, 'cancelled',
                CASE WHEN x.seq = g.head_seq THEN g.head_attempts ELSE x.attempts END,
                x.last_error, x.enqueued_at,
                CASE WHEN x.seq = g.head_seq THEN g.head_started_at END, v_now, p_reason,
-               v_now + p_keep_ms * interval '1 millisecond',
-               (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id), g.fair_key
-          FROM gone x
-        ON CONFLICT (id) DO NOTHING
-    ), released AS (
+               v_now + p_keep_ms * interval '1 millisecond', v_queue, g.fair_key
+          FROM unnest(v_gone, v_kinds, v_payloads, v_prios, v_attempts, v_errors, v_enqueued)
+               AS x(seq, kind, payload, priority, attempts, last_error, enqueued_at)
+        ON CONFLICT (id) DO NOTHING;
         DELETE FROM "harel".unique_keys u
-         USING gone x
-         WHERE u.key = x.unique_key AND u.job_id = x.seq
-    )
-    SELECT count(*), array_agg(x.seq) INTO v_deleted, v_gone FROM gone x;
+         USING unnest(v_keys, v_gone) AS x(unique_key, seq)
+         WHERE u.key = x.unique_key AND u.job_id = x.seq;
+    END IF;
     v_count := v_count + v_deleted::int;
 
     IF NOT v_running THEN

@@ -35,6 +35,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     s RECORD;
+    v_now TIMESTAMPTZ;
 BEGIN
     IF p_name IS NULL OR p_action IS NULL OR p_action NOT IN ('pause', 'resume', 'trigger') THEN
         RAISE EXCEPTION 'harel_schedule_control: need a name, and an action of pause, resume or trigger'
@@ -45,13 +46,16 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'not_found';
     END IF;
+    -- (the time taken once the row is ours, into a variable: Citus takes no volatile
+    -- function in an UPDATE)
+    v_now := clock_timestamp();
 
     IF p_action = 'pause' THEN
         IF s.paused_at IS NOT NULL THEN
             RETURN 'unchanged';
         END IF;
         UPDATE "harel".schedules t
-           SET paused_at = clock_timestamp(), trigger_requested_at = NULL
+           SET paused_at = v_now, trigger_requested_at = NULL
          WHERE t.name = p_name;
     ELSIF p_action = 'resume' THEN
         IF s.paused_at IS NULL THEN
@@ -61,7 +65,7 @@ BEGIN
         -- to come
         UPDATE "harel".schedules t
            SET paused_at = NULL,
-               last_tick = GREATEST(t.last_tick, clock_timestamp())
+               last_tick = GREATEST(t.last_tick, v_now)
          WHERE t.name = p_name;
     ELSE
         IF s.paused_at IS NOT NULL THEN
@@ -71,7 +75,7 @@ BEGIN
             RETURN 'unchanged';
         END IF;
         UPDATE "harel".schedules t
-           SET trigger_requested_at = clock_timestamp()
+           SET trigger_requested_at = v_now
          WHERE t.name = p_name;
     END IF;
     RETURN 'done';

@@ -68,6 +68,9 @@ AS $$
 DECLARE
     v_id     BIGINT;
     v_paused TIMESTAMPTZ;
+    -- (the time in a variable: Citus takes a function in an upsert's DO UPDATE SET, or a
+    -- modification's CASE, only if it is immutable; a parameter it takes)
+    v_now    TIMESTAMPTZ := statement_timestamp();
     c_max_schedules CONSTANT INT := 1000;
 BEGIN
     IF p_name IS NULL OR octet_length(p_name) NOT BETWEEN 1 AND 255
@@ -93,7 +96,7 @@ BEGIN
         INSERT INTO "harel".schedules AS s (name, spec, next_tick)
         VALUES (p_name, p_spec, p_next_tick)
         ON CONFLICT (name) DO UPDATE
-           SET spec = excluded.spec, updated_at = statement_timestamp(),
+           SET spec = excluded.spec, updated_at = v_now,
                next_tick = excluded.next_tick;
         RETURN NULL;
     END IF;
@@ -102,7 +105,7 @@ BEGIN
         -- the row lock serialises workers claiming the same request: the second finds it
         -- cleared
         UPDATE "harel".schedules s
-           SET trigger_requested_at = NULL, updated_at = statement_timestamp()
+           SET trigger_requested_at = NULL, updated_at = v_now
          WHERE s.name = p_name AND s.trigger_requested_at = p_trigger
            AND s.paused_at IS NULL;
         IF NOT FOUND THEN
@@ -114,7 +117,7 @@ BEGIN
         VALUES (p_name, p_spec, p_tick, p_next_tick)
         ON CONFLICT (name) DO UPDATE
            SET last_tick = excluded.last_tick, next_tick = excluded.next_tick,
-               spec = excluded.spec, updated_at = statement_timestamp()
+               spec = excluded.spec, updated_at = v_now
          WHERE s.last_tick IS NULL OR s.last_tick < excluded.last_tick
         RETURNING s.paused_at INTO v_paused;
         IF NOT FOUND OR v_paused IS NOT NULL THEN

@@ -38,6 +38,9 @@ AS $$
 DECLARE
     c_max_keys CONSTANT INT := 100000;
     v_queue    SMALLINT;
+    -- (the time in a variable: Citus takes a function in an upsert's DO UPDATE SET, or a
+    -- modification's CASE, only if it is immutable; a parameter it takes)
+    v_now    TIMESTAMPTZ := statement_timestamp();
 BEGIN
     IF p_key IS NULL OR octet_length(p_key) > 255 OR p_weight IS NULL
        OR p_weight NOT BETWEEN 1 AND 1000 THEN
@@ -50,7 +53,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE "harel".fair_keys k
-       SET weight = p_weight, updated_at = statement_timestamp()
+       SET weight = p_weight, updated_at = v_now
      WHERE k.queue_id = v_queue AND k.key = p_key;
     IF FOUND THEN
         RETURN;
@@ -63,7 +66,7 @@ BEGIN
     INSERT INTO "harel".fair_keys (queue_id, key, weight)
     VALUES (v_queue, p_key, p_weight)
     ON CONFLICT (queue_id, key) DO UPDATE
-       SET weight = excluded.weight, updated_at = statement_timestamp();
+       SET weight = excluded.weight, updated_at = v_now;
 END
 $$;
 

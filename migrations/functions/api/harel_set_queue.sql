@@ -53,6 +53,9 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_id SMALLINT;
+    -- (the time in a variable: Citus takes a function in an upsert's DO UPDATE SET, or a
+    -- modification's CASE, only if it is immutable; a parameter it takes)
+    v_now    TIMESTAMPTZ := statement_timestamp();
 BEGIN
     IF p_set_limits AND (p_concurrency_limit NOT BETWEEN 1 AND 1000000
                          OR p_rate_limit NOT BETWEEN 1 AND 1000000
@@ -63,7 +66,7 @@ BEGIN
     END IF;
     v_id := "harel".harel_queue_id(p_name, p_create);
     UPDATE "harel".queues q
-       SET paused_at = CASE WHEN p_paused THEN COALESCE(q.paused_at, statement_timestamp())
+       SET paused_at = CASE WHEN p_paused THEN COALESCE(q.paused_at, v_now)
                             WHEN NOT p_paused THEN NULL
                             ELSE q.paused_at END,
            concurrency_limit = CASE WHEN p_set_limits THEN p_concurrency_limit

@@ -126,6 +126,8 @@ DECLARE
     v_err_seqs     BIGINT[];
     v_err_attempts INT[];
     v_err_texts    TEXT[];
+    v_err_attempt  INT;
+    v_err_text     TEXT;
     -- the counted attempts released with an error (job_attempts)
     v_fail_seqs     BIGINT[];
     v_fail_attempts INT[];
@@ -279,7 +281,11 @@ BEGIN
         WITH released AS (
             UPDATE "harel".transport_groups g
                SET locked_by         = NULL,
-                   available_at      = v_now + f.delay_ms * interval '1 millisecond',
+                   -- (in UTC, timestamp + interval: immutable, as Citus requires of a
+                   -- function given a column in an UPDATE; the same instant)
+                   available_at      = ((v_now AT TIME ZONE 'UTC')
+                                        + f.delay_ms * interval '1 millisecond')
+                                       AT TIME ZONE 'UTC',
                    fair_tag          = NULL,
                    head_attempts     = g.head_attempts
                                        - CASE WHEN COALESCE(f.counted, true) THEN 0 ELSE 1 END,
@@ -317,8 +323,12 @@ BEGIN
                 v_now, p_worker);
         END IF;
         FOR i IN 1..COALESCE(cardinality(v_err_groups), 0) LOOP
+            -- (scalar variables: an UPDATE that sets a column from a subscripted PL/pgSQL
+            -- array crashed the Citus coordinator, signal 11)
+            v_err_attempt := v_err_attempts[i];
+            v_err_text := v_err_texts[i];
             UPDATE "harel".transport_messages m
-               SET attempts = v_err_attempts[i], last_error = v_err_texts[i]
+               SET attempts = v_err_attempt, last_error = v_err_text
              WHERE m.group_id = v_err_groups[i] AND m.seq = v_err_seqs[i];
         END LOOP;
 
@@ -327,11 +337,15 @@ BEGIN
         -- its group row's update or delete below). Each statement walks the arrays once and
         -- looks rows up by key: linear in the batch.
         IF 'dead' = ANY (v_actions) THEN
+            -- (failed_at given, its default's now(), and every column in the table's
+            -- order: Citus sends the worker node an INSERT … SELECT … UNION ALL with the
+            -- defaulted columns added to the list and no value for them, and with the list
+            -- in the table's order but the SELECT's columns in ours)
             INSERT INTO "harel".dead_letters
                    (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at,
-                    queue, trace_context, fair_key)
+                    failed_at, queue, trace_context, fair_key)
             SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, d.attempts, d.error,
-                   m.enqueued_at,
+                   m.enqueued_at, now(),
                    (SELECT qs.name FROM "harel".queues qs WHERE qs.id = gq.queue_id),
                    m.trace_context, gq.fair_key
               FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_errors, v_inline)
@@ -347,7 +361,7 @@ BEGIN
              WHERE d.action = 'dead' AND NOT d.inline
             UNION ALL
             SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
-                   d.attempts, d.error, g.inline_enqueued_at,
+                   d.attempts, d.error, g.inline_enqueued_at, now(),
                    (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id),
                    g.inline_trace_context, g.fair_key
               FROM unnest(v_groups, v_actions, v_attempts, v_errors, v_inline)
@@ -379,7 +393,8 @@ BEGIN
                     enqueued_at, started_at, finished_at, keep_until, queue, fair_key, worker)
             SELECT m.seq, m.group_id, m.kind, m.payload, m.priority, 'completed', d.attempts,
                    m.last_error, m.enqueued_at, d.started, v_now,
-                   v_now + d.delay_ms * interval '1 millisecond',
+                   ((v_now AT TIME ZONE 'UTC') + d.delay_ms * interval '1 millisecond')
+                   AT TIME ZONE 'UTC',
                    (SELECT qs.name FROM "harel".queues qs WHERE qs.id = gq.queue_id),
                    gq.fair_key, p_worker
               FROM unnest(v_groups, v_seqs, v_actions, v_attempts, v_delays, v_started, v_inline)
@@ -396,7 +411,9 @@ BEGIN
             UNION ALL
             SELECT g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
                    'completed', d.attempts, g.inline_last_error, g.inline_enqueued_at, d.started,
-                   v_now, v_now + d.delay_ms * interval '1 millisecond',
+                   v_now,
+                   ((v_now AT TIME ZONE 'UTC') + d.delay_ms * interval '1 millisecond')
+                   AT TIME ZONE 'UTC',
                    (SELECT qs.name FROM "harel".queues qs WHERE qs.id = g.queue_id), g.fair_key,
                    p_worker
               FROM unnest(v_groups, v_actions, v_attempts, v_delays, v_started, v_inline)
@@ -507,19 +524,22 @@ BEGIN
     -- cancelled ones did in harel_end_cancelled). Once the schema has held a dependency or
     -- a workflow (dependents_seen, read outside MVCC), one probe of job_dependencies' key
     -- and one of workflow_tasks_by_job for the batch; before, nothing.
-    IF pg_sequence_last_value('"harel".dependents_seen'::regclass) IS NOT NULL
-       AND (EXISTS (SELECT 1 FROM "harel".job_dependencies d WHERE d.parent_id = ANY (p_seqs))
-            OR EXISTS (SELECT 1 FROM "harel".workflow_tasks w
-                        WHERE w.job_id = ANY (p_seqs))) THEN
-        SELECT array_agg(e.seq), array_agg(e.outcome) INTO v_done_seqs, v_done_outcomes
-          FROM (SELECT p_seqs[f.ord] AS seq, 'completed' AS outcome
-                  FROM unnest(v_fast_done) AS f(ord)
-                UNION ALL
-                SELECT x.seq, CASE x.action WHEN 'dead' THEN 'dead' ELSE 'completed' END
-                  FROM unnest(v_seqs, v_actions) AS x(seq, action)
-                 WHERE x.action IN ('ack', 'retain', 'dead')) AS e;
-        IF v_done_seqs IS NOT NULL THEN
-            PERFORM "harel".harel_resolve_dependents(v_done_seqs, v_done_outcomes);
+    -- (the sequence tested on its own: on Citus a statement that reads the schema's
+    -- tables runs on the worker node, where the schema's sequences do not exist)
+    IF pg_sequence_last_value('"harel".dependents_seen'::regclass) IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM "harel".job_dependencies d WHERE d.parent_id = ANY (p_seqs))
+           OR EXISTS (SELECT 1 FROM "harel".workflow_tasks w
+                       WHERE w.job_id = ANY (p_seqs)) THEN
+            SELECT array_agg(e.seq), array_agg(e.outcome) INTO v_done_seqs, v_done_outcomes
+              FROM (SELECT p_seqs[f.ord] AS seq, 'completed' AS outcome
+                      FROM unnest(v_fast_done) AS f(ord)
+                    UNION ALL
+                    SELECT x.seq, CASE x.action WHEN 'dead' THEN 'dead' ELSE 'completed' END
+                      FROM unnest(v_seqs, v_actions) AS x(seq, action)
+                     WHERE x.action IN ('ack', 'retain', 'dead')) AS e;
+            IF v_done_seqs IS NOT NULL THEN
+                PERFORM "harel".harel_resolve_dependents(v_done_seqs, v_done_outcomes);
+            END IF;
         END IF;
     END IF;
 

@@ -56,14 +56,22 @@ SET plan_cache_mode = force_generic_plan
 SET jit = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_groups    TEXT[];
+    v_available TIMESTAMPTZ[];
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 100 THEN
         RAISE EXCEPTION 'harel_top_groups: need a limit of 1 to 100' USING ERRCODE = '22023';
     END IF;
 
     IF p_rank = 'waiting' THEN
-        RETURN QUERY
-        WITH ranked AS MATERIALIZED (
+        -- (the ranking first, harel_list_groups then from a statement that reads no table:
+        -- on Citus a statement that reads the schema's tables runs whole on the worker node,
+        -- where harel_list_groups's own queries cannot run)
+        SELECT array_agg(r.group_id ORDER BY r.available_at, r.group_id),
+               array_agg(r.available_at ORDER BY r.available_at, r.group_id)
+          INTO v_groups, v_available
+          FROM (
             SELECT w.group_id, w.available_at
               FROM "harel".queues q
              CROSS JOIN generate_series(0, 4) AS l(level)
@@ -83,12 +91,12 @@ BEGIN
                       ORDER BY g.fair_tag
                       LIMIT 1000)) AS w
              ORDER BY w.available_at, w.group_id
-             LIMIT p_limit
-        )
+             LIMIT p_limit) AS r;
+        RETURN QUERY
         SELECT i.*, NULL::bigint, NULL::timestamptz
-          FROM ranked r
+          FROM unnest(v_groups, v_available) WITH ORDINALITY AS r(group_id, available_at, ord)
          CROSS JOIN LATERAL "harel".harel_list_groups(r.group_id, NULL, NULL) AS i
-         ORDER BY r.available_at, r.group_id;
+         ORDER BY r.ord;
     ELSIF p_rank = 'size' THEN
         RETURN QUERY
         WITH tbl AS MATERIALIZED (

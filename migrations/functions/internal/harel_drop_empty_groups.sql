@@ -39,6 +39,8 @@ AS $$
 DECLARE
     v_lockable TEXT[];
     v_deleted  TEXT[];
+    v_recheck  TIMESTAMPTZ;
+    v_now      TIMESTAMPTZ := statement_timestamp();
 BEGIN
     -- Every statement reaches each group by its key, one lookup per input (never a walk of
     -- the table comparing each row with the whole array), and writes it by the TID that
@@ -71,6 +73,9 @@ BEGIN
     -- look again shortly rather than spin on an empty group.
     -- (An inline message is never in a group called empty: it is the head. Called from a
     -- settle, the group's inline message was just settled: it goes.)
+    -- (the times in variables, taken before: Citus takes no non-immutable function in a
+    -- modification's CASE)
+    v_recheck := clock_timestamp() + p_recheck_ms * interval '1 millisecond';
     UPDATE "harel".transport_groups g
        SET locked_by = NULL, head_seq = NULL, head_attempts = 0, head_started_at = NULL,
            cancel_requested_at = NULL, cancel_reason = NULL, cancel_keep_ms = NULL,
@@ -79,8 +84,7 @@ BEGIN
            inline_unique_key = NULL, inline_trace_context = NULL,
            -- timed: a claim promotes it when it is due
            fair_tag = NULL,
-           available_at = CASE WHEN x.lockable THEN statement_timestamp()
-                               ELSE clock_timestamp() + p_recheck_ms * interval '1 millisecond' END
+           available_at = CASE WHEN x.lockable THEN v_now ELSE v_recheck END
       FROM (SELECT p.group_id, l.group_id IS NOT NULL AS lockable
               FROM (SELECT DISTINCT p.group_id FROM unnest(p_groups) AS p(group_id)) AS p
               LEFT JOIN unnest(v_lockable) AS l(group_id) ON l.group_id = p.group_id

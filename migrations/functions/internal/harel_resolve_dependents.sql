@@ -61,6 +61,7 @@ DECLARE
     v_release         BIGINT[];
     v_groups          TEXT[];
     v_starts          TIMESTAMPTZ[];
+    v_ended_at        TIMESTAMPTZ;
 BEGIN
     IF 'cancelled' = ANY (p_outcomes) THEN
         DELETE FROM "harel".job_waits w WHERE w.job_id = ANY (p_jobs);
@@ -69,9 +70,11 @@ BEGIN
     -- the ended jobs that are workflow tasks: their outcomes recorded, and counted for
     -- their workflows as rows of workflow_ends (appended: no row that every settle of a
     -- workflow would wait for)
+    -- (the time taken before: Citus takes no volatile function in an UPDATE)
+    v_ended_at := clock_timestamp();
     WITH ended AS (
         UPDATE "harel".workflow_tasks s
-           SET outcome = e.outcome, ended_at = clock_timestamp()
+           SET outcome = e.outcome, ended_at = v_ended_at
           FROM unnest(p_jobs, p_outcomes) AS e(job_id, outcome)
          CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".workflow_tasks t
                               WHERE t.job_id = e.job_id OFFSET 0) AS k

@@ -59,6 +59,7 @@ DECLARE
     g        RECORD;
     m        RECORD;
     v_state  TEXT;
+    v_queue  TEXT;
 BEGIN
     IF p_id IS NULL OR p_keep_ms IS NULL OR p_keep_ms NOT BETWEEN 0 AND 3155760000000
        OR octet_length(p_reason) > 8192 THEN
@@ -128,6 +129,8 @@ BEGIN
             DELETE FROM @schema@.transport_messages t
              WHERE t.group_id = v_group AND t.seq = p_id
             RETURNING t.* INTO m;
+            -- (read on its own: Citus takes no subquery in an INSERT … VALUES)
+            SELECT qs.name INTO v_queue FROM @schema@.queues qs WHERE qs.id = g.queue_id;
             INSERT INTO @schema@.job_history
                    (id, group_id, kind, payload, priority, state, attempts, last_error,
                     enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue,
@@ -135,8 +138,7 @@ BEGIN
             VALUES (m.seq, m.group_id, m.kind, m.payload, m.priority, 'cancelled', m.attempts,
                     m.last_error, m.enqueued_at, NULL, v_now, p_reason,
                     v_now + p_keep_ms * interval '1 millisecond',
-                    (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id),
-                    g.fair_key)
+                    v_queue, g.fair_key)
             ON CONFLICT (id) DO NOTHING;
             IF m.unique_key IS NOT NULL THEN
                 PERFORM @schema@.harel_release_key(m.unique_key, m.seq, false);

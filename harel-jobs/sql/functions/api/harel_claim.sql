@@ -191,6 +191,8 @@ DECLARE
     v_timed_levels INT[];
     v_promoted   TID[];
     v_promoted_tags BIGINT[];
+    v_promoted_levels SMALLINT[];
+    v_promoted_keys TEXT[];
     v_fair_floor BIGINT;
     v_mark       BIGINT;
     v_v          BIGINT;
@@ -232,9 +234,13 @@ BEGIN
     IF v_limit IS NOT NULL OR v_rate IS NOT NULL OR v_keyed THEN
         -- one claim of this queue at a time, so that each sees the leases of the last (a
         -- lock only the queue's owner can take, waited for no longer than the caller waits)
-        IF p_wait_ms IS NOT NULL THEN
-            PERFORM set_config('lock_timeout', GREATEST(p_wait_ms, 1)::text || 'ms', true);
-        END IF;
+        -- (SET LOCAL rather than set_config: on Citus, where migrate gives this function
+        -- citus.propagate_set_commands = 'local', the bound then reaches the worker node
+        -- that holds the queue's row, as the function's own SET clause does not; on either,
+        -- the SET clause restores the caller's value when the function returns)
+        EXECUTE format('SET LOCAL lock_timeout = %L',
+                       COALESCE(GREATEST(p_wait_ms, 1)::text || 'ms',
+                                current_setting('lock_timeout')));
         BEGIN
             PERFORM 1 FROM @schema@.queues q WHERE q.id = v_queue FOR NO KEY UPDATE;
         EXCEPTION
@@ -389,11 +395,13 @@ BEGIN
         -- Promote the locked groups still timed and due into the ready domain, tagged in the
         -- order they became due (a new statement: it sees their newest versions).
         IF v_timed IS NOT NULL THEN
+            -- (harel_fair_tags called from a statement of its own: on Citus a statement
+            -- that reads the schema's tables runs whole on the worker node, and the
+            -- function with it, where the schema's sequences do not exist)
             SELECT array_agg(t.row_ctid ORDER BY t.ord),
-                   @schema@.harel_fair_tags(array_agg(v_queue ORDER BY t.ord),
-                                            array_agg(t.priority ORDER BY t.ord),
-                                            array_agg(t.fair_key ORDER BY t.ord))
-              INTO v_promoted, v_promoted_tags
+                   array_agg(t.priority ORDER BY t.ord),
+                   array_agg(t.fair_key ORDER BY t.ord)
+              INTO v_promoted, v_promoted_levels, v_promoted_keys
               FROM unnest(v_timed) WITH ORDINALITY AS k(group_id, ord)
              CROSS JOIN LATERAL (SELECT k.ord, g.priority, g.fair_key, g.ctid AS row_ctid
                                    FROM @schema@.transport_groups g
@@ -401,6 +409,9 @@ BEGIN
                                     AND g.available_at <= v_now
                                  OFFSET 0) AS t;
             IF v_promoted IS NOT NULL THEN
+                v_promoted_tags := @schema@.harel_fair_tags(
+                    array_fill(v_queue, ARRAY[cardinality(v_promoted)]),
+                    v_promoted_levels, v_promoted_keys);
                 UPDATE @schema@.transport_groups g
                    SET fair_tag = p.tag
                   FROM unnest(v_promoted, v_promoted_tags) AS p(row_ctid, tag)
@@ -572,9 +583,14 @@ BEGIN
             UPDATE @schema@.transport_groups g
                SET locked_by     = CASE WHEN h.take THEN p_token END,
                    available_at  = CASE WHEN h.take THEN v_expiry
+                                        -- (timestamp + interval AT TIME ZONE 'UTC',
+                                        -- immutable, where timestamptz + interval is
+                                        -- stable: Citus takes no non-immutable function in
+                                        -- a modification's CASE)
                                         WHEN h.deferred
-                                        THEN timestamptz 'epoch'
-                                             + h.slot_us * interval '1 microsecond'
+                                        THEN (timestamp 'epoch'
+                                              + h.slot_us * interval '1 microsecond')
+                                             AT TIME ZONE 'UTC'
                                         WHEN h.due THEN g.available_at
                                         ELSE h.not_before END,
                    head_seq      = CASE WHEN h.take THEN h.seq ELSE g.head_seq END,

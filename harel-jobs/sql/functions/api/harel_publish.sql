@@ -105,6 +105,8 @@ DECLARE
     -- the statement's own time, not the transaction's start: a group row is placed in the
     -- claim order by it, and a transaction may have begun long before
     v_now        TIMESTAMPTZ := clock_timestamp();
+    -- each message's not_before, or now plus its delay (batches)
+    v_ready_ats  TIMESTAMPTZ[];
     v_new_from   BIGINT;
     v_tags       BIGINT[];
     v_tag_keys   TEXT[];
@@ -431,6 +433,12 @@ BEGIN
                   FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord)
                  ORDER BY x.group_id, x.ord) AS f;
     END IF;
+    -- (computed in a statement of its own, that writes no table: Citus takes no
+    -- non-immutable function, timestamptz + interval here, in a COALESCE of a modification)
+    SELECT array_agg(COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond')
+                     ORDER BY x.ord)
+      INTO v_ready_ats
+      FROM unnest(p_not_before, p_delay_ms) WITH ORDINALITY AS x(not_before, delay_ms, ord);
     -- The start tags of the groups the batch creates due now; NULL for the others (a NULL
     -- key: harel_fair_tags gives it a partition of its own, unused), which stay timed.
     SELECT array_agg(CASE WHEN (v_all_own OR f.ord IS NOT NULL)
@@ -455,14 +463,13 @@ BEGIN
                 inline_enqueued_at, inline_not_before, inline_unique_key, queue_id,
                 inline_trace_context, fair_key, fair_tag)
         SELECT x.group_id, x.priority,
-               GREATEST(v_now, COALESCE(x.not_before,
-                                        v_now + x.delay_ms * interval '1 millisecond')),
+               GREATEST(v_now, x.ready_at),
                x.seq, x.kind, x.payload::json, v_now,
-               COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'),
+               x.ready_at,
                x.unique_key, x.queue_id, x.trace_context, COALESCE(x.fair_key, ''), x.fair_tag
-          FROM unnest(p_groups, v_seqs, p_kinds, p_payloads, p_priorities, p_not_before,
-                      p_delay_ms, p_unique_keys, v_queues, p_trace_contexts, p_fair_keys, v_tags)
-               AS x(group_id, seq, kind, payload, priority, not_before, delay_ms, unique_key,
+          FROM unnest(p_groups, v_seqs, p_kinds, p_payloads, p_priorities, v_ready_ats,
+                      p_unique_keys, v_queues, p_trace_contexts, p_fair_keys, v_tags)
+               AS x(group_id, seq, kind, payload, priority, ready_at, unique_key,
                     queue_id, trace_context, fair_key, fair_tag);
     ELSE
         -- Every group needs a row that stays until we commit: insert the missing ones, their
@@ -478,11 +485,9 @@ BEGIN
                         inline_enqueued_at, inline_not_before, inline_unique_key, queue_id,
                         inline_trace_context, fair_key, fair_tag)
                 SELECT u.group_id, p_priorities[u.ord],
-                       GREATEST(v_now, COALESCE(p_not_before[u.ord],
-                                                v_now + p_delay_ms[u.ord] * interval '1 millisecond')),
+                       GREATEST(v_now, v_ready_ats[u.ord]),
                        v_seqs[u.ord], p_kinds[u.ord], p_payloads[u.ord]::json, v_now,
-                       COALESCE(p_not_before[u.ord],
-                                v_now + p_delay_ms[u.ord] * interval '1 millisecond'),
+                       v_ready_ats[u.ord],
                        p_unique_keys[u.ord], v_queues[u.ord], p_trace_contexts[u.ord],
                        COALESCE(p_fair_keys[u.ord], ''), v_tags[u.ord]
                   FROM unnest(v_pending, v_firsts) AS u(group_id, ord)
@@ -523,11 +528,10 @@ BEGIN
                     trace_context)
             OVERRIDING SYSTEM VALUE
             SELECT x.seq, x.group_id, x.kind, x.payload::json, x.priority,
-                   COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond'), v_now,
+                   v_ready_ats[x.ord], v_now,
                    p_unique_keys[x.ord], p_trace_contexts[x.ord]
-              FROM unnest(v_seqs, p_groups, p_kinds, p_payloads, p_priorities, p_not_before,
-                          p_delay_ms) WITH ORDINALITY
-                   AS x(seq, group_id, kind, payload, priority, not_before, delay_ms, ord)
+              FROM unnest(v_seqs, p_groups, p_kinds, p_payloads, p_priorities) WITH ORDINALITY
+                   AS x(seq, group_id, kind, payload, priority, ord)
              WHERE NOT EXISTS (SELECT 1 FROM unnest(v_inlined) AS i(seq) WHERE i.seq = x.seq)
              ORDER BY x.seq;
         END IF;

@@ -48,6 +48,9 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    -- (the tag in a scalar variable: an UPDATE that sets a column from a subscripted PL/pgSQL
+    -- array crashed the Citus coordinator, signal 11)
+    v_tag       BIGINT;
     -- a pending job's not-before (harel_publish, ADR 0033)
     c_pending   CONSTANT TIMESTAMPTZ := timestamptz '9999-12-31 00:00:00+00';
     -- where harel_notify places a ready group: its tag less this
@@ -125,8 +128,9 @@ BEGIN
         END IF;
         v_tags := @schema@.harel_fair_tags(ARRAY[g.queue_id], ARRAY[g.priority],
                                            ARRAY[g.fair_key]);
+        v_tag := v_tags[1];
         UPDATE @schema@.transport_groups t
-           SET available_at = v_now, fair_tag = v_tags[1],
+           SET available_at = v_now, fair_tag = v_tag,
                inline_not_before = CASE WHEN t.inline_seq = p_id THEN NULL
                                         ELSE t.inline_not_before END
          WHERE t.group_id = v_group;

@@ -146,10 +146,15 @@ BEGIN
                         AS o(name, s, f, d) ON o.name = x.name
            ) AS inc
      WHERE p_counted_queues IS NOT NULL AND (inc.s > 0 OR inc.f > 0 OR inc.d > 0)
+    -- (the cap written out, not c_max: Citus runs an INSERT … SELECT of no table through
+    -- the coordinator and sends the worker node its DO UPDATE SET with the variable left
+    -- as a parameter it gives no type: "could not determine data type of parameter $1")
     ON CONFLICT (minute, worker, queue) DO UPDATE
-       SET succeeded = LEAST(t.succeeded::numeric + excluded.succeeded, c_max)::bigint,
-           failed = LEAST(t.failed::numeric + excluded.failed, c_max)::bigint,
-           dead = LEAST(t.dead::numeric + excluded.dead, c_max)::bigint;
+       SET succeeded = LEAST(t.succeeded::numeric + excluded.succeeded,
+                             9223372036854775807::numeric)::bigint,
+           failed = LEAST(t.failed::numeric + excluded.failed,
+                          9223372036854775807::numeric)::bigint,
+           dead = LEAST(t.dead::numeric + excluded.dead, 9223372036854775807::numeric)::bigint;
     IF p_counted_queues IS NOT NULL THEN
         -- (what the queues above took of the total's increase)
         -- (from 0 to the total's increase: a BIGINT)

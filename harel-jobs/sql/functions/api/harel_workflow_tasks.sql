@@ -43,21 +43,37 @@ SET plan_cache_mode = force_generic_plan
 SET jit = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    s RECORD;
+    j RECORD;
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION 'harel_workflow_tasks: need a limit of 1 to 1000' USING ERRCODE = '22023';
     END IF;
-    RETURN QUERY
-    SELECT s.ordinal, s.name, s.job_id,
-           COALESCE(s.outcome, j.state, 'unknown'), j.kind, j.attempts, j.last_error,
-           s.parents, s.completed, s.dead, s.cancelled, s.ended_at
-      FROM (SELECT t.* FROM @schema@.workflow_tasks t
-             WHERE t.workflow_id = p_id AND t.ordinal > COALESCE(p_after, 0)
-             ORDER BY t.ordinal
-             LIMIT p_limit) AS s
-      LEFT JOIN LATERAL (SELECT h.state, h.kind, h.attempts, h.last_error
-                           FROM @schema@.harel_job(s.job_id) AS h) AS j ON true
-     ORDER BY s.ordinal;
+    -- (harel_job called per task from a statement of its own, not from a LATERAL beside
+    -- workflow_tasks: on Citus a statement that reads the schema's tables runs whole on the
+    -- worker node, where harel_job's own queries cannot run)
+    FOR s IN SELECT t.* FROM @schema@.workflow_tasks t
+              WHERE t.workflow_id = p_id AND t.ordinal > COALESCE(p_after, 0)
+              ORDER BY t.ordinal
+              LIMIT p_limit LOOP
+        j := NULL;
+        SELECT h.state, h.kind, h.attempts, h.last_error INTO j
+          FROM @schema@.harel_job(s.job_id) AS h;
+        ordinal := s.ordinal;
+        name := s.name;
+        job_id := s.job_id;
+        state := COALESCE(s.outcome, j.state, 'unknown');
+        kind := j.kind;
+        attempts := j.attempts;
+        last_error := j.last_error;
+        parents := s.parents;
+        completed := s.completed;
+        dead := s.dead;
+        cancelled := s.cancelled;
+        ended_at := s.ended_at;
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 

@@ -37,9 +37,12 @@ DECLARE
     g         RECORD;
     m         RECORD;
     v_ended   BIGINT[] := ARRAY[]::bigint[];
+    v_queue   TEXT;
 BEGIN
     FOR g IN SELECT * FROM @schema@.transport_groups t
               WHERE t.group_id = ANY (p_groups) ORDER BY t.group_id LOOP
+        -- (read on its own: Citus takes no subquery in an INSERT … VALUES)
+        SELECT qs.name INTO v_queue FROM @schema@.queues qs WHERE qs.id = g.queue_id;
         IF g.inline_seq IS NOT NULL THEN
             INSERT INTO @schema@.job_history
                    (id, group_id, kind, payload, priority, state, attempts, last_error,
@@ -52,7 +55,7 @@ BEGIN
                     CASE WHEN g.head_seq = g.inline_seq THEN g.head_started_at END, v_now,
                     g.cancel_reason,
                     v_now + COALESCE(g.cancel_keep_ms, 0) * interval '1 millisecond',
-                    (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id),
+                    v_queue,
                     g.fair_key)
             ON CONFLICT (id) DO NOTHING;
             IF g.inline_unique_key IS NOT NULL THEN
@@ -76,7 +79,7 @@ BEGIN
                         CASE WHEN g.head_seq = m.seq THEN g.head_started_at END, v_now,
                         g.cancel_reason,
                         v_now + COALESCE(g.cancel_keep_ms, 0) * interval '1 millisecond',
-                        (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = g.queue_id),
+                        v_queue,
                     g.fair_key)
                 ON CONFLICT (id) DO NOTHING;
                 IF m.unique_key IS NOT NULL THEN

@@ -47,6 +47,11 @@ DECLARE
     v_quantum BIGINT;
     v_weight  INT;
     v_tags    BIGINT[];
+    -- each distinct (queue, level) of the call, with the queue's V and ready floor
+    v_lq      SMALLINT[];
+    v_lp      SMALLINT[];
+    v_lv      BIGINT[];
+    v_lf      BIGINT[];
 BEGIN
     -- one group (a single enqueue, a settle of one), or groups of one queue, level and key
     -- (the common batch: jobs without a key): scalar statements, each tag a quantum after
@@ -83,6 +88,17 @@ BEGIN
                        FROM generate_series(1, cardinality(p_queues)) AS i);
     END IF;
 
+    -- the sequences read in a statement of their own, that reads no table: on Citus a
+    -- statement that reads the schema's tables runs on the worker node, where the
+    -- schema's sequences do not exist
+    SELECT array_agg(l.queue_id), array_agg(l.priority),
+           array_agg(COALESCE(pg_sequence_last_value(
+               ('@schema@.fair_v_q' || l.queue_id)::regclass), 0)),
+           array_agg(COALESCE(pg_sequence_last_value(
+               ('@schema@.fair_floor_q' || l.queue_id)::regclass), 0))
+      INTO v_lq, v_lp, v_lv, v_lf
+      FROM (SELECT DISTINCT u.queue_id, u.priority
+              FROM unnest(p_queues, p_priorities) AS u(queue_id, priority)) AS l;
     -- each (queue, level)'s virtual time (see above) once, then each key's base
     WITH level AS MATERIALIZED (
         SELECT e.queue_id, e.priority,
@@ -92,14 +108,7 @@ BEGIN
                               AND g.fair_tag >= e.floor
                             ORDER BY g.fair_tag
                             LIMIT 1)) AS v
-          FROM (SELECT l.queue_id, l.priority,
-                       COALESCE(pg_sequence_last_value(
-                           ('@schema@.fair_v_q' || l.queue_id)::regclass), 0) AS v,
-                       COALESCE(pg_sequence_last_value(
-                           ('@schema@.fair_floor_q' || l.queue_id)::regclass), 0) AS floor
-                  FROM (SELECT DISTINCT u.queue_id, u.priority
-                          FROM unnest(p_queues, p_priorities) AS u(queue_id, priority)) AS l
-               ) AS e
+          FROM unnest(v_lq, v_lp, v_lv, v_lf) AS e(queue_id, priority, v, floor)
     ), base AS MATERIALIZED (
         SELECT d.queue_id, d.priority, d.fair_key,
                GREATEST(v.v, (SELECT g.fair_tag

@@ -31,6 +31,9 @@ DECLARE
     v_next RECORD;
     v_row  RECORD;
     v_tags BIGINT[];
+    -- (the tag in a scalar variable: an UPDATE that sets a column from a subscripted PL/pgSQL
+    -- array crashed the Citus coordinator, signal 11)
+    v_tag  BIGINT;
 BEGIN
     SELECT n.seq, n.not_before INTO v_next
       FROM @schema@.transport_messages n
@@ -47,10 +50,11 @@ BEGIN
         v_tags := @schema@.harel_fair_tags(ARRAY[v_row.queue_id], ARRAY[v_row.priority],
                                            ARRAY[v_row.fair_key]);
     END IF;
+    v_tag := v_tags[1];
     UPDATE @schema@.transport_groups t
        SET locked_by = NULL, head_seq = NULL, head_attempts = 0, head_started_at = NULL,
            available_at = GREATEST(statement_timestamp(), v_next.not_before),
-           fair_tag = v_tags[1],
+           fair_tag = v_tag,
            cancel_requested_at = NULL, cancel_reason = NULL, cancel_keep_ms = NULL,
            inline_seq = NULL, inline_kind = NULL, inline_payload = NULL,
            inline_enqueued_at = NULL, inline_not_before = NULL,

@@ -28,10 +28,14 @@ SET plan_cache_mode = force_generic_plan
 SET jit = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_now_utc TIMESTAMP := statement_timestamp() AT TIME ZONE 'UTC';
 BEGIN
     IF p_completed THEN
         UPDATE @schema@.unique_keys u
-           SET held_until = statement_timestamp() + u.hold_ms * interval '1 millisecond'
+           -- (in UTC, timestamp + interval, the time a parameter: Citus takes no
+           -- non-immutable function given a column in an UPDATE; the same instant)
+           SET held_until = (v_now_utc + u.hold_ms * interval '1 millisecond') AT TIME ZONE 'UTC'
          WHERE u.key = p_key AND u.job_id = p_job AND u.hold_ms IS NOT NULL;
         IF FOUND THEN
             RETURN;

@@ -44,6 +44,10 @@ DECLARE
     v_groups  TEXT[];
     v_ctids   TID[];
     v_tags    BIGINT[];
+    -- each queue of the call, its V and its ready floor (sequences)
+    v_sq      SMALLINT[];
+    v_sv      BIGINT[];
+    v_sf      BIGINT[];
 BEGIN
     SELECT array_agg(p.group_id ORDER BY e.queue_id, e.fair_key, p.ord)
       INTO v_groups
@@ -67,6 +71,16 @@ BEGIN
     IF v_groups IS NULL THEN
         RETURN;
     END IF;
+    -- the sequences read in a statement of their own, that reads no table: on Citus a
+    -- statement that reads the schema's tables runs on the worker node, where the
+    -- schema's sequences do not exist
+    SELECT array_agg(q.queue_id),
+           array_agg(COALESCE(pg_sequence_last_value(
+               ('@schema@.fair_v_q' || q.queue_id)::regclass), 0)),
+           array_agg(COALESCE(pg_sequence_last_value(
+               ('@schema@.fair_floor_q' || q.queue_id)::regclass), 0))
+      INTO v_sq, v_sv, v_sf
+      FROM (SELECT DISTINCT u.queue_id FROM unnest(p_queues) AS u(queue_id)) AS q;
 
     SELECT array_agg(t.row_ctid ORDER BY t.ord),
            array_agg(v.base + t.rank - 1 ORDER BY t.ord)
@@ -79,12 +93,10 @@ BEGIN
                                   WHERE g.group_id = k.group_id AND g.fair_tag >= c_parked
                                  OFFSET 0) AS x) AS t
      CROSS JOIN LATERAL (
-            SELECT LEAST(COALESCE(pg_sequence_last_value(
-                             ('@schema@.fair_v_q' || t.queue_id)::regclass), 0),
+            SELECT LEAST(v_sv[array_position(v_sq, t.queue_id)],
                          (SELECT g.fair_tag FROM @schema@.transport_groups g
                            WHERE g.queue_id = t.queue_id AND g.priority = t.priority
-                             AND g.fair_tag >= COALESCE(pg_sequence_last_value(
-                                     ('@schema@.fair_floor_q' || t.queue_id)::regclass), 0)
+                             AND g.fair_tag >= v_sf[array_position(v_sq, t.queue_id)]
                            ORDER BY g.fair_tag
                            LIMIT 1)) AS base) AS v;
     IF v_ctids IS NULL THEN
