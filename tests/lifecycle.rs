@@ -747,11 +747,12 @@ mod with_a_worker {
             .start();
         let id = queue.enqueue(&q.pool, Credit { n: 7 }).await.unwrap();
         probe.started.notified().await;
-        // the first run's lease lapses (as if its heartbeats stopped) …
+        // the first run's lease lapses (as if its heartbeats stopped) … (a time bound,
+        // not clock_timestamp(): Citus takes no volatile function in an UPDATE)
         sqlx::query(q.sql(
-            "UPDATE @schema@.transport_groups
-                SET available_at = clock_timestamp() - interval '1 second'",
+            "UPDATE @schema@.transport_groups SET available_at = $1",
         ))
+        .bind(chrono::Utc::now() - chrono::Duration::seconds(1))
         .execute(&q.pool)
         .await
         .unwrap();

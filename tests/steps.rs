@@ -258,12 +258,14 @@ async fn loses_its_lease(ctx: JobContext<(Arc<Ledger>, SuiteHandle)>, n: i64) ->
     let (ledger, suite) = ctx.state();
     let _: i64 = ctx.step("a", async { Ok::<_, JobError>(n) }).await?;
     // another worker takes the job over: what a claim of the lapsed lease writes, a new
-    // token (done here at once, so that this pool's own fetcher cannot take it first)
+    // token (done here at once, so that this pool's own fetcher cannot take it first; made
+    // here, not by gen_random_uuid(): Citus takes no volatile function in an UPDATE)
     sqlx::query(AssertSqlSafe(format!(
-        "UPDATE \"{}\".transport_groups SET locked_by = gen_random_uuid() WHERE group_id = $1",
+        "UPDATE \"{}\".transport_groups SET locked_by = $2 WHERE group_id = $1",
         suite.schema.name()
     )))
     .bind(ctx.group())
+    .bind(uuid::Uuid::new_v4())
     .execute(&suite.pool)
     .await?;
     let recorded = ctx
