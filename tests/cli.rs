@@ -639,6 +639,50 @@ async fn jobs_show_and_list_the_queue() {
     assert_eq!(none, "no jobs\n");
 }
 
+/// A running job whose cancel was asked with a reason shows the reason at once, before
+/// its handler returns: in `jobs show` (JSON and text) and `jobs list`.
+#[tokio::test]
+async fn a_running_jobs_pending_cancel_shows_its_reason() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    let id = publish(&q, None, "export", "{}").await;
+    let claimed = q
+        .transport
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_secs(60)).limit(10),
+        )
+        .await
+        .unwrap();
+    assert!(claimed.iter().any(|m| m.lease.id == id), "claimed");
+
+    let json = ok(
+        &mut op(),
+        &[
+            "--json",
+            "jobs",
+            "cancel",
+            &id.to_string(),
+            "--reason",
+            "runaway export",
+        ],
+    )
+    .json();
+    assert_eq!(json["outcome"], "requested", "{json}");
+    let json = ok(&mut op(), &["--json", "jobs", "show", &id.to_string()]).json();
+    assert_eq!(json["state"], "running", "{json}");
+    assert_eq!(json["cancel_requested"], true, "{json}");
+    assert_eq!(json["cancel_reason"], "runaway export", "{json}");
+    let shown = ok(&mut op(), &["jobs", "show", &id.to_string()]).stdout;
+    assert!(shown.contains("cancel reason: runaway export\n"), "{shown}");
+    let listed = ok(&mut op(), &["--json", "jobs", "list", "--state", "running"]).json();
+    assert_eq!(
+        listed["jobs"][0]["cancel_reason"], "runaway export",
+        "{listed}"
+    );
+}
+
 #[tokio::test]
 async fn groups_are_listed_shown_and_cancelled_only_when_confirmed() {
     let q = SuiteSchema::new().await;
