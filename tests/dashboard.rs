@@ -1555,6 +1555,165 @@ async fn wait_for_live(client: &Browser, attribute: &str, at_least: i64) {
     }
 }
 
+/// Fails its first `fail` attempts with "boom N: smtp 421", then succeeds; three attempts
+/// at most, kept an hour once completed so its page shows it.
+#[job(max_attempts = 3, retain = "1h")]
+async fn flaky_mail(ctx: JobContext<()>, fail: u32) -> JobResult {
+    if ctx.attempt() <= fail {
+        return Err(harel_jobs::JobError::retry(format!(
+            "boom {}: smtp 421",
+            ctx.attempt()
+        )));
+    }
+    Ok(())
+}
+
+/// Each attempt's cells on the job page's `#attempts` table, newest first: number, outcome,
+/// start, end, took, worker, and the error's full text (its `<pre>`, else the cell's text),
+/// read in one script.
+async fn attempt_rows(client: &Browser) -> Vec<Vec<String>> {
+    let rows = js(
+        client,
+        "return Array.from(document.querySelectorAll('#attempts tbody tr')).map(function (row) {
+             return Array.from(row.cells).map(function (cell) {
+                 var pre = cell.querySelector('pre');
+                 return (pre ? pre.textContent : cell.innerText).trim();
+             });
+         });",
+    )
+    .await;
+    serde_json::from_value(rows).expect("rows of cells")
+}
+
+/// The timeline's events without their times, oldest first.
+async fn timeline_events(client: &Browser) -> Vec<String> {
+    let events = js(
+        client,
+        "return Array.from(document.querySelectorAll('#timeline li')).map(function (li) {
+             var time = li.querySelector('time');
+             var text = li.innerText;
+             return (time ? text.replace(time.innerText, '') : text.replace(/^–/, '')).trim();
+         });",
+    )
+    .await;
+    serde_json::from_value(events).expect("events")
+}
+
+/// A job that failed twice and then completed, and one that failed three times and is a
+/// dead letter: each job's page has a row per attempt in `#attempts` (newest first, its
+/// outcome, worker and error text) and each attempt's start and end in the timeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_page_shows_every_attempt_with_its_worker_and_error() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 5).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let completed = owner.enqueue(&q.pool, FlakyMail { fail: 2 }).await.unwrap();
+    let dead = owner.enqueue(&q.pool, FlakyMail { fail: 9 }).await.unwrap();
+    let worker = owner
+        .worker(())
+        .register::<FlakyMail>()
+        .backoff(harel_jobs::Backoff::fixed(Duration::from_millis(10)))
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    // both ended, and the pool listed (its host and pid name it on the pages)
+    let started = Instant::now();
+    loop {
+        let a = owner.job(completed).await.unwrap().map(|j| j.state);
+        let b = owner.job(dead).await.unwrap().map(|j| j.state);
+        let listed = owner.job_attempts(dead).await.unwrap().iter().all(|a| {
+            a.worker
+                .as_ref()
+                .is_some_and(|w| w.host.is_some() && w.pid.is_some())
+        });
+        if matches!(a, Some(harel_jobs::JobState::Completed { .. }))
+            && matches!(b, Some(harel_jobs::JobState::Dead { .. }))
+            && listed
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{a:?} {b:?} listed: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let attempts = owner.job_attempts(dead).await.unwrap();
+    let by = attempts[0].worker.as_ref().unwrap();
+    let worker_name = format!("{} (pid {})", by.host.as_deref().unwrap(), by.pid.unwrap());
+
+    let address = serve(dashboard::router(queue.clone())).await;
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+
+    for (id, last, last_event) in [
+        (completed, "completed", "completed".to_owned()),
+        (
+            dead,
+            "dead",
+            "attempt 3 failed for good: dead: boom 3: smtp 421 (attempt 3 of 3)".to_owned(),
+        ),
+    ] {
+        client.goto(&format!("{base}/jobs/{id}")).await.unwrap();
+        assert_eq!(text(&client, "h1").await, format!("Job {id}"));
+        let rows = attempt_rows(&client).await;
+        assert_eq!(rows.len(), 3, "{id}: {rows:?}");
+        let summary: Vec<(&str, &str, &str, &str)> = rows
+            .iter()
+            .map(|row| {
+                (
+                    row[0].as_str(),
+                    row[1].as_str(),
+                    row[5].as_str(),
+                    row[6].as_str(),
+                )
+            })
+            .collect();
+        // the dead attempt's error as stored: the handler's, and which attempt it was
+        let last_error = if last == "dead" {
+            "boom 3: smtp 421 (attempt 3 of 3)"
+        } else {
+            "–"
+        };
+        assert_eq!(
+            summary,
+            [
+                ("3", last, worker_name.as_str(), last_error),
+                ("2", "failed", worker_name.as_str(), "boom 2: smtp 421"),
+                ("1", "failed", worker_name.as_str(), "boom 1: smtp 421"),
+            ],
+            "{id}: {rows:?}"
+        );
+        for row in &rows {
+            // started, ended (times to the second) and how long it took
+            assert!(row[2].len() == 19 && row[3].len() == 19, "{row:?}");
+            assert!(row[4].ends_with(" s"), "{row:?}");
+        }
+        let started_on = |n: u32| format!("attempt {n} started on {worker_name}");
+        assert_eq!(
+            timeline_events(&client).await,
+            [
+                "enqueued".to_owned(),
+                started_on(1),
+                "attempt 1 failed: boom 1: smtp 421".to_owned(),
+                started_on(2),
+                "attempt 2 failed: boom 2: smtp 421".to_owned(),
+                started_on(3),
+                last_event,
+            ],
+            "{id}"
+        );
+        screenshot(&client, &format!("job_attempts_{last}")).await;
+    }
+    client.close().await.unwrap();
+    worker.shutdown().await.unwrap();
+    operator.close().await;
+}
+
 /// The overview's chart split by queue (issue 30): a pool serving two queues runs work in
 /// both, and the chart draws a series per queue, each a colour of its own, the legend
 /// naming both queues, under the labelled axes.
@@ -1929,15 +2088,23 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
     }
 
     // 400 px wide: no page is wider than the window (tables scroll in their own box)
+    // a dead letter for its page, and a tenant's job for the queue's keys page
+    let letter = dead_letter(&q, "someone-with-a-long-address@example.com", "smtp: 550").await;
+    let tenant = OutgoingMessage::new("tenant-group", "sync_crm", "{}")
+        .fair_key("tenant-with-a-rather-long-name-0000000000000000000042");
+    q.transport.publish(&q.pool, &tenant).await.unwrap();
     client.set_window_size(400, 900).await.unwrap();
     for path in [
         "/".to_owned(),
         "/jobs".to_owned(),
         format!("/jobs/{}", ids[1]),
         "/queues".to_owned(),
+        "/queues/keys?name=default".to_owned(),
         "/groups".to_owned(),
         "/dead".to_owned(),
+        format!("/dead/{letter}"),
         "/schedules".to_owned(),
+        "/workflows".to_owned(),
     ] {
         client.goto(&format!("{base}{path}")).await.unwrap();
         let widths = js(
@@ -1948,7 +2115,7 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
         let (scroll, window) = (widths[0].as_i64().unwrap(), widths[1].as_i64().unwrap());
         assert!(window <= 400, "the window is {window} px wide");
         assert!(scroll <= window, "{path}: {scroll} px wide in {window}");
-        let name = format!("narrow{}", path.replace('/', "_"));
+        let name = format!("narrow{}", path.replace(['/', '?', '='], "_"));
         screenshot(&client, &name).await;
     }
     client.close().await.unwrap();
