@@ -2115,6 +2115,27 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
         let (scroll, window) = (widths[0].as_i64().unwrap(), widths[1].as_i64().unwrap());
         assert!(window <= 400, "the window is {window} px wide");
         assert!(scroll <= window, "{path}: {scroll} px wide in {window}");
+        // and no column header is broken inside a word (the table scrolls in its box
+        // rather than squeezing "Weight" into a letter a line)
+        let broken = js(
+            &client,
+            "var measure = document.createElement('canvas').getContext('2d');
+             return Array.from(document.querySelectorAll('th')).filter(function (th) {
+                 var style = getComputedStyle(th);
+                 measure.font = style.font;
+                 var room = th.clientWidth - parseFloat(style.paddingLeft)
+                     - parseFloat(style.paddingRight);
+                 return th.innerText.split(/\\s+/).some(function (word) {
+                     return measure.measureText(word).width > room + 0.5;
+                 });
+             }).map(function (th) { return th.innerText; });",
+        )
+        .await;
+        assert_eq!(
+            broken,
+            serde_json::json!([]),
+            "{path}: headers broken in a word"
+        );
         let name = format!("narrow{}", path.replace(['/', '?', '='], "_"));
         screenshot(&client, &name).await;
     }
