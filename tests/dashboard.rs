@@ -884,6 +884,13 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
     let (status, body) = post(address, "/dead/retry", &format!("id={id}")).await;
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("read-only"), "{body}");
+    // no "Cancel all matching": no button, its page and its POST refused
+    let (_, jobs) = get("/jobs").await;
+    assert!(!jobs.contains("cancel-all"), "{jobs}");
+    assert_eq!(get("/jobs/cancel-all").await.0, 403);
+    let (status, body) = post(address, "/jobs/cancel-all", &format!("upto={id}")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("read-only"), "{body}");
     let dead = Client::with_schema(q.pool.clone(), q.schema.clone()).dead_letters();
     assert!(dead.get(id).await.unwrap().is_some());
     let (status, body) = post(address, "/queues/weight", "name=default&key=k000&weight=9").await;
@@ -2299,6 +2306,193 @@ async fn dead_letters_are_retried_and_deleted_by_filter_in_batches() {
         .await
         .unwrap();
     assert_eq!(queued.jobs.len(), 2);
+    client.close().await.unwrap();
+    operator.close().await;
+}
+
+/// "Cancel all matching" on the Jobs page: every job its filter matches that has not ended
+/// (not only the page shown), counted on a page of its own, confirmed with the count, in
+/// batches (2,501 jobs: three reads of 1,000), each with the reason given; a running one is
+/// told to stop; jobs outside the filter, and one enqueued after the count, are left alone.
+/// A finished state offers nothing to cancel; the POST needs the CSRF token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_cancelled_by_filter_in_batches() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 5).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    // two reports in the default queue, and 2,501 in a queue of their own, the first of
+    // them running
+    let mut mails = Vec::new();
+    for to in ["a", "b"] {
+        let message = OutgoingMessage::new("unused", "old_report", format!("{{\"to\":\"{to}\"}}"))
+            .in_own_group();
+        mails.push(q.transport.publish(&q.pool, &message).await.unwrap());
+    }
+    let report = || {
+        OutgoingMessage::new("unused", "old_report", "{}")
+            .in_own_group()
+            .queue("reports")
+    };
+    let running = q.transport.publish(&q.pool, &report()).await.unwrap();
+    let claimed = q
+        .transport
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_secs(3600)).queue("reports"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed[0].lease.id, running);
+    for _ in 0..5 {
+        let batch: Vec<OutgoingMessage> = (0..500).map(|_| report()).collect();
+        q.transport.publish_many(&q.pool, &batch).await.unwrap();
+    }
+    let reports = harel_jobs::JobQuery::new()
+        .state(harel_jobs::StateFilter::Queued)
+        .queue("reports")
+        .limit(1000);
+
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string()])
+        .unwrap();
+    serve_on(listener, dashboard::router_with(queue.clone(), config));
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+
+    // a finished state: nothing to cancel, no button (and its page says no)
+    client
+        .goto(&format!("{base}/jobs?state=completed"))
+        .await
+        .unwrap();
+    assert!(client.find(Locator::Id("cancel-all")).await.is_err());
+    let (status, _) = get_as(address, "/jobs/cancel-all?state=dead", &address.to_string()).await;
+    assert_eq!(status, 400);
+
+    // the reports of the queue: counted on their own page, then confirmed with the count
+    client
+        .goto(&format!("{base}/jobs?kind=old_report&queue=reports"))
+        .await
+        .unwrap();
+    assert_eq!(listed_ids(&client).await.len(), 50);
+    screenshot(&client, "jobs_with_cancel_all").await;
+    click(&client, Locator::Id("cancel-all")).await;
+    wait_for_url(&client, "/jobs/cancel-all?").await;
+    let count = text(&client, "#cancel-count").await;
+    assert!(
+        count
+            .starts_with("2501 job(s) match (not yet ended, of kind old_report, in queue reports)")
+            && count.contains("1 of them running"),
+        "{count}"
+    );
+    screenshot(&client, "jobs_cancel_all").await;
+    // a report enqueued after the count: not one the operator saw
+    let late = q.transport.publish(&q.pool, &report()).await.unwrap();
+    client
+        .find(Locator::Id("cancel-reason"))
+        .await
+        .unwrap()
+        .send_keys("reports retired")
+        .await
+        .unwrap();
+    click(&client, Locator::Id("cancel-all-confirm")).await;
+    let question = client.get_alert_text().await.expect("asks first");
+    assert_eq!(
+        question,
+        "Cancel 2501 job(s) (not yet ended, of kind old_report, in queue reports)?"
+    );
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=cancelled_all").await;
+    let notice = text(&client, ".notice").await;
+    assert!(notice.contains("Cancelled 2501 job(s)"), "{notice}");
+    let url = client.current_url().await.unwrap();
+    assert_eq!(
+        url.query(),
+        Some("done=cancelled_all&n=2501&kind=old_report&queue=reports")
+    );
+    screenshot(&client, "jobs_cancelled_all").await;
+
+    // left: the running report, told to stop (with the reason), and the late one; and the
+    // default queue's two
+    let left = queue.jobs(&reports).await.unwrap().jobs;
+    let ids: Vec<JobId> = left.iter().map(|job| job.id).collect();
+    assert_eq!(ids, [running, late]);
+    assert!(matches!(
+        left[0].state,
+        harel_jobs::JobState::Running {
+            cancel_requested: true,
+            ..
+        }
+    ));
+    assert_eq!(left[0].cancel_reason.as_deref(), Some("reports retired"));
+    let cancelled = queue
+        .jobs(
+            &harel_jobs::JobQuery::new()
+                .state(harel_jobs::StateFilter::Cancelled)
+                .limit(1000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cancelled.jobs.len(), 1000);
+    let mut total = cancelled.jobs.len();
+    let mut next = cancelled.next;
+    while let Some(after) = next {
+        let page = queue
+            .jobs(
+                &harel_jobs::JobQuery::new()
+                    .state(harel_jobs::StateFilter::Cancelled)
+                    .limit(1000)
+                    .after(after),
+            )
+            .await
+            .unwrap();
+        total += page.jobs.len();
+        next = page.next;
+    }
+    assert_eq!(total, 2500, "every queued report of the count");
+    match &cancelled.jobs[0].state {
+        harel_jobs::JobState::Cancelled { reason, .. } => {
+            assert_eq!(reason.as_deref(), Some("reports retired"))
+        }
+        other => panic!("{other:?}"),
+    }
+    for mail in mails {
+        assert_eq!(
+            queue.job(mail).await.unwrap().unwrap().state,
+            harel_jobs::JobState::Waiting
+        );
+    }
+
+    // the POST needs the page's CSRF token
+    let (status, body) = post(
+        address,
+        "/jobs/cancel-all",
+        &format!("queue=reports&upto={late}"),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(queue.jobs(&reports).await.unwrap().jobs.len(), 2);
+    // nothing left to count: no form
+    client
+        .goto(&format!(
+            "{base}/jobs/cancel-all?state=waiting&queue=nosuchqueue"
+        ))
+        .await
+        .unwrap();
+    assert!(
+        text(&client, "#cancel-count")
+            .await
+            .contains("No job matches (waiting, in queue nosuchqueue): nothing to cancel.")
+    );
+    assert!(
+        client
+            .find(Locator::Id("cancel-all-confirm"))
+            .await
+            .is_err()
+    );
     client.close().await.unwrap();
     operator.close().await;
 }
