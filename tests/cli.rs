@@ -586,6 +586,103 @@ async fn stats_and_jobs_list_show_and_cancel() {
     );
 }
 
+/// A job's queue is in `jobs show` (JSON and text) and in a column of `jobs list`, and
+/// `jobs list --queue` lists only that queue's jobs.
+#[tokio::test]
+async fn jobs_show_and_list_the_queue() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    let plain = publish(&q, None, "report", "{}").await;
+    let mail = q
+        .transport
+        .publish(
+            &q.pool,
+            &OutgoingMessage::new("unused", "send_email", "{}")
+                .in_own_group()
+                .queue("mail"),
+        )
+        .await
+        .unwrap();
+
+    let json = ok(&mut op(), &["--json", "jobs", "show", &mail.to_string()]).json();
+    assert_eq!(json["queue"], "mail", "{json}");
+    let json = ok(&mut op(), &["--json", "jobs", "show", &plain.to_string()]).json();
+    assert_eq!(json["queue"], "default", "{json}");
+    let shown = ok(&mut op(), &["jobs", "show", &mail.to_string()]).stdout;
+    assert!(shown.contains("queue:       mail\n"), "{shown}");
+
+    let table = ok(&mut op(), &["jobs", "list"]).stdout;
+    let lines: Vec<&str> = table.lines().collect();
+    let headers: Vec<&str> = lines[0]
+        .split("  ")
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
+    assert_eq!(headers[..4], ["ID", "STATE", "QUEUE", "KIND"], "{table}");
+    let column = lines[0].find("QUEUE").expect("a QUEUE column");
+    assert!(lines[1][column..].starts_with("default "), "{table}");
+    assert!(lines[2][column..].starts_with("mail "), "{table}");
+
+    let listed = ok(&mut op(), &["--json", "jobs", "list", "--queue", "mail"]).json();
+    let ids: Vec<i64> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [mail.get()], "{listed}");
+    assert_eq!(listed["jobs"][0]["queue"], "mail");
+    let text = ok(&mut op(), &["jobs", "list", "--queue", "mail"]).stdout;
+    assert_eq!(text.lines().count(), 2, "{text}");
+    let none = ok(&mut op(), &["jobs", "list", "--queue", "nosuchqueue"]).stdout;
+    assert_eq!(none, "no jobs\n");
+}
+
+/// A running job whose cancel was asked with a reason shows the reason at once, before
+/// its handler returns: in `jobs show` (JSON and text) and `jobs list`.
+#[tokio::test]
+async fn a_running_jobs_pending_cancel_shows_its_reason() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    let id = publish(&q, None, "export", "{}").await;
+    let claimed = q
+        .transport
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_secs(60)).limit(10),
+        )
+        .await
+        .unwrap();
+    assert!(claimed.iter().any(|m| m.lease.id == id), "claimed");
+
+    let json = ok(
+        &mut op(),
+        &[
+            "--json",
+            "jobs",
+            "cancel",
+            &id.to_string(),
+            "--reason",
+            "runaway export",
+        ],
+    )
+    .json();
+    assert_eq!(json["outcome"], "requested", "{json}");
+    let json = ok(&mut op(), &["--json", "jobs", "show", &id.to_string()]).json();
+    assert_eq!(json["state"], "running", "{json}");
+    assert_eq!(json["cancel_requested"], true, "{json}");
+    assert_eq!(json["cancel_reason"], "runaway export", "{json}");
+    let shown = ok(&mut op(), &["jobs", "show", &id.to_string()]).stdout;
+    assert!(shown.contains("cancel reason: runaway export\n"), "{shown}");
+    let listed = ok(&mut op(), &["--json", "jobs", "list", "--state", "running"]).json();
+    assert_eq!(
+        listed["jobs"][0]["cancel_reason"], "runaway export",
+        "{listed}"
+    );
+}
+
 #[tokio::test]
 async fn groups_are_listed_shown_and_cancelled_only_when_confirmed() {
     let q = SuiteSchema::new().await;

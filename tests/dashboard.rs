@@ -884,6 +884,13 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
     let (status, body) = post(address, "/dead/retry", &format!("id={id}")).await;
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("read-only"), "{body}");
+    // no "Cancel all matching": no button, its page and its POST refused
+    let (_, jobs) = get("/jobs").await;
+    assert!(!jobs.contains("cancel-all"), "{jobs}");
+    assert_eq!(get("/jobs/cancel-all").await.0, 403);
+    let (status, body) = post(address, "/jobs/cancel-all", &format!("upto={id}")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("read-only"), "{body}");
     let dead = Client::with_schema(q.pool.clone(), q.schema.clone()).dead_letters();
     assert!(dead.get(id).await.unwrap().is_some());
     let (status, body) = post(address, "/queues/weight", "name=default&key=k000&weight=9").await;
@@ -1555,6 +1562,165 @@ async fn wait_for_live(client: &Browser, attribute: &str, at_least: i64) {
     }
 }
 
+/// Fails its first `fail` attempts with "boom N: smtp 421", then succeeds; three attempts
+/// at most, kept an hour once completed so its page shows it.
+#[job(max_attempts = 3, retain = "1h")]
+async fn flaky_mail(ctx: JobContext<()>, fail: u32) -> JobResult {
+    if ctx.attempt() <= fail {
+        return Err(harel_jobs::JobError::retry(format!(
+            "boom {}: smtp 421",
+            ctx.attempt()
+        )));
+    }
+    Ok(())
+}
+
+/// Each attempt's cells on the job page's `#attempts` table, newest first: number, outcome,
+/// start, end, took, worker, and the error's full text (its `<pre>`, else the cell's text),
+/// read in one script.
+async fn attempt_rows(client: &Browser) -> Vec<Vec<String>> {
+    let rows = js(
+        client,
+        "return Array.from(document.querySelectorAll('#attempts tbody tr')).map(function (row) {
+             return Array.from(row.cells).map(function (cell) {
+                 var pre = cell.querySelector('pre');
+                 return (pre ? pre.textContent : cell.innerText).trim();
+             });
+         });",
+    )
+    .await;
+    serde_json::from_value(rows).expect("rows of cells")
+}
+
+/// The timeline's events without their times, oldest first.
+async fn timeline_events(client: &Browser) -> Vec<String> {
+    let events = js(
+        client,
+        "return Array.from(document.querySelectorAll('#timeline li')).map(function (li) {
+             var time = li.querySelector('time');
+             var text = li.innerText;
+             return (time ? text.replace(time.innerText, '') : text.replace(/^–/, '')).trim();
+         });",
+    )
+    .await;
+    serde_json::from_value(events).expect("events")
+}
+
+/// A job that failed twice and then completed, and one that failed three times and is a
+/// dead letter: each job's page has a row per attempt in `#attempts` (newest first, its
+/// outcome, worker and error text) and each attempt's start and end in the timeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_page_shows_every_attempt_with_its_worker_and_error() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 5).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let completed = owner.enqueue(&q.pool, FlakyMail { fail: 2 }).await.unwrap();
+    let dead = owner.enqueue(&q.pool, FlakyMail { fail: 9 }).await.unwrap();
+    let worker = owner
+        .worker(())
+        .register::<FlakyMail>()
+        .backoff(harel_jobs::Backoff::fixed(Duration::from_millis(10)))
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+        .start();
+    // both ended, and the pool listed (its host and pid name it on the pages)
+    let started = Instant::now();
+    loop {
+        let a = owner.job(completed).await.unwrap().map(|j| j.state);
+        let b = owner.job(dead).await.unwrap().map(|j| j.state);
+        let listed = owner.job_attempts(dead).await.unwrap().iter().all(|a| {
+            a.worker
+                .as_ref()
+                .is_some_and(|w| w.host.is_some() && w.pid.is_some())
+        });
+        if matches!(a, Some(harel_jobs::JobState::Completed { .. }))
+            && matches!(b, Some(harel_jobs::JobState::Dead { .. }))
+            && listed
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{a:?} {b:?} listed: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let attempts = owner.job_attempts(dead).await.unwrap();
+    let by = attempts[0].worker.as_ref().unwrap();
+    let worker_name = format!("{} (pid {})", by.host.as_deref().unwrap(), by.pid.unwrap());
+
+    let address = serve(dashboard::router(queue.clone())).await;
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+
+    for (id, last, last_event) in [
+        (completed, "completed", "completed".to_owned()),
+        (
+            dead,
+            "dead",
+            "attempt 3 failed for good: dead: boom 3: smtp 421 (attempt 3 of 3)".to_owned(),
+        ),
+    ] {
+        client.goto(&format!("{base}/jobs/{id}")).await.unwrap();
+        assert_eq!(text(&client, "h1").await, format!("Job {id}"));
+        let rows = attempt_rows(&client).await;
+        assert_eq!(rows.len(), 3, "{id}: {rows:?}");
+        let summary: Vec<(&str, &str, &str, &str)> = rows
+            .iter()
+            .map(|row| {
+                (
+                    row[0].as_str(),
+                    row[1].as_str(),
+                    row[5].as_str(),
+                    row[6].as_str(),
+                )
+            })
+            .collect();
+        // the dead attempt's error as stored: the handler's, and which attempt it was
+        let last_error = if last == "dead" {
+            "boom 3: smtp 421 (attempt 3 of 3)"
+        } else {
+            "–"
+        };
+        assert_eq!(
+            summary,
+            [
+                ("3", last, worker_name.as_str(), last_error),
+                ("2", "failed", worker_name.as_str(), "boom 2: smtp 421"),
+                ("1", "failed", worker_name.as_str(), "boom 1: smtp 421"),
+            ],
+            "{id}: {rows:?}"
+        );
+        for row in &rows {
+            // started, ended (times to the second) and how long it took
+            assert!(row[2].len() == 19 && row[3].len() == 19, "{row:?}");
+            assert!(row[4].ends_with(" s"), "{row:?}");
+        }
+        let started_on = |n: u32| format!("attempt {n} started on {worker_name}");
+        assert_eq!(
+            timeline_events(&client).await,
+            [
+                "enqueued".to_owned(),
+                started_on(1),
+                "attempt 1 failed: boom 1: smtp 421".to_owned(),
+                started_on(2),
+                "attempt 2 failed: boom 2: smtp 421".to_owned(),
+                started_on(3),
+                last_event,
+            ],
+            "{id}"
+        );
+        screenshot(&client, &format!("job_attempts_{last}")).await;
+    }
+    client.close().await.unwrap();
+    worker.shutdown().await.unwrap();
+    operator.close().await;
+}
+
 /// The overview's chart split by queue (issue 30): a pool serving two queues runs work in
 /// both, and the chart draws a series per queue, each a colour of its own, the legend
 /// naming both queues, under the labelled axes.
@@ -1929,15 +2095,23 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
     }
 
     // 400 px wide: no page is wider than the window (tables scroll in their own box)
+    // a dead letter for its page, and a tenant's job for the queue's keys page
+    let letter = dead_letter(&q, "someone-with-a-long-address@example.com", "smtp: 550").await;
+    let tenant = OutgoingMessage::new("tenant-group", "sync_crm", "{}")
+        .fair_key("tenant-with-a-rather-long-name-0000000000000000000042");
+    q.transport.publish(&q.pool, &tenant).await.unwrap();
     client.set_window_size(400, 900).await.unwrap();
     for path in [
         "/".to_owned(),
         "/jobs".to_owned(),
         format!("/jobs/{}", ids[1]),
         "/queues".to_owned(),
+        "/queues/keys?name=default".to_owned(),
         "/groups".to_owned(),
         "/dead".to_owned(),
+        format!("/dead/{letter}"),
         "/schedules".to_owned(),
+        "/workflows".to_owned(),
     ] {
         client.goto(&format!("{base}{path}")).await.unwrap();
         let widths = js(
@@ -1948,7 +2122,28 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
         let (scroll, window) = (widths[0].as_i64().unwrap(), widths[1].as_i64().unwrap());
         assert!(window <= 400, "the window is {window} px wide");
         assert!(scroll <= window, "{path}: {scroll} px wide in {window}");
-        let name = format!("narrow{}", path.replace('/', "_"));
+        // and no column header is broken inside a word (the table scrolls in its box
+        // rather than squeezing "Weight" into a letter a line)
+        let broken = js(
+            &client,
+            "var measure = document.createElement('canvas').getContext('2d');
+             return Array.from(document.querySelectorAll('th')).filter(function (th) {
+                 var style = getComputedStyle(th);
+                 measure.font = style.font;
+                 var room = th.clientWidth - parseFloat(style.paddingLeft)
+                     - parseFloat(style.paddingRight);
+                 return th.innerText.split(/\\s+/).some(function (word) {
+                     return measure.measureText(word).width > room + 0.5;
+                 });
+             }).map(function (th) { return th.innerText; });",
+        )
+        .await;
+        assert_eq!(
+            broken,
+            serde_json::json!([]),
+            "{path}: headers broken in a word"
+        );
+        let name = format!("narrow{}", path.replace(['/', '?', '='], "_"));
         screenshot(&client, &name).await;
     }
     client.close().await.unwrap();
@@ -2111,6 +2306,193 @@ async fn dead_letters_are_retried_and_deleted_by_filter_in_batches() {
         .await
         .unwrap();
     assert_eq!(queued.jobs.len(), 2);
+    client.close().await.unwrap();
+    operator.close().await;
+}
+
+/// "Cancel all matching" on the Jobs page: every job its filter matches that has not ended
+/// (not only the page shown), counted on a page of its own, confirmed with the count, in
+/// batches (2,501 jobs: three reads of 1,000), each with the reason given; a running one is
+/// told to stop; jobs outside the filter, and one enqueued after the count, are left alone.
+/// A finished state offers nothing to cancel; the POST needs the CSRF token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_cancelled_by_filter_in_batches() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 5).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    // two reports in the default queue, and 2,501 in a queue of their own, the first of
+    // them running
+    let mut mails = Vec::new();
+    for to in ["a", "b"] {
+        let message = OutgoingMessage::new("unused", "old_report", format!("{{\"to\":\"{to}\"}}"))
+            .in_own_group();
+        mails.push(q.transport.publish(&q.pool, &message).await.unwrap());
+    }
+    let report = || {
+        OutgoingMessage::new("unused", "old_report", "{}")
+            .in_own_group()
+            .queue("reports")
+    };
+    let running = q.transport.publish(&q.pool, &report()).await.unwrap();
+    let claimed = q
+        .transport
+        .claim_many(
+            &q.pool,
+            &ClaimRequest::new(Duration::from_secs(3600)).queue("reports"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed[0].lease.id, running);
+    for _ in 0..5 {
+        let batch: Vec<OutgoingMessage> = (0..500).map(|_| report()).collect();
+        q.transport.publish_many(&q.pool, &batch).await.unwrap();
+    }
+    let reports = harel_jobs::JobQuery::new()
+        .state(harel_jobs::StateFilter::Queued)
+        .queue("reports")
+        .limit(1000);
+
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string()])
+        .unwrap();
+    serve_on(listener, dashboard::router_with(queue.clone(), config));
+    let base = format!("http://{address}");
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+
+    // a finished state: nothing to cancel, no button (and its page says no)
+    client
+        .goto(&format!("{base}/jobs?state=completed"))
+        .await
+        .unwrap();
+    assert!(client.find(Locator::Id("cancel-all")).await.is_err());
+    let (status, _) = get_as(address, "/jobs/cancel-all?state=dead", &address.to_string()).await;
+    assert_eq!(status, 400);
+
+    // the reports of the queue: counted on their own page, then confirmed with the count
+    client
+        .goto(&format!("{base}/jobs?kind=old_report&queue=reports"))
+        .await
+        .unwrap();
+    assert_eq!(listed_ids(&client).await.len(), 50);
+    screenshot(&client, "jobs_with_cancel_all").await;
+    click(&client, Locator::Id("cancel-all")).await;
+    wait_for_url(&client, "/jobs/cancel-all?").await;
+    let count = text(&client, "#cancel-count").await;
+    assert!(
+        count
+            .starts_with("2501 job(s) match (not yet ended, of kind old_report, in queue reports)")
+            && count.contains("1 of them running"),
+        "{count}"
+    );
+    screenshot(&client, "jobs_cancel_all").await;
+    // a report enqueued after the count: not one the operator saw
+    let late = q.transport.publish(&q.pool, &report()).await.unwrap();
+    client
+        .find(Locator::Id("cancel-reason"))
+        .await
+        .unwrap()
+        .send_keys("reports retired")
+        .await
+        .unwrap();
+    click(&client, Locator::Id("cancel-all-confirm")).await;
+    let question = client.get_alert_text().await.expect("asks first");
+    assert_eq!(
+        question,
+        "Cancel 2501 job(s) (not yet ended, of kind old_report, in queue reports)?"
+    );
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=cancelled_all").await;
+    let notice = text(&client, ".notice").await;
+    assert!(notice.contains("Cancelled 2501 job(s)"), "{notice}");
+    let url = client.current_url().await.unwrap();
+    assert_eq!(
+        url.query(),
+        Some("done=cancelled_all&n=2501&kind=old_report&queue=reports")
+    );
+    screenshot(&client, "jobs_cancelled_all").await;
+
+    // left: the running report, told to stop (with the reason), and the late one; and the
+    // default queue's two
+    let left = queue.jobs(&reports).await.unwrap().jobs;
+    let ids: Vec<JobId> = left.iter().map(|job| job.id).collect();
+    assert_eq!(ids, [running, late]);
+    assert!(matches!(
+        left[0].state,
+        harel_jobs::JobState::Running {
+            cancel_requested: true,
+            ..
+        }
+    ));
+    assert_eq!(left[0].cancel_reason.as_deref(), Some("reports retired"));
+    let cancelled = queue
+        .jobs(
+            &harel_jobs::JobQuery::new()
+                .state(harel_jobs::StateFilter::Cancelled)
+                .limit(1000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cancelled.jobs.len(), 1000);
+    let mut total = cancelled.jobs.len();
+    let mut next = cancelled.next;
+    while let Some(after) = next {
+        let page = queue
+            .jobs(
+                &harel_jobs::JobQuery::new()
+                    .state(harel_jobs::StateFilter::Cancelled)
+                    .limit(1000)
+                    .after(after),
+            )
+            .await
+            .unwrap();
+        total += page.jobs.len();
+        next = page.next;
+    }
+    assert_eq!(total, 2500, "every queued report of the count");
+    match &cancelled.jobs[0].state {
+        harel_jobs::JobState::Cancelled { reason, .. } => {
+            assert_eq!(reason.as_deref(), Some("reports retired"))
+        }
+        other => panic!("{other:?}"),
+    }
+    for mail in mails {
+        assert_eq!(
+            queue.job(mail).await.unwrap().unwrap().state,
+            harel_jobs::JobState::Waiting
+        );
+    }
+
+    // the POST needs the page's CSRF token
+    let (status, body) = post(
+        address,
+        "/jobs/cancel-all",
+        &format!("queue=reports&upto={late}"),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(queue.jobs(&reports).await.unwrap().jobs.len(), 2);
+    // nothing left to count: no form
+    client
+        .goto(&format!(
+            "{base}/jobs/cancel-all?state=waiting&queue=nosuchqueue"
+        ))
+        .await
+        .unwrap();
+    assert!(
+        text(&client, "#cancel-count")
+            .await
+            .contains("No job matches (waiting, in queue nosuchqueue): nothing to cancel.")
+    );
+    assert!(
+        client
+            .find(Locator::Id("cancel-all-confirm"))
+            .await
+            .is_err()
+    );
     client.close().await.unwrap();
     operator.close().await;
 }

@@ -337,13 +337,19 @@ async fn a_running_jobs_cancel_reaches_its_heartbeat_and_ends_it_as_cancelled() 
 
     let outcome = queue.cancel(running).reason("user deleted").await.unwrap();
     assert_eq!(outcome, CancelOutcome::Requested);
+    let info = queue.job(running).await.unwrap().expect("running");
     assert!(matches!(
-        state(&queue, running).await,
-        Some(JobState::Running {
+        info.state,
+        JobState::Running {
             cancel_requested: true,
             ..
-        })
+        }
     ));
+    // the pending cancel's reason is visible while its lease holder still runs it
+    assert_eq!(info.cancel_reason.as_deref(), Some("user deleted"));
+    // the job's group's next job, not running, has none
+    let waiting = queue.job(next).await.unwrap().expect("queued");
+    assert_eq!(waiting.cancel_reason, None);
     let status = q
         .transport
         .heartbeat(
@@ -357,6 +363,10 @@ async fn a_running_jobs_cancel_reaches_its_heartbeat_and_ends_it_as_cancelled() 
         status,
         [harel_jobs::transport::LeaseStatus::CancelRequested]
     );
+    // told, and still running until it settles: the reason is still there
+    let info = queue.job(running).await.unwrap().expect("running");
+    assert!(matches!(info.state, JobState::Running { .. }), "{info:?}");
+    assert_eq!(info.cancel_reason.as_deref(), Some("user deleted"));
 
     // the handler failed (or succeeded: the same) — cancelled either way, not retried
     let release = Settlement::Release {

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use harel_jobs::transport::{ClaimRequest, OutgoingMessage};
 use harel_jobs::{
-    Client, InvalidMessage, Job, JobContext, JobResult, PublishError, QueueLimits, WorkerHandle,
-    job,
+    Client, ClientError, InvalidMessage, Job, JobContext, JobResult, PublishError, QueueLimits,
+    WorkerHandle, job,
 };
 use harel_jobs_suite::SuiteSchema;
 use harel_jobs_suite::limits::{Hold, most_at_once, run_four_hold_pools};
@@ -183,6 +183,67 @@ async fn a_paused_queue_is_not_claimed_until_resumed() {
         (Some(0), Some(1))
     );
     assert_eq!(mail.oldest_ready_at, None, "nothing ready");
+}
+
+/// Pausing, resuming or limiting a queue no job went to (and nobody created) is refused
+/// with `UnknownQueue`, and creates nothing: `queues()` still lists no such queue. Created
+/// first, the same calls work.
+#[tokio::test]
+async fn an_unknown_queue_is_refused_and_not_created() {
+    let q = SuiteSchema::new().await;
+    let queue = queue(&q);
+    let unknown = |result: Result<harel_jobs::QueueInfo, ClientError>| match result {
+        Err(ClientError::UnknownQueue(name)) => assert_eq!(name, "nosuchqueue"),
+        other => panic!("expected UnknownQueue, got {other:?}"),
+    };
+    unknown(queue.pause("nosuchqueue").await);
+    unknown(queue.resume("nosuchqueue").await);
+    unknown(
+        queue
+            .set_limits("nosuchqueue", QueueLimits::none().concurrency(5))
+            .await,
+    );
+    unknown(
+        queue
+            .set_limits(
+                "nosuchqueue",
+                QueueLimits::none().rate(10, Duration::from_secs(1)),
+            )
+            .await,
+    );
+    unknown(queue.set_limits("nosuchqueue", QueueLimits::none()).await);
+    let names: Vec<String> = queue
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|info| info.name)
+        .collect();
+    assert!(!names.iter().any(|name| name == "nosuchqueue"), "{names:?}");
+    assert!(
+        queue
+            .depth()
+            .await
+            .unwrap()
+            .iter()
+            .all(|level| level.queue != "nosuchqueue")
+    );
+
+    // created, it can be limited, paused and resumed
+    queue.create_queue("nosuchqueue").await.unwrap();
+    let limited = queue
+        .set_limits("nosuchqueue", QueueLimits::none().concurrency(5))
+        .await
+        .unwrap();
+    assert_eq!(limited.limits.concurrency_limit(), Some(5));
+    assert!(queue.pause("nosuchqueue").await.unwrap().is_paused());
+    assert!(!queue.resume("nosuchqueue").await.unwrap().is_paused());
+    let listed = queue.queues().await.unwrap();
+    let created = listed
+        .iter()
+        .find(|info| info.name == "nosuchqueue")
+        .expect("listed once created");
+    assert_eq!(created.limits.concurrency_limit(), Some(5));
 }
 
 // ---- worker pools ----------------------------------------------------------------------

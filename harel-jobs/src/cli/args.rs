@@ -170,12 +170,13 @@ pub(crate) struct DashboardArgs {
 /// `jobs …`
 #[derive(Debug, Subcommand)]
 pub(crate) enum JobsCommand {
-    /// A page of jobs in id order, filtered by state, kind and group.
+    /// A page of jobs in id order, filtered by state, kind, group and queue.
     #[command(after_help = "\
 Examples:
   harel-jobs jobs list --state running
   harel-jobs jobs list --state dead --kind send_email --limit 200
   harel-jobs jobs list --group customer-42
+  harel-jobs jobs list --queue mail --state retrying
   harel-jobs jobs list --after 4711    # the next page, as the previous one says")]
     List(JobsList),
     /// One job: its state, attempts, last error and payload.
@@ -236,6 +237,9 @@ pub(crate) struct JobsList {
     /// Only jobs of this group.
     #[arg(long)]
     pub(crate) group: Option<String>,
+    /// Only jobs of this queue.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) queue: Option<String>,
     /// Start after this job id (the cursor the previous page printed).
     #[arg(long)]
     pub(crate) after: Option<JobId>,

@@ -339,6 +339,9 @@ async fn jobs_list(client: &Client, out: &Printer, list: JobsList) -> Result<(),
     if let Some(group) = list.group {
         query = query.group(group);
     }
+    if let Some(queue) = list.queue {
+        query = query.queue(queue);
+    }
     if let Some(after) = list.after {
         query = query.after(after);
     }

@@ -305,6 +305,8 @@ impl StatsView {
 pub(crate) struct JobView {
     id: i64,
     state: &'static str,
+    /// The queue it is in (`default` unless enqueued into another).
+    queue: String,
     kind: String,
     group: String,
     /// The fairness key (`""`: none).
@@ -364,6 +366,7 @@ impl JobView {
         Self {
             id: job.id.get(),
             state,
+            queue: job.queue.clone(),
             kind: job.kind.clone(),
             group: job.group.clone(),
             fair_key: job.fair_key.clone(),
@@ -382,7 +385,8 @@ impl JobView {
     /// A table of jobs.
     pub(crate) fn table(jobs: &[JobInfo]) -> Table {
         let mut table = Table::new(vec![
-            "ID", "STATE", "KIND", "GROUP", "PRI", "ATTEMPTS", "ENQUEUED", "STATE AT", "ERROR",
+            "ID", "STATE", "QUEUE", "KIND", "GROUP", "PRI", "ATTEMPTS", "ENQUEUED", "STATE AT",
+            "ERROR",
         ]);
         for job in jobs {
             let view = Self::new(job);
@@ -394,6 +398,7 @@ impl JobView {
             table.row(vec![
                 view.id.to_string(),
                 state,
+                view.queue,
                 view.kind,
                 view.group,
                 view.priority.to_string(),
@@ -412,6 +417,7 @@ impl JobView {
         let mut pairs = vec![
             ("id", view.id.to_string()),
             ("state", view.state.to_owned()),
+            ("queue", view.queue.clone()),
             ("kind", view.kind.clone()),
             ("group", view.group.clone()),
             ("fair key", view.fair_key.clone()),

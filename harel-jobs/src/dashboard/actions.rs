@@ -1,8 +1,8 @@
-//! The actions (POST): cancel a job or a group, retry or delete dead letters, pause or
-//! resume a queue, set a fairness key's weight or the queue's limit per key, pause, resume
-//! or trigger a schedule. Each checks
-//! the read-only switch and the CSRF token first, then calls the library and redirects
-//! (303) to a page that shows the outcome.
+//! The actions (POST): cancel a job, a group or every job a filter matches, retry or delete
+//! dead letters, pause or resume a queue, set a fairness key's weight or the queue's limit
+//! per key, pause, resume or trigger a schedule. Each checks the read-only switch and the
+//! CSRF token first, then calls the library and redirects (303) to a page that shows the
+//! outcome.
 
 use std::time::Duration;
 
@@ -11,8 +11,10 @@ use axum::extract::{Path, State};
 use axum::response::Redirect;
 use chrono::{DateTime, Utc};
 use rand::Rng as _;
+use serde::Deserialize;
 
 use super::html::query_value;
+use super::pages::state_filter;
 use super::{Ctx, PageError};
 use crate::client::{CancelOutcome, JobQuery, JobState, KeyLimits, RunNowOutcome, StateFilter};
 use crate::vocabulary::{JobId, MAX_FAIR_KEY_BYTES, MAX_FAIR_WEIGHT};
@@ -169,6 +171,191 @@ pub(crate) async fn dead_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Redi
         path.push_str(&format!("&kind={}", query_value(kind)));
     }
     Ok(ctx.redirect(&path))
+}
+
+/// Jobs one "Cancel all matching" counts, and cancels, at most (one click; the rest: press
+/// again).
+pub(super) const CANCEL_ALL_CAP: u32 = 10_000;
+
+/// The Jobs page's filter that "Cancel all matching" acts on: its state (none: every job
+/// not yet ended), kind, group and queue (not its order nor its cursor).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CancelAllFilter {
+    state: Option<String>,
+    kind: Option<String>,
+    group: Option<String>,
+    queue: Option<String>,
+}
+
+impl CancelAllFilter {
+    /// The filter of these fields (`None` or empty: not filtered on).
+    pub(super) fn new(
+        state: Option<&str>,
+        kind: Option<&str>,
+        group: Option<&str>,
+        queue: Option<&str>,
+    ) -> Self {
+        Self {
+            state: state.map(str::to_owned),
+            kind: kind.map(str::to_owned),
+            group: group.map(str::to_owned),
+            queue: queue.map(str::to_owned),
+        }
+    }
+
+    fn from_form(form: &Form) -> Self {
+        let field = |name: &str| form.get(name).map(str::to_owned);
+        Self {
+            state: field("state"),
+            kind: field("kind"),
+            group: field("group"),
+            queue: field("queue"),
+        }
+    }
+
+    /// An empty field is no filter.
+    fn field(value: Option<&String>) -> Option<&str> {
+        value.map(|v| v.trim()).filter(|v| !v.is_empty())
+    }
+
+    /// The filter's fields that are set, by name.
+    fn fields(&self) -> [(&'static str, Option<&str>); 4] {
+        [
+            ("state", Self::field(self.state.as_ref())),
+            ("kind", Self::field(self.kind.as_ref())),
+            ("group", Self::field(self.group.as_ref())),
+            ("queue", Self::field(self.queue.as_ref())),
+        ]
+    }
+
+    /// Whether a job in `state` (the Jobs page's state filter) can be cancelled: not one
+    /// that ended (completed, dead, cancelled).
+    pub(super) fn cancellable(state: Option<&str>) -> bool {
+        !matches!(state, Some("completed" | "dead" | "cancelled"))
+    }
+
+    /// The jobs it matches that have not ended, oldest first, [`BULK_BATCH`] a read (each
+    /// read bounded by `harel_list_jobs`).
+    pub(super) fn query(&self) -> Result<JobQuery, PageError> {
+        let [(_, state), (_, kind), (_, group), (_, queue)] = self.fields();
+        let state = match state {
+            None => StateFilter::Queued,
+            Some(name) if !Self::cancellable(Some(name)) => {
+                return Err(PageError::BadRequest(format!(
+                    "{name} jobs have ended: there is nothing to cancel"
+                )));
+            }
+            Some(name) => state_filter(name)
+                .ok_or_else(|| PageError::BadRequest(format!("unknown state {name:?}")))?,
+        };
+        let mut query = JobQuery::new().state(state).limit(BULK_BATCH);
+        if let Some(kind) = kind {
+            query = query.kind(kind);
+        }
+        if let Some(group) = group {
+            query = query.group(group);
+        }
+        if let Some(queue) = queue {
+            query = query.queue(queue);
+        }
+        Ok(query)
+    }
+
+    /// The filter in words: `waiting, of kind k, in group g, in queue q` (`not yet ended`
+    /// without a state).
+    pub(super) fn describe(&self) -> String {
+        let [(_, state), (_, kind), (_, group), (_, queue)] = self.fields();
+        let mut parts = vec![match state {
+            None | Some("queued") => "not yet ended".to_owned(),
+            Some(state) => state.to_owned(),
+        }];
+        if let Some(kind) = kind {
+            parts.push(format!("of kind {kind}"));
+        }
+        if let Some(group) = group {
+            parts.push(format!("in group {group}"));
+        }
+        if let Some(queue) = queue {
+            parts.push(format!("in queue {queue}"));
+        }
+        parts.join(", ")
+    }
+
+    /// The filter as query parameters, each after a `&` (empty with none set).
+    pub(super) fn params(&self) -> String {
+        self.fields()
+            .into_iter()
+            .filter_map(|(name, value)| value.map(|v| format!("&{name}={}", query_value(v))))
+            .collect()
+    }
+
+    /// The filter as hidden form fields.
+    pub(super) fn hidden(&self) -> String {
+        self.fields()
+            .into_iter()
+            .filter_map(|(name, value)| {
+                value.map(|v| {
+                    format!(
+                        "<input type=\"hidden\" name=\"{name}\" value=\"{}\">",
+                        super::html::escape(v)
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// `POST /jobs/cancel-all` (the filter's `state`, `kind`, `group`, `queue`; `upto`: the
+/// highest id the confirmation counted; `reason` optional): cancels every job the filter
+/// matches that has not ended and whose id is at most `upto` (jobs enqueued after the
+/// count are left alone), oldest first, [`BULK_BATCH`] read at a time and one cancel per job
+/// (each its own transaction, as [`Client::cancel`](crate::Client::cancel)), at most
+/// [`CANCEL_ALL_CAP`] jobs and [`BULK_BATCHES`] reads a click; a running job is told to
+/// stop and ends as cancelled. Redirects to the Jobs page, filtered so, with how many.
+pub(crate) async fn cancel_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Redirect, PageError> {
+    let form = ctx.authorise(&body)?;
+    let filter = CancelAllFilter::from_form(&form);
+    let mut query = filter.query()?;
+    let upto: JobId = form
+        .get("upto")
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| PageError::BadRequest("no id of the count to stop at".into()))?;
+    let reason = form.get("reason").map(str::trim).filter(|r| !r.is_empty());
+    let (mut done, mut more) = (0u32, false);
+    'reads: for read in 0..BULK_BATCHES {
+        let page = ctx.client.jobs(&query).await?;
+        for job in &page.jobs {
+            if job.id > upto {
+                break 'reads;
+            }
+            if done == CANCEL_ALL_CAP {
+                more = true;
+                break 'reads;
+            }
+            let mut cancel = ctx.client.cancel(job.id);
+            if let Some(reason) = reason {
+                cancel = cancel.reason(reason);
+            }
+            // one that ended meanwhile (or is gone) is not counted
+            if matches!(
+                cancel.await?,
+                CancelOutcome::Cancelled | CancelOutcome::Requested
+            ) {
+                done += 1;
+            }
+        }
+        match page.next {
+            Some(next) if next < upto => query = query.after(next),
+            _ => break,
+        }
+        more = read + 1 == BULK_BATCHES;
+    }
+    let code = if more {
+        "cancelled_all_more"
+    } else {
+        "cancelled_all"
+    };
+    Ok(ctx.redirect(&format!("/jobs?done={code}&n={done}{}", filter.params())))
 }
 
 /// `POST /jobs/{id}/run-now`: a retrying or scheduled job due now (or, behind others of its

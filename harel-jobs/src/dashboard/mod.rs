@@ -199,6 +199,10 @@ pub fn router_with(client: Client, config: DashboardConfig) -> Router {
         .route("/queues/weight", post(actions::set_weight))
         .route("/queues/key-limit", post(actions::set_key_limit))
         .route("/jobs", get(pages::jobs))
+        .route(
+            "/jobs/cancel-all",
+            get(pages::cancel_all).post(actions::cancel_all),
+        )
         .route("/jobs/{id}", get(pages::job))
         .route("/jobs/{id}/cancel", post(actions::cancel_job))
         .route("/jobs/{id}/run-now", post(actions::run_now))

@@ -6,7 +6,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::actions::{BULK_BATCH, BULK_BATCHES};
+use super::actions::{BULK_BATCH, BULK_BATCHES, CANCEL_ALL_CAP, CancelAllFilter};
 use super::html::{
     Shell, action, badge, escape, fields, link, opt_time, page, query_value, short, span, table,
     time,
@@ -60,6 +60,14 @@ impl Done {
                     .to_owned()
             }
             "group_cancelled" => format!("Cancelled {n} job(s) of the group."),
+            "cancelled_all" => format!(
+                "Cancelled {n} job(s): the queued ones will never run; running ones are told \
+                 at their next heartbeat and end as cancelled."
+            ),
+            "cancelled_all_more" => format!(
+                "Cancelled {n} job(s), at most 10,000 a click; more match: do it again for the \
+                 rest."
+            ),
             "retried" => format!("Put {n} dead letter(s) back in the queue."),
             "deleted" => format!("Deleted {n} dead letter(s)."),
             "retried_more" => format!(
@@ -706,7 +714,8 @@ const STATES: &[(&str, &str)] = &[
     ("cancelled", "cancelled"),
 ];
 
-fn state_filter(state: &str) -> Option<StateFilter> {
+/// The state a `state` field names (`queued`: every job not yet ended).
+pub(super) fn state_filter(state: &str) -> Option<StateFilter> {
     Some(match state {
         "queued" => StateFilter::Queued,
         "pending" => StateFilter::Pending,
@@ -731,6 +740,7 @@ fn non_empty(value: Option<&String>) -> Option<&str> {
 pub(crate) async fn jobs(
     State(ctx): State<Ctx>,
     Query(filter): Query<JobsFilter>,
+    Query(done): Query<Done>,
 ) -> Result<Response, PageError> {
     let mut search_error = None;
     if let Some(wanted) = non_empty(filter.id.as_ref()) {
@@ -849,6 +859,17 @@ pub(crate) async fn jobs(
         group = escape(group.unwrap_or_default()),
         queue = escape(queue.unwrap_or_default()),
     ));
+    // every job the filter matches, not only this page's: counted and confirmed on a page
+    // of its own (counting here would be done again at each live refresh)
+    if !ctx.read_only && CancelAllFilter::cancellable(state) {
+        body.push_str(&format!(
+            "<form method=\"get\" action=\"{}\" class=\"actions\">{}\
+             <button type=\"submit\" class=\"danger\" id=\"cancel-all\">Cancel all matching…</button>\
+             </form>",
+            escape(&ctx.href("/jobs/cancel-all")),
+            CancelAllFilter::new(state, kind, group, queue).hidden(),
+        ));
+    }
     let empty = if page.next.is_some() {
         "No matching job in this stretch of ids: go on to the next page."
     } else {
@@ -917,12 +938,105 @@ pub(crate) async fn jobs(
     }
     body.push_str(&live("jobs", &listed));
     body.push_str(&live_note());
-    let shell = ctx.shell("Jobs", "/jobs", &Done::default());
+    let shell = ctx.shell("Jobs", "/jobs", &done);
     let html = ctx.render(&shell, &body);
     Ok(match search_error {
         Some(_) => (StatusCode::NOT_FOUND, html).into_response(),
         None => html.into_response(),
     })
+}
+
+/// `/jobs/cancel-all`: how many jobs the Jobs page's filter matches that have not ended
+/// (oldest first, up to [`CANCEL_ALL_CAP`], in at most [`BULK_BATCHES`] bounded reads), and
+/// a form that cancels them, asked again in the browser with the count. Not in read-only
+/// mode.
+pub(crate) async fn cancel_all(
+    State(ctx): State<Ctx>,
+    Query(filter): Query<CancelAllFilter>,
+) -> PageResult {
+    if ctx.read_only {
+        return Err(PageError::Forbidden("the dashboard is read-only"));
+    }
+    let mut query = filter.query()?;
+    let (mut counted, mut running, mut upto, mut at_least) = (0u32, 0u32, None, false);
+    'reads: for read in 0..BULK_BATCHES {
+        let page = ctx.client.jobs(&query).await?;
+        for job in &page.jobs {
+            if counted == CANCEL_ALL_CAP {
+                at_least = true;
+                break 'reads;
+            }
+            counted += 1;
+            if matches!(job.state, JobState::Running { .. }) {
+                running += 1;
+            }
+            upto = Some(job.id);
+        }
+        match page.next {
+            Some(next) => query = query.after(next),
+            None => break,
+        }
+        at_least = read + 1 == BULK_BATCHES;
+    }
+    let what = filter.describe();
+    let back = match filter.params().strip_prefix('&') {
+        Some(params) => format!("/jobs?{params}"),
+        None => "/jobs".to_owned(),
+    };
+    let mut body = String::new();
+    match upto {
+        None => body.push_str(&format!(
+            "<p id=\"cancel-count\">No job matches ({}): nothing to cancel.</p>",
+            escape(&what)
+        )),
+        Some(upto) => {
+            let counted = if at_least {
+                format!("at least {counted}")
+            } else {
+                counted.to_string()
+            };
+            body.push_str(&format!(
+                "<p id=\"cancel-count\">{counted} job(s) match ({what}), ids up to {upto}; \
+                 {running} of them running.</p>\
+                 <form method=\"post\" action=\"{path}\" class=\"actions\" data-confirm=\"{question}\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{hidden}\
+                 <input type=\"hidden\" name=\"upto\" value=\"{upto}\">\
+                 <input type=\"text\" name=\"reason\" id=\"cancel-reason\" placeholder=\"reason (kept with each job)\">\
+                 <button type=\"submit\" class=\"danger\" id=\"cancel-all-confirm\">Cancel {counted} job(s)</button></form>\
+                 <p class=\"muted\">Oldest first, {batch} read at a time, one cancel per job (a \
+                 queued job never runs; a running one is told at its next heartbeat and ends as \
+                 cancelled), at most {cap} a click; jobs enqueued after this count (a higher \
+                 id) are left alone.</p>",
+                counted = escape(&counted),
+                what = escape(&what),
+                path = escape(&ctx.href("/jobs/cancel-all")),
+                question = escape(&format!("Cancel {counted} job(s) ({what})?")),
+                csrf = escape(&ctx.csrf),
+                hidden = filter.hidden(),
+                batch = grouped(BULK_BATCH),
+                cap = grouped(CANCEL_ALL_CAP),
+            ));
+        }
+    }
+    body.push_str(&format!(
+        "<p>{}</p>",
+        link(&ctx.href(&back), "← Back to the jobs")
+    ));
+    let shell = ctx.shell("Cancel all matching jobs", "/jobs", &Done::default());
+    Ok(ctx.render(&shell, &body))
+}
+
+/// A whole number with its thousands grouped: `10,000`.
+fn grouped(n: u32) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }
 
 fn parse_id(text: &str) -> Result<JobId, PageError> {
@@ -2048,6 +2162,15 @@ pub(crate) async fn schedules(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(super::grouped(0), "0");
+        assert_eq!(super::grouped(999), "999");
+        assert_eq!(super::grouped(1_000), "1,000");
+        assert_eq!(super::grouped(10_000), "10,000");
+        assert_eq!(super::grouped(1_234_567), "1,234,567");
+    }
+
     use super::*;
 
     #[test]
