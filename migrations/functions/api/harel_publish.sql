@@ -433,20 +433,19 @@ BEGIN
                   FROM unnest(p_groups) WITH ORDINALITY AS x(group_id, ord)
                  ORDER BY x.group_id, x.ord) AS f;
     END IF;
-    -- (computed in a statement of its own, that writes no table: Citus takes no
-    -- non-immutable function, timestamptz + interval here, in a COALESCE of a modification)
-    SELECT array_agg(COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond')
-                     ORDER BY x.ord)
-      INTO v_ready_ats
-      FROM unnest(p_not_before, p_delay_ms) WITH ORDINALITY AS x(not_before, delay_ms, ord);
     -- The start tags of the groups the batch creates due now; NULL for the others (a NULL
-    -- key: harel_fair_tags gives it a partition of its own, unused), which stay timed.
+    -- key: harel_fair_tags gives it a partition of its own, unused), which stay timed. And
+    -- each message's ready time, for the inserts below (here, in a statement that writes no
+    -- table: Citus takes no non-immutable function, timestamptz + interval, in a COALESCE
+    -- of a modification).
     SELECT array_agg(CASE WHEN (v_all_own OR f.ord IS NOT NULL)
                                AND COALESCE(COALESCE(x.not_before, v_now + x.delay_ms
                                                      * interval '1 millisecond') <= v_now,
                                             true)
-                          THEN COALESCE(x.fair_key, '') END ORDER BY x.ord)
-      INTO v_tag_keys
+                          THEN COALESCE(x.fair_key, '') END ORDER BY x.ord),
+           array_agg(COALESCE(x.not_before, v_now + x.delay_ms * interval '1 millisecond')
+                     ORDER BY x.ord)
+      INTO v_tag_keys, v_ready_ats
       FROM unnest(p_fair_keys, p_not_before, p_delay_ms) WITH ORDINALITY
            AS x(fair_key, not_before, delay_ms, ord)
       -- (a hash join: a batch costs linear time in its size)
