@@ -759,13 +759,11 @@ mod with_a_worker {
         probe.started.notified().await;
         // the first run's lease lapses (as if its heartbeats stopped) … (a time bound,
         // not clock_timestamp(): Citus takes no volatile function in an UPDATE)
-        sqlx::query(q.sql(
-            "UPDATE @schema@.transport_groups SET available_at = $1",
-        ))
-        .bind(chrono::Utc::now() - chrono::Duration::seconds(1))
-        .execute(&q.pool)
-        .await
-        .unwrap();
+        sqlx::query(q.sql("UPDATE @schema@.transport_groups SET available_at = $1"))
+            .bind(chrono::Utc::now() - chrono::Duration::seconds(1))
+            .execute(&q.pool)
+            .await
+            .unwrap();
         // … and another worker takes the job over and runs it to the end
         let second = queue
             .worker(state.clone())
