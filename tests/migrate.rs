@@ -698,3 +698,47 @@ async fn a_worker_of_the_previous_release_reports_after_0019() {
     assert_eq!(rows, [("".to_owned(), 7, 0), ("mail".to_owned(), 3, 1)]);
     worker.close().await;
 }
+
+/// `migrate` gives the functions Citus-only settings where the `citus` extension is, and
+/// nowhere else (ADR 0036): on plain PostgreSQL every function keeps its file's generic
+/// plans and carries no Citus setting; on a Citus coordinator (the suite run against one)
+/// none forces generic plans and `harel_claim` lets its `SET LOCAL lock_timeout` reach the
+/// worker node.
+#[tokio::test]
+async fn the_citus_settings_are_given_on_citus_only() {
+    let q = SuiteSchema::new().await;
+    let citus: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')",
+    )
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    let functions: Vec<(String, Vec<String>)> = sqlx::query_as(
+        "SELECT p.proname::text, COALESCE(p.proconfig, '{}')::text[]
+           FROM pg_catalog.pg_proc p WHERE p.pronamespace = $1::regnamespace",
+    )
+    .bind(q.schema.name())
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert!(functions.len() > 50, "{functions:?}");
+    for (name, config) in &functions {
+        let generic = config
+            .iter()
+            .any(|c| c == "plan_cache_mode=force_generic_plan");
+        let propagates = config
+            .iter()
+            .any(|c| c == "citus.propagate_set_commands=local");
+        if citus {
+            assert!(!generic, "{name}: {config:?}");
+            assert_eq!(propagates, name == "harel_claim", "{name}: {config:?}");
+        } else {
+            // (every function file sets generic plans: the unit test of src/migrate.rs)
+            assert!(generic, "{name}: {config:?}");
+            assert!(
+                !config.iter().any(|c| c.starts_with("citus.")),
+                "{name}: {config:?}"
+            );
+        }
+    }
+}
