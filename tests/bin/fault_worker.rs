@@ -151,13 +151,17 @@ struct EndOnDrop {
 
 impl Drop for EndOnDrop {
     fn drop(&mut self) {
-        let (pool, exec) = (self.pool.clone(), self.exec);
+        // the end is when the handler was dropped, not when the write gets a connection: a
+        // busy pool can delay the write past the next attempt's start (a retry's backoff is
+        // 200 ms in the poison scenario), which would read as an overlap that never was
+        let (pool, exec, ended) = (self.pool.clone(), self.exec, chrono::Utc::now());
         tokio::spawn(async move {
             let _ = sqlx::query(
-                "UPDATE rel.ledger SET ended_at = clock_timestamp()
+                "UPDATE rel.ledger SET ended_at = $2
                   WHERE exec_id = $1 AND ended_at IS NULL",
             )
             .bind(exec)
+            .bind(ended)
             .execute(&pool)
             .await;
         });

@@ -7,7 +7,7 @@
 
 #![allow(dead_code)]
 
-use harel_jobs::Job;
+use harel_jobs::{Job, JobOptions};
 use serde::{Deserialize, Serialize};
 
 /// Records its execution in the ledger, sleeps `sleep_ms`, records its end.
@@ -38,6 +38,12 @@ impl Job for Cooperative {
     const KIND: &'static str = "cooperative";
 }
 
+/// The attempts of the poison kinds ([`Panics`], [`Hangs`], [`Aborts`]): their own, fewer than
+/// the worker's default, so that a good job sharing a process with the aborting job at
+/// each of its deaths (each a lapsed attempt for every job that process held) still has
+/// one left.
+pub const POISON_ATTEMPTS: u32 = 3;
+
 /// Records its start, then panics.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Panics {
@@ -46,6 +52,10 @@ pub struct Panics {
 
 impl Job for Panics {
     const KIND: &'static str = "panics";
+
+    fn options() -> JobOptions {
+        JobOptions::new().max_attempts(POISON_ATTEMPTS)
+    }
 }
 
 /// Records its start, then never returns (only its timeout ends it).
@@ -56,6 +66,10 @@ pub struct Hangs {
 
 impl Job for Hangs {
     const KIND: &'static str = "hangs";
+
+    fn options() -> JobOptions {
+        JobOptions::new().max_attempts(POISON_ATTEMPTS)
+    }
 }
 
 /// Records its start, then `std::process::abort`s its worker process.
@@ -66,6 +80,10 @@ pub struct Aborts {
 
 impl Job for Aborts {
     const KIND: &'static str = "aborts";
+
+    fn options() -> JobOptions {
+        JobOptions::new().max_attempts(POISON_ATTEMPTS)
+    }
 }
 
 /// The schema of the ledger and of the test's own bookkeeping, in the queue's database.

@@ -13,10 +13,14 @@ use harel_jobs::{Client, DeadLetterQuery, Job, JobBatch};
 use crate::checks::{self, Figures};
 use crate::cluster::ClusterOptions;
 use crate::fleet::record_exit;
-use crate::jobs::{Aborts, Hangs, Panics, Work};
+use crate::jobs::{Aborts, Hangs, POISON_ATTEMPTS, Panics, Work};
 use crate::{Setup, Spec, enqueue_work, ms, scaled, serial};
 
-const MAX_ATTEMPTS: u32 = 3;
+/// The poison kinds' own attempts.
+const MAX_ATTEMPTS: u32 = POISON_ATTEMPTS;
+/// The worker's default (good jobs, and a kind it does not know): one more than the aborting
+/// job's deaths, each of which costs every job its process held an attempt.
+const DEFAULT_ATTEMPTS: u32 = POISON_ATTEMPTS + 1;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
@@ -29,7 +33,7 @@ async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
             ("HAREL_FW_CONCURRENCY", "4".into()),
             ms("HAREL_FW_LEASE_MS", lease),
             ms("HAREL_FW_POLL_MS", Duration::from_millis(100)),
-            ("HAREL_FW_MAX_ATTEMPTS", MAX_ATTEMPTS.to_string()),
+            ("HAREL_FW_MAX_ATTEMPTS", DEFAULT_ATTEMPTS.to_string()),
             ms("HAREL_FW_BACKOFF_MS", Duration::from_millis(200)),
             ms("HAREL_FW_TIMEOUT_MS", Duration::from_millis(500)),
         ],
@@ -93,15 +97,33 @@ async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
         fleet.all_stderr()
     );
 
-    // phase 2: a job that aborts its worker process on every attempt
-    let id = harel_jobs::Enqueue::new(Aborts { key: -3 }, &setup.admin)
+    // phase 2: a job that aborts its worker process on every attempt. The good work goes
+    // in first, and the aborting job with the job behind it in one transaction right before
+    // `supervise`: a death is only reaped (and its executions' end recorded) while
+    // `supervise` runs, so a worker that died during a long enqueue would look as if it had
+    // run on past its lease and overlapped the executions that took its groups over.
+    let rest = crate::interleaved(good / 2, good - good / 2, 50, "good", 20);
+    enqueue_work(&setup.admin, &rest, 1_000).await;
+    let follower = behind(&["poison-abort"], 2_000_000);
+    let mut tx = setup.admin.begin().await.unwrap();
+    let id = harel_jobs::Enqueue::new(Aborts { key: -3 }, &mut *tx)
         .group("poison-abort")
         .await
         .unwrap();
+    let mut jobs = JobBatch::new();
+    jobs.push_with(
+        Work {
+            key: follower[0].0,
+            sleep_ms: 0,
+            text: None,
+        },
+        &harel_jobs::EnqueueOptions::new().group("poison-abort"),
+    )
+    .unwrap();
+    jobs.enqueue(&mut *tx).await.unwrap();
+    crate::expect_keys(&mut *tx, &follower).await;
+    tx.commit().await.unwrap();
     poison.push(("poison-abort", id));
-    enqueue_work(&setup.admin, &behind(&["poison-abort"], 2_000_000), 100).await;
-    let rest = crate::interleaved(good / 2, good - good / 2, 50, "good", 20);
-    enqueue_work(&setup.admin, &rest, 1_000).await;
     supervise(&setup, &mut fleet, &mut deaths, 5).await;
 
     fleet
@@ -135,7 +157,7 @@ async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
         &setup.admin,
         &Figures {
             scenario: "7. poison and bad input",
-            load: format!("{good} good jobs / 50 groups + 5 poison jobs (each with a job behind it), 2 procs × 4, {MAX_ATTEMPTS} attempts"),
+            load: format!("{good} good jobs / 50 groups + 5 poison jobs (each with a job behind it), 2 procs × 4, {MAX_ATTEMPTS} attempts ({DEFAULT_ATTEMPTS} for the others)"),
             faults: format!(
                 "bad payload, unknown kind, panic, hang past 500 ms timeout, abort() ({} worker deaths, restarted)",
                 deaths.len()
@@ -171,7 +193,7 @@ async fn s7_poison_jobs_end_as_dead_letters_without_blocking_anyone() {
     );
     assert_eq!(bad.payload, r#"{"wrong": true}"#);
     let unknown = letter("poison-unknown");
-    assert_eq!(unknown.attempts, MAX_ATTEMPTS);
+    assert_eq!(unknown.attempts, DEFAULT_ATTEMPTS);
     assert!(
         unknown
             .last_error
