@@ -43,6 +43,42 @@ fn serve_on(listener: tokio::net::TcpListener, router: axum::Router) {
     });
 }
 
+/// A test's schema, an operator role with exactly the documented grants (its pool has
+/// `connections`), and clients of the schema as that operator (what the dashboard serves)
+/// and as its owner: `(q, role, operator, queue, owner)`.
+///
+/// Bind the schema and the role to names (`_role` if unused), never to `_`: they are guards,
+/// and `_` drops them at the end of the `let`, the schema or the role's grants with them.
+async fn operated(connections: u32) -> (SuiteSchema, TestRole, sqlx::PgPool, Client, Client) {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, connections).await;
+    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    (q, role, operator, queue, owner)
+}
+
+/// `queue`'s dashboard (passed through `wrap`, a layer of the test's own) served on a free
+/// port with that one name allowed, as `harel-jobs dashboard` sets it (every request of the
+/// browser passes the Host check, every form POST the Origin check), and a browser session
+/// on it: `(address, base, client, driver)`, `base` being `http://` and the address.
+///
+/// Bind the driver to a name (`_driver`), never to `_`: it would stop at the end of the `let`.
+async fn open(
+    queue: Client,
+    wrap: impl FnOnce(axum::Router) -> axum::Router,
+) -> (SocketAddr, String, Browser, ChromeDriver) {
+    let listener = bind().await;
+    let address = listener.local_addr().unwrap();
+    let config = DashboardConfig::new()
+        .allowed_hosts([address.to_string()])
+        .unwrap();
+    serve_on(listener, wrap(dashboard::router_with(queue, config)));
+    let driver = ChromeDriver::start();
+    let client = browser(&driver).await;
+    (address, format!("http://{address}"), client, driver)
+}
+
 /// What a browser sent with a POST: `Origin`, `Sec-Fetch-Site`, `Referer`.
 type SentHeaders = Arc<Mutex<Vec<[Option<String>; 3]>>>;
 
@@ -258,11 +294,7 @@ async fn fair_key(owner: &Client, key: &str) -> Option<(u32, harel_jobs::Count)>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_uses_the_dashboard_in_a_browser() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 5).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
-    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let (q, _role, operator, queue, owner) = operated(5).await;
 
     // last night's outage: two dead letters; today: some waiting and scheduled work
     let first_dead = dead_letter(&q, "a@example.com", "smtp: 421 try again later").await;
@@ -278,22 +310,12 @@ async fn an_operator_uses_the_dashboard_in_a_browser() {
         .delay(Duration::from_secs(3600));
     let scheduled = q.transport.publish(&q.pool, &later).await.unwrap();
 
-    // with its one name set, as `harel-jobs dashboard` does: every request of the browser
-    // passes the Host check, and every form POST the Origin check
-    let listener = bind().await;
-    let address = listener.local_addr().unwrap();
-    let config = DashboardConfig::new()
-        .allowed_hosts([address.to_string()])
-        .unwrap();
+    // with its one name set, as `harel-jobs dashboard` does; every POST's headers noted
     let sent = SentHeaders::default();
-    let router = record_posts(
-        dashboard::router_with(queue.clone(), config),
-        Arc::clone(&sent),
-    );
-    serve_on(listener, router);
-    let base = format!("http://{address}");
-    let driver = ChromeDriver::start();
-    let client = browser(&driver).await;
+    let (address, base, client, _driver) = open(queue.clone(), |router| {
+        record_posts(router, Arc::clone(&sent))
+    })
+    .await;
 
     // the overview
     client.goto(&format!("{base}/")).await.unwrap();
@@ -807,11 +829,7 @@ async fn text_of(client: &Browser, xpath: &str) -> String {
 
 #[tokio::test]
 async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 3).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
-    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let (q, _role, operator, queue, owner) = operated(3).await;
     let id = dead_letter(&q, "a@example.com", "boom").await;
     // 101 weighted keys: the keys page shows 100 and links to the rest
     for n in 0..=100 {
@@ -940,11 +958,7 @@ async fn a_read_only_dashboard_shows_no_actions_and_refuses_every_post() {
 /// layers, each task's state and parents), Retry and Cancel, each confirmed first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_follows_a_workflow_in_the_browser() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 3).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
-    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let (q, _role, operator, queue, owner) = operated(3).await;
     let mut w = owner.workflow("nightly-export");
     let email = |to: &str| SendEmail { to: to.to_owned() };
     let none = harel_jobs::EnqueueOptions::new();
@@ -978,15 +992,7 @@ async fn an_operator_follows_a_workflow_in_the_browser() {
         LeaseOutcome::Applied
     );
 
-    let listener = bind().await;
-    let address = listener.local_addr().unwrap();
-    let config = DashboardConfig::new()
-        .allowed_hosts([address.to_string()])
-        .unwrap();
-    serve_on(listener, dashboard::router_with(queue, config));
-    let base = format!("http://{address}");
-    let driver = ChromeDriver::start();
-    let client = browser(&driver).await;
+    let (_, base, client, _driver) = open(queue, |router| router).await;
 
     client.goto(&format!("{base}/workflows")).await.unwrap();
     let list = text(&client, "tbody").await;
@@ -1112,11 +1118,7 @@ async fn the_command_line_serves_the_dashboard_behind_a_token() {
 /// page cannot even read the CSRF token), and takes a POST only from its own origin.
 #[tokio::test]
 async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 3).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
-    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let (_q, _role, operator, queue, owner) = operated(3).await;
     let listener = bind().await;
     let address = listener.local_addr().unwrap();
     let port = address.port();
@@ -1298,11 +1300,7 @@ async fn a_page_on_another_name_can_neither_read_the_dashboard_nor_post_to_it() 
 /// any Host, and still takes a POST only from the origin the request is addressed to.
 #[tokio::test]
 async fn without_its_names_the_router_still_takes_posts_only_from_its_own_origin() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 3).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
-    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let (_q, _role, operator, queue, owner) = operated(3).await;
     let address = serve(dashboard::router(queue)).await;
     let ours = address.to_string();
 
@@ -1611,11 +1609,7 @@ async fn timeline_events(client: &Browser) -> Vec<String> {
 /// outcome, worker and error text) and each attempt's start and end in the timeline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jobs_page_shows_every_attempt_with_its_worker_and_error() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 5).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
-    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let (q, _role, operator, queue, owner) = operated(5).await;
     let completed = owner.enqueue(&q.pool, FlakyMail { fail: 2 }).await.unwrap();
     let dead = owner.enqueue(&q.pool, FlakyMail { fail: 9 }).await.unwrap();
     let worker = owner
@@ -1726,11 +1720,7 @@ async fn a_jobs_page_shows_every_attempt_with_its_worker_and_error() {
 /// naming both queues, under the labelled axes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_draws_a_series_per_queue_named_in_its_legend() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 5).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
-    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let (q, _role, _operator, queue, owner) = operated(5).await;
     for (n, lane) in ["default", "default", "mail"].into_iter().enumerate() {
         owner
             .enqueue(
@@ -1764,15 +1754,7 @@ async fn the_chart_draws_a_series_per_queue_named_in_its_legend() {
     }
     worker.shutdown().await.unwrap();
 
-    let listener = bind().await;
-    let address = listener.local_addr().unwrap();
-    let config = DashboardConfig::new()
-        .allowed_hosts([address.to_string()])
-        .unwrap();
-    serve_on(listener, dashboard::router_with(queue.clone(), config));
-    let base = format!("http://{address}");
-    let driver = ChromeDriver::start();
-    let client = browser(&driver).await;
+    let (_, base, client, _driver) = open(queue.clone(), |router| router).await;
     client.goto(&format!("{base}/")).await.unwrap();
 
     // the legend: the busiest queue first, each beside its colour's key
@@ -1852,10 +1834,7 @@ async fn the_chart_draws_a_series_per_queue_named_in_its_legend() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 5).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let (q, _role, operator, queue, _) = operated(5).await;
 
     // a long-running job of customer-7 holds its group; 4 more of it wait behind; two
     // mails in a queue of their own (its group leased too)
@@ -1893,15 +1872,7 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
         .unwrap();
     }
 
-    let listener = bind().await;
-    let address = listener.local_addr().unwrap();
-    let config = DashboardConfig::new()
-        .allowed_hosts([address.to_string()])
-        .unwrap();
-    serve_on(listener, dashboard::router_with(queue.clone(), config));
-    let base = format!("http://{address}");
-    let driver = ChromeDriver::start();
-    let client = browser(&driver).await;
+    let (address, base, client, driver) = open(queue.clone(), |router| router).await;
 
     // the overview says why nothing is ready: 4 + 1 jobs wait behind running groups
     client.goto(&format!("{base}/")).await.unwrap();
@@ -2175,10 +2146,7 @@ async fn at_three_in_the_morning_the_jobs_are_found_read_and_watched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_are_retried_and_deleted_by_filter_in_batches() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 5).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let (q, _role, operator, queue, _) = operated(5).await;
     let first = dead_letter(&q, "a@example.com", "smtp: 421").await;
     let second = dead_letter(&q, "b@example.com", "smtp: 421").await;
     // last month's 2,500 reports: more than two batches of 1,000
@@ -2195,15 +2163,7 @@ async fn dead_letters_are_retried_and_deleted_by_filter_in_batches() {
     let dead = queue.dead_letters();
     assert_eq!(dead.count().await.unwrap(), 2502);
 
-    let listener = bind().await;
-    let address = listener.local_addr().unwrap();
-    let config = DashboardConfig::new()
-        .allowed_hosts([address.to_string()])
-        .unwrap();
-    serve_on(listener, dashboard::router_with(queue.clone(), config));
-    let base = format!("http://{address}");
-    let driver = ChromeDriver::start();
-    let client = browser(&driver).await;
+    let (_, base, client, _driver) = open(queue.clone(), |router| router).await;
 
     // the jobs page, newest first, 50 a page, saying what it does not show
     client
@@ -2317,10 +2277,7 @@ async fn dead_letters_are_retried_and_deleted_by_filter_in_batches() {
 /// A finished state offers nothing to cancel; the POST needs the CSRF token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_are_cancelled_by_filter_in_batches() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 5).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
+    let (q, _role, operator, queue, _) = operated(5).await;
     // two reports in the default queue, and 2,501 in a queue of their own, the first of
     // them running
     let mut mails = Vec::new();
@@ -2353,15 +2310,7 @@ async fn jobs_are_cancelled_by_filter_in_batches() {
         .queue("reports")
         .limit(1000);
 
-    let listener = bind().await;
-    let address = listener.local_addr().unwrap();
-    let config = DashboardConfig::new()
-        .allowed_hosts([address.to_string()])
-        .unwrap();
-    serve_on(listener, dashboard::router_with(queue.clone(), config));
-    let base = format!("http://{address}");
-    let driver = ChromeDriver::start();
-    let client = browser(&driver).await;
+    let (address, base, client, _driver) = open(queue.clone(), |router| router).await;
 
     // a finished state: nothing to cancel, no button (and its page says no)
     client
@@ -2542,11 +2491,7 @@ async fn a_role_granted_by_the_previous_release_still_sees_jobs_and_their_pages(
 /// and the POSTs are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_pauses_resumes_and_triggers_a_schedule_in_the_browser() {
-    let q = SuiteSchema::new().await;
-    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
-    let operator = pool_with(&role.url, 3).await;
-    let queue = Client::with_schema(operator.clone(), q.schema.clone());
-    let owner = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let (q, _role, operator, queue, owner) = operated(3).await;
     // declared by a worker (no worker runs: the trigger waits)
     sqlx::raw_sql(q.sql(
         "SELECT @schema@.harel_schedule_fire('nightly-export', 'every 3600s', NULL, \
@@ -2564,16 +2509,8 @@ async fn an_operator_pauses_resumes_and_triggers_a_schedule_in_the_browser() {
             .remove(0)
     };
 
-    let listener = bind().await;
-    let address = listener.local_addr().unwrap();
+    let (address, base, client, _driver) = open(queue.clone(), |router| router).await;
     let ours = address.to_string();
-    let config = DashboardConfig::new()
-        .allowed_hosts([ours.clone()])
-        .unwrap();
-    serve_on(listener, dashboard::router_with(queue.clone(), config));
-    let base = format!("http://{address}");
-    let driver = ChromeDriver::start();
-    let client = browser(&driver).await;
 
     client.goto(&format!("{base}/schedules")).await.unwrap();
     let row = "//tr[td[text()='nightly-export']]";
