@@ -2446,6 +2446,84 @@ async fn jobs_are_cancelled_by_filter_in_batches() {
     operator.close().await;
 }
 
+/// The hidden fields of the first form of `page` as a form body (their values are plain:
+/// ids, names, the CSRF token).
+fn hidden_fields(page: &str) -> String {
+    let form = page.split("<form").nth(1).expect("a form");
+    let form = form.split("</form>").next().unwrap();
+    form.split("<input type=\"hidden\" name=\"")
+        .skip(1)
+        .map(|input| {
+            let (name, rest) = input.split_once("\" value=\"").unwrap();
+            format!("{name}={}", rest.split('"').next().unwrap())
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// More jobs match than one click cancels (10,000): the count says "at least", the click
+/// cancels the 10,000 counted and says that more match; the next count finds the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_all_matching_stops_at_its_cap_and_says_more_match() {
+    let (q, _role, operator, queue, _) = operated(5).await;
+    let job = || {
+        OutgoingMessage::new("unused", "old_report", "{}")
+            .in_own_group()
+            .queue("bulk")
+    };
+    for _ in 0..20 {
+        let batch: Vec<OutgoingMessage> = (0..500).map(|_| job()).collect();
+        q.transport.publish_many(&q.pool, &batch).await.unwrap();
+    }
+    let last = q.transport.publish(&q.pool, &job()).await.unwrap();
+    let address = serve(dashboard::router(queue.clone())).await;
+    let queued = harel_jobs::JobQuery::new()
+        .state(harel_jobs::StateFilter::Queued)
+        .queue("bulk")
+        .limit(10);
+
+    let (status, page) = get_as(address, "/jobs/cancel-all?queue=bulk", &address.to_string()).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("at least 10000 job(s) match"), "{page}");
+    let (status, response) = post(address, "/jobs/cancel-all", &hidden_fields(&page)).await;
+    assert_eq!(status, 303, "{response}");
+    assert!(
+        response.contains("location: /jobs?done=cancelled_all_more&n=10000&queue=bulk\r\n"),
+        "{response}"
+    );
+    let left: Vec<JobId> = queue
+        .jobs(&queued)
+        .await
+        .unwrap()
+        .jobs
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(left, [last]);
+    let (_, notice) = get_as(
+        address,
+        "/jobs?done=cancelled_all_more&n=10000&queue=bulk",
+        &address.to_string(),
+    )
+    .await;
+    assert!(
+        notice.contains("more match: do it again for the rest"),
+        "{notice}"
+    );
+
+    // counted again: the one left, and this time no more
+    let (_, page) = get_as(address, "/jobs/cancel-all?queue=bulk", &address.to_string()).await;
+    assert!(page.contains(">1 job(s) match"), "{page}");
+    let (status, response) = post(address, "/jobs/cancel-all", &hidden_fields(&page)).await;
+    assert_eq!(status, 303, "{response}");
+    assert!(
+        response.contains("location: /jobs?done=cancelled_all&n=1&queue=bulk\r\n"),
+        "{response}"
+    );
+    assert!(queue.jobs(&queued).await.unwrap().jobs.is_empty());
+    operator.close().await;
+}
+
 /// An operator role granted before this release (no EXECUTE on harel_job_attempts nor on
 /// harel_list_jobs_newest) still gets the jobs list (oldest first) and a job's page
 /// (without its attempts), each saying which grant is missing, not an error.

@@ -306,7 +306,8 @@ impl CancelAllFilter {
 }
 
 /// `POST /jobs/cancel-all` (the filter's `state`, `kind`, `group`, `queue`; `upto`: the
-/// highest id the confirmation counted; `reason` optional): cancels every job the filter
+/// highest id the confirmation counted; `capped`: `1` when that count stopped at
+/// [`CANCEL_ALL_CAP`]; `reason` optional): cancels every job the filter
 /// matches that has not ended and whose id is at most `upto` (jobs enqueued after the
 /// count are left alone), oldest first, [`BULK_BATCH`] read at a time and one cancel per job
 /// (each its own transaction, as [`Client::cancel`](crate::Client::cancel)), at most
@@ -321,11 +322,14 @@ pub(crate) async fn cancel_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Re
         .and_then(|id| id.parse().ok())
         .ok_or_else(|| PageError::BadRequest("no id of the count to stop at".into()))?;
     let reason = form.get("reason").map(str::trim).filter(|r| !r.is_empty());
+    // the count stopped at its cap: jobs past `upto` matched then, not only since
+    let capped = form.get("capped") == Some("1");
     let (mut done, mut more) = (0u32, false);
     'reads: for read in 0..BULK_BATCHES {
         let page = ctx.client.jobs(&query).await?;
         for job in &page.jobs {
             if job.id > upto {
+                more = capped;
                 break 'reads;
             }
             if done == CANCEL_ALL_CAP {
@@ -346,7 +350,11 @@ pub(crate) async fn cancel_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Re
         }
         match page.next {
             Some(next) if next < upto => query = query.after(next),
-            _ => break,
+            Some(_) => {
+                more = capped;
+                break;
+            }
+            None => break,
         }
         more = read + 1 == BULK_BATCHES;
     }

@@ -1000,7 +1000,7 @@ pub(crate) async fn cancel_all(
                  {running} of them running.</p>\
                  <form method=\"post\" action=\"{path}\" class=\"actions\" data-confirm=\"{question}\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{hidden}\
-                 <input type=\"hidden\" name=\"upto\" value=\"{upto}\">\
+                 <input type=\"hidden\" name=\"upto\" value=\"{upto}\">{capped}\
                  <input type=\"text\" name=\"reason\" id=\"cancel-reason\" placeholder=\"reason (kept with each job)\">\
                  <button type=\"submit\" class=\"danger\" id=\"cancel-all-confirm\">Cancel {counted} job(s)</button></form>\
                  <p class=\"muted\">Oldest first, {batch} read at a time, one cancel per job (a \
@@ -1013,6 +1013,12 @@ pub(crate) async fn cancel_all(
                 question = escape(&format!("Cancel {counted} job(s) ({what})?")),
                 csrf = escape(&ctx.csrf),
                 hidden = filter.hidden(),
+                // counted up to the cap: the click says that more match
+                capped = if at_least {
+                    "<input type=\"hidden\" name=\"capped\" value=\"1\">"
+                } else {
+                    ""
+                },
                 batch = grouped(BULK_BATCH),
                 cap = grouped(CANCEL_ALL_CAP),
             ));
