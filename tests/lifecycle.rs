@@ -721,7 +721,10 @@ mod with_a_worker {
         let worker = queue
             .worker(state)
             .register::<Stubborn>()
-            .lease(Duration::from_millis(600)) // a heartbeat every 200 ms
+            // a heartbeat every 500 ms: the cancel arrives within it, and a busy machine
+            // does not let the lease lapse first (a lapse ends the job as cancelled too,
+            // by the next claim, but not through this worker)
+            .lease(Duration::from_millis(1500))
             .build()
             .unwrap()
             .start();
@@ -734,9 +737,10 @@ mod with_a_worker {
         let ended = wait_for_state(&queue, id, |s| !matches!(s, JobState::Running { .. })).await;
         assert!(matches!(ended, JobState::Cancelled { .. }), "{ended:?}");
         assert_eq!(probe.saw_cancel.load(Ordering::SeqCst), 1);
-        let stats = worker.stats();
+        // counted once the settle has returned, which may be after its commit is seen:
+        // read when the pool has stopped
+        let stats = worker.shutdown().await.unwrap();
         assert_eq!((stats.cancelled, stats.retried), (1, 0));
-        worker.shutdown().await.unwrap();
     }
 
     /// Fenced transactional completion: the first run's lease is taken over while it is
