@@ -2446,10 +2446,13 @@ async fn jobs_are_cancelled_by_filter_in_batches() {
     operator.close().await;
 }
 
-/// The hidden fields of the first form of `page` as a form body (their values are plain:
-/// ids, names, the CSRF token).
-fn hidden_fields(page: &str) -> String {
-    let form = page.split("<form").nth(1).expect("a form");
+/// The hidden fields of `page`'s form that posts to `action`, as a form body (their values
+/// are plain: ids, names, the CSRF token).
+fn hidden_fields(page: &str, action: &str) -> String {
+    let form = page
+        .split("<form")
+        .find(|form| form.contains(&format!("action=\"{action}\"")))
+        .unwrap_or_else(|| panic!("no form posting to {action} in {page}"));
     let form = form.split("</form>").next().unwrap();
     form.split("<input type=\"hidden\" name=\"")
         .skip(1)
@@ -2485,7 +2488,12 @@ async fn cancel_all_matching_stops_at_its_cap_and_says_more_match() {
     let (status, page) = get_as(address, "/jobs/cancel-all?queue=bulk", &address.to_string()).await;
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("at least 10000 job(s) match"), "{page}");
-    let (status, response) = post(address, "/jobs/cancel-all", &hidden_fields(&page)).await;
+    let (status, response) = post(
+        address,
+        "/jobs/cancel-all",
+        &hidden_fields(&page, "/jobs/cancel-all"),
+    )
+    .await;
     assert_eq!(status, 303, "{response}");
     assert!(
         response.contains("location: /jobs?done=cancelled_all_more&n=10000&queue=bulk\r\n"),
@@ -2514,7 +2522,12 @@ async fn cancel_all_matching_stops_at_its_cap_and_says_more_match() {
     // counted again: the one left, and this time no more
     let (_, page) = get_as(address, "/jobs/cancel-all?queue=bulk", &address.to_string()).await;
     assert!(page.contains(">1 job(s) match"), "{page}");
-    let (status, response) = post(address, "/jobs/cancel-all", &hidden_fields(&page)).await;
+    let (status, response) = post(
+        address,
+        "/jobs/cancel-all",
+        &hidden_fields(&page, "/jobs/cancel-all"),
+    )
+    .await;
     assert_eq!(status, 303, "{response}");
     assert!(
         response.contains("location: /jobs?done=cancelled_all&n=1&queue=bulk\r\n"),
