@@ -288,6 +288,47 @@ async fn a_claim_its_caller_gave_up_on_never_leases_anything() {
     holder.close().await.unwrap();
 }
 
+/// A claim that names no wait waits for a limited queue's turn up to the documented 10 s
+/// (it gave up after 1 ms, and ran the rest of the call with a 1 ms lock timeout, which a
+/// brief lock such as autovacuum's turned into an error).
+#[tokio::test]
+async fn a_claim_without_a_wait_of_its_own_waits_for_a_limited_queues_turn() {
+    let q = SuiteSchema::new().await;
+    let jobs = queue(&q);
+    jobs.create_queue("limited").await.unwrap();
+    jobs.set_limits("limited", QueueLimits::none().concurrency(5))
+        .await
+        .unwrap();
+    q.transport
+        .publish(
+            &q.pool,
+            &OutgoingMessage::new("g", "k", "{}").queue("limited"),
+        )
+        .await
+        .unwrap();
+    let mut holder = PgConnection::connect(&database_url()).await.unwrap();
+    sqlx::raw_sql(q.sql("BEGIN; SELECT 1 FROM @schema@.queues WHERE name = 'limited' FOR UPDATE"))
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+        holder.close().await.unwrap();
+    });
+
+    let began = Instant::now();
+    let claimed = q
+        .transport
+        .claim_many(&q.pool, &ClaimRequest::new(LEASE).queue("limited"))
+        .await
+        .unwrap();
+    let waited = began.elapsed();
+    release.await.unwrap();
+    assert_eq!(claimed.len(), 1, "gave up after {waited:?}");
+    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+}
+
 /// Any login can NOTIFY on the queue's channel (no grant needed): a forged position, taken
 /// by a claim as its hint, does not lower the claim floors (which would make every claim
 /// scan what lies above it); a real one, the position of a group that is there, does.

@@ -238,9 +238,11 @@ BEGIN
         -- citus.propagate_set_commands = 'local', the bound then reaches the worker node
         -- that holds the queue's row, as the function's own SET clause does not; on either,
         -- the SET clause restores the caller's value when the function returns)
+        -- (NULL: the function's own 10 s. Not GREATEST(p_wait_ms, 1) alone: GREATEST skips
+        -- a NULL, which made that 1 ms for the rest of the call)
         EXECUTE format('SET LOCAL lock_timeout = %L',
-                       COALESCE(GREATEST(p_wait_ms, 1)::text || 'ms',
-                                current_setting('lock_timeout')));
+                       CASE WHEN p_wait_ms IS NULL THEN current_setting('lock_timeout')
+                            ELSE GREATEST(p_wait_ms, 1)::text || 'ms' END);
         BEGIN
             PERFORM 1 FROM "harel".queues q WHERE q.id = v_queue FOR NO KEY UPDATE;
         EXCEPTION
