@@ -2464,6 +2464,20 @@ fn hidden_fields(page: &str, action: &str) -> String {
         .join("&")
 }
 
+/// "Cancel all matching" over the jobs of queue `bulk`: its count page, then the click the
+/// page's form posts; answers the page and the click's response.
+async fn count_and_cancel_bulk(address: SocketAddr) -> (String, (u16, String)) {
+    let (status, page) = get_as(address, "/jobs/cancel-all?queue=bulk", &address.to_string()).await;
+    assert_eq!(status, 200, "{page}");
+    let click = post(
+        address,
+        "/jobs/cancel-all",
+        &hidden_fields(&page, "/jobs/cancel-all"),
+    )
+    .await;
+    (page, click)
+}
+
 /// More jobs match than one click cancels (10,000): the count says "at least", the click
 /// cancels the 10,000 counted and says that more match; the next count finds the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2485,15 +2499,8 @@ async fn cancel_all_matching_stops_at_its_cap_and_says_more_match() {
         .queue("bulk")
         .limit(10);
 
-    let (status, page) = get_as(address, "/jobs/cancel-all?queue=bulk", &address.to_string()).await;
-    assert_eq!(status, 200, "{page}");
+    let (page, (status, response)) = count_and_cancel_bulk(address).await;
     assert!(page.contains("at least 10000 job(s) match"), "{page}");
-    let (status, response) = post(
-        address,
-        "/jobs/cancel-all",
-        &hidden_fields(&page, "/jobs/cancel-all"),
-    )
-    .await;
     assert_eq!(status, 303, "{response}");
     assert!(
         response.contains("location: /jobs?done=cancelled_all_more&n=10000&queue=bulk\r\n"),
@@ -2520,14 +2527,8 @@ async fn cancel_all_matching_stops_at_its_cap_and_says_more_match() {
     );
 
     // counted again: the one left, and this time no more
-    let (_, page) = get_as(address, "/jobs/cancel-all?queue=bulk", &address.to_string()).await;
+    let (page, (status, response)) = count_and_cancel_bulk(address).await;
     assert!(page.contains(">1 job(s) match"), "{page}");
-    let (status, response) = post(
-        address,
-        "/jobs/cancel-all",
-        &hidden_fields(&page, "/jobs/cancel-all"),
-    )
-    .await;
     assert_eq!(status, 303, "{response}");
     assert!(
         response.contains("location: /jobs?done=cancelled_all&n=1&queue=bulk\r\n"),

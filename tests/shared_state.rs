@@ -230,10 +230,9 @@ async fn concurrent_migrations_of_a_new_schema_all_succeed() {
     assert_eq!(version, harel_jobs::SCHEMA_VERSION);
 }
 
-/// A claim waiting for a limited queue's turn, whose caller stops waiting: the server gives
-/// up too, and nothing is leased once the turn comes.
-#[tokio::test]
-async fn a_claim_its_caller_gave_up_on_never_leases_anything() {
+/// A schema whose queue `limited` (a concurrency limit) holds one job, and a session of the
+/// owner holding that queue's turn (nobody else can take it) until it commits.
+async fn limited_queue_with_its_turn_held() -> (SuiteSchema, PgConnection) {
     let q = SuiteSchema::new().await;
     let jobs = queue(&q);
     jobs.create_queue("limited").await.unwrap();
@@ -247,12 +246,19 @@ async fn a_claim_its_caller_gave_up_on_never_leases_anything() {
         )
         .await
         .unwrap();
-    // the queue's turn held by another session (the owner: nobody else can take it)
     let mut holder = PgConnection::connect(&database_url()).await.unwrap();
     sqlx::raw_sql(q.sql("BEGIN; SELECT 1 FROM @schema@.queues WHERE name = 'limited' FOR UPDATE"))
         .execute(&mut holder)
         .await
         .unwrap();
+    (q, holder)
+}
+
+/// A claim waiting for a limited queue's turn, whose caller stops waiting: the server gives
+/// up too, and nothing is leased once the turn comes.
+#[tokio::test]
+async fn a_claim_its_caller_gave_up_on_never_leases_anything() {
+    let (q, mut holder) = limited_queue_with_its_turn_held().await;
 
     let request = ClaimRequest::new(LEASE)
         .queue("limited")
@@ -293,24 +299,7 @@ async fn a_claim_its_caller_gave_up_on_never_leases_anything() {
 /// brief lock such as autovacuum's turned into an error).
 #[tokio::test]
 async fn a_claim_without_a_wait_of_its_own_waits_for_a_limited_queues_turn() {
-    let q = SuiteSchema::new().await;
-    let jobs = queue(&q);
-    jobs.create_queue("limited").await.unwrap();
-    jobs.set_limits("limited", QueueLimits::none().concurrency(5))
-        .await
-        .unwrap();
-    q.transport
-        .publish(
-            &q.pool,
-            &OutgoingMessage::new("g", "k", "{}").queue("limited"),
-        )
-        .await
-        .unwrap();
-    let mut holder = PgConnection::connect(&database_url()).await.unwrap();
-    sqlx::raw_sql(q.sql("BEGIN; SELECT 1 FROM @schema@.queues WHERE name = 'limited' FOR UPDATE"))
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let (q, mut holder) = limited_queue_with_its_turn_held().await;
     let release = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(500)).await;
         sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
