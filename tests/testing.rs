@@ -904,3 +904,34 @@ async fn a_drain_in_a_transaction_locks_only_what_it_makes_due() {
     tx.rollback().await.unwrap();
     queue.cleanup().await.unwrap();
 }
+
+/// A job with more dependents than one settle resolves (1,000, ADR 0037): the test worker
+/// resolves the rest as the pool's housekeeping would, when nothing else is due, in the
+/// test's own transaction, so a drain runs every one of them.
+#[tokio::test]
+async fn a_drain_runs_every_dependent_of_a_job_with_thousands() {
+    let queue = queue().await;
+    let mut tx = queue.pool().begin().await.unwrap();
+    let parent = queue
+        .enqueue(&mut *tx, SendWelcomeEmail { user_id: 0 })
+        .await
+        .unwrap();
+    let mut batch = queue.client().batch();
+    for user_id in 1..=1_500 {
+        batch
+            .push_with(
+                SendWelcomeEmail { user_id },
+                &harel_jobs::EnqueueOptions::new().after([parent]),
+            )
+            .unwrap();
+    }
+    batch.enqueue(&mut *tx).await.unwrap();
+    let worker = plain_worker(&queue);
+    let drained = bounded(worker.drain(&mut *tx, WorkOptions::new().max_jobs(2_000)))
+        .await
+        .unwrap();
+    assert_eq!(drained.worked.len(), 1_501);
+    assert!(!drained.stopped_at_bound);
+    tx.rollback().await.unwrap();
+    queue.cleanup().await.unwrap();
+}

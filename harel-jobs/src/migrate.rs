@@ -161,6 +161,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0019_throughput_by_queue.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 20,
+        name: "dependency_backlog",
+        sql: include_str!("../sql/migrations/0020_dependency_backlog.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied: the internal helpers first, then the
@@ -220,6 +226,11 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_jobs_gone",
         folder: "internal",
         sql: include_str!("../sql/functions/internal/harel_jobs_gone.sql"),
+    },
+    Function {
+        name: "harel_cancel_waiting",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_cancel_waiting.sql"),
     },
     Function {
         name: "harel_resolve_dependents",
@@ -320,6 +331,11 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_extend",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_extend.sql"),
+    },
+    Function {
+        name: "harel_resolve_backlog",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_resolve_backlog.sql"),
     },
     Function {
         name: "harel_maintain",
@@ -454,7 +470,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 19;
+pub const SCHEMA_VERSION: i32 = 20;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

@@ -192,6 +192,7 @@ pub const WORKER_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_settle",
     "EXECUTE ON FUNCTION @schema@.harel_extend",
     "EXECUTE ON FUNCTION @schema@.harel_maintain",
+    "EXECUTE ON FUNCTION @schema@.harel_resolve_backlog",
     "EXECUTE ON FUNCTION @schema@.harel_schedule_fire",
     "EXECUTE ON FUNCTION @schema@.harel_schedules",
     "EXECUTE ON FUNCTION @schema@.harel_worker_report",

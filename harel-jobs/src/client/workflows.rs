@@ -338,8 +338,9 @@ impl Client {
 
     /// Cancels every task of the workflow that has not ended, as [`cancel`](Self::cancel)
     /// cancels a job (running ones are asked to stop), from the last task to the first (so
-    /// each keeps the reason, not its parent's), 1,000 tasks per transaction; a page that
-    /// PostgreSQL aborted in a deadlock with a settle is run again. Set a reason and how
+    /// each keeps the reason, not its parent's), 1,000 tasks per transaction, each page's
+    /// groups taken in the order settles take theirs (a page PostgreSQL aborted anyway, in
+    /// a rare race, is run again). Set a reason and how
     /// long the cancelled jobs are kept before `.await`.
     pub fn cancel_workflow(&self, id: WorkflowId) -> CancelWorkflow<'_> {
         CancelWorkflow {
@@ -429,8 +430,9 @@ impl<'q> IntoFuture for CancelWorkflow<'q> {
                 running_requested: 0,
             };
             // a page at a time, each its own transaction (its groups locked in group
-            // order, as settles take theirs); a page that met a settle releasing into it
-            // in a cycle, which PostgreSQL broke, runs again (its cancels are idempotent)
+            // order, as settles take theirs and their dependents': ADR 0037); a page that
+            // PostgreSQL aborted anyway (a rare race: a message that arrived in a group a
+            // settle had locked out of order) runs again (its cancels are idempotent)
             let mut before = None;
             loop {
                 let mut tries = 0;

@@ -8,6 +8,9 @@ use super::{Statement, Store};
 pub(super) const RUN: &str =
     "SELECT floors_lowered, receipts_pruned FROM @schema@.harel_maintain()";
 
+pub(super) const BACKLOG_RESOLVE: &str =
+    "SELECT parents, more FROM @schema@.harel_resolve_backlog($1)";
+
 pub(super) const ELECTION_TAKE: &str = "SELECT @schema@.harel_elect($1, $2, $3)";
 
 pub(super) const VACUUM_CHECK: &str =
@@ -45,6 +48,21 @@ impl Store {
         executor: E,
     ) -> Result<(i32, i64), sqlx::Error> {
         sqlx::query_as(self.sql(Statement::MaintenanceRun))
+            .persistent(self.persistent())
+            .fetch_one(executor)
+            .await
+    }
+
+    /// `harel_resolve_backlog`: resolves up to `rows` of the dependents the ends of their
+    /// parents left to housekeeping. Returns the parents it worked on and whether rows are
+    /// left.
+    pub(crate) async fn dependents_backlog_resolve<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        rows: i32,
+    ) -> Result<(i32, bool), sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::DependentsBacklogResolve))
+            .bind(rows)
             .persistent(self.persistent())
             .fetch_one(executor)
             .await

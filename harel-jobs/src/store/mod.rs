@@ -60,6 +60,7 @@
 //! | [`workflow_task_if_held`](Store::workflow_task_if_held) | `harel_workflow_task` |
 //! | [`stats_read`](Store::stats_read) | the tables' first and last pages, their sizes and statistics |
 //! | [`maintenance_run`](Store::maintenance_run) | `harel_maintain` |
+//! | [`dependents_backlog_resolve`](Store::dependents_backlog_resolve) | `harel_resolve_backlog` |
 //! | [`election_take`](Store::election_take) | `harel_elect` |
 //! | [`tables_vacuum_check`](Store::tables_vacuum_check), [`tables_dead_rows`](Store::tables_dead_rows) | `pg_stat_user_tables` |
 //! | [`tables_vacuum`](Store::tables_vacuum) | `VACUUM (SKIP_LOCKED)` |
@@ -273,6 +274,8 @@ statements! {
     StatsRead = stats::statement(),
     /// [`Store::maintenance_run`].
     MaintenanceRun = maintenance::RUN,
+    /// [`Store::dependents_backlog_resolve`].
+    DependentsBacklogResolve = maintenance::BACKLOG_RESOLVE,
     /// [`Store::election_take`].
     ElectionTake = maintenance::ELECTION_TAKE,
     /// [`Store::tables_vacuum_check`].

@@ -11,6 +11,7 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::execute::{attempt, decided, job_span, panic_message};
+use super::maintain::BACKLOG_PAGE;
 use crate::context::ExecutionFlags;
 use crate::error::TransportError;
 use crate::retry::{Attempted, Backoff, Decision, Limits};
@@ -35,22 +36,36 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
     connection: &mut PgConnection,
     backoff: Option<Backoff>,
 ) -> Result<Option<Inline>, TransportError> {
-    // the pool's queues in its order, one claim each until one has a due job
-    let mut claimed = None;
-    for (lane, this) in shared.lanes.iter().enumerate() {
-        let request = ClaimRequest {
-            token: LeaseToken::new(),
-            lease: shared.config.lease,
-            min_priority: shared.config.min_priority,
-            limit: 1,
-            queue: Some(this.queue.to_string()),
-            max_wait: Some(shared.config.database_timeout / 2),
-        };
-        if let Some(message) = shared.transport.claim(&mut *connection, &request).await? {
-            claimed = Some((lane, message));
-            break;
+    let claimed = loop {
+        // the pool's queues in its order, one claim each until one has a due job
+        let mut claimed = None;
+        for (lane, this) in shared.lanes.iter().enumerate() {
+            let request = ClaimRequest {
+                token: LeaseToken::new(),
+                lease: shared.config.lease,
+                min_priority: shared.config.min_priority,
+                limit: 1,
+                queue: Some(this.queue.to_string()),
+                max_wait: Some(shared.config.database_timeout / 2),
+            };
+            if let Some(message) = shared.transport.claim(&mut *connection, &request).await? {
+                claimed = Some((lane, message));
+                break;
+            }
         }
-    }
+        if claimed.is_some() {
+            break claimed;
+        }
+        // Nothing due: a page of the dependents left to housekeeping (ADR 0037), as the
+        // pool's housekeeping resolves them, then look again if it found any.
+        let (parents, _) = shared
+            .store()
+            .dependents_backlog_resolve(&mut *connection, BACKLOG_PAGE)
+            .await?;
+        if parents == 0 {
+            break None;
+        }
+    };
     let Some((lane, message)) = claimed else {
         return Ok(None);
     };

@@ -7,6 +7,11 @@
 //!   with the dead rows an old snapshot keeps, so the pause after each call is fifty times
 //!   the call's own duration, between 1 s and 5 minutes. Any number of workers may call it; one
 //!   does the work at a time.
+//! - **The dependents left to housekeeping** (ADR 0037): a settle resolves at most a
+//!   bounded number of its jobs' dependents, and none whose group another transaction
+//!   holds; the rest wait in `dependency_backlog`. About once a second, and again after a
+//!   short pause while rows are left, `harel_resolve_backlog` resolves them a page at a
+//!   time, for at most `BACKLOG_SLICE` per turn. Any number of workers may do it at once.
 //! - **Vacuum**: every job inserts, updates and deletes rows, so the queue tables fill with
 //!   dead row versions. The migration tunes autovacuum on these tables to run early and
 //!   often; but where autovacuum is off for the whole server, nothing would clean them. Then
@@ -58,6 +63,14 @@ const VACUUM_BACKOFF_MAX: Duration = Duration::from_secs(60);
 const HOUSEKEEPING_EVERY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(300));
 /// …which is otherwise this many times the last call's duration.
 const HOUSEKEEPING_COST_FACTOR: u32 = 50;
+/// How often the backlog of dependents is looked at while it is empty…
+const BACKLOG_EVERY: Duration = Duration::from_secs(1);
+/// …how long one turn resolves pages of it, at most…
+const BACKLOG_SLICE: Duration = Duration::from_millis(200);
+/// …and the pause before the next turn while rows are left.
+const BACKLOG_PAUSE: Duration = Duration::from_millis(20);
+/// The dependency rows one page resolves (one transaction; `TestWorker`'s too).
+pub(super) const BACKLOG_PAGE: i32 = 1_000;
 
 /// Runs until `stop` fires.
 pub(crate) async fn run<S: Send + Sync + 'static>(
@@ -67,6 +80,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
     let schema = shared.config.schema.clone();
     let limit = shared.config.database_timeout;
     let mut next_housekeeping = Some(Instant::now() + HOUSEKEEPING_EVERY.0);
+    let mut next_backlog = Some(Instant::now() + BACKLOG_EVERY);
     let mut next_vacuum_check = shared
         .config
         .maintenance
@@ -78,6 +92,7 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         shared.faults.check(WorkerTask::Maintenance)?;
         let Some(wake_at) = next_housekeeping
             .into_iter()
+            .chain(next_backlog)
             .chain(next_vacuum_check)
             .chain(next_report)
             .min()
@@ -156,6 +171,31 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
             };
         }
 
+        if next_backlog.is_some_and(|at| at <= Instant::now()) {
+            let resolved = tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                resolved = backlog(&shared) => resolved,
+            };
+            next_backlog = match resolved {
+                Err(error) if error.is_permission_denied() => {
+                    tracing::warn!(
+                        schema = schema.name(),
+                        error = %error,
+                        "this role may not resolve the dependents left to housekeeping \
+                         (harel_resolve_backlog): grant it EXECUTE; until then they are \
+                         released a page a second by harel_maintain"
+                    );
+                    None
+                }
+                Err(error) => {
+                    tracing::debug!(error = %error, "resolving the backlog of dependents failed");
+                    Some(Instant::now() + BACKLOG_EVERY)
+                }
+                Ok(true) => Some(Instant::now() + BACKLOG_PAUSE),
+                Ok(false) => Some(Instant::now() + BACKLOG_EVERY),
+            };
+        }
+
         if next_vacuum_check.is_none_or(|at| at > Instant::now()) {
             continue;
         }
@@ -231,6 +271,35 @@ async fn housekeeping<S>(shared: &Shared<S>) -> Result<(i32, i64), DatabaseError
         async |connection: &mut PgConnection| Ok(shared.store.maintenance_run(connection).await?),
     )
     .await
+}
+
+/// Pages of `harel_resolve_backlog` for at most [`BACKLOG_SLICE`]. Returns whether rows
+/// are left that this turn could have worked on (not when every parent left is held by
+/// another worker's call).
+async fn backlog<S>(shared: &Shared<S>) -> Result<bool, DatabaseError> {
+    let started = Instant::now();
+    loop {
+        let (parents, more) = bounded::<_, DatabaseError>(
+            shared.config.database_timeout,
+            on_pooled(
+                &shared.pool,
+                shared.config.transaction_pooler,
+                async |connection: &mut PgConnection| {
+                    Ok(shared
+                        .store
+                        .dependents_backlog_resolve(connection, BACKLOG_PAGE)
+                        .await?)
+                },
+            ),
+        )
+        .await?;
+        if parents == 0 || !more {
+            return Ok(false);
+        }
+        if started.elapsed() >= BACKLOG_SLICE {
+            return Ok(true);
+        }
+    }
 }
 
 /// What a check found.

@@ -22,7 +22,8 @@
 -- Fence: the job is looked up again under its group's row lock; one that moved meanwhile
 --   (settled, its group dropped) is looked for again, at most 5 times.
 -- Locks: FOR NO KEY UPDATE of the job's group row: it waits for a claim, settle or cancel
---   holding it, and holds no other row meanwhile.
+--   holding it, and holds no other row meanwhile (its dependents' groups after it are
+--   taken without waiting: harel_resolve_dependents).
 -- Indexes: transport_messages_by_id; transport_groups' key (a group of its own) and
 --   transport_groups_by_inline_id (a named group's first message); transport_messages' key
 --   (group_id, seq); the keys of job_history and dead_letters.
@@ -36,11 +37,10 @@
 --      'not_found'.
 --   3. Lock the group row (waits); gone, or the job no longer in it: next round.
 --   4. The leased head with a live lease: record the request; 'requested'.
---   5. Any other head (waiting, scheduled, parked, or its lease lapsed): record the cancel
---      on the row and end it (harel_end_cancelled: the group moves on).
---   6. A job behind the head: its message deleted, recorded in job_history as cancelled,
---      its unique key freed, the jobs waiting for it resolved (harel_resolve_dependents).
---   7. 'cancelled'.
+--   5. Otherwise (a head waiting, scheduled, parked, or its lease lapsed; a job behind
+--      the head) it ends as cancelled (harel_cancel_waiting: a head's group moves on), and
+--      the jobs waiting for it are resolved (harel_resolve_dependents).
+--   6. 'cancelled'.
 CREATE OR REPLACE FUNCTION "harel".harel_cancel(
     p_id      BIGINT,
     p_reason  TEXT,
@@ -57,9 +57,7 @@ DECLARE
     v_now    TIMESTAMPTZ;
     v_group  TEXT;
     g        RECORD;
-    m        RECORD;
     v_state  TEXT;
-    v_queue  TEXT;
 BEGIN
     IF p_id IS NULL OR p_keep_ms IS NULL OR p_keep_ms NOT BETWEEN 0 AND 3155760000000
        OR octet_length(p_reason) > 8192 THEN
@@ -114,37 +112,12 @@ BEGIN
             RETURN 'requested';
         END IF;
 
-        IF g.inline_seq = p_id OR (g.inline_seq IS NULL AND p_id = (
-               SELECT f.seq FROM "harel".transport_messages f
-                WHERE f.group_id = v_group ORDER BY f.seq LIMIT 1)) THEN
-            -- its group's head (waiting, scheduled, parked for a retry, or a lapsed lease):
-            -- the group moves on
-            UPDATE "harel".transport_groups t
-               SET cancel_requested_at = v_now, cancel_reason = p_reason,
-                   cancel_keep_ms = p_keep_ms
-             WHERE t.group_id = v_group;
-            PERFORM "harel".harel_end_cancelled(ARRAY[v_group]);
-        ELSE
-            -- behind the head: only the message goes
-            DELETE FROM "harel".transport_messages t
-             WHERE t.group_id = v_group AND t.seq = p_id
-            RETURNING t.* INTO m;
-            -- (read on its own: Citus takes no subquery in an INSERT … VALUES)
-            SELECT qs.name INTO v_queue FROM "harel".queues qs WHERE qs.id = g.queue_id;
-            INSERT INTO "harel".job_history
-                   (id, group_id, kind, payload, priority, state, attempts, last_error,
-                    enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue,
-                    fair_key)
-            VALUES (m.seq, m.group_id, m.kind, m.payload, m.priority, 'cancelled', m.attempts,
-                    m.last_error, m.enqueued_at, NULL, v_now, p_reason,
-                    v_now + p_keep_ms * interval '1 millisecond',
-                    v_queue, g.fair_key)
-            ON CONFLICT (id) DO NOTHING;
-            IF m.unique_key IS NOT NULL THEN
-                PERFORM "harel".harel_release_key(m.unique_key, m.seq, false);
-            END IF;
-            PERFORM "harel".harel_resolve_dependents(ARRAY[m.seq], ARRAY['cancelled']);
-        END IF;
+        -- Waiting, scheduled, parked for a retry, a lapsed lease, or behind its group's
+        -- head: it ends now (its group moves on if it was the head), then the jobs that
+        -- waited for it are resolved (cancelled in turn, or run if they asked to).
+        PERFORM "harel".harel_cancel_waiting(ARRAY[p_id], ARRAY[v_group], ARRAY[p_reason],
+                                              p_keep_ms);
+        PERFORM "harel".harel_resolve_dependents(ARRAY[p_id], ARRAY['cancelled']);
         RETURN 'cancelled';
     END LOOP;
     RAISE EXCEPTION 'harel_cancel: job % kept moving; try again', p_id USING ERRCODE = '40001';

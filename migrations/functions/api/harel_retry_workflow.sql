@@ -15,8 +15,9 @@
 --   cleared, the workflow's counts corrected (a negative row of workflow_ends). A task
 --   still waiting that had counted a retried task's failure (it runs after failure) waits
 --   for the new job instead, the failure taken back from its counts.
--- Locks: the workflow's row; harel_publish's and harel_hold's; the job_waits rows of the
---   tasks that wait for retried ones, in job order.
+-- Locks: the workflow's row; harel_publish's and harel_hold's; the group rows of the tasks
+--   that wait for retried ones, in one statement, in group order, then their job_waits
+--   rows, in job order (ADR 0037).
 -- Indexes: workflow_tasks' key; the keys of dead_letters and job_history.
 -- Errors: HJ003 for a failed task whose job is no longer kept (its dead letter purged or
 --   its cancelled job pruned: the task's id in DETAIL); harel_publish's.
@@ -97,9 +98,19 @@ BEGIN
 
     -- Tasks still waiting that had counted a retried task's failure (they run after
     -- failure): they wait for its new job now, the failure taken back from their counts.
-    -- Each under its job_waits row's lock, in job order (as a settle resolving them takes
-    -- it), before its dependency rows. (The tasks retried here wait for the new jobs
-    -- already; a task released meanwhile keeps what it was released with.)
+    -- Their groups locked first, in one statement, in group order, then each job_waits
+    -- row in job order, as a settle resolving them takes them (ADR 0037: every writer of a
+    -- job_waits row holds its job's group first). (The tasks retried here wait for the new
+    -- jobs already; a task released meanwhile keeps what it was released with.)
+    PERFORM 1 FROM "harel".transport_groups g
+     WHERE g.group_id = ANY (ARRAY(
+               SELECT w.group_id
+                 FROM "harel".workflow_tasks t
+                 JOIN "harel".job_waits w ON w.job_id = t.job_id
+                WHERE t.workflow_id = p_id AND t.outcome IS NULL
+                  AND t.parents && v_names))
+     ORDER BY g.group_id
+       FOR NO KEY UPDATE;
     FOR s IN SELECT t.job_id, array_agg(r.job) AS parents,
                     count(*) FILTER (WHERE r.outcome = 'dead')::int AS n_dead,
                     count(*) FILTER (WHERE r.outcome = 'cancelled')::int AS n_cancelled

@@ -29,12 +29,17 @@
 --   its key's ready groups (harel_fair_tags) if it has more messages, deleted if it is
 --   drained.
 -- Locks: the receipt's row. Fast path: FOR UPDATE SKIP LOCKED on the groups whose input
---   acks their only job (inline), in no particular order, never waiting. The rest: FOR NO
---   KEY UPDATE of each leased group, in group order, waiting. Claims, heartbeats and
---   harel_drop_empty_groups never wait, a publisher's KEY SHARE conflicts with nothing the
---   second phase takes, a cancel locks one row: only another settle holding a stale lease
---   on a fast-path group can close a cycle (rare); PostgreSQL aborts one side and the
---   completer resends it under its receipt. See sql/README.md, "Row locks".
+--   acks their only job (inline; a named group only while it has no message behind it), in
+--   no particular order, never waiting. The rest: FOR NO KEY UPDATE of each leased group
+--   and of the groups of the dependents its endings resolve (planned within the bound of
+--   harel_resolve_dependents), in group order, in one statement, waiting; after that it
+--   waits for no group (harel_resolve_dependents skips what another holds). Claims,
+--   heartbeats and harel_drop_empty_groups never wait, a publisher's KEY SHARE conflicts
+--   with nothing the second phase takes, cancels take theirs in group order: only another
+--   settle holding a stale lease on a fast-path group, or a message that arrived in a
+--   fast-path group between its probe and its lock, can close a cycle (rare); PostgreSQL
+--   aborts one side and the completer resends it under its receipt. See sql/README.md,
+--   "Row locks", and ADR 0037.
 -- Indexes: transport_groups' key, by `group_id = ANY (array)` (index scans: it runs with
 --   enable_seqscan = off) or one lookup per group, rows written by the TID that lookup
 --   found; transport_messages' key (group_id, seq), a LATERAL (… OFFSET 0) lookup per
@@ -52,7 +57,9 @@
 --      no unique key) SKIP LOCKED, then delete those still without messages (a new
 --      statement: it sees the messages committed before the locks). The rest go on.
 --   4. The fence: each remaining input's group FOR NO KEY UPDATE, in group order, where it
---      is leased to the token at the seq; a cancel asked for makes the action 'cancel'.
+--      is leased to the token at the seq (with the groups of the dependents the batch's
+--      endings resolve, planned first, when it has any); a cancel asked for makes the
+--      action 'cancel'.
 --   5. Releases: the group parked for p_delay_ms (timed), its lease ended, the attempt given back
 --      if not counted; the error recorded (on the group row for an inline message; on the
 --      message, with its attempts, otherwise); a counted attempt with an error recorded in
@@ -144,6 +151,8 @@ DECLARE
     -- the jobs that ended here, and how (harel_resolve_dependents)
     v_done_seqs     BIGINT[];
     v_done_outcomes TEXT[];
+    -- the groups of the dependents they release or cancel, locked with the fence's
+    v_dep_groups    TEXT[];
 BEGIN
     IF COALESCE(cardinality(p_groups), 0) <> v_count
        OR COALESCE(cardinality(p_tokens), 0) <> v_count
@@ -212,6 +221,14 @@ BEGIN
                             AND g.head_seq = x.seq AND g.inline_seq = x.seq
                             AND g.inline_unique_key IS NULL
                             AND g.cancel_requested_at IS NULL
+                            -- (a named group with messages behind its inline job goes the
+                            -- path below at once: locked here, out of order, it could be
+                            -- one a settle releasing into it waits for while we wait for
+                            -- that settle's groups in the fence; a group of its own holds
+                            -- only its job)
+                            AND (g.group_id = 'own:' || lpad(x.seq::text, 19, '0')
+                                 OR (SELECT m.seq FROM "harel".transport_messages m
+                                      WHERE m.group_id = g.group_id LIMIT 1) IS NULL)
                             FOR UPDATE SKIP LOCKED) AS f
      WHERE x.action = 'ack';
     IF v_fast_groups IS NOT NULL THEN
@@ -230,6 +247,37 @@ BEGIN
           FROM gone
           JOIN unnest(v_fast_groups, v_fast_ords) AS f(group_id, ord)
             ON f.group_id = gone.group_id;
+    END IF;
+
+    -- The groups of the dependents that this batch's endings release or cancel (ADR 0037),
+    -- planned by harel_resolve_dependents within its bound, locked with the batch's own
+    -- leased groups in one statement, in group order: every transaction that waits for
+    -- groups takes them so (the fence below, harel_extend, a cancel), so no two wait for
+    -- each other in a cycle, and the resolution after the fence finds them held (it never
+    -- waits: what it cannot lock goes to housekeeping). Only once the schema held a
+    -- dependency, and only for a batch whose jobs have dependents: one probe.
+    -- (the sequence tested on its own, and the plan asked for in a statement that reads no
+    -- table: on Citus a statement that reads the schema's tables runs on the worker node)
+    IF pg_sequence_last_value('"harel".dependents_seen'::regclass) IS NOT NULL
+       AND EXISTS (SELECT 1 FROM "harel".job_dependencies d WHERE d.parent_id = ANY (p_seqs)) THEN
+        SELECT array_agg(x.seq), array_agg(CASE x.action WHEN 'dead' THEN 'dead'
+                                                        ELSE 'completed' END)
+          INTO v_done_seqs, v_done_outcomes
+          FROM unnest(p_seqs, p_actions) AS x(seq, action)
+         WHERE x.action IN ('ack', 'retain', 'dead');
+        v_dep_groups := ARRAY(SELECT "harel".harel_resolve_dependents(
+                                  v_done_seqs, v_done_outcomes, p_plan => true));
+        IF cardinality(v_dep_groups) > 0 THEN
+            PERFORM 1 FROM "harel".transport_groups g
+             WHERE g.group_id = ANY (v_dep_groups || p_groups)
+               AND (g.group_id = ANY (v_dep_groups)
+                    -- (a batch's group only where it is leased to it, as the fence has it)
+                    OR (g.group_id, g.locked_by, g.head_seq) IN (
+                           SELECT x.group_id, x.token, x.seq
+                             FROM unnest(p_groups, p_tokens, p_seqs) AS x(group_id, token, seq)))
+             ORDER BY g.group_id
+               FOR NO KEY UPDATE;
+        END IF;
     END IF;
 
     -- The fence, and the row locks we need to move the groups on (in group order, as

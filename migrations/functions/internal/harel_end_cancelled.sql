@@ -4,12 +4,14 @@
 -- harel_claim (such a lease that lapsed), all holding the groups' rows locked.
 --
 -- Takes:
---   p_groups  the groups; each row carries the cancel's reason and keep period
---            (cancel_reason, cancel_keep_ms)
+--   p_groups   the groups; each row carries the cancel's reason and keep period
+--             (cancel_reason, cancel_keep_ms)
+--   p_resolve  false: the caller resolves the cancelled jobs' dependents itself
+--             (harel_cancel_waiting's callers)
 -- Returns: nothing.
 -- Fence: none of its own: the callers hold the rows and decided. A head already in
 --   job_history is not recorded again.
--- Locks: none beyond the callers'.
+-- Locks: none beyond the callers' (and harel_resolve_dependents', which never waits).
 -- Indexes: transport_groups' key; transport_messages' key (group_id, seq); job_history's
 --   key.
 -- Errors: none of its own.
@@ -23,8 +25,12 @@
 --      name.
 --   3. Free its unique key (harel_release_key, not completed).
 --   4. harel_move_on: the group is freed behind every waiting group, or dropped.
---   5. The jobs that waited for the cancelled ones: harel_resolve_dependents.
-CREATE OR REPLACE FUNCTION "harel".harel_end_cancelled(p_groups TEXT[]) RETURNS VOID
+--   5. The jobs that waited for the cancelled ones: harel_resolve_dependents (unless
+--      p_resolve is false).
+CREATE OR REPLACE FUNCTION "harel".harel_end_cancelled(
+    p_groups  TEXT[],
+    p_resolve BOOLEAN DEFAULT true
+) RETURNS VOID
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -92,11 +98,11 @@ BEGIN
         PERFORM "harel".harel_move_on(g.group_id);
     END LOOP;
     -- the jobs that waited for these are cancelled in turn (or run, if they asked to)
-    IF cardinality(v_ended) > 0 THEN
+    IF p_resolve AND cardinality(v_ended) > 0 THEN
         PERFORM "harel".harel_resolve_dependents(
             v_ended, array_fill('cancelled'::text, ARRAY[cardinality(v_ended)]));
     END IF;
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_end_cancelled(TEXT[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "harel".harel_end_cancelled(TEXT[], BOOLEAN) FROM PUBLIC;

@@ -1,42 +1,63 @@
--- harel_resolve_dependents: resolves the dependents of jobs that ended (ADR 0033), in the
--- transaction that ended them, and records the outcomes of those that are workflow tasks.
--- Internal: called by harel_settle (completed and dead jobs that have dependents or are
--- workflow tasks), harel_end_cancelled, harel_cancel and harel_cancel_group
--- (cancelled jobs), and harel_hold (parents that had ended before their dependent was
--- enqueued).
+-- harel_resolve_dependents: resolves the dependents of jobs that ended (ADR 0033), at most a
+-- bounded number in the transaction that ended them, and records the outcomes of those that
+-- are workflow tasks; what it leaves is recorded in dependency_backlog for housekeeping
+-- (ADR 0037). Internal: called by harel_settle (completed and dead jobs that have dependents
+-- or are workflow tasks; first to plan the groups its fence locks), harel_end_cancelled,
+-- harel_cancel and harel_cancel_group (cancelled jobs), harel_hold (parents that had ended
+-- before their dependent was enqueued), harel_maintain's sweep and harel_resolve_backlog.
 --
 -- Takes, one element per job that ended:
---   p_jobs      its id
---   p_outcomes  'completed', 'dead' or 'cancelled'
--- Returns: nothing.
+--   p_jobs        its id
+--   p_outcomes    'completed', 'dead' or 'cancelled'
+-- and:
+--   p_plan        true: write nothing, lock nothing, and return the groups of the
+--                 dependents a call would resolve first (a settle locks them in its fence)
+--   p_dependents  NULL, or the only dependents this call may resolve (a producer's own new
+--                 jobs, in groups of their own: it locks no group another transaction uses)
+--   p_budget      the dependency rows this call may resolve (NULL: 1,000; a dependent of a
+--                 failed parent counts 10)
+-- Returns: with p_plan, the groups; else nothing.
 -- Fence: an ended job that is a workflow task gets its outcome recorded (once: its end is
---   one transaction). A dependency row is resolved once: deleted here, by the one transaction that
---   ended its parent (the parent's lease or group row held). A dependent's count is
---   decremented under its job_waits row lock, so of several parents ending at once exactly
---   one transaction sees the count reach 0 and releases it. A cancelled job that was itself
---   waiting leaves nothing behind (its job_waits and dependency rows deleted).
--- Locks: the dependents' job_waits rows, in job order; harel_release_waiting's (their
---   group rows, in group order) and harel_cancel's (a cancelled one's group row), waiting.
--- Indexes: job_dependencies' key (by parent) and job_dependencies_by_job; job_waits' key;
---   workflow_tasks_by_job.
--- Errors: harel_cancel's.
+--   one transaction). A dependency row is resolved once: deleted by the transaction holding
+--   its dependent's group row. A dependent's count is decremented under that lock (and its
+--   job_waits row's), so of several parents ending at once exactly one transaction sees it
+--   reach 0 and releases it. A cancelled job that was itself waiting leaves nothing behind
+--   (its job_waits and dependency rows deleted).
+-- Locks: the dependents' group rows, FOR NO KEY UPDATE SKIP LOCKED: it never waits for a
+--   group (the settle locked the planned ones in its fence, in group order; a group another
+--   transaction holds is left to housekeeping); then their job_waits rows, in job order
+--   (every writer of a job_waits row holds its job's group first, so that never waits).
+-- Indexes: job_dependencies' key (by parent, a bounded range each) and
+--   job_dependencies_by_job; job_waits' key; workflow_tasks_by_job; transport_groups' key;
+--   dependency_backlog_by_parent.
+-- Errors: none of its own.
 --
--- Steps:
+-- Steps, for the jobs that ended, then (cascading) for the dependents it cancelled, while
+-- the budget lasts:
 --   1. Cancelled jobs that were waiting: their job_waits and dependency rows deleted.
 --      Workflow tasks among the ended jobs: their outcomes recorded.
---   2. The dependency rows of these parents deleted and counted per dependent; the
---      dependents' rows locked in job order, then (set-based) their counts decremented and
---      the outcomes added:
---      - no parent left (and none failed, or it runs after failure): its row deleted, its
---        parents' outcomes kept on its workflow task if it is one, and released
---        (harel_release_waiting, one call for all);
---      - a parent failed (dead, cancelled) and it does not run after failure: its rows
---        deleted, and it is cancelled (harel_cancel, kept 7 days, the reason naming the
---        parent; its own dependents resolved in turn).
+--   2. Candidates: each parent's dependency rows with the lowest job ids, a share of the
+--      budget each (at least 16), taken round-robin across parents up to the budget (a
+--      dependent of a failed parent, which is cancelled, counts 10 rows); with p_plan,
+--      their groups returned.
+--   3. Their groups locked without waiting; the candidates whose group this transaction
+--      holds are resolved: their rows deleted, counted per dependent, and (under the
+--      dependents' job_waits rows, locked in job order) their counts decremented:
+--      - no parent left (and none failed, or it runs after failure): released
+--        (harel_release_waiting), its parents' outcomes kept on its workflow task;
+--      - a parent failed (dead, cancelled) and it does not run after failure: cancelled
+--        (harel_cancel_waiting, the reason naming the parent); its own dependents are the
+--        next round's parents.
+--   4. Parents with dependency rows left go round again while the budget lasts and the
+--      round resolved some (their shares grow as the others' run out), else get a row in
+--      dependency_backlog (their outcome); those with none, their backlog rows deleted.
 CREATE OR REPLACE FUNCTION "harel".harel_resolve_dependents(
-    p_jobs     BIGINT[],
-    p_outcomes TEXT[]
-) RETURNS VOID
+    p_jobs       BIGINT[],
+    p_outcomes   TEXT[],
+    p_plan       BOOLEAN DEFAULT false,
+    p_dependents BIGINT[] DEFAULT NULL,
+    p_budget     INT DEFAULT NULL
+) RETURNS SETOF TEXT
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -47,8 +68,21 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    -- how long a dependent cancelled for its parent is kept (Client::cancel's default)
-    c_keep_ms CONSTANT BIGINT := 604800000::bigint;
+    -- the dependency rows one transaction resolves: what a settle adds to its batch's time
+    -- whatever the number of dependents (ADR 0037)
+    c_budget CONSTANT INT := 1000;
+    -- what a failed parent's dependent costs of it (it is cancelled: ~10 times a release)
+    c_cancel_cost CONSTANT INT := 10;
+    v_budget          INT := COALESCE(p_budget, c_budget);
+    v_parents         BIGINT[];
+    v_outcomes        TEXT[];
+    v_per             INT;
+    v_cand_parents    BIGINT[];
+    v_cand_jobs       BIGINT[];
+    v_cand_groups     TEXT[];
+    v_locked          TEXT[];
+    v_pair_parents    BIGINT[];
+    v_pair_jobs       BIGINT[];
     v_children        BIGINT[];
     v_n               INT[];
     v_completed       INT[];
@@ -57,154 +91,283 @@ DECLARE
     v_failed_parents  BIGINT[];
     v_failed_outcomes TEXT[];
     v_cancel          BIGINT[];
+    v_cancel_groups   TEXT[];
     v_reasons         TEXT[];
     v_release         BIGINT[];
     v_groups          TEXT[];
     v_starts          TIMESTAMPTZ[];
     v_ended_at        TIMESTAMPTZ;
+    v_resolved        INT;
+    v_left            BIGINT[];
+    v_left_outcomes   TEXT[];
+    v_again           BOOLEAN;
+    v_fresh           INT;
 BEGIN
-    IF 'cancelled' = ANY (p_outcomes) THEN
-        DELETE FROM "harel".job_waits w WHERE w.job_id = ANY (p_jobs);
-        DELETE FROM "harel".job_dependencies d WHERE d.job_id = ANY (p_jobs);
-    END IF;
-    -- the ended jobs that are workflow tasks: their outcomes recorded, and counted for
-    -- their workflows as rows of workflow_ends (appended: no row that every settle of a
-    -- workflow would wait for)
-    -- (the time taken before: Citus takes no volatile function in an UPDATE)
-    v_ended_at := clock_timestamp();
-    WITH ended AS (
-        UPDATE "harel".workflow_tasks s
-           SET outcome = e.outcome, ended_at = v_ended_at
-          FROM unnest(p_jobs, p_outcomes) AS e(job_id, outcome)
-         CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".workflow_tasks t
-                              WHERE t.job_id = e.job_id OFFSET 0) AS k
-         WHERE s.ctid = k.row_ctid AND s.outcome IS NULL
-        RETURNING s.workflow_id, s.outcome
-    )
-    INSERT INTO "harel".workflow_ends (workflow_id, ended, failed)
-    SELECT x.workflow_id, count(*)::int, count(*) FILTER (WHERE x.outcome <> 'completed')::int
-      FROM ended x
-     GROUP BY x.workflow_id;
+    SELECT array_agg(x.job ORDER BY x.job), array_agg(x.outcome ORDER BY x.job)
+      INTO v_parents, v_outcomes
+      FROM (SELECT DISTINCT ON (u.job) u.job, u.outcome
+              FROM unnest(p_jobs, p_outcomes) AS u(job, outcome)
+             WHERE u.job IS NOT NULL
+             ORDER BY u.job) AS x;
 
-    -- The dependents of these parents (read, not locked); then their rows locked in job
-    -- order, before their dependency rows are touched: every function that changes a
-    -- dependent's dependency rows holds its job_waits row first (this one, a cancel's
-    -- cleanup above, a workflow retry), so two transactions resolving parents of the same
-    -- dependents never wait for each other in a cycle, and of several ending its parents
-    -- exactly one sees its count reach 0.
-    SELECT array_agg(DISTINCT d.job_id ORDER BY d.job_id) INTO v_children
-      FROM "harel".job_dependencies d
-     WHERE d.parent_id = ANY (p_jobs);
-    IF v_children IS NULL THEN
-        RETURN;
-    END IF;
-    PERFORM 1 FROM "harel".job_waits w
-     WHERE w.job_id = ANY (v_children)
-     ORDER BY w.job_id
-       FOR UPDATE;
+    v_fresh := COALESCE(cardinality(v_parents), 0);
+    WHILE v_parents IS NOT NULL LOOP
+        -- (the round's first v_fresh parents ended here; the others are continued)
+        IF NOT p_plan AND v_fresh > 0 THEN
+            IF 'cancelled' = ANY (v_outcomes[1:v_fresh]) THEN
+                DELETE FROM "harel".job_waits w WHERE w.job_id = ANY (v_parents[1:v_fresh]);
+                DELETE FROM "harel".job_dependencies d
+                 WHERE d.job_id = ANY (v_parents[1:v_fresh]);
+            END IF;
+            -- the ended jobs that are workflow tasks: their outcomes recorded, and counted
+            -- for their workflows as rows of workflow_ends (appended: no row that every
+            -- settle of a workflow would wait for)
+            -- (the time taken before: Citus takes no volatile function in an UPDATE)
+            v_ended_at := clock_timestamp();
+            WITH ended AS (
+                UPDATE "harel".workflow_tasks s
+                   SET outcome = e.outcome, ended_at = v_ended_at
+                  FROM unnest(v_parents[1:v_fresh], v_outcomes[1:v_fresh])
+                       AS e(job_id, outcome)
+                 CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".workflow_tasks t
+                                      WHERE t.job_id = e.job_id OFFSET 0) AS k
+                 WHERE s.ctid = k.row_ctid AND s.outcome IS NULL
+                RETURNING s.workflow_id, s.outcome
+            )
+            INSERT INTO "harel".workflow_ends (workflow_id, ended, failed)
+            SELECT x.workflow_id, count(*)::int,
+                   count(*) FILTER (WHERE x.outcome <> 'completed')::int
+              FROM ended x
+             GROUP BY x.workflow_id;
+        END IF;
 
-    -- The dependency rows of these parents, resolved once (deleted here: a new statement,
-    -- which sees the deletions of the transactions we waited for), counted per dependent
-    WITH gone AS (
-        DELETE FROM "harel".job_dependencies d
-         WHERE d.parent_id = ANY (p_jobs)
-        RETURNING d.parent_id, d.job_id
-    )
-    SELECT array_agg(c.job_id ORDER BY c.job_id), array_agg(c.n ORDER BY c.job_id),
-           array_agg(c.n_completed ORDER BY c.job_id), array_agg(c.n_dead ORDER BY c.job_id),
-           array_agg(c.n_cancelled ORDER BY c.job_id),
-           array_agg(c.failed_parent ORDER BY c.job_id),
-           array_agg(c.failed_outcome ORDER BY c.job_id)
-      INTO v_children, v_n, v_completed, v_dead, v_cancelled, v_failed_parents,
-           v_failed_outcomes
-      FROM (SELECT g.job_id, count(*)::int AS n,
-                   count(*) FILTER (WHERE e.outcome = 'completed')::int AS n_completed,
-                   count(*) FILTER (WHERE e.outcome = 'dead')::int AS n_dead,
-                   count(*) FILTER (WHERE e.outcome = 'cancelled')::int AS n_cancelled,
-                   min(g.parent_id) FILTER (WHERE e.outcome <> 'completed') AS failed_parent,
-                   (array_agg(e.outcome ORDER BY g.parent_id)
-                        FILTER (WHERE e.outcome <> 'completed'))[1] AS failed_outcome
-              FROM gone g
-              -- (a hash join of the batch with what it deleted: linear in both)
-              JOIN unnest(p_jobs, p_outcomes) AS e(job_id, outcome) ON e.job_id = g.parent_id
-             GROUP BY g.job_id) AS c;
-    IF v_children IS NULL THEN
-        RETURN;
-    END IF;
+        -- The candidates: each parent's dependents with the lowest ids, a share of the
+        -- budget each, round-robin across parents (one parent's thousands do not crowd out
+        -- the others' few), within the budget. A bounded range of the key per parent. A
+        -- failed parent's dependent costs the budget c_cancel_cost rows: cancelling it (a
+        -- history row, its group moved on or dropped) takes about that many releases' time.
+        v_per := GREATEST(16, ceil(GREATEST(v_budget, 0)::numeric / cardinality(v_parents))::int);
+        SELECT array_agg(c.parent_id ORDER BY c.rn, c.parent_id),
+               array_agg(c.job_id ORDER BY c.rn, c.parent_id),
+               array_agg(c.group_id ORDER BY c.rn, c.parent_id)
+          INTO v_cand_parents, v_cand_jobs, v_cand_groups
+          FROM (SELECT y.*, sum(y.cost) OVER (ORDER BY y.rn, y.parent_id
+                                              ROWS UNBOUNDED PRECEDING) AS spent
+                  FROM (SELECT p.parent_id, d.job_id, w.group_id, p.cost,
+                               row_number() OVER (PARTITION BY p.parent_id
+                                                  ORDER BY d.job_id) AS rn
+                          FROM (SELECT u.parent_id,
+                                       CASE u.outcome WHEN 'completed' THEN 1
+                                                      ELSE c_cancel_cost END AS cost
+                                  FROM unnest(v_parents, v_outcomes) AS u(parent_id, outcome))
+                               AS p
+                         CROSS JOIN LATERAL (SELECT t.job_id
+                                               FROM "harel".job_dependencies t
+                                              WHERE t.parent_id = p.parent_id
+                                                AND (p_dependents IS NULL
+                                                     OR t.job_id = ANY (p_dependents))
+                                              ORDER BY t.job_id
+                                              LIMIT ceil(v_per::numeric / p.cost)::int) AS d
+                          LEFT JOIN LATERAL (SELECT t.group_id FROM "harel".job_waits t
+                                              WHERE t.job_id = d.job_id OFFSET 0) AS w
+                            ON true) AS y) AS c
+         WHERE c.spent <= GREATEST(v_budget, 0);
+        IF p_plan THEN
+            RETURN QUERY SELECT DISTINCT g.group_id FROM unnest(v_cand_groups) AS g(group_id)
+                          WHERE g.group_id IS NOT NULL;
+            RETURN;
+        END IF;
 
-    -- Each dependent's count (its row locked above: a statement after the locks, it sees
-    -- the counts they committed)
-    WITH counted AS (
-        UPDATE "harel".job_waits w
-           SET waiting = w.waiting - x.n,
-               completed = w.completed + x.n_completed,
-               dead = w.dead + x.n_dead,
-               cancelled = w.cancelled + x.n_cancelled
-          FROM unnest(v_children, v_n, v_completed, v_dead, v_cancelled, v_failed_parents,
-                      v_failed_outcomes)
-               AS x(job_id, n, n_completed, n_dead, n_cancelled, failed_parent,
-                    failed_outcome)
-         CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".job_waits t
-                              WHERE t.job_id = x.job_id OFFSET 0) AS k
-         WHERE w.ctid = k.row_ctid
-        RETURNING w.job_id, w.group_id, w.waiting, w.run_after_failure, w.not_before,
-                  w.delay_ms, w.completed, w.dead, w.cancelled, x.failed_parent,
-                  x.failed_outcome
-    )
-    SELECT array_agg(c.job_id) FILTER (WHERE c.failed_parent IS NOT NULL
-                                         AND NOT c.run_after_failure),
-           array_agg(format('job %s, which it waited for, %s', c.failed_parent,
-                            CASE c.failed_outcome WHEN 'dead' THEN 'became a dead letter'
-                                                  ELSE 'was cancelled' END))
-               FILTER (WHERE c.failed_parent IS NOT NULL AND NOT c.run_after_failure),
-           array_agg(c.job_id ORDER BY c.job_id)
-               FILTER (WHERE c.waiting = 0
-                         AND (c.failed_parent IS NULL OR c.run_after_failure)),
-           array_agg(c.group_id ORDER BY c.job_id)
-               FILTER (WHERE c.waiting = 0
-                         AND (c.failed_parent IS NULL OR c.run_after_failure)),
-           -- (a delay counts from the release: now)
-           array_agg(COALESCE(c.not_before,
-                              clock_timestamp() + c.delay_ms * interval '1 millisecond')
-                     ORDER BY c.job_id)
-               FILTER (WHERE c.waiting = 0
-                         AND (c.failed_parent IS NULL OR c.run_after_failure)),
-           array_agg(c.completed ORDER BY c.job_id)
-               FILTER (WHERE c.waiting = 0
-                         AND (c.failed_parent IS NULL OR c.run_after_failure)),
-           array_agg(c.dead ORDER BY c.job_id)
-               FILTER (WHERE c.waiting = 0
-                         AND (c.failed_parent IS NULL OR c.run_after_failure)),
-           array_agg(c.cancelled ORDER BY c.job_id)
-               FILTER (WHERE c.waiting = 0
-                         AND (c.failed_parent IS NULL OR c.run_after_failure))
-      INTO v_cancel, v_reasons, v_release, v_groups, v_starts, v_completed, v_dead,
-           v_cancelled
-      FROM counted c;
+        v_cancel := NULL;
+        v_resolved := NULL;
+        IF v_cand_jobs IS NOT NULL THEN
+            -- Their groups, never waiting: the ones the caller locked first (a settle's
+            -- plan) are ours already; one another transaction holds is left to
+            -- housekeeping, so that no resolution waits for a group out of order.
+            SELECT array_agg(l.group_id) INTO v_locked
+              FROM (SELECT t.group_id FROM "harel".transport_groups t
+                     WHERE t.group_id = ANY (v_cand_groups)
+                     ORDER BY t.group_id
+                       FOR NO KEY UPDATE SKIP LOCKED) AS l;
+            -- (a dependency row without a wait is an orphan: deleted, counted by nobody)
+            SELECT array_agg(c.parent_id), array_agg(c.job_id)
+              INTO v_pair_parents, v_pair_jobs
+              FROM unnest(v_cand_parents, v_cand_jobs, v_cand_groups)
+                   AS c(parent_id, job_id, group_id)
+             WHERE c.group_id IS NULL OR c.group_id = ANY (v_locked);
+        ELSE
+            v_pair_parents := NULL;
+        END IF;
 
-    -- The released: their waits gone, a workflow task's parents' outcomes kept (a callback
-    -- reads them), their own start times back (harel_release_waiting, one call).
-    IF v_release IS NOT NULL THEN
-        DELETE FROM "harel".job_waits w WHERE w.job_id = ANY (v_release);
-        UPDATE "harel".workflow_tasks s
-           SET completed = x.completed, dead = x.dead, cancelled = x.cancelled
-          FROM unnest(v_release, v_completed, v_dead, v_cancelled)
-               AS x(job_id, completed, dead, cancelled)
-         CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".workflow_tasks t
-                              WHERE t.job_id = x.job_id OFFSET 0) AS k
-         WHERE s.ctid = k.row_ctid;
-        PERFORM "harel".harel_release_waiting(v_release, v_groups, v_starts);
-    END IF;
-    -- The cancelled (a parent failed): their rows gone, each cancelled with a reason naming
-    -- the parent (harel_cancel: their own dependents resolved in turn). Rare: one by one.
-    IF v_cancel IS NOT NULL THEN
-        DELETE FROM "harel".job_waits w WHERE w.job_id = ANY (v_cancel);
-        DELETE FROM "harel".job_dependencies d WHERE d.job_id = ANY (v_cancel);
-        FOR i IN 1..cardinality(v_cancel) LOOP
-            PERFORM "harel".harel_cancel(v_cancel[i], v_reasons[i], c_keep_ms);
-        END LOOP;
-    END IF;
+        IF v_pair_parents IS NOT NULL THEN
+            PERFORM 1 FROM "harel".job_waits w
+             WHERE w.job_id = ANY (v_pair_jobs)
+             ORDER BY w.job_id
+               FOR UPDATE;
+            -- The rows resolved once (deleted here: a new statement, after the locks),
+            -- counted per dependent
+            WITH gone AS (
+                DELETE FROM "harel".job_dependencies d
+                 USING unnest(v_pair_parents, v_pair_jobs) AS x(parent_id, job_id)
+                 CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid
+                                       FROM "harel".job_dependencies t
+                                      WHERE t.parent_id = x.parent_id
+                                        AND t.job_id = x.job_id OFFSET 0) AS k
+                 WHERE d.ctid = k.row_ctid
+                RETURNING d.parent_id, d.job_id
+            )
+            SELECT array_agg(c.job_id ORDER BY c.job_id), array_agg(c.n ORDER BY c.job_id),
+                   array_agg(c.n_completed ORDER BY c.job_id),
+                   array_agg(c.n_dead ORDER BY c.job_id),
+                   array_agg(c.n_cancelled ORDER BY c.job_id),
+                   array_agg(c.failed_parent ORDER BY c.job_id),
+                   array_agg(c.failed_outcome ORDER BY c.job_id),
+                   sum(c.cost)::int
+              INTO v_children, v_n, v_completed, v_dead, v_cancelled, v_failed_parents,
+                   v_failed_outcomes, v_resolved
+              FROM (SELECT g.job_id, count(*)::int AS n,
+                           sum(CASE e.outcome WHEN 'completed' THEN 1
+                                              ELSE c_cancel_cost END)::int AS cost,
+                           count(*) FILTER (WHERE e.outcome = 'completed')::int AS n_completed,
+                           count(*) FILTER (WHERE e.outcome = 'dead')::int AS n_dead,
+                           count(*) FILTER (WHERE e.outcome = 'cancelled')::int AS n_cancelled,
+                           min(g.parent_id) FILTER (WHERE e.outcome <> 'completed')
+                               AS failed_parent,
+                           (array_agg(e.outcome ORDER BY g.parent_id)
+                                FILTER (WHERE e.outcome <> 'completed'))[1] AS failed_outcome
+                      FROM gone g
+                      -- (a hash join of the parents with what it deleted: linear in both)
+                      JOIN unnest(v_parents, v_outcomes) AS e(job_id, outcome)
+                        ON e.job_id = g.parent_id
+                     GROUP BY g.job_id) AS c;
+            v_budget := v_budget - COALESCE(v_resolved, 0);
+
+            IF v_children IS NOT NULL THEN
+                -- Each dependent's count (its rows locked above: a statement after the
+                -- locks, it sees the counts they committed)
+                WITH counted AS (
+                    UPDATE "harel".job_waits w
+                       SET waiting = w.waiting - x.n,
+                           completed = w.completed + x.n_completed,
+                           dead = w.dead + x.n_dead,
+                           cancelled = w.cancelled + x.n_cancelled
+                      FROM unnest(v_children, v_n, v_completed, v_dead, v_cancelled,
+                                  v_failed_parents, v_failed_outcomes)
+                           AS x(job_id, n, n_completed, n_dead, n_cancelled, failed_parent,
+                                failed_outcome)
+                     CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM "harel".job_waits t
+                                          WHERE t.job_id = x.job_id OFFSET 0) AS k
+                     WHERE w.ctid = k.row_ctid
+                    RETURNING w.job_id, w.group_id, w.waiting, w.run_after_failure,
+                              w.not_before, w.delay_ms, w.completed, w.dead, w.cancelled,
+                              x.failed_parent, x.failed_outcome
+                )
+                SELECT array_agg(c.job_id ORDER BY c.job_id)
+                           FILTER (WHERE c.failed_parent IS NOT NULL
+                                     AND NOT c.run_after_failure),
+                       array_agg(c.group_id ORDER BY c.job_id)
+                           FILTER (WHERE c.failed_parent IS NOT NULL
+                                     AND NOT c.run_after_failure),
+                       array_agg(format('job %s, which it waited for, %s', c.failed_parent,
+                                        CASE c.failed_outcome
+                                            WHEN 'dead' THEN 'became a dead letter'
+                                            ELSE 'was cancelled' END)
+                                 ORDER BY c.job_id)
+                           FILTER (WHERE c.failed_parent IS NOT NULL
+                                     AND NOT c.run_after_failure),
+                       array_agg(c.job_id ORDER BY c.job_id)
+                           FILTER (WHERE c.waiting = 0
+                                     AND (c.failed_parent IS NULL OR c.run_after_failure)),
+                       array_agg(c.group_id ORDER BY c.job_id)
+                           FILTER (WHERE c.waiting = 0
+                                     AND (c.failed_parent IS NULL OR c.run_after_failure)),
+                       -- (a delay counts from the release: now)
+                       array_agg(COALESCE(c.not_before,
+                                          clock_timestamp()
+                                          + c.delay_ms * interval '1 millisecond')
+                                 ORDER BY c.job_id)
+                           FILTER (WHERE c.waiting = 0
+                                     AND (c.failed_parent IS NULL OR c.run_after_failure)),
+                       array_agg(c.completed ORDER BY c.job_id)
+                           FILTER (WHERE c.waiting = 0
+                                     AND (c.failed_parent IS NULL OR c.run_after_failure)),
+                       array_agg(c.dead ORDER BY c.job_id)
+                           FILTER (WHERE c.waiting = 0
+                                     AND (c.failed_parent IS NULL OR c.run_after_failure)),
+                       array_agg(c.cancelled ORDER BY c.job_id)
+                           FILTER (WHERE c.waiting = 0
+                                     AND (c.failed_parent IS NULL OR c.run_after_failure))
+                  INTO v_cancel, v_cancel_groups, v_reasons, v_release, v_groups, v_starts,
+                       v_completed, v_dead, v_cancelled
+                  FROM counted c;
+
+                -- The released: their waits gone, a workflow task's parents' outcomes kept
+                -- (a callback reads them), their own start times back (one call).
+                IF v_release IS NOT NULL THEN
+                    DELETE FROM "harel".job_waits w WHERE w.job_id = ANY (v_release);
+                    UPDATE "harel".workflow_tasks s
+                       SET completed = x.completed, dead = x.dead, cancelled = x.cancelled
+                      FROM unnest(v_release, v_completed, v_dead, v_cancelled)
+                           AS x(job_id, completed, dead, cancelled)
+                     CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid
+                                           FROM "harel".workflow_tasks t
+                                          WHERE t.job_id = x.job_id OFFSET 0) AS k
+                     WHERE s.ctid = k.row_ctid;
+                    PERFORM "harel".harel_release_waiting(v_release, v_groups, v_starts);
+                END IF;
+                -- The cancelled (a parent failed): ended as cancelled, their waits gone in
+                -- the next round's first step, where their own dependents are resolved.
+                IF v_cancel IS NOT NULL THEN
+                    PERFORM "harel".harel_cancel_waiting(v_cancel, v_cancel_groups,
+                                                          v_reasons);
+                END IF;
+            END IF;
+        END IF;
+
+        -- The parents with dependents left (a probe each): again in the next round while
+        -- the budget lasts and this round resolved some (their share grows as others ran
+        -- out), else to housekeeping, as they ended. A parent with none left needs no
+        -- backlog row any more.
+        SELECT array_agg(p.parent_id ORDER BY p.parent_id),
+               array_agg(p.outcome ORDER BY p.parent_id)
+          INTO v_left, v_left_outcomes
+          FROM unnest(v_parents, v_outcomes) AS p(parent_id, outcome)
+         WHERE EXISTS (SELECT 1 FROM "harel".job_dependencies t
+                        WHERE t.parent_id = p.parent_id
+                          AND (p_dependents IS NULL OR t.job_id = ANY (p_dependents)));
+        v_again := v_left IS NOT NULL AND v_budget > 0 AND COALESCE(v_resolved, 0) > 0;
+        IF v_left IS NOT NULL AND NOT v_again THEN
+            INSERT INTO "harel".dependency_backlog (parent_id, outcome, ended_at)
+            SELECT p.parent_id, p.outcome, clock_timestamp()
+              FROM unnest(v_left, v_left_outcomes) AS p(parent_id, outcome)
+             -- (no unique key: an insert never waits for another transaction's; two rows
+             -- of one parent cost housekeeping a probe)
+             WHERE NOT EXISTS (SELECT 1 FROM "harel".dependency_backlog b
+                                WHERE b.parent_id = p.parent_id);
+        END IF;
+        IF p_dependents IS NULL THEN
+            -- (only the rows no other housekeeping call holds: it deletes its own)
+            DELETE FROM "harel".dependency_backlog b
+             WHERE b.ctid = ANY (ARRAY(
+                       SELECT t.ctid FROM "harel".dependency_backlog t
+                        WHERE t.parent_id = ANY (v_parents)
+                          AND NOT (t.parent_id = ANY (COALESCE(v_left, '{}')))
+                          FOR UPDATE SKIP LOCKED));
+        END IF;
+
+        -- The next round: the dependents cancelled here, whose own dependents are resolved
+        -- in turn while the budget lasts (past it, they go to the backlog, next round), and
+        -- the parents continued (their first step done already).
+        v_fresh := COALESCE(cardinality(v_cancel), 0);
+        v_parents := v_cancel;
+        v_outcomes := array_fill('cancelled'::text, ARRAY[v_fresh]);
+        IF v_again THEN
+            v_parents := COALESCE(v_parents, '{}') || v_left;
+            v_outcomes := v_outcomes || v_left_outcomes;
+        END IF;
+    END LOOP;
 END
 $$;
 
-REVOKE ALL ON FUNCTION "harel".harel_resolve_dependents(BIGINT[], TEXT[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "harel".harel_resolve_dependents(BIGINT[], TEXT[], BOOLEAN, BIGINT[], INT)
+    FROM PUBLIC;

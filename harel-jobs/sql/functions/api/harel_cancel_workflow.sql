@@ -13,11 +13,12 @@
 -- Fence: harel_cancel's, per task: a task that ended meanwhile is left as it ended.
 --   Steps are cancelled from the last to the first, so that each gets p_reason rather
 --   than the reason its cancelled parent would give it.
--- Locks: FOR NO KEY UPDATE of the page's jobs' group rows, in group order, waiting (as a
---   settle takes its own), then harel_cancel's (already held). A cancel that cascades to
---   jobs waiting for a cancelled one (outside the page) waits for their groups after: a
---   settle releasing into this page's groups meanwhile can close a cycle, which PostgreSQL
---   breaks (Client::cancel_workflow runs the page again).
+-- Locks: FOR NO KEY UPDATE of the page's jobs' group rows, in one statement, in group
+--   order, waiting (as a settle takes its own and its dependents'), then harel_cancel's
+--   (already held). A cancel that cascades to jobs waiting for a cancelled one (outside
+--   the page) takes their groups without waiting, and leaves those another transaction
+--   holds to housekeeping (harel_resolve_dependents, ADR 0037): it never waits for a group
+--   after the page's.
 -- Indexes: workflow_tasks' key (workflow_id, ordinal), backward from p_before; a job's
 --   group by the job's id (transport_groups' key and transport_groups_by_inline_id,
 --   transport_messages_by_id).

@@ -54,7 +54,8 @@
 --      resolving them (a producer's race with the parent's settle): the next 1,000 rows
 --      of job_dependencies after the parent the last call stopped at (dependency_sweep),
 --      each parent looked up by key; those not queued resolved (harel_resolve_dependents)
---      with the outcome job_history or dead_letters keeps, or as completed.
+--      with the outcome dependency_backlog, job_history or dead_letters keeps, or as
+--      completed. Then a page of 1,000 rows of the backlog (harel_resolve_backlog).
 CREATE OR REPLACE FUNCTION @schema@.harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -287,6 +288,9 @@ BEGIN
                                  WHERE g.inline_seq = x.id
                                    AND g.group_id <> 'own:' || lpad(g.inline_seq::text, 19, '0')
                                  LIMIT 1),
+                               -- (an end left to housekeeping keeps its outcome)
+                               (SELECT b.outcome FROM @schema@.dependency_backlog b
+                                 WHERE b.parent_id = x.id LIMIT 1),
                                (SELECT h.state FROM @schema@.job_history h WHERE h.id = x.id),
                                (SELECT 'dead' FROM @schema@.dead_letters d WHERE d.id = x.id),
                                'completed') AS outcome
@@ -307,6 +311,10 @@ BEGIN
         END IF;
         PERFORM setval('@schema@.dependency_sweep'::regclass, COALESCE(v_dep_last, 0),
                        v_dep_last IS NOT NULL);
+        -- A page of the dependents the ends of their parents left (a worker's housekeeping
+        -- calls harel_resolve_backlog itself, again while more are left: this page is for
+        -- the workers that do not, a previous release's or a role without that grant)
+        PERFORM @schema@.harel_resolve_backlog(c_dep_rows);
     END IF;
 
     RETURN QUERY SELECT v_lowered, v_pruned, v_history;

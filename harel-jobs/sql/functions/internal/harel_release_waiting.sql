@@ -7,20 +7,20 @@
 --   p_groups      its group (job_waits keeps it: a job's group never changes)
 --   p_not_before  the start time it asked for when enqueued (NULL: at once)
 -- Returns: nothing.
--- Fence: each job is looked for under its group's row lock; a job no longer queued
---   (cancelled meanwhile) is left alone.
--- Locks: FOR NO KEY UPDATE of the jobs' group rows, in group order (as settles take
---   theirs), waiting for a claim, settle or cancel holding one.
+-- Fence: each job is looked for under its group's row lock, which the caller holds
+--   (harel_resolve_dependents releases only dependents whose groups it locked); a job no
+--   longer queued (cancelled meanwhile) is left alone.
+-- Locks: none of its own: the caller holds the jobs' group rows (ADR 0037: a resolution
+--   never waits for a group).
 -- Indexes: transport_groups' key; transport_messages' key (group_id, seq); harel_fair_tags'
 --   probes. Every row by its key, then by the TID that lookup found.
 -- Errors: none of its own.
 --
 -- Steps:
---   1. The jobs' groups locked in group order.
---   2. A new statement (it sees what committed while we waited): each job's group row, and
---      whether the job is the head of a free group (which waits for it, timed at the
---      pending time); the tags of those due now (harel_fair_tags, one call).
---   3. Each group row updated once: an inline job's not-before time set to its own, and a
+--   1. Each job's group row, and whether the job is the head of a free group (which waits
+--      for it, timed at the pending time); the tags of those due now (harel_fair_tags, one
+--      call).
+--   2. Each group row updated once: an inline job's not-before time set to its own, and a
 --      head's group due at that time (tagged into the ready domain when due now). A leased
 --      or parked group is left alone: the settle that moves it on meets the job. The other
 --      jobs' not-before times set on their messages. Idle workers woken (harel_notify, the
@@ -64,18 +64,12 @@ BEGIN
     IF v_jobs IS NULL THEN
         RETURN;
     END IF;
-    -- locked in group order (a group's row cannot go while it holds a job, so a job whose
-    -- row is gone is gone too)
-    PERFORM 1 FROM @schema@.transport_groups g
-     WHERE g.group_id = ANY (v_groups)
-     ORDER BY g.group_id
-       FOR NO KEY UPDATE;
     v_now := clock_timestamp();
 
-    -- A new statement (it sees what committed while we waited): each job's group row, by
-    -- its key, and whether the job is the group's head in a free group (which then waits
-    -- for it, timed at the pending time), with the key of those due now (NULL for the
-    -- others: harel_fair_tags leaves them be).
+    -- Each job's group row (locked by the caller: a group's row cannot go while it holds a
+    -- job, so a job whose row is gone is gone too), by its key, and whether the job is the
+    -- group's head in a free group (which then waits for it, timed at the pending time),
+    -- with the key of those due now (NULL for the others: harel_fair_tags leaves them be).
     SELECT array_agg(r.row_ctid ORDER BY x.ord), array_agg(x.job ORDER BY x.ord),
            array_agg(x.group_id ORDER BY x.ord), array_agg(x.not_before ORDER BY x.ord),
            array_agg(r.inline_seq IS NOT DISTINCT FROM x.job ORDER BY x.ord),
