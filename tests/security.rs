@@ -198,6 +198,8 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         ),
         format!("SELECT * FROM {s}.harel_claim(gen_random_uuid(), 60000, 10, 0)"),
         format!("SELECT * FROM {s}.harel_maintain()"),
+        format!("SELECT * FROM {s}.harel_resolve_backlog(1000)"),
+        format!("SELECT * FROM {s}.dependency_backlog"),
         format!(
             "SELECT * FROM {s}.harel_extend(ARRAY['g'], ARRAY[1::bigint], \
              ARRAY[gen_random_uuid()], 60000)"
@@ -276,6 +278,126 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
              ARRAY['failed'], ARRAY['e'], now(), NULL)"
         ),
     ]
+}
+
+/// A producer may make its jobs wait only for jobs its own transaction enqueued (ADR 0037):
+/// naming any other job is refused the same way whether that job is queued, completed and
+/// kept, a dead letter, or unknown, so that an enqueue tells a producer nothing about jobs
+/// it did not write (before, "unknown" was a refusal of its own and the others were
+/// accepted: a binary search found the newest id, and each answer said whether a job was
+/// queued or kept). A role that may read jobs (`EXECUTE` on `harel_job`) may name any.
+#[tokio::test]
+async fn a_producer_learns_nothing_from_the_jobs_it_names_as_parents() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, PRODUCER_GRANTS).await;
+    let producer = pool_with(&role.url, 2).await;
+    let t = &q.transport;
+    // someone else's jobs: queued, completed and kept, a dead letter; and an id nobody has
+    let queued = t
+        .publish(&q.pool, &OutgoingMessage::new("a", "k", "{}"))
+        .await
+        .unwrap();
+    let kept = t
+        .publish(&q.pool, &OutgoingMessage::new("b", "k", "{}"))
+        .await
+        .unwrap();
+    let dead = t
+        .publish(&q.pool, &OutgoingMessage::new("c", "k", "{}"))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let claimed = t
+            .claim(&q.pool, &ClaimRequest::new(LONG))
+            .await
+            .unwrap()
+            .unwrap();
+        let settlement = if claimed.lease.id == kept {
+            Settlement::Retain { keep: LONG }
+        } else {
+            Settlement::DeadLetter {
+                error: "no".into(),
+                attempts: None,
+            }
+        };
+        assert!(
+            t.settle(&q.pool, &claimed.lease, settlement)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+    }
+    // (an id drawn by a transaction that rolled back: older than any new job, and no job's)
+    let mut tx = q.pool.begin().await.unwrap();
+    let unknown = t
+        .publish(&mut *tx, &OutgoingMessage::new("never", "k", "{}"))
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let mut refusals = Vec::new();
+    for parent in [queued, kept, dead, unknown] {
+        let mut tx = producer.begin().await.unwrap();
+        let refused = t
+            .publish(
+                &mut *tx,
+                &OutgoingMessage::new("d", "k", "{}").after([parent]),
+            )
+            .await
+            .expect_err("a producer may not name another transaction's job");
+        refusals.push(refused.to_string().replace(&parent.to_string(), "N"));
+        match refused {
+            harel_jobs::PublishError::ForeignParent { parent: named } => assert_eq!(named, parent),
+            other => panic!("{parent}: {other:?}"),
+        }
+        tx.rollback().await.unwrap();
+    }
+    refusals.dedup();
+    assert_eq!(refusals.len(), 1, "every answer alike: {refusals:?}");
+    assert_eq!(q.count("job_dependencies").await, 0);
+
+    // its own transaction's jobs, named by id, are what it may wait for
+    let mut tx = producer.begin().await.unwrap();
+    let own = t
+        .publish(&mut *tx, &OutgoingMessage::new("e", "k", "{}"))
+        .await
+        .unwrap();
+    t.publish(&mut *tx, &OutgoingMessage::new("e", "k", "{}").after([own]))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(q.count("job_dependencies").await, 1);
+
+    // a role that may read jobs may name any (and hears what it could read anyway)
+    let reader = TestRole::with_grants(
+        &q,
+        &[
+            "USAGE ON SCHEMA @schema@",
+            "EXECUTE ON FUNCTION @schema@.harel_publish",
+            "EXECUTE ON FUNCTION @schema@.harel_job",
+        ],
+    )
+    .await;
+    let reader = pool_with(&reader.url, 2).await;
+    for parent in [queued, kept, dead] {
+        t.publish(
+            &reader,
+            &OutgoingMessage::new("f", "k", "{}").after([parent]),
+        )
+        .await
+        .unwrap();
+    }
+    let unknown = t
+        .publish(
+            &reader,
+            &OutgoingMessage::new("f", "k", "{}").after([unknown]),
+        )
+        .await
+        .expect_err("unknown");
+    assert!(
+        matches!(unknown, harel_jobs::PublishError::UnknownParent { .. }),
+        "{unknown:?}"
+    );
+    producer.close().await;
+    reader.close().await;
 }
 
 #[tokio::test]

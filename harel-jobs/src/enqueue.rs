@@ -222,6 +222,7 @@ fn error_type(error: &PublishError) -> &'static str {
         PublishError::Duplicate { .. } => "duplicate",
         PublishError::GroupInAnotherQueue => "group_in_another_queue",
         PublishError::UnknownParent { .. } => "unknown_parent",
+        PublishError::ForeignParent { .. } => "foreign_parent",
     }
 }
 

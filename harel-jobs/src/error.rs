@@ -148,6 +148,21 @@ pub enum PublishError {
         /// The parent.
         parent: JobId,
     },
+    /// A job to wait for ([`Parent::Job`](crate::Parent::Job)) that this transaction did not
+    /// enqueue, named by a role that may not read jobs (a producer): the same refusal
+    /// whether that job is queued, kept or unknown, so that enqueueing tells a producer
+    /// nothing about jobs it did not write. Name a job of the same batch by reference
+    /// ([`JobBatch::add`](crate::JobBatch::add)), one enqueued earlier in the same
+    /// transaction by its id, or grant the role `EXECUTE` on `harel_job` (the guide's
+    /// "Database roles"). Nothing was written; the transaction is aborted (roll it back).
+    #[error(
+        "job {parent} to wait for was not enqueued in this transaction, and this role may not \
+         read jobs (EXECUTE on harel_job)"
+    )]
+    ForeignParent {
+        /// The parent.
+        parent: JobId,
+    },
 }
 
 impl PublishError {
@@ -170,6 +185,15 @@ impl From<sqlx::Error> for PublishError {
             Some("HJ002") => {
                 if let Some(parent) = error.detail().and_then(|d| d.parse().ok()) {
                     return Self::UnknownParent {
+                        parent: JobId::new(parent),
+                    };
+                }
+            }
+            // harel_hold's refusal of a parent a producer may not name (the id in the
+            // DETAIL; a missing grant on harel_publish itself has none)
+            Some("42501") => {
+                if let Some(parent) = error.detail().and_then(|d| d.parse().ok()) {
+                    return Self::ForeignParent {
                         parent: JobId::new(parent),
                     };
                 }

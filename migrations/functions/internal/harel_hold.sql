@@ -16,19 +16,25 @@
 -- Returns: nothing.
 -- Fence: a parent named by id must be older than every message of the publish (its
 --   own messages are named by position), so every dependency points to an older job and
---   none closes a cycle. A dependency on a duplicate is one on the job holding its key
+--   none closes a cycle. Who may wait for whom (ADR 0037): a login that may read jobs
+--   (EXECUTE on harel_job, or the schema's owner) may name any job; any other (a producer)
+--   only a job its own transaction enqueued, found queued with its row written by this
+--   transaction: else 42501, the same error whether the job is queued, kept or unknown, so
+--   that the check tells a producer nothing it did not write. A dependency on a duplicate is one on the job holding its key
 --   (which must be older than the waiting job: else 40001, try again). Each parent must be
 --   the publish's own, queued, or kept as ended (job_history, dead_letters, or a unique
 --   key held on after its job completed).
--- Locks: none of the parents' (a producer holds nothing a settle waits for). A parent
+-- Locks: none of the parents' (a producer holds nothing a settle waits for), and of the
+--   dependents only the groups its publish created for them (groups of their own). A parent
 --   found queued whose settle commits between this lookup and the producer's commit does
 --   not see the dependency; harel_maintain's sweep resolves it (ADR 0033).
 -- Indexes: transport_messages_by_id, transport_groups' key and
 --   transport_groups_by_inline_id (a job by id, as harel_cancel finds it); the keys of
 --   job_history, dead_letters, job_waits and job_dependencies.
 -- Errors: 22023 for a parent id not older than the publish's messages; 40001 for a key's
---   holder younger than its waiter; HJ002 for a parent neither queued nor kept (completed
---   without retention, pruned, or never a job; its id in the error's DETAIL).
+--   holder younger than its waiter; 42501 for a parent a producer may not name (above;
+--   its id in DETAIL); HJ002 for a parent neither queued nor kept (completed without
+--   retention, pruned, or never a job; its id in the error's DETAIL).
 --
 -- Steps:
 --   1. The dependencies by id (positions resolved, duplicates' own dropped), without
@@ -36,8 +42,11 @@
 --   2. job_waits: each waiting job, its group, parent count, run flag and start time;
 --      job_dependencies: each (parent, job).
 --   3. Each parent other than the publish's own jobs located (a few rounds): queued, or
---      ended (looked up where an ended job is kept).
---   4. Parents that had ended: harel_resolve_dependents, as if they ended now.
+--      ended (looked up where an ended job is kept); for a login that may not read jobs,
+--      queued and written by this transaction, or 42501.
+--   4. Parents that had ended: harel_resolve_dependents, as if they ended now, for this
+--      publish's jobs in groups of their own (the only groups it may lock: nobody else
+--      sees them); the others' release is left to housekeeping (dependency_backlog).
 CREATE OR REPLACE FUNCTION "harel".harel_hold(
     p_jobs      BIGINT[],
     p_groups    TEXT[],
@@ -68,6 +77,9 @@ DECLARE
     v_outcomes   TEXT[] := ARRAY[]::text[];
     v_more_ids   BIGINT[];
     v_more_outs  TEXT[];
+    v_may_read   BOOLEAN;
+    v_not_mine   BIGINT;
+    v_own        BIGINT[];
 BEGIN
     SELECT min(j.id) INTO v_oldest_new FROM unnest(p_jobs) AS j(id) WHERE j.id > 0;
     IF v_oldest_new IS NULL THEN
@@ -120,6 +132,39 @@ BEGIN
     SELECT array_agg(DISTINCT d.parent_id ORDER BY d.parent_id) INTO v_todo
       FROM unnest(v_dep_parents) AS d(parent_id)
      WHERE NOT EXISTS (SELECT 1 FROM unnest(p_jobs) AS j(id) WHERE j.id = d.parent_id);
+
+    -- A producer may make its jobs wait only for jobs its own transaction enqueued: the
+    -- check below would otherwise tell it whether any job is queued, kept or unknown, and
+    -- a dependent costs its parent's settle work (ADR 0037). A login that may read jobs
+    -- may name any.
+    IF v_todo IS NOT NULL THEN
+        v_may_read := has_function_privilege(session_user,
+                                             '"harel".harel_job(bigint)', 'EXECUTE');
+    END IF;
+    IF v_todo IS NOT NULL AND NOT v_may_read THEN
+        -- (a row this transaction wrote carries its id as xmin; the job's row: its message,
+        -- or its group's row holding it inline)
+        SELECT t.id INTO v_not_mine
+          FROM unnest(v_todo) AS t(id)
+         -- (a unique key's holder, named through this publish's duplicate: the publish
+         -- answers its id anyway)
+         WHERE NOT EXISTS (SELECT 1 FROM unnest(p_jobs) AS j(id) WHERE j.id = -t.id)
+           AND NOT EXISTS (SELECT 1 FROM "harel".transport_messages m
+                            WHERE m.seq = t.id AND m.xmin = pg_current_xact_id()::xid)
+           AND NOT EXISTS (SELECT 1 FROM "harel".transport_groups g
+                            WHERE g.group_id = 'own:' || lpad(t.id::text, 19, '0')
+                              AND g.inline_seq = t.id
+                              AND g.xmin = pg_current_xact_id()::xid)
+           AND NOT EXISTS (SELECT 1 FROM "harel".transport_groups g
+                            WHERE g.inline_seq = t.id
+                              AND g.xmin = pg_current_xact_id()::xid)
+         LIMIT 1;
+        IF v_not_mine IS NOT NULL THEN
+            RAISE EXCEPTION 'harel_publish: job % to wait for was not enqueued in this transaction; naming another job needs the right to read jobs (EXECUTE on harel_job)',
+                v_not_mine
+                USING ERRCODE = '42501', DETAIL = v_not_mine::text;
+        END IF;
+    END IF;
 
     FOR round IN 1..3 LOOP
         EXIT WHEN v_todo IS NULL;
@@ -175,7 +220,11 @@ BEGIN
     END IF;
 
     IF cardinality(v_ended) > 0 THEN
-        PERFORM "harel".harel_resolve_dependents(v_ended, v_outcomes);
+        SELECT array_agg(j.id) INTO v_own
+          FROM unnest(p_jobs, p_groups) AS j(id, group_id)
+         WHERE j.id > 0 AND j.group_id = 'own:' || lpad(j.id::text, 19, '0');
+        PERFORM "harel".harel_resolve_dependents(v_ended, v_outcomes,
+                                                  p_dependents => COALESCE(v_own, '{}'));
     END IF;
 END
 $$;
