@@ -16,7 +16,9 @@
 //! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`), `retention`, `limits`,
 //! `metrics` (the drain with and without a metrics recorder), `noisy` (the drain beside a
 //! noisy neighbour), `fair` (three tenants on one queue: shares of starts, a light tenant's
-//! latency), `workflows` (a fan-in callback and chains of three, beside plain drains).
+//! latency), `workflows` (a fan-in callback and chains of three, beside plain drains),
+//! `dependents` (a job with 100,000 dependents settled in a batch, and what housekeeping
+//! then resolves).
 //! `--recorder` installs a Prometheus recorder for harel-jobs' metrics for the whole run;
 //! `--otel` (built with `--features opentelemetry`) an OpenTelemetry layer in the tracing
 //! subscriber. See BENCHMARKS.md for what each measures.
@@ -24,6 +26,7 @@
 mod ceiling;
 mod cpu;
 mod db;
+mod dependents;
 mod depth;
 mod drain;
 mod enqueue;
@@ -83,6 +86,7 @@ const BY_NAME_ONLY: &[&str] = &[
     "noisy",
     "fair",
     "workflows",
+    "dependents",
 ];
 
 /// What every scenario gets.
@@ -343,6 +347,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "metrics" => recorder::run(&ctx).await?,
             "fair" => fair::run(&ctx).await?,
             "workflows" => workflows::run(&ctx).await?,
+            "dependents" => dependents::run(&ctx).await?,
             other => bail!("unknown scenario {other}"),
         }
         println!(

@@ -18,7 +18,7 @@ pub async fn reset(pool: &PgPool) -> Res<()> {
     sqlx::query(
         "TRUNCATE harel.transport_messages, harel.transport_groups, harel.dead_letters,
                   harel.job_history, harel.job_waits, harel.job_dependencies,
-                  harel.workflows, harel.workflow_tasks",
+                  harel.workflows, harel.workflow_tasks, harel.dependency_backlog",
     )
     .execute(pool)
     .await?;
