@@ -205,8 +205,10 @@ pub const WORKER_GRANTS: &[&str] = &[
 pub const OPERATOR_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA @schema@",
     "SELECT ON @schema@.jobs, @schema@.transport_messages, @schema@.transport_groups",
-    "SELECT, DELETE ON @schema@.dead_letters",
+    "SELECT ON @schema@.dead_letters",
     "EXECUTE ON FUNCTION @schema@.harel_retry_dead_letters",
+    "EXECUTE ON FUNCTION @schema@.harel_delete_dead_letters",
+    "EXECUTE ON FUNCTION @schema@.harel_purge_dead_letters",
     "EXECUTE ON FUNCTION @schema@.harel_job",
     "EXECUTE ON FUNCTION @schema@.harel_list_jobs",
     "EXECUTE ON FUNCTION @schema@.harel_list_jobs_newest",

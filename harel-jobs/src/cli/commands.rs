@@ -89,14 +89,7 @@ async fn explain_refusal(client: &Client, error: CliError) -> CliError {
         return error;
     };
     let names = words(&refusal.to_string());
-    match crate::privileges::missing(
-        client.pool(),
-        client.schema(),
-        &names,
-        &["SELECT", "DELETE"],
-    )
-    .await
-    {
+    match crate::privileges::missing(client.pool(), client.schema(), &names, &["SELECT"]).await {
         Ok(missing) if !missing.is_empty() => CliError::PermissionDenied {
             missing,
             source: Box::new(error),
