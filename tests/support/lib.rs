@@ -116,6 +116,36 @@ impl SuiteSchema {
         AssertSqlSafe(sql.replace("@schema@", &format!("\"{}\"", self.schema.name())))
     }
 
+    /// Issue 42, item 11's queue: [`BURIED_OTHERS`] waiting jobs of kind `busy_report` in
+    /// queue `busy` (each in a group of its own), then [`BURIED_MATCHES`] of kind
+    /// `old_report` in queue `retired`, behind them in id order. Returns the first and the
+    /// last id of the `retired` ones.
+    pub async fn bury_matches_behind_others(&self) -> (harel_jobs::JobId, harel_jobs::JobId) {
+        use harel_jobs::transport::OutgoingMessage;
+        let mut ids = Vec::new();
+        for (queue, kind, n) in [
+            ("busy", "busy_report", BURIED_OTHERS),
+            ("retired", "old_report", BURIED_MATCHES),
+        ] {
+            for _ in 0..n / 20_000 {
+                let batch: Vec<OutgoingMessage> = (0..20_000)
+                    .map(|_| {
+                        OutgoingMessage::new("unused", kind, "{}")
+                            .in_own_group()
+                            .queue(queue)
+                    })
+                    .collect();
+                ids = self
+                    .transport
+                    .publish_many(&self.pool, &batch)
+                    .await
+                    .expect("bury");
+            }
+        }
+        // the last batch: the matches, one batch of 20,000
+        (ids[0], *ids.last().expect("published"))
+    }
+
     /// Number of rows in one of the queue's tables.
     pub async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar(self.sql(&format!("SELECT count(*) FROM @schema@.{table}")))
@@ -131,6 +161,11 @@ impl Drop for SuiteSchema {
         run_cleanup(self.url.clone(), statement);
     }
 }
+
+/// How many jobs of another queue [`SuiteSchema::bury_matches_behind_others`] puts first.
+pub const BURIED_OTHERS: u32 = 120_000;
+/// How many matching jobs it puts behind them.
+pub const BURIED_MATCHES: u32 = 20_000;
 
 /// A database of its own, dropped with the value.
 pub struct TestDatabase {
