@@ -1589,7 +1589,7 @@ async fn jobs_list_reaches_a_queue_behind_another_queues_jobs() {
     let q = SuiteSchema::new().await;
     let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
     let op = || cli(&role.url, &q);
-    let (first, _) = q.bury_matches_behind_others().await;
+    let (first, _) = q.bury_matches_behind_others(120_000).await;
 
     let text = ok(&mut op(), &["jobs", "list", "--queue", "retired"]).stdout;
     assert!(!text.contains("none in this stretch"), "{text}");

@@ -150,7 +150,7 @@ async fn the_deprecated_test_helper_names_still_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_filter_reaches_its_jobs_behind_another_queues_or_says_where_it_stopped() {
     let q = SuiteSchema::new().await;
-    let (first, last) = q.bury_matches_behind_others().await;
+    let (first, last) = q.bury_matches_behind_others(120_000).await;
     let client = Client::with_schema(q.pool.clone(), q.schema.clone());
     let retired = harel_jobs::JobQuery::new()
         .queue("retired")

@@ -116,34 +116,39 @@ impl SuiteSchema {
         AssertSqlSafe(sql.replace("@schema@", &format!("\"{}\"", self.schema.name())))
     }
 
-    /// Issue 42, item 11's queue: [`BURIED_OTHERS`] waiting jobs of kind `busy_report` in
-    /// queue `busy` (each in a group of its own), then [`BURIED_MATCHES`] of kind
-    /// `old_report` in queue `retired`, behind them in id order. Returns the first and the
-    /// last id of the `retired` ones.
-    pub async fn bury_matches_behind_others(&self) -> (harel_jobs::JobId, harel_jobs::JobId) {
+    /// Issue 42, item 11's queue: `others` waiting jobs (a multiple of 10,000) of kind
+    /// `busy_report` in queue `busy`, each in a group of its own, then [`BURIED_MATCHES`] of
+    /// kind `old_report` in queue `retired`, behind them in id order. Returns the first and
+    /// the last id of the `retired` ones.
+    pub async fn bury_matches_behind_others(
+        &self,
+        others: u32,
+    ) -> (harel_jobs::JobId, harel_jobs::JobId) {
         use harel_jobs::transport::OutgoingMessage;
-        let mut ids = Vec::new();
+        let mut matches = Vec::new();
         for (queue, kind, n) in [
-            ("busy", "busy_report", BURIED_OTHERS),
+            ("busy", "busy_report", others),
             ("retired", "old_report", BURIED_MATCHES),
         ] {
-            for _ in 0..n / 20_000 {
-                let batch: Vec<OutgoingMessage> = (0..20_000)
+            for _ in 0..n / 10_000 {
+                let batch: Vec<OutgoingMessage> = (0..10_000)
                     .map(|_| {
                         OutgoingMessage::new("unused", kind, "{}")
                             .in_own_group()
                             .queue(queue)
                     })
                     .collect();
-                ids = self
+                let ids = self
                     .transport
                     .publish_many(&self.pool, &batch)
                     .await
                     .expect("bury");
+                if queue == "retired" {
+                    matches.extend(ids);
+                }
             }
         }
-        // the last batch: the matches, one batch of 20,000
-        (ids[0], *ids.last().expect("published"))
+        (matches[0], *matches.last().expect("published"))
     }
 
     /// Number of rows in one of the queue's tables.
@@ -162,9 +167,8 @@ impl Drop for SuiteSchema {
     }
 }
 
-/// How many jobs of another queue [`SuiteSchema::bury_matches_behind_others`] puts first.
-pub const BURIED_OTHERS: u32 = 120_000;
-/// How many matching jobs it puts behind them.
+/// How many matching jobs [`SuiteSchema::bury_matches_behind_others`] puts behind the
+/// others.
 pub const BURIED_MATCHES: u32 = 20_000;
 
 /// A database of its own, dropped with the value.
