@@ -345,7 +345,8 @@ async fn a_role_is_told_which_privilege_it_lacks() {
         run.stderr
     );
 
-    // USAGE alone: SELECT on a table; SELECT without DELETE on the dead letters: DELETE
+    // USAGE alone: SELECT on a table; SELECT on the dead letters without the function that
+    // deletes them (no table grant deletes them: issue 42, item 12): its EXECUTE
     let usage = TestRole::with_grants(&q, &["USAGE ON SCHEMA @schema@"]).await;
     let run = fails(
         &mut cli(&usage.url, &q),
@@ -375,12 +376,15 @@ async fn a_role_is_told_which_privilege_it_lacks() {
         &["dead", "delete", &id.to_string(), "--yes"],
         1,
         &format!(
-            "role \"{}\" lacks DELETE on table {schema}.dead_letters",
+            "role \"{}\" lacks EXECUTE on function {schema}.harel_delete_dead_letters",
             reader.name
         ),
     );
     assert!(
-        run.stderr.contains("GRANT DELETE ON TABLE"),
+        run.stderr.contains(&format!(
+            "GRANT EXECUTE ON FUNCTION {schema}.harel_delete_dead_letters TO {}",
+            reader.name
+        )),
         "{}",
         run.stderr
     );

@@ -2751,6 +2751,7 @@ async fn cancel_all_matching_reaches_a_queue_behind_another_queues_jobs() {
     click(&client, Locator::Id("cancel-all")).await;
     wait_for_url(&client, "/jobs/cancel-all?").await;
     let count = text(&client, "#cancel-count").await;
+    eprintln!("the count: {count}");
     assert!(
         count.starts_with("No job matches (not yet ended, in queue retired) up to id ")
             && count.ends_with("; the count stopped there."),
@@ -2760,6 +2761,7 @@ async fn cancel_all_matching_reaches_a_queue_behind_another_queues_jobs() {
     click(&client, Locator::Id("count-on")).await;
     wait_for_url(&client, "after=").await;
     let count = text(&client, "#cancel-count").await;
+    eprintln!("counted on: {count}");
     let ids = format!("ids {first} to {}", first.get() + 9_999);
     assert!(
         count

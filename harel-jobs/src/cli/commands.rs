@@ -1084,6 +1084,12 @@ mod tests {
     fn a_page_says_where_the_next_one_starts() {
         assert_eq!(more(3, "--after", None), "");
         assert_eq!(more(3, "--after", Some("9".into())), "more: --after 9\n");
+        // a list whose reads stopped says so, where, and how to go on (issue 42, item 11)
+        assert_eq!(
+            stopped_looking(JobId::new(200_000)),
+            "stopped looking at id 200000 after 100 reads: no other job up to it matches; \
+             jobs after it were not looked at: --after 200000\n"
+        );
         assert!(more(0, "--after", Some("9".into())).contains("more may follow: --after 9"));
     }
 

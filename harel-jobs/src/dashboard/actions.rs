@@ -328,9 +328,10 @@ impl CancelAllFilter {
 /// highest id the confirmation counted; `capped`: `1` when that count stopped at
 /// [`CANCEL_ALL_CAP`]; `reason` optional): cancels every job the filter
 /// matches that has not ended and whose id is above `from` and at most `upto` (jobs
-/// enqueued after the count are left alone; those before `from` the count found not
-/// matching, and the click reads no more of them), oldest first, [`BULK_BATCH`] read at a time and one cancel per job
-/// (each its own transaction, as [`Client::cancel`](crate::Client::cancel)), at most
+/// enqueued after the count are left alone; those up to `from` the count found not
+/// matching, and the click reads no more of them), oldest first, [`BULK_BATCH`] read at a
+/// time and one cancel per job (each its own transaction, as
+/// [`Client::cancel`](crate::Client::cancel)), at most
 /// [`CANCEL_ALL_CAP`] jobs and [`BULK_BATCHES`] reads a click; a running job is told to
 /// stop and ends as cancelled. Redirects to the Jobs page, filtered so, with how many.
 pub(crate) async fn cancel_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Redirect, PageError> {
