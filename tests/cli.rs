@@ -345,7 +345,8 @@ async fn a_role_is_told_which_privilege_it_lacks() {
         run.stderr
     );
 
-    // USAGE alone: SELECT on a table; SELECT without DELETE on the dead letters: DELETE
+    // USAGE alone: SELECT on a table; SELECT on the dead letters without the function that
+    // deletes them (no table grant deletes them: issue 42, item 12): its EXECUTE
     let usage = TestRole::with_grants(&q, &["USAGE ON SCHEMA @schema@"]).await;
     let run = fails(
         &mut cli(&usage.url, &q),
@@ -375,12 +376,15 @@ async fn a_role_is_told_which_privilege_it_lacks() {
         &["dead", "delete", &id.to_string(), "--yes"],
         1,
         &format!(
-            "role \"{}\" lacks DELETE on table {schema}.dead_letters",
+            "role \"{}\" lacks EXECUTE on function {schema}.harel_delete_dead_letters",
             reader.name
         ),
     );
     assert!(
-        run.stderr.contains("GRANT DELETE ON TABLE"),
+        run.stderr.contains(&format!(
+            "GRANT EXECUTE ON FUNCTION {schema}.harel_delete_dead_letters TO {}",
+            reader.name
+        )),
         "{}",
         run.stderr
     );
@@ -1579,4 +1583,45 @@ async fn a_terminal_gets_coloured_states_unless_no_color() {
     let plain = on_terminal(&role.url, &q, &["jobs", "list"], true);
     assert!(plain.contains("dead"), "{plain:?}");
     assert!(!plain.contains('\x1b'), "{plain:?}");
+}
+
+/// Issue 42, item 11 (RELIABILITY.md, "Hardening III", row 11): `jobs list --queue` (and
+/// `--kind`) behind 120,000 jobs of another queue lists the matches (it read on, a bounded
+/// number of bounded reads), where it used to end with "none in this stretch".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_list_reaches_a_queue_behind_another_queues_jobs() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    let (first, _) = q.bury_matches_behind_others(120_000).await;
+
+    let text = ok(&mut op(), &["jobs", "list", "--queue", "retired"]).stdout;
+    assert!(!text.contains("none in this stretch"), "{text}");
+    assert_eq!(
+        text.lines().count(),
+        52,
+        "50 jobs, the header and more: {text}"
+    );
+    assert!(
+        text.lines().nth(1).unwrap().starts_with(&first.to_string()),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(&format!("more: --after {}\n", first.get() + 49)),
+        "{text}"
+    );
+
+    for filter in [
+        ["--queue", "retired", "--state", "waiting"],
+        ["--kind", "old_report", "--state", "queued"],
+    ] {
+        let mut args = vec!["--json", "jobs", "list", "--limit", "1000"];
+        args.extend(filter);
+        let listed = ok(&mut op(), &args).json();
+        let jobs = listed["jobs"].as_array().unwrap();
+        assert_eq!(jobs.len(), 1000, "{filter:?}");
+        assert_eq!(jobs[0]["id"].as_i64(), Some(first.get()), "{filter:?}");
+        assert!(jobs.iter().all(|j| j["queue"] == "retired"), "{filter:?}");
+        assert_eq!(listed["stopped_at"], Value::Null, "{filter:?}");
+    }
 }

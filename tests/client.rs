@@ -141,3 +141,55 @@ async fn the_deprecated_test_helper_names_still_work() {
     let renamed: TestSchema = old;
     renamed.cleanup().await.unwrap();
 }
+
+/// Issue 42, item 11 (RELIABILITY.md, "Hardening III", row 11): 120,000 queued jobs of
+/// another queue, then 20,000 of queue `retired`. One read stops looking long before the
+/// first match and says so, and where (`stopped_at`, which is `next`): never an empty page
+/// that passes for "no job matches". Reading on reaches the matches, and walking the
+/// pages from there finds every one of them, each page a bounded number of bounded reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_filter_reaches_its_jobs_behind_another_queues_or_says_where_it_stopped() {
+    let q = SuiteSchema::new().await;
+    let (first, last) = q.bury_matches_behind_others(120_000).await;
+    let client = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let retired = harel_jobs::JobQuery::new()
+        .queue("retired")
+        .state(harel_jobs::StateFilter::Queued)
+        .limit(1000);
+
+    let page = client.jobs(&retired).await.unwrap();
+    assert!(page.jobs.is_empty());
+    let stopped = page.stopped_at.expect("the page says it stopped looking");
+    assert_eq!(page.next, Some(stopped));
+    assert!(stopped < first, "{stopped} {first}");
+
+    let reading_on = retired.clone().read_on(harel_jobs::MAX_LIST_READS);
+    let started = std::time::Instant::now();
+    let page = client.jobs(&reading_on).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(page.jobs.len(), 1000, "stopped at {:?}", page.stopped_at);
+    assert_eq!(page.jobs[0].id, first);
+    assert!(page.jobs.iter().all(|job| job.queue == "retired"));
+    assert_eq!(page.stopped_at, None);
+    eprintln!("first page of the buried queue, reading on: {took:?}");
+
+    // every match, page after page from there
+    let (mut seen, mut pages, mut next) = (page.jobs.len(), 1, page.next);
+    while let Some(after) = next {
+        let page = client.jobs(&reading_on.clone().after(after)).await.unwrap();
+        assert!(page.jobs.iter().all(|job| job.queue == "retired"));
+        seen += page.jobs.len();
+        pages += 1;
+        next = page.next;
+        assert!(pages <= 21, "{pages} pages");
+    }
+    assert_eq!(seen, 20_000);
+
+    // newest first: the newest of them at once
+    let newest = client
+        .jobs(&retired.clone().newest_first().limit(10))
+        .await
+        .unwrap();
+    assert_eq!(newest.jobs[0].id, last);
+    assert_eq!(newest.stopped_at, None);
+}

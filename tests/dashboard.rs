@@ -2700,3 +2700,108 @@ async fn an_operator_pauses_resumes_and_triggers_a_schedule_in_the_browser() {
     assert_eq!(nightly().await.paused_at, None);
     operator.close().await;
 }
+
+/// How many of the queue's jobs are cancelled and how many still queued, by queue name:
+/// `(cancelled, queued)`, read as the owner.
+async fn cancelled_and_queued(q: &SuiteSchema, queue: &str) -> (i64, i64) {
+    sqlx::query_as(q.sql(
+        "SELECT (SELECT count(*) FROM @schema@.job_history
+                  WHERE queue = $1 AND state = 'cancelled'),
+                (SELECT count(*) FROM @schema@.transport_groups g
+                   JOIN @schema@.queues s ON s.id = g.queue_id
+                  WHERE s.name = $1)",
+    ))
+    .bind(queue)
+    .fetch_one(&q.pool)
+    .await
+    .unwrap()
+}
+
+/// Issue 42, item 11 (RELIABILITY.md, "Hardening III", row 11): 250,000 queued jobs of
+/// queue `busy`, then 20,000 of queue `retired`. "Cancel all matching" on `retired` used to
+/// say "No job matches …: nothing to cancel" (its 100 reads ended before the first match).
+/// Now its count says where it stopped looking and counts on from there; the click starts
+/// where the count's first match was, so it cancels what was counted; nothing of `busy` is
+/// touched. The Jobs page reads on and says where it stopped looking too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_all_matching_reaches_a_queue_behind_another_queues_jobs() {
+    let (q, _role, operator, queue, _) = operated(5).await;
+    let (first, last) = q.bury_matches_behind_others(250_000).await;
+    let (address, base, client, _driver) = open(queue.clone(), |router| router).await;
+
+    // newest first, the queue's newest at once; oldest first, the page says where it
+    // stopped looking, and never that nothing matches
+    client
+        .goto(&format!("{base}/jobs?queue=retired"))
+        .await
+        .unwrap();
+    assert_eq!(listed_ids(&client).await[0], last.get());
+    client
+        .goto(&format!("{base}/jobs?queue=retired&order=oldest"))
+        .await
+        .unwrap();
+    let shown = text(&client, "#jobs-shown").await;
+    assert!(shown.contains("this page stopped looking at id"), "{shown}");
+
+    // the count: it stops looking before the first match, says where, and counts on
+    client
+        .goto(&format!("{base}/jobs?queue=retired"))
+        .await
+        .unwrap();
+    click(&client, Locator::Id("cancel-all")).await;
+    wait_for_url(&client, "/jobs/cancel-all?").await;
+    let count = text(&client, "#cancel-count").await;
+    eprintln!("the count: {count}");
+    assert!(
+        count.starts_with("No job matches (not yet ended, in queue retired) up to id ")
+            && count.ends_with("; the count stopped there."),
+        "{count}"
+    );
+    screenshot(&client, "jobs_cancel_all_stopped_looking").await;
+    click(&client, Locator::Id("count-on")).await;
+    wait_for_url(&client, "after=").await;
+    let count = text(&client, "#cancel-count").await;
+    eprintln!("counted on: {count}");
+    let ids = format!("ids {first} to {}", first.get() + 9_999);
+    assert!(
+        count
+            .starts_with("at least 10000 job(s) match (not yet ended, in queue retired) after id ")
+            && count.contains(&ids),
+        "{count}"
+    );
+    screenshot(&client, "jobs_cancel_all_counted_on").await;
+    click(&client, Locator::Id("cancel-all-confirm")).await;
+    client.accept_alert().await.unwrap();
+    wait_for_url(&client, "done=cancelled_all_more").await;
+    let url = client.current_url().await.unwrap();
+    assert_eq!(
+        url.query(),
+        Some("done=cancelled_all_more&n=10000&queue=retired")
+    );
+    assert_eq!(cancelled_and_queued(&q, "retired").await, (10_000, 10_000));
+
+    // the rest, counted on from where the first count stopped: exactly what is left
+    let (status, page) = get_as(
+        address,
+        &format!("/jobs/cancel-all?queue=retired&after={}", first.get() - 1),
+        &address.to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(">10000 job(s) match"), "{page}");
+    let (status, response) = post(
+        address,
+        "/jobs/cancel-all",
+        &hidden_fields(&page, "/jobs/cancel-all"),
+    )
+    .await;
+    assert_eq!(status, 303, "{response}");
+    assert!(
+        response.contains("location: /jobs?done=cancelled_all&n=10000&queue=retired\r\n"),
+        "{response}"
+    );
+    assert_eq!(cancelled_and_queued(&q, "retired").await, (20_000, 0));
+    assert_eq!(cancelled_and_queued(&q, "busy").await, (0, 250_000));
+    client.close().await.unwrap();
+    operator.close().await;
+}

@@ -1000,6 +1000,40 @@ async fn dead_letters_are_retried_and_deleted_in_bulk() {
     assert!(dead.delete_many(&[]).await.unwrap().is_empty());
 }
 
+/// Deletes go through bounded functions (issue 42, item 12): `delete_many` takes at most
+/// 1,000 ids (a typed refusal, nothing deleted), and `purge` deletes every letter that failed
+/// before its time, 1,000 a statement, however many there are, and leaves the later ones.
+#[tokio::test]
+async fn dead_letters_are_deleted_and_purged_in_bounded_statements() {
+    let q = SuiteSchema::new().await;
+    let queue = queue(&q);
+    sqlx::raw_sql(q.sql(
+        "INSERT INTO @schema@.dead_letters
+             (id, group_id, kind, payload, priority, attempts, last_error, enqueued_at,
+              failed_at, queue)
+         SELECT n, 'g' || n, 'note', '{}', 2, 3, 'x', now(),
+                now() - CASE WHEN n <= 2500 THEN interval '2 days' ELSE interval '1 hour' END,
+                'default'
+           FROM generate_series(1, 2600) AS n",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let dead = queue.dead_letters();
+    let too_many: Vec<JobId> = (1..=1001).map(JobId::new).collect();
+    assert!(matches!(
+        dead.delete_many(&too_many).await,
+        Err(harel_jobs::ClientError::InvalidArgument(_))
+    ));
+    assert_eq!(dead.count().await.unwrap(), 2600);
+    let purged = dead
+        .purge(chrono::Utc::now() - chrono::TimeDelta::days(1))
+        .await
+        .unwrap();
+    assert_eq!(purged, 2500);
+    assert_eq!(dead.count().await.unwrap(), 100);
+}
+
 /// A dead letter of a job without a group goes back without one: into a group of its own
 /// named after its new id (callers cannot name a group so), also for a letter of a job that
 /// an older release had retried into a group named after its first id.

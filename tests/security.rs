@@ -813,3 +813,119 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
     assert_eq!(queue.retry_workflow(enqueued.id).await.unwrap(), 2);
     operator.close().await;
 }
+
+/// Issue 42, item 12 (RELIABILITY.md, "Hardening III", row 12): the operator's documented
+/// grants allow no table lock that blocks the queue. Every table and view of the schema,
+/// every mode stronger than ACCESS SHARE, is refused (42501: before, `DELETE` on
+/// `dead_letters` let the operator hold ACCESS EXCLUSIVE on it, which stopped a worker's
+/// dead settle, an enqueue's read of the letters, housekeeping and the dashboard). The
+/// ACCESS SHARE its `SELECT` allows, held on everything it can read, blocks none of an
+/// enqueue, a claim, a dead settle, a delete of a letter nor housekeeping.
+#[tokio::test]
+async fn an_operator_can_take_no_lock_that_blocks_the_queue() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let operator = pool_with(&role.url, 2).await;
+    let s = format!("\"{}\"", q.schema.name());
+    let relations: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = $1 AND c.relkind IN ('r', 'v', 'p') ORDER BY 1",
+    )
+    .bind(q.schema.name())
+    .fetch_all(&q.pool)
+    .await
+    .unwrap();
+    assert!(
+        relations.iter().any(|r| r == "dead_letters"),
+        "{relations:?}"
+    );
+    let modes = [
+        "ROW SHARE",
+        "ROW EXCLUSIVE",
+        "SHARE UPDATE EXCLUSIVE",
+        "SHARE",
+        "SHARE ROW EXCLUSIVE",
+        "EXCLUSIVE",
+        "ACCESS EXCLUSIVE",
+    ];
+    let mut taken = Vec::new();
+    for relation in &relations {
+        for mode in modes {
+            let mut tx = operator.begin().await.unwrap();
+            let sql = format!("LOCK TABLE {s}.\"{relation}\" IN {mode} MODE NOWAIT");
+            let state = match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *tx).await {
+                Ok(_) => None,
+                Err(error) => DatabaseError::from(error).code(),
+            };
+            if state.as_deref() != Some("42501") {
+                taken.push(format!("{mode} on {relation} ({state:?})"));
+            }
+            tx.rollback().await.unwrap();
+        }
+    }
+    assert!(taken.is_empty(), "the operator could lock: {taken:?}");
+
+    // ACCESS SHARE on everything the operator may read, held while the queue works
+    let t = &q.transport;
+    for n in 0..2 {
+        t.publish(&q.pool, &OutgoingMessage::new(format!("g{n}"), "k", "{}"))
+            .await
+            .unwrap();
+    }
+    let mut held = operator.begin().await.unwrap();
+    let mut locked = 0;
+    for relation in &relations {
+        let sql = format!("LOCK TABLE {s}.\"{relation}\" IN ACCESS SHARE MODE NOWAIT");
+        if sqlx::raw_sql(AssertSqlSafe(format!("SAVEPOINT l; {sql}; RELEASE l")))
+            .execute(&mut *held)
+            .await
+            .is_err()
+        {
+            sqlx::raw_sql("ROLLBACK TO l")
+                .execute(&mut *held)
+                .await
+                .unwrap();
+        } else {
+            locked += 1;
+        }
+    }
+    assert!(
+        locked >= 4,
+        "the operator reads the jobs view and three tables"
+    );
+    let work = async {
+        t.publish(&q.pool, &OutgoingMessage::new("g9", "k", "{}"))
+            .await
+            .unwrap();
+        let m = t
+            .claim(&q.pool, &ClaimRequest::new(LONG))
+            .await
+            .unwrap()
+            .unwrap();
+        let dead = t.dead_letter(&q.pool, &m.lease, "broken").await.unwrap();
+        assert_eq!(dead, LeaseOutcome::Applied);
+        sqlx::raw_sql(AssertSqlSafe(format!("SELECT * FROM {s}.harel_maintain()")))
+            .execute(&q.pool)
+            .await
+            .unwrap();
+        let letters = Client::with_schema(q.pool.clone(), q.schema.clone()).dead_letters();
+        let listed = letters.list(&DeadLetterQuery::default()).await.unwrap();
+        assert!(letters.delete(listed[0].id).await.unwrap());
+    };
+    tokio::time::timeout(Duration::from_secs(10), work)
+        .await
+        .expect("the queue's work waited for the operator's ACCESS SHARE locks");
+    held.rollback().await.unwrap();
+
+    // and the bounded delete refuses an unbounded call
+    assert_eq!(
+        sqlstate(
+            &operator,
+            format!("SELECT * FROM {s}.harel_delete_dead_letters(array(SELECT generate_series(1, 1001)::bigint))")
+        )
+        .await
+        .as_deref(),
+        Some("22023")
+    );
+    operator.close().await;
+}

@@ -268,6 +268,16 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/api/harel_retry_dead_letters.sql"),
     },
     Function {
+        name: "harel_delete_dead_letters",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_delete_dead_letters.sql"),
+    },
+    Function {
+        name: "harel_purge_dead_letters",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_purge_dead_letters.sql"),
+    },
+    Function {
         name: "harel_publish_workflow",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_publish_workflow.sql"),

@@ -95,6 +95,9 @@ pub const MAX_REASON_BYTES: usize = 8 * 1024;
 pub(crate) const GROUP_CANCEL_STEP: i32 = 1_000;
 /// The most jobs one page of `Client::jobs` holds.
 pub const MAX_PAGE: u32 = 1_000;
+/// The most bounded reads one page of `Client::jobs` makes (`JobQuery::read_on`): each
+/// reads at most 2,000 rows of each place a job can be.
+pub const MAX_LIST_READS: u32 = 100;
 /// The most schedules a schema holds (a new name past it is refused), and the most one
 /// `Client::schedules` page lists.
 pub const MAX_SCHEDULES: u32 = 1_000;

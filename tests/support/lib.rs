@@ -116,6 +116,41 @@ impl SuiteSchema {
         AssertSqlSafe(sql.replace("@schema@", &format!("\"{}\"", self.schema.name())))
     }
 
+    /// Issue 42, item 11's queue: `others` waiting jobs (a multiple of 10,000) of kind
+    /// `busy_report` in queue `busy`, each in a group of its own, then [`BURIED_MATCHES`] of
+    /// kind `old_report` in queue `retired`, behind them in id order. Returns the first and
+    /// the last id of the `retired` ones.
+    pub async fn bury_matches_behind_others(
+        &self,
+        others: u32,
+    ) -> (harel_jobs::JobId, harel_jobs::JobId) {
+        use harel_jobs::transport::OutgoingMessage;
+        let mut matches = Vec::new();
+        for (queue, kind, n) in [
+            ("busy", "busy_report", others),
+            ("retired", "old_report", BURIED_MATCHES),
+        ] {
+            for _ in 0..n / 10_000 {
+                let batch: Vec<OutgoingMessage> = (0..10_000)
+                    .map(|_| {
+                        OutgoingMessage::new("unused", kind, "{}")
+                            .in_own_group()
+                            .queue(queue)
+                    })
+                    .collect();
+                let ids = self
+                    .transport
+                    .publish_many(&self.pool, &batch)
+                    .await
+                    .expect("bury");
+                if queue == "retired" {
+                    matches.extend(ids);
+                }
+            }
+        }
+        (matches[0], *matches.last().expect("published"))
+    }
+
     /// Number of rows in one of the queue's tables.
     pub async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar(self.sql(&format!("SELECT count(*) FROM @schema@.{table}")))
@@ -131,6 +166,10 @@ impl Drop for SuiteSchema {
         run_cleanup(self.url.clone(), statement);
     }
 }
+
+/// How many matching jobs [`SuiteSchema::bury_matches_behind_others`] puts behind the
+/// others.
+pub const BURIED_MATCHES: u32 = 20_000;
 
 /// A database of its own, dropped with the value.
 pub struct TestDatabase {
@@ -206,8 +245,10 @@ pub const WORKER_GRANTS: &[&str] = &[
 pub const OPERATOR_GRANTS: &[&str] = &[
     "USAGE ON SCHEMA @schema@",
     "SELECT ON @schema@.jobs, @schema@.transport_messages, @schema@.transport_groups",
-    "SELECT, DELETE ON @schema@.dead_letters",
+    "SELECT ON @schema@.dead_letters",
     "EXECUTE ON FUNCTION @schema@.harel_retry_dead_letters",
+    "EXECUTE ON FUNCTION @schema@.harel_delete_dead_letters",
+    "EXECUTE ON FUNCTION @schema@.harel_purge_dead_letters",
     "EXECUTE ON FUNCTION @schema@.harel_job",
     "EXECUTE ON FUNCTION @schema@.harel_list_jobs",
     "EXECUTE ON FUNCTION @schema@.harel_list_jobs_newest",

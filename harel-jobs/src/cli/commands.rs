@@ -24,7 +24,7 @@ use crate::client::{GroupQuery, GroupRank, KeyLimits, WorkflowQuery};
 use crate::connect::{ConnectConfig, connect_with};
 use crate::migrate::{SCHEMA_VERSION, check_schema};
 use crate::schema::Schema;
-use crate::vocabulary::JobId;
+use crate::vocabulary::{JobId, MAX_LIST_READS};
 use crate::workflow::WorkflowId;
 
 /// Where results go: JSON (one object) or text for people, on stdout.
@@ -89,14 +89,7 @@ async fn explain_refusal(client: &Client, error: CliError) -> CliError {
         return error;
     };
     let names = words(&refusal.to_string());
-    match crate::privileges::missing(
-        client.pool(),
-        client.schema(),
-        &names,
-        &["SELECT", "DELETE"],
-    )
-    .await
-    {
+    match crate::privileges::missing(client.pool(), client.schema(), &names, &["SELECT"]).await {
         Ok(missing) if !missing.is_empty() => CliError::PermissionDenied {
             missing,
             source: Box::new(error),
@@ -345,19 +338,41 @@ async fn jobs_list(client: &Client, out: &Printer, list: JobsList) -> Result<(),
     if let Some(after) = list.after {
         query = query.after(after);
     }
-    let page = client.jobs(&query).await?;
+    // filters that keep few jobs (one queue's among many) read on, a bounded number of
+    // bounded reads, and say where they stopped looking if they still did
+    let page = client.jobs(&query.read_on(MAX_LIST_READS)).await?;
     let jobs: Vec<JobView> = page.jobs.iter().map(JobView::new).collect();
     out.emit(
-        &json!({ "jobs": jobs, "next": page.next.map(JobId::get) }),
-        || {
-            let mut text = JobView::table(&page.jobs).render("no jobs");
-            text.push_str(&more(
-                page.jobs.len(),
-                "--after",
-                page.next.map(|id| id.to_string()),
-            ));
-            text
+        &json!({
+            "jobs": jobs,
+            "next": page.next.map(JobId::get),
+            "stopped_at": page.stopped_at.map(JobId::get),
+        }),
+        || match page.stopped_at {
+            Some(at) => {
+                let mut text =
+                    JobView::table(&page.jobs).render(&format!("no matching job up to id {at}"));
+                text.push_str(&stopped_looking(at));
+                text
+            }
+            None => {
+                let mut text = JobView::table(&page.jobs).render("no jobs");
+                text.push_str(&more(
+                    page.jobs.len(),
+                    "--after",
+                    page.next.map(|id| id.to_string()),
+                ));
+                text
+            }
         },
+    )
+}
+
+/// Under a page whose reads stopped looking at job `at`: that they did, and how to go on.
+fn stopped_looking(at: JobId) -> String {
+    format!(
+        "stopped looking at id {at} after {MAX_LIST_READS} reads: no other job up to it \
+         matches; jobs after it were not looked at: --after {at}\n"
     )
 }
 
@@ -1069,6 +1084,12 @@ mod tests {
     fn a_page_says_where_the_next_one_starts() {
         assert_eq!(more(3, "--after", None), "");
         assert_eq!(more(3, "--after", Some("9".into())), "more: --after 9\n");
+        // a list whose reads stopped says so, where, and how to go on (issue 42, item 11)
+        assert_eq!(
+            stopped_looking(JobId::new(200_000)),
+            "stopped looking at id 200000 after 100 reads: no other job up to it matches; \
+             jobs after it were not looked at: --after 200000\n"
+        );
         assert!(more(0, "--after", Some("9".into())).contains("more may follow: --after 9"));
     }
 

@@ -8,13 +8,13 @@
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgExecutor, PgPool};
+use sqlx::{Acquire, PgExecutor, PgPool, Postgres};
 
 use super::Client;
 use crate::error::{ClientError, DatabaseError};
 use crate::job::Job;
 use crate::store::{DeadLetterRow, PreparedStatements, Store};
-use crate::vocabulary::{JobId, Priority};
+use crate::vocabulary::{JobId, MAX_PAGE, Priority};
 
 /// One dead job.
 #[derive(Clone, Debug)]
@@ -324,11 +324,13 @@ impl DeadLetters {
         Ok(!self.delete_many_in(executor, &[id]).await?.is_empty())
     }
 
-    /// Deletes many dead letters in one statement. Returns the ids that existed (and are
-    /// gone now), in id order.
+    /// Deletes many dead letters (at most [`MAX_PAGE`], 1,000) in one statement
+    /// (`harel_delete_dead_letters`). Returns the ids that existed (and are gone now), in
+    /// id order.
     ///
     /// # Errors
-    /// [`ClientError::Database`]; then nothing is deleted.
+    /// [`ClientError::InvalidArgument`] for more than 1,000 ids; [`ClientError::Database`];
+    /// then nothing is deleted.
     pub async fn delete_many(&self, ids: &[JobId]) -> Result<Vec<JobId>, ClientError> {
         self.delete_many_in(&self.pool, ids).await
     }
@@ -345,6 +347,11 @@ impl DeadLetters {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        if ids.len() > MAX_PAGE as usize {
+            return Err(ClientError::InvalidArgument(
+                "at most 1,000 dead letters a delete",
+            ));
+        }
         let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
         let deleted = self
             .store
@@ -354,30 +361,46 @@ impl DeadLetters {
         Ok(deleted.into_iter().map(JobId::new).collect())
     }
 
-    /// Deletes the dead letters that failed before `before`. Returns how many.
+    /// Deletes the dead letters that failed before `before`, the oldest failures first,
+    /// 1,000 per statement (`harel_purge_dead_letters`), each its own
+    /// transaction. Returns how many.
     ///
     /// # Errors
-    /// [`ClientError::Database`].
+    /// [`ClientError::Database`]; the batches before the failing one stay deleted.
     pub async fn purge(&self, before: DateTime<Utc>) -> Result<u64, ClientError> {
         self.purge_in(&self.pool, before).await
     }
 
-    /// [`purge`](Self::purge) through `executor`.
+    /// [`purge`](Self::purge) on one connection: a pool's (each batch its own
+    /// transaction), or `&mut *tx` (all of them in the caller's transaction).
     ///
     /// # Errors
     /// As [`purge`](Self::purge).
-    pub async fn purge_in<'e, E: PgExecutor<'e>>(
+    pub async fn purge_in<'c, A: Acquire<'c, Database = Postgres>>(
         &self,
-        executor: E,
+        connection: A,
         before: DateTime<Utc>,
     ) -> Result<u64, ClientError> {
-        Ok(self
-            .store
-            .dead_letters_purge_before(executor, before)
-            .await
-            .map_err(DatabaseError::new)?)
+        let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
+        let mut purged: u64 = 0;
+        loop {
+            let deleted = self
+                .store
+                .dead_letters_purge_before(&mut *connection, before, PURGE_BATCH)
+                .await
+                .map_err(DatabaseError::new)?;
+            purged += u64::try_from(deleted).unwrap_or(0);
+            // a short batch: none left that failed before `before`
+            if deleted < PURGE_BATCH {
+                return Ok(purged);
+            }
+        }
     }
 }
+
+/// The most dead letters one statement of [`DeadLetters::purge`] deletes: each statement a
+/// short transaction of its own when purging through a pool.
+const PURGE_BATCH: i32 = 1_000;
 
 /// A dead letter as its row gives it.
 fn from_row(row: DeadLetterRow) -> DeadLetter {

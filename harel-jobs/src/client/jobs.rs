@@ -7,14 +7,14 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::PgExecutor;
+use sqlx::{Acquire, Postgres};
 
 use super::Client;
 use crate::error::{ClientError, DatabaseError};
 use crate::job::Job;
 use crate::store::{JobRow, JobsFilter, ListRow};
 use crate::vocabulary::{
-    DEFAULT_CANCELLED_RETENTION, DEFAULT_QUEUE, GROUP_CANCEL_STEP, JobId, MAX_PAGE,
+    DEFAULT_CANCELLED_RETENTION, DEFAULT_QUEUE, GROUP_CANCEL_STEP, JobId, MAX_LIST_READS, MAX_PAGE,
     MAX_REASON_BYTES, Priority, delay_millis, validate_group,
 };
 
@@ -35,9 +35,13 @@ impl Client {
 
     /// A page of jobs in id order, as `query` filters them (state, kind, group, queue), from
     /// `query`'s cursor on. Keyset pagination: pass [`JobPage::next`] to
-    /// [`JobQuery::after`] for the next page; `None` means there is none. One round trip of
-    /// bounded work, whatever the queue holds: a page may come back short (even empty)
-    /// with a cursor when the filters keep few of the jobs one call reads.
+    /// [`JobQuery::after`] for the next page; `None` means there is none. Each read is one
+    /// round trip of bounded work, whatever the queue holds (at most 2,000 rows of each
+    /// place a job can be, from the cursor on): when the filters keep few of the jobs it
+    /// reads, the page comes back short (even empty), and [`JobPage::stopped_at`] says
+    /// where the reads stopped looking (nothing unlisted up to there matches; continue
+    /// from there). [`JobQuery::read_on`] lets one page read on, up to that many reads,
+    /// until it is full.
     ///
     /// ```no_run
     /// # use harel_jobs::{JobQuery, Client, StateFilter};
@@ -57,47 +61,63 @@ impl Client {
     /// ```
     ///
     /// # Errors
-    /// [`ClientError::InvalidArgument`] for a limit outside 1..=1000;
-    /// [`ClientError::Database`].
+    /// [`ClientError::InvalidArgument`] for a limit outside 1..=1000 or reads outside
+    /// 1..=100; [`ClientError::Database`].
     pub async fn jobs(&self, query: &JobQuery) -> Result<JobPage, ClientError> {
         self.jobs_on(&self.pool, query).await
     }
 
-    /// [`jobs`](Self::jobs) through `executor` (a transaction sees the jobs it enqueued
-    /// before committing).
-    pub(crate) async fn jobs_on<'e, E: PgExecutor<'e>>(
+    /// [`jobs`](Self::jobs) on one connection (`&mut *tx`: a transaction sees the jobs it
+    /// enqueued before committing).
+    pub(crate) async fn jobs_on<'c, A: Acquire<'c, Database = Postgres>>(
         &self,
-        executor: E,
+        connection: A,
         query: &JobQuery,
     ) -> Result<JobPage, ClientError> {
         if query.limit == 0 || query.limit > MAX_PAGE {
             return Err(ClientError::InvalidArgument("a page holds 1 to 1,000 jobs"));
         }
-        let filter = JobsFilter {
-            state: query.state.map(StateFilter::as_str),
-            kind: query.kind.as_deref(),
-            group: query.group.as_deref(),
-            after: query.after.map(JobId::get),
-            limit: i32::try_from(query.limit).unwrap_or(100),
-            queue: query.queue.as_deref(),
-            newest_first: query.newest_first,
-        };
-        let rows = self
-            .store
-            .jobs_list(executor, &filter)
-            .await
-            .map_err(DatabaseError::new)?;
-        let mut jobs = Vec::with_capacity(rows.len());
+        if query.reads == 0 || query.reads > MAX_LIST_READS {
+            return Err(ClientError::InvalidArgument(
+                "a page reads on through 1 to 100 reads",
+            ));
+        }
+        let mut connection = connection.acquire().await.map_err(DatabaseError::new)?;
+        let limit = query.limit as usize;
+        let mut jobs = Vec::with_capacity(limit.min(100));
+        let mut after = query.after.map(JobId::get);
         let mut next = None;
-        for row in rows {
-            let (id, state) = (row.0, row.1.clone());
-            match (id, state) {
-                (Some(id), Some(_)) => {
-                    let row = job_row(row).ok_or(ClientError::UnexpectedReply)?;
-                    jobs.push(JobInfo::from_row(JobId::new(id), row)?);
+        for _ in 0..query.reads {
+            let filter = JobsFilter {
+                state: query.state.map(StateFilter::as_str),
+                kind: query.kind.as_deref(),
+                group: query.group.as_deref(),
+                after,
+                // what the page still holds: a read never lists more than the page shows
+                limit: i32::try_from(limit - jobs.len()).unwrap_or(100),
+                queue: query.queue.as_deref(),
+                newest_first: query.newest_first,
+            };
+            let rows = self
+                .store
+                .jobs_list(&mut *connection, &filter)
+                .await
+                .map_err(DatabaseError::new)?;
+            next = None;
+            for row in rows {
+                let (id, state) = (row.0, row.1.clone());
+                match (id, state) {
+                    (Some(id), Some(_)) => {
+                        let row = job_row(row).ok_or(ClientError::UnexpectedReply)?;
+                        jobs.push(JobInfo::from_row(JobId::new(id), row)?);
+                    }
+                    (cursor, None) => next = cursor.map(JobId::new),
+                    (None, Some(_)) => return Err(ClientError::UnexpectedReply),
                 }
-                (cursor, None) => next = cursor.map(JobId::new),
-                (None, Some(_)) => return Err(ClientError::UnexpectedReply),
+            }
+            match next {
+                Some(cursor) if jobs.len() < limit => after = Some(cursor.get()),
+                _ => break,
             }
         }
         if query.newest_first {
@@ -105,7 +125,13 @@ impl Client {
         } else {
             jobs.sort_by_key(|job| job.id);
         }
-        Ok(JobPage { jobs, next })
+        // short with a cursor: the reads stopped looking, not the matches
+        let stopped_at = next.filter(|_| jobs.len() < limit);
+        Ok(JobPage {
+            jobs,
+            next,
+            stopped_at,
+        })
     }
 
     /// The jobs a pending job still waits for ([`JobState::Pending`]), in id order, at most
@@ -719,6 +745,7 @@ pub struct JobQuery {
     after: Option<JobId>,
     limit: u32,
     newest_first: bool,
+    reads: u32,
 }
 
 impl Default for JobQuery {
@@ -731,6 +758,7 @@ impl Default for JobQuery {
             after: None,
             limit: 100,
             newest_first: false,
+            reads: 1,
         }
     }
 }
@@ -785,6 +813,16 @@ impl JobQuery {
         self.limit = limit;
         self
     }
+
+    /// While the page is not full, read on from where the last read stopped: at most this
+    /// many reads a page (1 to [`MAX_LIST_READS`]; default 1, one round trip), each a round
+    /// trip of bounded work. For filters that keep few jobs (one queue's among many
+    /// others'): a page reaches matches up to `reads` times as far, and
+    /// [`JobPage::stopped_at`] says where it stopped looking if it still did.
+    pub fn read_on(mut self, reads: u32) -> Self {
+        self.reads = reads;
+        self
+    }
 }
 
 /// A state to list jobs in ([`JobQuery::state`]).
@@ -835,4 +873,10 @@ pub struct JobPage {
     pub jobs: Vec<JobInfo>,
     /// Where the next page starts ([`JobQuery::after`]); `None` when there is none.
     pub next: Option<JobId>,
+    /// `Some` when the page is short (even empty) because its reads stopped looking, not
+    /// because nothing else matches: no unlisted job up to this id (down to it, newest
+    /// first) matches the filters, and those past it were not looked at. It is
+    /// [`next`](Self::next) then: pass it to [`JobQuery::after`] to look on. `None` when
+    /// the page is full, or holds every match left.
+    pub stopped_at: Option<JobId>,
 }

@@ -185,6 +185,8 @@ pub(crate) struct CancelAllFilter {
     kind: Option<String>,
     group: Option<String>,
     queue: Option<String>,
+    /// The count page's `after`: count on from where an earlier count stopped looking.
+    after: Option<String>,
 }
 
 impl CancelAllFilter {
@@ -200,6 +202,7 @@ impl CancelAllFilter {
             kind: kind.map(str::to_owned),
             group: group.map(str::to_owned),
             queue: queue.map(str::to_owned),
+            after: None,
         }
     }
 
@@ -210,6 +213,8 @@ impl CancelAllFilter {
             kind: field("kind"),
             group: field("group"),
             queue: field("queue"),
+            // the count's: where its first match came after
+            after: field("from"),
         }
     }
 
@@ -234,8 +239,18 @@ impl CancelAllFilter {
         !matches!(state, Some("completed" | "dead" | "cancelled"))
     }
 
+    /// Where the count (or the click) starts: after this id (`None`: from the first job).
+    pub(super) fn after(&self) -> Result<Option<JobId>, PageError> {
+        Self::field(self.after.as_ref())
+            .map(|id| {
+                id.parse()
+                    .map_err(|_| PageError::BadRequest(format!("{id:?} is not a job id")))
+            })
+            .transpose()
+    }
+
     /// The jobs it matches that have not ended, oldest first, [`BULK_BATCH`] a read (each
-    /// read bounded by `harel_list_jobs`).
+    /// read bounded by `harel_list_jobs`), from [`after`](Self::after) on.
     pub(super) fn query(&self) -> Result<JobQuery, PageError> {
         let [(_, state), (_, kind), (_, group), (_, queue)] = self.fields();
         let state = match state {
@@ -257,6 +272,9 @@ impl CancelAllFilter {
         }
         if let Some(queue) = queue {
             query = query.queue(queue);
+        }
+        if let Some(after) = self.after()? {
+            query = query.after(after);
         }
         Ok(query)
     }
@@ -305,12 +323,15 @@ impl CancelAllFilter {
     }
 }
 
-/// `POST /jobs/cancel-all` (the filter's `state`, `kind`, `group`, `queue`; `upto`: the
+/// `POST /jobs/cancel-all` (the filter's `state`, `kind`, `group`, `queue`; `from`: the id
+/// the count's first match came after, none from a page of an earlier release; `upto`: the
 /// highest id the confirmation counted; `capped`: `1` when that count stopped at
 /// [`CANCEL_ALL_CAP`]; `reason` optional): cancels every job the filter
-/// matches that has not ended and whose id is at most `upto` (jobs enqueued after the
-/// count are left alone), oldest first, [`BULK_BATCH`] read at a time and one cancel per job
-/// (each its own transaction, as [`Client::cancel`](crate::Client::cancel)), at most
+/// matches that has not ended and whose id is above `from` and at most `upto` (jobs
+/// enqueued after the count are left alone; those up to `from` the count found not
+/// matching, and the click reads no more of them), oldest first, [`BULK_BATCH`] read at a
+/// time and one cancel per job (each its own transaction, as
+/// [`Client::cancel`](crate::Client::cancel)), at most
 /// [`CANCEL_ALL_CAP`] jobs and [`BULK_BATCHES`] reads a click; a running job is told to
 /// stop and ends as cancelled. Redirects to the Jobs page, filtered so, with how many.
 pub(crate) async fn cancel_all(State(ctx): State<Ctx>, body: Bytes) -> Result<Redirect, PageError> {

@@ -27,6 +27,10 @@ use crate::vocabulary::{QUEUE_NAME_RULE, validate_queue_name};
 /// Rows a list page shows.
 pub(super) const PAGE_SIZE: u32 = 50;
 
+/// Bounded reads one Jobs page makes at most while its filters keep fewer jobs than it
+/// shows (each refresh of a live page makes them again).
+pub(super) const JOBS_PAGE_READS: u32 = 20;
+
 pub(super) type PageResult = Result<Html<String>, PageError>;
 
 /// What an action reports back on the page it redirects to (`?done=…&n=…`): a code, never
@@ -239,7 +243,12 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
     let stats = ctx.client.stats().await?;
     let running = ctx
         .client
-        .jobs(&JobQuery::new().state(StateFilter::Running).limit(20))
+        .jobs(
+            &JobQuery::new()
+                .state(StateFilter::Running)
+                .limit(20)
+                .read_on(JOBS_PAGE_READS),
+        )
         .await?;
     let dead = ctx
         .client
@@ -310,7 +319,16 @@ pub(crate) async fn overview(State(ctx): State<Ctx>, Query(done): Query<Done>) -
     ));
     body.push_str(&format!(
         "<h2>Running jobs</h2>{}",
-        jobs_table(&ctx, &running.jobs, "No job is running.")
+        jobs_table(
+            &ctx,
+            &running.jobs,
+            &match running.stopped_at {
+                // not "no job is running" when the reads merely stopped looking
+                Some(at) =>
+                    format!("No job is running up to id {at}: the list stopped looking there."),
+                None => "No job is running.".to_owned(),
+            }
+        )
     ));
     if running.next.is_some() {
         body.push_str(&format!(
@@ -772,7 +790,8 @@ pub(crate) async fn jobs(
         None => None,
     };
     let query_for = |oldest_first: bool| {
-        let mut query = JobQuery::new().limit(PAGE_SIZE);
+        // a filter that keeps few jobs reads on, then says where it stopped looking
+        let mut query = JobQuery::new().limit(PAGE_SIZE).read_on(JOBS_PAGE_READS);
         if !oldest_first {
             query = query.newest_first();
         }
@@ -870,24 +889,32 @@ pub(crate) async fn jobs(
             CancelAllFilter::new(state, kind, group, queue).hidden(),
         ));
     }
-    let empty = if page.next.is_some() {
-        "No matching job in this stretch of ids: go on to the next page."
-    } else {
-        "No matching job."
-    };
-    let mut listed = jobs_table(&ctx, &page.jobs, empty);
     let (direction, rest) = if oldest_first {
         ("Oldest first", "newer")
     } else {
         ("Newest first", "older")
     };
-    let shown = match page.next {
-        Some(_) => format!(
+    let empty = match page.stopped_at {
+        Some(at) => format!(
+            "No matching job {} id {at}: this page stopped looking there; the next page \
+             looks on.",
+            if oldest_first { "up to" } else { "down to" }
+        ),
+        None => "No matching job.".to_owned(),
+    };
+    let mut listed = jobs_table(&ctx, &page.jobs, &empty);
+    let shown = match (page.stopped_at, page.next) {
+        (Some(at), _) => format!(
+            "{direction}: {} shown; this page stopped looking at id {at} after \
+             {JOBS_PAGE_READS} reads ({rest} jobs were not looked at: the next page looks on).",
+            page.jobs.len()
+        ),
+        (None, Some(_)) => format!(
             "{direction}, at most {PAGE_SIZE} a page: {} shown; {rest} matching jobs are on \
              the next pages.",
             page.jobs.len()
         ),
-        None => format!(
+        (None, None) => format!(
             "{direction}: {} shown; no {rest} matching job.",
             page.jobs.len()
         ),
@@ -958,48 +985,67 @@ pub(crate) async fn cancel_all(
         return Err(PageError::Forbidden("the dashboard is read-only"));
     }
     let mut query = filter.query()?;
-    let (mut counted, mut running, mut upto, mut at_least) = (0u32, 0u32, None, false);
+    let after = filter.after()?;
+    let (mut counted, mut running, mut first, mut upto) = (0u32, 0u32, None, None);
+    // `capped`: the count stopped at its cap; `stopped`: it ran out of reads, here
+    let (mut capped, mut stopped) = (false, None);
     'reads: for read in 0..BULK_BATCHES {
         let page = ctx.client.jobs(&query).await?;
         for job in &page.jobs {
             if counted == CANCEL_ALL_CAP {
-                at_least = true;
+                capped = true;
                 break 'reads;
             }
             counted += 1;
             if matches!(job.state, JobState::Running { .. }) {
                 running += 1;
             }
+            first.get_or_insert(job.id);
             upto = Some(job.id);
         }
         match page.next {
             Some(next) => query = query.after(next),
             None => break,
         }
-        at_least = read + 1 == BULK_BATCHES;
+        if read + 1 == BULK_BATCHES {
+            stopped = page.next;
+        }
     }
     let what = filter.describe();
     let back = match filter.params().strip_prefix('&') {
         Some(params) => format!("/jobs?{params}"),
         None => "/jobs".to_owned(),
     };
+    let since = after.map_or(String::new(), |after| format!(" after id {after}"));
+    // the count stopped looking before the end: say where, and let it count on from there
+    let count_on = |at: JobId| {
+        format!(
+            "<p id=\"count-stopped\">The count stopped looking at id {at} after {reads} reads \
+             of up to {batch} jobs: jobs after it were not looked at.</p><p>{link}</p>",
+            reads = BULK_BATCHES,
+            batch = grouped(BULK_BATCH),
+            link = link(
+                &ctx.href(&format!("/jobs/cancel-all?after={at}{}", filter.params())),
+                &format!("Count on from id {at} →"),
+            )
+            .replacen("<a ", "<a id=\"count-on\" ", 1),
+        )
+    };
     let mut body = String::new();
-    match upto {
-        None => body.push_str(&format!(
-            "<p id=\"cancel-count\">No job matches ({}): nothing to cancel.</p>",
-            escape(&what)
-        )),
-        Some(upto) => {
+    match (first, upto) {
+        (Some(first), Some(upto)) => {
+            let at_least = capped || stopped.is_some();
             let counted = if at_least {
                 format!("at least {counted}")
             } else {
                 counted.to_string()
             };
             body.push_str(&format!(
-                "<p id=\"cancel-count\">{counted} job(s) match ({what}), ids up to {upto}; \
-                 {running} of them running.</p>\
+                "<p id=\"cancel-count\">{counted} job(s) match ({what}){since}, ids {first} to \
+                 {upto}; {running} of them running.</p>\
                  <form method=\"post\" action=\"{path}\" class=\"actions\" data-confirm=\"{question}\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{hidden}\
+                 <input type=\"hidden\" name=\"from\" value=\"{from}\">\
                  <input type=\"hidden\" name=\"upto\" value=\"{upto}\">{capped}\
                  <input type=\"text\" name=\"reason\" id=\"cancel-reason\" placeholder=\"reason (kept with each job)\">\
                  <button type=\"submit\" class=\"danger\" id=\"cancel-all-confirm\">Cancel {counted} job(s)</button></form>\
@@ -1013,7 +1059,9 @@ pub(crate) async fn cancel_all(
                 question = escape(&format!("Cancel {counted} job(s) ({what})?")),
                 csrf = escape(&ctx.csrf),
                 hidden = filter.hidden(),
-                // counted up to the cap: the click says that more match
+                // the jobs before the first match did not match: the click skips them
+                from = first.get() - 1,
+                // counted up to the cap (or the reads): the click says that more match
                 capped = if at_least {
                     "<input type=\"hidden\" name=\"capped\" value=\"1\">"
                 } else {
@@ -1022,7 +1070,25 @@ pub(crate) async fn cancel_all(
                 batch = grouped(BULK_BATCH),
                 cap = grouped(CANCEL_ALL_CAP),
             ));
+            if let Some(at) = stopped {
+                body.push_str(&count_on(at));
+            }
         }
+        _ => match stopped {
+            // never "no job matches" when the count merely stopped looking
+            Some(at) => {
+                body.push_str(&format!(
+                    "<p id=\"cancel-count\">No job matches ({}){since} up to id {at}; the \
+                     count stopped there.</p>",
+                    escape(&what)
+                ));
+                body.push_str(&count_on(at));
+            }
+            None => body.push_str(&format!(
+                "<p id=\"cancel-count\">No job matches ({}){since}: nothing to cancel.</p>",
+                escape(&what)
+            )),
+        },
     }
     body.push_str(&format!(
         "<p>{}</p>",

@@ -39,11 +39,11 @@ pub(super) const COUNT_MATCHING: &str = "SELECT count(*), statement_timestamp() 
 // their own (one statement touching the table runs whole on the worker node)
 pub(super) const RETRY: &str = "SELECT old_id, new_id FROM @schema@.harel_retry_dead_letters($1)";
 
-pub(super) const DELETE: &str =
-    "WITH d AS (DELETE FROM @schema@.dead_letters WHERE id = ANY($1) RETURNING id)
-     SELECT id FROM d ORDER BY id";
+// functions, not DELETE on the table: a role with DELETE may LOCK the table in any mode
+// but ACCESS SHARE (ADR 0039)
+pub(super) const DELETE: &str = "SELECT id FROM @schema@.harel_delete_dead_letters($1)";
 
-pub(super) const PURGE_BEFORE: &str = "DELETE FROM @schema@.dead_letters WHERE failed_at < $1";
+pub(super) const PURGE_BEFORE: &str = "SELECT @schema@.harel_purge_dead_letters($1, $2)";
 
 /// A dead letter's row: id, group, kind, payload, priority, attempts, last error, enqueued
 /// at, failed at, queue.
@@ -139,7 +139,8 @@ impl Store {
             .await
     }
 
-    /// Deletes the dead letters `ids`. Returns the ids that existed, in id order.
+    /// Deletes the dead letters `ids` (1 to 1,000; `harel_delete_dead_letters`). Returns the
+    /// ids that existed, in id order.
     pub(crate) async fn dead_letters_delete<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
@@ -152,17 +153,19 @@ impl Store {
             .await
     }
 
-    /// Deletes the dead letters that failed before `before`. Returns how many.
+    /// Deletes up to `limit` of the dead letters that failed before `before`, the oldest
+    /// failures first (`harel_purge_dead_letters`). Returns how many.
     pub(crate) async fn dead_letters_purge_before<'e, E: PgExecutor<'e>>(
         &self,
         executor: E,
         before: DateTime<Utc>,
-    ) -> Result<u64, sqlx::Error> {
-        let deleted = sqlx::query(self.sql(Statement::DeadLettersPurgeBefore))
+        limit: i32,
+    ) -> Result<i32, sqlx::Error> {
+        sqlx::query_scalar(self.sql(Statement::DeadLettersPurgeBefore))
             .bind(before)
+            .bind(limit)
             .persistent(self.persistent())
-            .execute(executor)
-            .await?;
-        Ok(deleted.rows_affected())
+            .fetch_one(executor)
+            .await
     }
 }

@@ -53,7 +53,8 @@
 //! | [`schedule_control`](Store::schedule_control) | `harel_schedule_control` |
 //! | [`dead_letters_list`](Store::dead_letters_list), [`dead_letter_get`](Store::dead_letter_get), [`dead_letters_count`](Store::dead_letters_count) | `SELECT` on `dead_letters` |
 //! | [`dead_letters_retry`](Store::dead_letters_retry) | `harel_retry_dead_letters` |
-//! | [`dead_letters_delete`](Store::dead_letters_delete), [`dead_letters_purge_before`](Store::dead_letters_purge_before) | `DELETE` on `dead_letters` |
+//! | [`dead_letters_delete`](Store::dead_letters_delete) | `harel_delete_dead_letters` |
+//! | [`dead_letters_purge_before`](Store::dead_letters_purge_before) | `harel_purge_dead_letters` |
 //! | [`workflow_publish`](Store::workflow_publish) | `harel_publish_workflow` |
 //! | [`workflows_list`](Store::workflows_list), [`workflow_get`](Store::workflow_get), [`workflow_tasks`](Store::workflow_tasks) | `harel_workflows`, `harel_workflow`, `harel_workflow_tasks` |
 //! | [`workflow_cancel_page`](Store::workflow_cancel_page), [`workflow_retry`](Store::workflow_retry) | `harel_cancel_workflow`, `harel_retry_workflow` |
