@@ -602,6 +602,7 @@ async fn a_worker_can_work_and_can_neither_enqueue_nor_touch_leases_it_does_not_
     for sql in producer_must_not(&q).into_iter().filter(|sql| {
         !sql.contains("harel_claim")
             && !sql.contains("harel_maintain")
+            && !sql.contains("harel_resolve_backlog")
             && !sql.contains("harel_extend")
             && !sql.contains("harel_schedule_fire(")
             && !sql.contains("harel_schedules(")
