@@ -807,3 +807,53 @@ async fn a_settles_bound_is_shared_between_its_parents() {
         "the rest of the bound went to the big parent"
     );
 }
+
+/// A job enqueued after a parent that had already completed (kept): in a group of its own
+/// it is released in the producer's own transaction (nobody else sees that group); in a
+/// named group, which a worker may hold, the producer locks nothing and housekeeping
+/// releases it (ADR 0037).
+#[tokio::test]
+async fn a_dependent_of_an_ended_parent_is_released_without_the_producer_holding_a_group() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let parent = client.enqueue(&q.pool, Step { n: 0 }).await.unwrap();
+    let lease = claim_due(&q).await.remove(0);
+    assert!(
+        q.transport
+            .settle(
+                &q.pool,
+                &lease,
+                Settlement::Retain {
+                    keep: Duration::from_secs(600)
+                }
+            )
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let own = client
+        .enqueue(&q.pool, Step { n: 1 })
+        .after([parent])
+        .await
+        .unwrap();
+    let named = client
+        .enqueue(&q.pool, Step { n: 2 })
+        .group("user-7")
+        .after([parent])
+        .await
+        .unwrap();
+    assert_eq!(
+        state(&client, own).await,
+        JobState::Waiting,
+        "released at once"
+    );
+    assert_eq!(
+        state(&client, named).await,
+        JobState::Pending,
+        "left to housekeeping"
+    );
+    assert_eq!(q.count("dependency_backlog").await, 1);
+    assert_eq!(backlog_page(&q).await, (1, false));
+    assert_eq!(state(&client, named).await, JobState::Waiting);
+    assert_eq!(waiting_and_backlog(&q).await, (0, 0));
+}

@@ -12,8 +12,10 @@
 -- and:
 --   p_plan        true: write nothing, lock nothing, and return the groups of the
 --                 dependents a call would resolve first (a settle locks them in its fence)
---   p_dependents  NULL, or the only dependents this call may resolve (a producer's own new
---                 jobs, in groups of their own: it locks no group another transaction uses)
+--   p_dependents  NULL, or the only dependents this call may touch (a producer's new jobs):
+--                 it resolves those in groups of their own, which nobody else sees, and
+--                 leaves the others to housekeeping (a producer holds no group a worker
+--                 waits for)
 --   p_budget      the dependency rows this call may resolve (NULL: 1,000; a dependent of a
 --                 failed parent counts 10)
 -- Returns: with p_plan, the groups; else nothing.
@@ -184,9 +186,15 @@ BEGIN
             -- Their groups, never waiting: the ones the caller locked first (a settle's
             -- plan) are ours already; one another transaction holds is left to
             -- housekeeping, so that no resolution waits for a group out of order.
+            -- (a producer's call: only its jobs in groups of their own, which it created
+            -- and nobody else sees; a producer holds no group a worker waits for)
             SELECT array_agg(l.group_id) INTO v_locked
               FROM (SELECT t.group_id FROM "harel".transport_groups t
-                     WHERE t.group_id = ANY (v_cand_groups)
+                     WHERE t.group_id = ANY (ARRAY(
+                               SELECT c.group_id
+                                 FROM unnest(v_cand_jobs, v_cand_groups) AS c(job_id, group_id)
+                                WHERE p_dependents IS NULL
+                                   OR c.group_id = 'own:' || lpad(c.job_id::text, 19, '0')))
                      ORDER BY t.group_id
                        FOR NO KEY UPDATE SKIP LOCKED) AS l;
             -- (a dependency row without a wait is an orphan: deleted, counted by nobody)

@@ -21,11 +21,15 @@
 --   key.
 -- Errors: none of its own.
 --
--- Steps, per job in group and job order (scalar statements: cancels are rare and bounded
--- by the caller, and each looks its rows up by key):
---   1. Behind its group's head: its message deleted, recorded in job_history as cancelled
+-- Steps:
+--   1. The common case, set-based: a job alone in a group of its own (such a group holds
+--      only its job), not running, without a unique key: its group row deleted, recorded
+--      in job_history as cancelled (with its reason, kept p_keep_ms).
+--   Then the others, per job in group and job order (scalar statements: each looks its
+--   rows up by key):
+--   2. Behind its group's head: its message deleted, recorded in job_history as cancelled
 --      (with its reason, kept p_keep_ms), its unique key freed.
---   2. Its group's head (waiting, scheduled, parked, or a lapsed lease: never a running
+--   3. Its group's head (waiting, scheduled, parked, or a lapsed lease: never a running
 --      one, which the caller asks to stop instead): the cancel recorded on the group row
 --      and the head ended (harel_end_cancelled, leaving the resolution to the caller).
 CREATE OR REPLACE FUNCTION @schema@.harel_cancel_waiting(
@@ -50,9 +54,58 @@ DECLARE
     g         RECORD;
     m         RECORD;
     v_queue   TEXT;
+    v_ids        BIGINT[];
+    v_groups     TEXT[];
+    v_kinds      TEXT[];
+    v_payloads   TEXT[];
+    v_priorities SMALLINT[];
+    v_errors     TEXT[];
+    v_enqueued   TIMESTAMPTZ[];
+    v_queues     SMALLINT[];
+    v_keys       TEXT[];
+    v_reasons    TEXT[];
 BEGIN
+    -- A job alone in a group of its own (the common dependent), set-based: its row goes, and
+    -- with it the job. (The row's delete RETURNING into arrays, the history from them: Citus
+    -- mishandles an INSERT fed by a data-modifying CTE.)
+    WITH gone AS (
+        DELETE FROM @schema@.transport_groups g
+         USING unnest(p_jobs, p_groups, p_reasons) AS x(job, group_id, reason)
+         CROSS JOIN LATERAL (SELECT t.ctid AS row_ctid FROM @schema@.transport_groups t
+                              WHERE t.group_id = x.group_id OFFSET 0) AS k
+         WHERE g.ctid = k.row_ctid
+           AND x.group_id = 'own:' || lpad(x.job::text, 19, '0')
+           AND g.inline_seq = x.job AND g.locked_by IS NULL
+           AND g.inline_unique_key IS NULL
+        RETURNING g.inline_seq, g.group_id, g.inline_kind, g.inline_payload, g.priority,
+                  g.inline_last_error, g.inline_enqueued_at, g.queue_id, g.fair_key, x.reason
+    )
+    SELECT array_agg(d.inline_seq), array_agg(d.group_id), array_agg(d.inline_kind),
+           array_agg(d.inline_payload::text), array_agg(d.priority),
+           array_agg(d.inline_last_error), array_agg(d.inline_enqueued_at),
+           array_agg(d.queue_id), array_agg(d.fair_key), array_agg(d.reason)
+      INTO v_ids, v_groups, v_kinds, v_payloads, v_priorities, v_errors, v_enqueued,
+           v_queues, v_keys, v_reasons
+      FROM gone d;
+    IF v_ids IS NOT NULL THEN
+        INSERT INTO @schema@.job_history
+               (id, group_id, kind, payload, priority, state, attempts, last_error,
+                enqueued_at, started_at, finished_at, cancel_reason, keep_until, queue,
+                fair_key)
+        SELECT d.id, d.group_id, d.kind, d.payload::json, d.priority, 'cancelled', 0,
+               d.last_error, d.enqueued_at, NULL, v_now, d.reason,
+               v_now + v_keep_ms * interval '1 millisecond',
+               (SELECT qs.name FROM @schema@.queues qs WHERE qs.id = d.queue_id), d.fair_key
+          FROM unnest(v_ids, v_groups, v_kinds, v_payloads, v_priorities, v_errors,
+                      v_enqueued, v_queues, v_keys, v_reasons)
+               AS d(id, group_id, kind, payload, priority, last_error, enqueued_at,
+                    queue_id, fair_key, reason)
+        ON CONFLICT (id) DO NOTHING;
+    END IF;
+
     FOR x IN SELECT u.job, u.group_id, u.reason
                FROM unnest(p_jobs, p_groups, p_reasons) AS u(job, group_id, reason)
+              WHERE NOT (u.job = ANY (COALESCE(v_ids, '{}')))
               ORDER BY u.group_id, u.job LOOP
         SELECT * INTO g FROM @schema@.transport_groups t WHERE t.group_id = x.group_id;
         CONTINUE WHEN NOT FOUND;

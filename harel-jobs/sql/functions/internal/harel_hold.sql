@@ -220,11 +220,8 @@ BEGIN
     END IF;
 
     IF cardinality(v_ended) > 0 THEN
-        SELECT array_agg(j.id) INTO v_own
-          FROM unnest(p_jobs, p_groups) AS j(id, group_id)
-         WHERE j.id > 0 AND j.group_id = 'own:' || lpad(j.id::text, 19, '0');
-        PERFORM @schema@.harel_resolve_dependents(v_ended, v_outcomes,
-                                                  p_dependents => COALESCE(v_own, '{}'));
+        SELECT array_agg(j.id) INTO v_own FROM unnest(p_jobs) AS j(id) WHERE j.id > 0;
+        PERFORM @schema@.harel_resolve_dependents(v_ended, v_outcomes, p_dependents => v_own);
     END IF;
 END
 $$;
