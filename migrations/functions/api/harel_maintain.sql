@@ -55,6 +55,11 @@
 --      of job_dependencies after the parent the last call stopped at (dependency_sweep),
 --      each parent looked up by key; those not queued resolved (harel_resolve_dependents)
 --      with the outcome job_history or dead_letters keeps, or as completed.
+--   6. A queue whose limit per fairness key was raised or removed with groups left parked
+--      (queues.unpark_through, by queues_unpark_pending): the next 10,000 of them given
+--      back (harel_unpark_queue), oldest first; fewer found: the marker cleared (the queue's
+--      row, FOR NO KEY UPDATE SKIP LOCKED: a claim or an operator holding it leaves it to
+--      the next call). One queue a call.
 CREATE OR REPLACE FUNCTION "harel".harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -89,6 +94,10 @@ DECLARE
     v_dep_rows    INT;
     v_dep_last    BIGINT;
     v_outcomes    TEXT[];
+    -- parked groups given back per call, after a raised limit per key (step 6)
+    c_unpark_rows CONSTANT INT := 10000;
+    v_unpark_queue SMALLINT;
+    v_unpark_through BIGINT;
 BEGIN
     PERFORM 1 FROM "harel".elections e WHERE e.name = 'housekeeping'
         FOR UPDATE SKIP LOCKED;
@@ -307,6 +316,25 @@ BEGIN
         END IF;
         PERFORM setval('"harel".dependency_sweep'::regclass, COALESCE(v_dep_last, 0),
                        v_dep_last IS NOT NULL);
+    END IF;
+
+    -- 6. parked groups left to give back after a raised or removed limit per key (a
+    -- statement of its own for the call: Citus's rule 1)
+    SELECT qs.id, qs.unpark_through INTO v_unpark_queue, v_unpark_through
+      FROM "harel".queues qs
+     WHERE qs.unpark_through IS NOT NULL
+     ORDER BY qs.id
+     LIMIT 1;
+    IF v_unpark_queue IS NOT NULL THEN
+        IF "harel".harel_unpark_queue(v_unpark_queue, v_unpark_through, c_unpark_rows)
+           < c_unpark_rows THEN
+            UPDATE "harel".queues qs
+               SET unpark_through = NULL
+              FROM (SELECT qq.id FROM "harel".queues qq
+                     WHERE qq.id = v_unpark_queue AND qq.unpark_through = v_unpark_through
+                       FOR NO KEY UPDATE SKIP LOCKED) AS locked
+             WHERE qs.id = locked.id;
+        END IF;
     END IF;
 
     RETURN QUERY SELECT v_lowered, v_pruned, v_history;
