@@ -76,14 +76,11 @@ BEGIN
          ORDER BY g.fair_tag
          LIMIT 1;
         v_v := LEAST(v_v, v_head);
-        -- (the key's range as a row comparison: see the general path below)
         SELECT g.fair_tag INTO v_top
           FROM @schema@.transport_groups g
          WHERE g.queue_id = p_queues[1] AND g.priority = p_priorities[1]
-           AND g.fair_tag IS NOT NULL
-           AND (g.fair_key, g.fair_tag) > (p_keys[1], v_v)
-           AND (g.fair_key, g.fair_tag) < (p_keys[1], c_parked)
-         ORDER BY g.fair_key DESC, g.fair_tag DESC
+           AND g.fair_key = p_keys[1] AND g.fair_tag > v_v AND g.fair_tag < c_parked
+         ORDER BY g.fair_tag DESC
          LIMIT 1;
         SELECT k.weight INTO v_weight
           FROM @schema@.fair_keys k
@@ -156,12 +153,7 @@ BEGIN
                    max(k.base) OVER w_key AS base, max(k.quantum) OVER w_key AS quantum
               FROM (SELECT x.ord, x.queue_id, x.priority, x.fair_key, x.rank,
                            -- the key's base: its greatest ready tag above V (the parked
-                           -- band excluded), else V. One backward probe of
-                           -- transport_groups_ready_by_key: the key's range is a row
-                           -- comparison, which transport_groups_ready cannot serve (with
-                           -- `fair_key = …` a generic plan can walk that index backwards
-                           -- from the band and filter on the key: every ready group of the
-                           -- level above V read for a key that has none)
+                           -- band excluded), else V: one backward probe per key
                            CASE WHEN x.rank = 1 THEN
                                GREATEST(v_level_vs[array_position(v_levels,
                                                                   x.queue_id * 5 + x.priority)],
@@ -169,13 +161,11 @@ BEGIN
                                            FROM @schema@.transport_groups g
                                           WHERE g.queue_id = x.queue_id
                                             AND g.priority = x.priority
-                                            AND g.fair_tag IS NOT NULL
-                                            AND (g.fair_key, g.fair_tag)
-                                                > (x.fair_key, v_level_vs[array_position(
-                                                       v_levels, x.queue_id * 5 + x.priority)])
-                                            AND (g.fair_key, g.fair_tag)
-                                                < (x.fair_key, c_parked)
-                                          ORDER BY g.fair_key DESC, g.fair_tag DESC
+                                            AND g.fair_key = x.fair_key
+                                            AND g.fair_tag > v_level_vs[array_position(
+                                                    v_levels, x.queue_id * 5 + x.priority)]
+                                            AND g.fair_tag < c_parked
+                                          ORDER BY g.fair_tag DESC
                                           LIMIT 1))
                            END AS base,
                            CASE WHEN x.rank = 1 THEN

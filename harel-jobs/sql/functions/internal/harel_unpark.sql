@@ -58,20 +58,15 @@ BEGIN
       JOIN @schema@.queues q ON q.id = e.queue_id AND q.key_concurrency_limit IS NOT NULL
      CROSS JOIN LATERAL (
             SELECT y.group_id, row_number() OVER () AS ord
-              FROM generate_series(4, 0, -1) AS l(level)
+              -- (the five levels as a list, not generate_series: a function scan run
+              -- once per key)
+              FROM (VALUES (4), (3), (2), (1), (0)) AS l(level)
              CROSS JOIN LATERAL (
-                    -- (the key's parked range of transport_groups_ready_by_key as a row
-                    -- comparison, which transport_groups_ready cannot serve: with
-                    -- `fair_key = …` a generic plan can walk that index from the band and
-                    -- filter on the key, every parked group of the level read per key)
                     SELECT g.group_id
                       FROM @schema@.transport_groups g
                      WHERE g.queue_id = e.queue_id AND g.priority = l.level
-                       AND g.fair_tag IS NOT NULL
-                       AND (g.fair_key, g.fair_tag) >= (e.fair_key, c_parked)
-                       AND (g.fair_key, g.fair_tag)
-                           <= (e.fair_key, 9223372036854775807::bigint)
-                     ORDER BY g.fair_key, g.fair_tag
+                       AND g.fair_key = e.fair_key AND g.fair_tag >= c_parked
+                     ORDER BY g.fair_tag
                      LIMIT e.n
                        FOR NO KEY UPDATE SKIP LOCKED) AS y
              LIMIT e.n) AS p;
