@@ -800,6 +800,89 @@ async fn batches_of_distinct_keys_never_rescan_their_keys_per_row() {
     }
 }
 
+/// A key's probe for its place in line reads that key's entries whatever the statistics
+/// the session planned with (issue 42, item 2): 20,000 groups of as many keys parked in a
+/// never-analyzed table, a raised limit gives the first 1,000 back, and housekeeping's call
+/// (a new session, so a new generic plan) tags the next 10,000 beside them. With
+/// `fair_key = …` that plan walked `transport_groups_ready` backwards from the band and
+/// filtered on the key: 1,000 rows removed per key, 10,000,000 in the call (and 248 s for
+/// the same over 100,000 groups in `bench keys`).
+#[tokio::test(flavor = "current_thread")]
+async fn each_keys_probe_reads_its_own_entries_whatever_the_statistics() {
+    let q = SuiteSchema::new().await;
+    let client = harel_jobs::Client::with_schema(q.pool.clone(), q.schema.clone());
+    client.create_queue("keyed").await.unwrap();
+    client
+        .set_key_limits("keyed", harel_jobs::KeyLimits::none().concurrency(1))
+        .await
+        .unwrap();
+    let groups: Vec<OutgoingMessage> = (0..20_000)
+        .map(|i| {
+            OutgoingMessage::new(format!("p{i}"), "test", "{}")
+                .fair_key(format!("tenant-{i}"))
+                .queue("keyed")
+        })
+        .collect();
+    q.transport.publish_many(&q.pool, &groups).await.unwrap();
+    // parked as a claim parks them (the start tag in the band above 2^62)
+    sqlx::raw_sql(q.sql(
+        "UPDATE @schema@.transport_groups SET fair_tag = fair_tag + 4611686018427387904
+          WHERE fair_tag IS NOT NULL",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    client
+        .set_key_limits("keyed", harel_jobs::KeyLimits::none())
+        .await
+        .unwrap();
+
+    let notices = Notices::default();
+    let _collecting = capture::set_default(tracing_subscriber::registry().with(notices.clone()));
+    let mut conn = Explain {
+        nested: true,
+        analyze: true,
+    }
+    .connect()
+    .await;
+    sqlx::raw_sql(q.sql("SELECT * FROM @schema@.harel_maintain()"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let parked: i64 = sqlx::query_scalar(q.sql(
+        "SELECT count(*) FROM @schema@.transport_groups WHERE fair_tag >= 4611686018427387904",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(parked, 9_000, "housekeeping gave back a page of 10,000");
+
+    let notices = notices.0.lock().unwrap().clone();
+    let plans: Vec<&String> = notices
+        .iter()
+        .filter(|n| n.contains("Query Text:"))
+        .collect();
+    assert!(!plans.is_empty(), "no auto_explain plan was captured");
+    for plan in plans {
+        // rows removed in all, not per loop: each loop's average times its loops
+        let lines: Vec<&str> = plan.lines().collect();
+        let mut loops = 1_u64;
+        for line in &lines {
+            if let Some(rest) = line.split("loops=").nth(1) {
+                loops = rest.trim_end_matches(')').parse().unwrap_or(1);
+            }
+            if let Some((_, count)) = line.split_once("Rows Removed by Filter: ") {
+                let removed: u64 = count.trim().parse().unwrap_or(0) * loops;
+                assert!(
+                    removed <= 100_000,
+                    "a statement removed {removed} rows giving back 10,000 groups:\n{plan}"
+                );
+            }
+        }
+    }
+}
+
 /// The plans of [`batches_of_distinct_keys_never_rescan_their_keys_per_row`]'s round.
 async fn keyed_batch_plans(waiting: usize) -> Vec<String> {
     let q = SuiteSchema::new().await;

@@ -16,7 +16,9 @@
 //! (`--minutes M` per phase, `--rate R[,R…]`, `--handler-ms MS`), `retention`, `limits`,
 //! `metrics` (the drain with and without a metrics recorder), `noisy` (the drain beside a
 //! noisy neighbour), `fair` (three tenants on one queue: shares of starts, a light tenant's
-//! latency), `workflows` (a fan-in callback and chains of three, beside plain drains).
+//! latency), `workflows` (a fan-in callback and chains of three, beside plain drains),
+//! `keys` (a batch of 100,000 jobs under as many fairness keys beside one under one key, and
+//! a limit per key removed over as many parked groups).
 //! `--recorder` installs a Prometheus recorder for harel-jobs' metrics for the whole run;
 //! `--otel` (built with `--features opentelemetry`) an OpenTelemetry layer in the tracing
 //! subscriber. See BENCHMARKS.md for what each measures.
@@ -83,6 +85,7 @@ const BY_NAME_ONLY: &[&str] = &[
     "noisy",
     "fair",
     "workflows",
+    "keys",
 ];
 
 /// What every scenario gets.
@@ -342,6 +345,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "profile" => profile::run(&ctx).await?,
             "metrics" => recorder::run(&ctx).await?,
             "fair" => fair::run(&ctx).await?,
+            "keys" => enqueue::run_keys(&ctx).await?,
             "workflows" => workflows::run(&ctx).await?,
             other => bail!("unknown scenario {other}"),
         }
