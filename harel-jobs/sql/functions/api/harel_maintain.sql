@@ -10,13 +10,15 @@
 -- Fence: the 'housekeeping' row of `elections`: a call that cannot lock it returns zeros
 --   at once.
 -- Locks: that row, FOR UPDATE SKIP LOCKED (never waits; held until the caller's transaction
---   ends); the rows it deletes.
+--   ends); the rows it deletes; in step 6, parked groups (harel_unpark_queue) and a queue's
+--   row, both SKIP LOCKED.
 -- Indexes: transport_groups_timed and transport_groups_ready below each floor; settle_receipts' key;
 --   job_history_keep_until; unique_keys_held_until; throughput's key (minute, worker);
 --   workers_seen_at; key_rates' key; job_steps' and job_attempts' keys, then per job
 --   (harel_jobs_gone) transport_messages_by_id, transport_groups' key ('own:' and the id),
 --   transport_groups_by_inline_id and the keys of job_history and dead_letters (what
---   harel_job reads); job_dependencies' key, then the same per parent.
+--   harel_job reads); job_dependencies' key, then the same per parent; queues_unpark_pending
+--   and harel_unpark_queue's (step 6).
 -- Errors: none of its own.
 --
 -- Steps:

@@ -3,11 +3,14 @@
 -- or, when the queue has a greater tag started (fair_v_q<queue>) is lower, that one (a
 -- level starved by a higher one keeps its own, so that its newcomers do not queue behind
 -- its backlog); with nothing ready at the level, the queue's greatest tag started. F is the
--- key's greatest ready tag at the level (parked ones, in the band above 2^62, excluded), rank the group's place among the call's groups of
--- the same queue, level and key (in array order), and the quantum 100,000 / the key's
--- weight. So the lowest tags interleave the keys that have ready work in proportion to
--- their weights, however many groups each has. Internal: called by harel_publish,
--- harel_settle, harel_claim and harel_move_on for the groups they make ready.
+-- key's greatest ready tag at the level (parked ones, in the band above 2^62, excluded),
+-- rank the group's place among the call's groups of the same queue, level and key (in
+-- array order), and the quantum 100,000 / the key's weight. So the lowest tags interleave
+-- the keys that have ready work in proportion to their weights, however many groups each
+-- has. Its cost is a sort of the call's groups and a probe per distinct key (ADR 0038).
+-- Internal: called by harel_publish, harel_settle, harel_claim, harel_move_on,
+-- harel_release_waiting, harel_run_now, harel_set_key_limits' and harel_maintain's
+-- harel_unpark_queue for the groups they make ready.
 --
 -- Takes, one element per group:
 --   p_queues      the group's queue id
@@ -19,10 +22,21 @@
 -- Locks: none.
 -- Indexes: per distinct (queue, level): transport_groups_ready from the queue's ready
 --   floor (its first live entry); per distinct (queue, level, key):
---   transport_groups_ready_by_key, one backward probe above V only (the entries above the
---   lowest ready tag are live: the claims start the lowest tags, so it reads no dead entry
---   whatever an old snapshot keeps); fair_keys' key.
+--   transport_groups_ready_by_key, one backward probe from the parked band down within the
+--   key, in that index's order whatever the statistics (sorts disabled): it stops at the
+--   key's first entry above V (the entries above the lowest ready tag are live: the claims
+--   start the lowest tags), or, for a key with nothing ready, at the key's end, having read
+--   the key's own older entries (dead ones an old snapshot keeps included); fair_keys' key,
+--   only when a key of the call's queues has a weight.
 -- Errors: none of its own.
+--
+-- Steps:
+--   1. One group, or groups of one queue, level and key: V and the key's base by scalar
+--      statements; the tags a quantum apart.
+--   2. Otherwise: V per (queue, level) (scalar when the batch has one); whether any key of
+--      the call's queues has a weight; then one pass over the batch sorted by (queue,
+--      level, key, order): each key's first group probes its base and quantum, a window
+--      spreads them over the key's groups, each tag base + rank × quantum.
 CREATE OR REPLACE FUNCTION @schema@.harel_fair_tags(
     p_queues     SMALLINT[],
     p_priorities SMALLINT[],
