@@ -578,3 +578,100 @@ async fn fair_key_on_a_parameter_is_the_jobs_key_unless_the_enqueue_names_one() 
     .unwrap();
     assert_eq!(c.job(id).await.unwrap().unwrap().fair_key, "acme-gold");
 }
+
+/// The round a newcomer waits for (docs/guide/fair-share.md, "What a key is guaranteed"):
+/// a key with no ready job gets the tag V + q (q = 100,000 / weight, rounded), and each
+/// other key k has at most ⌊q_new / q_k⌋ + 1 ready jobs ranked at or before it. Checked one
+/// start at a time beside 40 keys of weight 1 with six jobs each and one of weight 3 with
+/// sixty, after the line has moved: a newcomer of weight 1 waits for at most two jobs of
+/// each weight-1 key and four of the weight-3 key; one of weight 2, for at most one and two.
+#[tokio::test]
+async fn a_newcomers_first_job_waits_at_most_one_round() {
+    let quantum = |weight: u64| (100_000.0 / weight as f64).round() as u64;
+    for newcomer_weight in [1_u64, 2] {
+        let q = SuiteSchema::new().await;
+        let c = client(&q);
+        c.set_fair_weight("default", "heavy", 3).await.unwrap();
+        c.set_fair_weight("default", "new", newcomer_weight as u32)
+            .await
+            .unwrap();
+        flood(&q, "heavy", 20, 3).await;
+        for k in 0..40 {
+            flood(&q, &format!("k{k}"), 2, 3).await;
+        }
+        // the line moves first: V is no longer where the flood was tagged
+        claim_and_ack(&q, 37).await;
+        q.transport
+            .publish(
+                &q.pool,
+                &OutgoingMessage::new("n", "k", "{}")
+                    .in_own_group()
+                    .fair_key("new"),
+            )
+            .await
+            .unwrap();
+        let mut before: HashMap<String, u64> = HashMap::new();
+        loop {
+            let keys = claim_and_ack(&q, 1).await;
+            assert_eq!(keys.len(), 1, "the newcomer's job was never claimed");
+            if keys[0] == "new" {
+                break;
+            }
+            *before.entry(keys[0].clone()).or_default() += 1;
+        }
+        for (key, n) in &before {
+            let weight = if key == "heavy" { 3 } else { 1 };
+            let bound = quantum(newcomer_weight) / quantum(weight) + 1;
+            assert!(
+                *n <= bound,
+                "newcomer of weight {newcomer_weight}: {n} of {key}'s jobs (weight {weight}) \
+                 started before it, bound {bound}: {before:?}"
+            );
+        }
+    }
+}
+
+/// What fair share cannot do (the same page): a producer that gives each job a key of its
+/// own makes as many keys, each entitled to what a newcomer is, so a newcomer's first job
+/// waits for one round of them: here 1,000 keys of one job each, published in one batch,
+/// then a newcomer's 100 jobs. Its first job starts within the first 1,001 starts (one
+/// job of each minted key at most), and its other jobs then run one after another (nothing
+/// else is ready).
+#[tokio::test]
+async fn a_producer_that_mints_keys_delays_a_newcomer_by_one_round() {
+    let q = SuiteSchema::new().await;
+    let minted: Vec<OutgoingMessage> = (0..1000)
+        .map(|i| {
+            OutgoingMessage::new("m", "k", "{}")
+                .in_own_group()
+                .fair_key(format!("minted-{i}"))
+        })
+        .collect();
+    q.transport.publish_many(&q.pool, &minted).await.unwrap();
+    let newcomer: Vec<OutgoingMessage> = (0..100)
+        .map(|_| {
+            OutgoingMessage::new("n", "k", "{}")
+                .in_own_group()
+                .fair_key("newcomer")
+        })
+        .collect();
+    q.transport.publish_many(&q.pool, &newcomer).await.unwrap();
+    let mut starts = Vec::new();
+    loop {
+        let keys = claim_and_ack(&q, 256).await;
+        if keys.is_empty() {
+            break;
+        }
+        starts.extend(keys);
+    }
+    assert_eq!(starts.len(), 1100);
+    let first = starts.iter().position(|k| k == "newcomer").unwrap();
+    assert!(first <= 1000, "the newcomer's first job was start {first}");
+    // one job of each minted key at most before it
+    let mut seen = std::collections::HashSet::new();
+    assert!(starts[..first].iter().all(|k| seen.insert(k.clone())));
+    assert!(
+        starts[first..first + 100].iter().all(|k| k == "newcomer"),
+        "the newcomer's jobs were not one round's worth behind"
+    );
+}

@@ -431,3 +431,99 @@ async fn a_backlog_at_its_limit_is_set_aside_within_a_claim_or_two() {
     let b = of(&per_key(&first), "B") + of(&per_key(&second), "B") + of(&per_key(&third), "B");
     assert_eq!(b, 1, "B waited behind A's parked backlog");
 }
+
+/// Raising a limit per key over many parked groups (issue 42, item 2): the operator's call
+/// gives back at most a page of them (1,000), never waits for one another transaction holds,
+/// and so never keeps the claims out; housekeeping gives the rest back, 10,000 a call. It
+/// used to lock the queue's row, then every parked group (waiting for any a claim held),
+/// and re-tag them all: over 10,000 parked keys it held the row 10.7 s, and a claim
+/// meanwhile got nothing.
+#[tokio::test]
+async fn a_raised_limit_gives_parked_groups_back_in_pages_and_claims_go_on() {
+    let q = SuiteSchema::new().await;
+    let c = client(&q);
+    c.set_key_limits("default", KeyLimits::none().concurrency(1))
+        .await
+        .unwrap();
+    // 3,000 keys with a group each, parked as a claim parks them (the tag in the band)
+    let parked: Vec<_> = (0..3000)
+        .map(|i| OutgoingMessage::new(format!("p-{i}"), "hold", "{}").fair_key(format!("p{i}")))
+        .collect();
+    q.transport.publish_many(&q.pool, &parked).await.unwrap();
+    sqlx::raw_sql(q.sql(
+        "UPDATE @schema@.transport_groups SET fair_tag = fair_tag + 4611686018427387904
+          WHERE group_id LIKE 'p-%'",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    flood(&q, "default", "ready", 10, "{}").await;
+    let count_parked = || async {
+        sqlx::query_scalar::<_, i64>(q.sql(
+            "SELECT count(*) FROM @schema@.transport_groups
+              WHERE fair_tag >= 4611686018427387904",
+        ))
+        .fetch_one(&q.pool)
+        .await
+        .unwrap()
+    };
+    let pending = || async {
+        sqlx::query_scalar::<_, Option<i64>>(
+            q.sql("SELECT unpark_through FROM @schema@.queues WHERE id = 0"),
+        )
+        .fetch_one(&q.pool)
+        .await
+        .unwrap()
+    };
+
+    // another transaction holds a parked group, as a claim deciding about it does
+    let mut holder = q.pool.begin().await.unwrap();
+    sqlx::raw_sql(
+        q.sql("SELECT 1 FROM @schema@.transport_groups WHERE group_id = 'p-0' FOR NO KEY UPDATE"),
+    )
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    let operator = client(&q);
+    let change =
+        tokio::spawn(async move { operator.set_key_limits("default", KeyLimits::none()).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // a claim during the change, waiting up to 3 s for the queue's turn
+    let claimed: i64 = sqlx::query_scalar(q.sql(
+        "SELECT count(*) FROM @schema@.harel_claim(gen_random_uuid(), 60000, 16, 0, NULL,
+                                                   'default', 3000)",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    holder.rollback().await.unwrap();
+    change.await.unwrap().unwrap();
+    assert!(claimed > 0, "a claim during the change leased nothing");
+
+    // the call gave back one page (and the claim may have leased up to 16 of them)
+    let left = count_parked().await;
+    assert!(
+        (1_984..=2_009).contains(&left),
+        "{left} parked groups left after the call (3,000 before, a page is 1,000)"
+    );
+    assert!(pending().await.is_some(), "no page left to housekeeping");
+    // housekeeping gives back the rest, 10,000 a call, then clears the marker
+    for _ in 0..2 {
+        sqlx::raw_sql(q.sql("SELECT * FROM @schema@.harel_maintain()"))
+            .execute(&q.pool)
+            .await
+            .unwrap();
+    }
+    assert_eq!(count_parked().await, 0);
+    assert_eq!(pending().await, None);
+    // and every group is claimable, in line
+    let mut total = claimed as usize;
+    loop {
+        let n = claim(&q, 1000).await.len();
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    assert_eq!(total, 3010);
+}

@@ -221,6 +221,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_throughput_by_queue",
         "harel_top_groups",
         "harel_unpark",
+        "harel_unpark_queue",
         "harel_worker_report",
         "harel_workers",
         "harel_workflow",
@@ -467,6 +468,7 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
     sqlx::raw_sql(q.sql(
         "DELETE FROM @schema@._migrations WHERE version >= 10;
          DROP TABLE @schema@.dependency_backlog;
+         ALTER TABLE @schema@.queues DROP COLUMN unpark_through;
          DROP TABLE @schema@.elections;
          DROP SEQUENCE @schema@.maintain_sweep;
          DROP TABLE @schema@.job_steps;
@@ -655,11 +657,12 @@ async fn the_jobs_view_shows_each_jobs_queue_and_trace_context() {
 #[tokio::test]
 async fn a_worker_of_the_previous_release_reports_after_0019() {
     let q = SuiteSchema::new().await;
-    // the schema as the previous release left it: 0019 (and 0020) not applied, the old signature
+    // the schema as the previous release left it: 0019 (and later) not applied, the old signature
     // (its body does not matter here) and a row of throughput without a queue
     sqlx::raw_sql(q.sql(
         "DELETE FROM @schema@._migrations WHERE version >= 19;
          DROP TABLE @schema@.dependency_backlog;
+         ALTER TABLE @schema@.queues DROP COLUMN unpark_through;
          ALTER TABLE @schema@.throughput DROP COLUMN queue, ADD PRIMARY KEY (minute, worker);
          ALTER TABLE @schema@.workers DROP COLUMN counted_queues,
              DROP COLUMN counted_succeeded, DROP COLUMN counted_failed,

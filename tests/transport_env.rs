@@ -769,6 +769,232 @@ async fn batches_never_rescan_their_arrays_per_row() {
     }
 }
 
+/// Batches whose groups are under as many fairness keys as groups cost linear time in their
+/// size too (issue 42, item 2): tagging joined the batch to its distinct keys on `IS NOT
+/// DISTINCT FROM`, which cannot hash, so a nested loop compared each group with every key
+/// (89,700 rows removed for 300 keys; one publish of 10,000 keys took 29 s). Every path
+/// that tags runs here with distinct keys: a publish over two levels (the general path), a
+/// delayed batch that the claim promotes, settles that move groups on, a key-limited
+/// queue's claims that park, the settles that give parked groups back per key
+/// (harel_unpark), and a raised limit that gives them back per queue (harel_unpark_queue),
+/// beside 20,000 waiting groups and alone.
+#[tokio::test(flavor = "current_thread")]
+async fn batches_of_distinct_keys_never_rescan_their_keys_per_row() {
+    for waiting in [20_000, 0] {
+        let plans = keyed_batch_plans(waiting).await;
+        assert!(
+            plans.len() > 5,
+            "no auto_explain plan was captured beside {waiting} waiting groups"
+        );
+        for plan in &plans {
+            assert_linear_in_the_batch(plan);
+        }
+        // the statements that tag were among them
+        assert!(
+            plans
+                .iter()
+                .any(|p| p.contains("PARTITION BY u.queue_id, u.priority")
+                    || p.contains("transport_groups_ready_by_key")),
+            "no tagging statement was captured"
+        );
+    }
+}
+
+/// A key's probe for its place in line reads that key's entries whatever the statistics
+/// the session planned with (issue 42, item 2): 20,000 groups of as many keys parked in a
+/// never-analyzed table, a raised limit gives the first 1,000 back, and housekeeping's call
+/// (a new session, so a new generic plan) tags the next 10,000 beside them. With
+/// `fair_key = …` that plan walked `transport_groups_ready` backwards from the band and
+/// filtered on the key: 1,000 rows removed per key, 10,000,000 in the call (and 248 s for
+/// the same over 100,000 groups in `bench keys`).
+#[tokio::test(flavor = "current_thread")]
+async fn each_keys_probe_reads_its_own_entries_whatever_the_statistics() {
+    let q = SuiteSchema::new().await;
+    let client = harel_jobs::Client::with_schema(q.pool.clone(), q.schema.clone());
+    client.create_queue("keyed").await.unwrap();
+    client
+        .set_key_limits("keyed", harel_jobs::KeyLimits::none().concurrency(1))
+        .await
+        .unwrap();
+    let groups: Vec<OutgoingMessage> = (0..20_000)
+        .map(|i| {
+            OutgoingMessage::new(format!("p{i}"), "test", "{}")
+                .fair_key(format!("tenant-{i}"))
+                .queue("keyed")
+        })
+        .collect();
+    q.transport.publish_many(&q.pool, &groups).await.unwrap();
+    // parked as a claim parks them (the start tag in the band above 2^62)
+    sqlx::raw_sql(q.sql(
+        "UPDATE @schema@.transport_groups SET fair_tag = fair_tag + 4611686018427387904
+          WHERE fair_tag IS NOT NULL",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    client
+        .set_key_limits("keyed", harel_jobs::KeyLimits::none())
+        .await
+        .unwrap();
+
+    let notices = Notices::default();
+    let _collecting = capture::set_default(tracing_subscriber::registry().with(notices.clone()));
+    let mut conn = Explain {
+        nested: true,
+        analyze: true,
+    }
+    .connect()
+    .await;
+    sqlx::raw_sql(q.sql("SELECT * FROM @schema@.harel_maintain()"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let parked: i64 = sqlx::query_scalar(q.sql(
+        "SELECT count(*) FROM @schema@.transport_groups WHERE fair_tag >= 4611686018427387904",
+    ))
+    .fetch_one(&q.pool)
+    .await
+    .unwrap();
+    assert_eq!(parked, 9_000, "housekeeping gave back a page of 10,000");
+
+    let notices = notices.0.lock().unwrap().clone();
+    let plans: Vec<&String> = notices
+        .iter()
+        .filter(|n| n.contains("Query Text:"))
+        .collect();
+    assert!(!plans.is_empty(), "no auto_explain plan was captured");
+    for plan in plans {
+        // rows removed in all, not per loop: each loop's average times its loops
+        let lines: Vec<&str> = plan.lines().collect();
+        let mut loops = 1_u64;
+        for line in &lines {
+            if let Some(rest) = line.split("loops=").nth(1) {
+                loops = rest.trim_end_matches(')').parse().unwrap_or(1);
+            }
+            if let Some((_, count)) = line.split_once("Rows Removed by Filter: ") {
+                let removed: u64 = count.trim().parse().unwrap_or(0) * loops;
+                assert!(
+                    removed <= 100_000,
+                    "a statement removed {removed} rows giving back 10,000 groups:\n{plan}"
+                );
+            }
+        }
+    }
+}
+
+/// The plans of [`batches_of_distinct_keys_never_rescan_their_keys_per_row`]'s round.
+async fn keyed_batch_plans(waiting: usize) -> Vec<String> {
+    let q = SuiteSchema::new().await;
+    let key_of = |i: usize| format!("tenant-{}", i % BATCH);
+    // two jobs per group, each group under a key of its own, over two levels
+    let messages: Vec<OutgoingMessage> = (0..2 * BATCH)
+        .map(|i| {
+            OutgoingMessage::new(format!("g{}", i % BATCH), "test", "{}")
+                .fair_key(key_of(i))
+                .priority(harel_jobs::Priority::new((i % BATCH % 2) as u8 + 1).unwrap())
+        })
+        .collect();
+    let delayed: Vec<OutgoingMessage> = (0..BATCH)
+        .map(|i| {
+            OutgoingMessage::new(format!("d{i}"), "test", "{}")
+                .fair_key(key_of(i))
+                .delay(Duration::from_millis(1))
+        })
+        .collect();
+    // a key-limited queue: two groups per key, one leased, one parked
+    let limited: Vec<OutgoingMessage> = (0..2 * BATCH)
+        .map(|i| {
+            OutgoingMessage::new(format!("l{i}"), "test", "{}")
+                .fair_key(key_of(i))
+                .queue("limited")
+        })
+        .collect();
+    let waiting: Vec<OutgoingMessage> = (0..2 * waiting)
+        .map(|i| {
+            OutgoingMessage::new(format!("waiting{}", i % waiting), "test", "{}")
+                .delay(Duration::from_secs(3600))
+        })
+        .collect();
+    if !waiting.is_empty() {
+        q.transport.publish_many(&q.pool, &waiting).await.unwrap();
+    }
+    sqlx::raw_sql(q.sql("ANALYZE @schema@.transport_groups, @schema@.transport_messages"))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    let client = harel_jobs::Client::with_schema(q.pool.clone(), q.schema.clone());
+    client.create_queue("limited").await.unwrap();
+
+    let notices = Notices::default();
+    let _collecting = capture::set_default(tracing_subscriber::registry().with(notices.clone()));
+    let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    let limits = |n| harel_jobs::KeyLimits::none().concurrency(n);
+    // past PL/pgSQL's five custom plans, so the cached generic plan is the one checked
+    for round in 0..7 {
+        if round == 6 {
+            Explain {
+                nested: true,
+                analyze: true,
+            }
+            .on(&mut conn)
+            .await;
+        }
+        let t = &q.transport;
+        t.publish_many(&mut conn, &messages).await.unwrap();
+        t.publish_many(&mut conn, &delayed).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // the delayed groups are promoted with the ready ones' heads; then their next jobs
+        for _ in 0..3 {
+            let request = ClaimRequest::new(LONG).limit(2 * BATCH as u32);
+            let claimed = t.claim_many(&mut conn, &request).await.unwrap();
+            let acks: Vec<(Lease, Settlement)> = claimed
+                .into_iter()
+                .map(|m| (m.lease, Settlement::Ack))
+                .collect();
+            t.settle_many(&mut conn, &acks, Some(&Receipt::new()))
+                .await
+                .unwrap();
+        }
+        // the key-limited queue: a claim leases one group per key and parks the other
+        client.set_key_limits("limited", limits(1)).await.unwrap();
+        t.publish_many(&mut conn, &limited).await.unwrap();
+        let request = ClaimRequest::new(LONG)
+            .limit(2 * BATCH as u32)
+            .queue("limited");
+        let claimed = t.claim_many(&mut conn, &request).await.unwrap();
+        assert_eq!(claimed.len(), BATCH);
+        // half the leases end (each gives its key's parked group back), then the limit is
+        // raised (the rest given back per queue)
+        let acks: Vec<(Lease, Settlement)> = claimed
+            .into_iter()
+            .take(BATCH / 2)
+            .map(|m| (m.lease, Settlement::Ack))
+            .collect();
+        t.settle_many(&mut conn, &acks, Some(&Receipt::new()))
+            .await
+            .unwrap();
+        sqlx::raw_sql(q.sql("SELECT @schema@.harel_set_key_limits('limited', NULL)"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::raw_sql(q.sql(
+            "DELETE FROM @schema@.transport_messages WHERE group_id NOT LIKE 'waiting%';
+             DELETE FROM @schema@.transport_groups WHERE group_id NOT LIKE 'waiting%';",
+        ))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    }
+    conn.close().await.unwrap();
+
+    let notices = notices.0.lock().unwrap().clone();
+    notices
+        .into_iter()
+        .filter(|n| n.contains("Query Text:"))
+        .collect()
+}
+
 /// The size of the batches [`batch_plans`] publishes, claims, extends and settles.
 const BATCH: usize = 300;
 

@@ -18,7 +18,8 @@
 //! noisy neighbour), `fair` (three tenants on one queue: shares of starts, a light tenant's
 //! latency), `workflows` (a fan-in callback and chains of three, beside plain drains),
 //! `dependents` (a job with 100,000 dependents settled in a batch, and what housekeeping
-//! then resolves).
+//! then resolves), `keys` (a batch of 100,000 jobs under as many fairness keys beside one under one key, and
+//! a limit per key removed over as many parked groups).
 //! `--recorder` installs a Prometheus recorder for harel-jobs' metrics for the whole run;
 //! `--otel` (built with `--features opentelemetry`) an OpenTelemetry layer in the tracing
 //! subscriber. See BENCHMARKS.md for what each measures.
@@ -87,6 +88,7 @@ const BY_NAME_ONLY: &[&str] = &[
     "fair",
     "workflows",
     "dependents",
+    "keys",
 ];
 
 /// What every scenario gets.
@@ -346,6 +348,7 @@ async fn run(database: &BenchDb, args: &Args) -> Res<()> {
             "profile" => profile::run(&ctx).await?,
             "metrics" => recorder::run(&ctx).await?,
             "fair" => fair::run(&ctx).await?,
+            "keys" => enqueue::run_keys(&ctx).await?,
             "workflows" => workflows::run(&ctx).await?,
             "dependents" => dependents::run(&ctx).await?,
             other => bail!("unknown scenario {other}"),

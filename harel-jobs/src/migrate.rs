@@ -167,6 +167,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0020_dependency_backlog.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 21,
+        name: "unpark_in_pages",
+        sql: include_str!("../sql/migrations/0021_unpark_in_pages.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied: the internal helpers first, then the
@@ -181,6 +187,11 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_unpark",
         folder: "internal",
         sql: include_str!("../sql/functions/internal/harel_unpark.sql"),
+    },
+    Function {
+        name: "harel_unpark_queue",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_unpark_queue.sql"),
     },
     Function {
         name: "harel_drop_empty_groups",
@@ -480,7 +491,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 20;
+pub const SCHEMA_VERSION: i32 = 21;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");
@@ -906,6 +917,7 @@ mod tests {
             [
                 "harel_fair_tags",
                 "harel_unpark",
+                "harel_unpark_queue",
                 "harel_claim",
                 "harel_set_key_limits"
             ]

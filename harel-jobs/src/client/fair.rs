@@ -137,7 +137,9 @@ impl Client {
     /// - a key at its running limit starts nothing more until one of its jobs ends, and its
     ///   other ready groups wait, in their order, behind every group that can start (they
     ///   are not skipped over at each claim). A lower limit lets the running jobs finish; a
-    ///   higher one, or none, puts the waiting groups back in line at once;
+    ///   higher one, or none, puts the waiting groups back in line, oldest first: the first
+    ///   1,000 in this call, the rest 10,000 a second by the workers' housekeeping, so that
+    ///   the call stays short and the queue's claims go on meanwhile;
     /// - a key past its rate has its next groups set aside until the start time the rate
     ///   gives each (one interval apart); they show as scheduled until then. A changed rate
     ///   starts every key afresh; groups already set aside keep their times.

@@ -10,13 +10,15 @@
 -- Fence: the 'housekeeping' row of `elections`: a call that cannot lock it returns zeros
 --   at once.
 -- Locks: that row, FOR UPDATE SKIP LOCKED (never waits; held until the caller's transaction
---   ends); the rows it deletes.
+--   ends); the rows it deletes; in step 6, parked groups (harel_unpark_queue) and a queue's
+--   row, both SKIP LOCKED.
 -- Indexes: transport_groups_timed and transport_groups_ready below each floor; settle_receipts' key;
 --   job_history_keep_until; unique_keys_held_until; throughput's key (minute, worker);
 --   workers_seen_at; key_rates' key; job_steps' and job_attempts' keys, then per job
 --   (harel_jobs_gone) transport_messages_by_id, transport_groups' key ('own:' and the id),
 --   transport_groups_by_inline_id and the keys of job_history and dead_letters (what
---   harel_job reads); job_dependencies' key, then the same per parent.
+--   harel_job reads); job_dependencies' key, then the same per parent; queues_unpark_pending
+--   and harel_unpark_queue's (step 6).
 -- Errors: none of its own.
 --
 -- Steps:
@@ -56,6 +58,11 @@
 --      each parent looked up by key; those not queued resolved (harel_resolve_dependents)
 --      with the outcome dependency_backlog, job_history or dead_letters keeps, or as
 --      completed. Then a page of 1,000 rows of the backlog (harel_resolve_backlog).
+--   6. A queue whose limit per fairness key was raised or removed with groups left parked
+--      (queues.unpark_through, by queues_unpark_pending): the next 10,000 of them given
+--      back (harel_unpark_queue), oldest first; fewer found: the marker cleared (the queue's
+--      row, FOR NO KEY UPDATE SKIP LOCKED: a claim or an operator holding it leaves it to
+--      the next call). One queue a call.
 CREATE OR REPLACE FUNCTION "harel".harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -90,6 +97,10 @@ DECLARE
     v_dep_rows    INT;
     v_dep_last    BIGINT;
     v_outcomes    TEXT[];
+    -- parked groups given back per call, after a raised limit per key (step 6)
+    c_unpark_rows CONSTANT INT := 10000;
+    v_unpark_queue SMALLINT;
+    v_unpark_through BIGINT;
 BEGIN
     PERFORM 1 FROM "harel".elections e WHERE e.name = 'housekeeping'
         FOR UPDATE SKIP LOCKED;
@@ -315,6 +326,25 @@ BEGIN
         -- calls harel_resolve_backlog itself, again while more are left: this page is for
         -- the workers that do not, a previous release's or a role without that grant)
         PERFORM "harel".harel_resolve_backlog(c_dep_rows);
+    END IF;
+
+    -- 6. parked groups left to give back after a raised or removed limit per key (a
+    -- statement of its own for the call: Citus's rule 1)
+    SELECT qs.id, qs.unpark_through INTO v_unpark_queue, v_unpark_through
+      FROM "harel".queues qs
+     WHERE qs.unpark_through IS NOT NULL
+     ORDER BY qs.id
+     LIMIT 1;
+    IF v_unpark_queue IS NOT NULL THEN
+        IF "harel".harel_unpark_queue(v_unpark_queue, v_unpark_through, c_unpark_rows)
+           < c_unpark_rows THEN
+            UPDATE "harel".queues qs
+               SET unpark_through = NULL
+              FROM (SELECT qq.id FROM "harel".queues qq
+                     WHERE qq.id = v_unpark_queue AND qq.unpark_through = v_unpark_through
+                       FOR NO KEY UPDATE SKIP LOCKED) AS locked
+             WHERE qs.id = locked.id;
+        END IF;
     END IF;
 
     RETURN QUERY SELECT v_lowered, v_pruned, v_history;

@@ -159,9 +159,8 @@ DECLARE
     v_key_period_us DOUBLE PRECISION;
     -- a limit per key of either kind
     v_keyed      BOOLEAN;
-    -- per distinct candidate key of a round (in v_room_keys' order): its room, whether the
+    -- per distinct candidate key of a round (in key order, bytewise): its room, whether the
     -- rate is what bounds it, its theoretical arrival time brought to now, its last slot
-    v_room_keys  TEXT[];
     v_room       BIGINT[];
     v_key_defer  BOOLEAN[];
     v_key_tats   DOUBLE PRECISION[];
@@ -180,6 +179,12 @@ DECLARE
     v_taken_keys TEXT[];
     v_defer_keys TEXT[];
     v_defer_slots BIGINT[];
+    -- per taken (with a rate) and per deferred candidate: its key's arrival time and last
+    -- slot (aligned with v_taken_keys and v_defer_keys)
+    v_taken_tats  DOUBLE PRECISION[];
+    v_taken_key_slots BIGINT[];
+    v_defer_tats  DOUBLE PRECISION[];
+    v_defer_key_slots BIGINT[];
     v_period_us  DOUBLE PRECISION;
     v_running    BIGINT;
     v_now_us     BIGINT := (extract(epoch FROM statement_timestamp()) * 1000000)::bigint;
@@ -466,10 +471,14 @@ BEGIN
         -- the starts its rate allows now (GCRA, its state in key_rates; one further ahead
         -- than a period is a previous limit's, brought back to one period)
         IF v_keyed THEN
-            SELECT array_agg(k.fair_key), array_agg(LEAST(c.room, r.room)),
-                   array_agg(r.room IS NOT NULL AND (c.room IS NULL OR r.room < c.room)),
-                   array_agg(r.tat), array_agg(r.slot)
-              INTO v_room_keys, v_room, v_key_defer, v_key_tats, v_key_slots
+            -- (in key order, bytewise: the statement below finds a candidate's key by its
+            -- rank in that order)
+            SELECT array_agg(LEAST(c.room, r.room) ORDER BY k.fair_key COLLATE "C"),
+                   array_agg(r.room IS NOT NULL AND (c.room IS NULL OR r.room < c.room)
+                             ORDER BY k.fair_key COLLATE "C"),
+                   array_agg(r.tat ORDER BY k.fair_key COLLATE "C"),
+                   array_agg(r.slot ORDER BY k.fair_key COLLATE "C")
+              INTO v_room, v_key_defer, v_key_tats, v_key_slots
               FROM (SELECT DISTINCT g.fair_key
                       FROM @schema@.transport_groups g
                      WHERE g.group_id = ANY (v_candidates)) AS k
@@ -492,13 +501,16 @@ BEGIN
                   ) AS r;
             -- each candidate's place among its key's (in claim order: a candidate whose head
             -- turns out not due still takes its place, so its key may start one fewer this
-            -- round), and its key's figures
+            -- round), and its key's figures: its key's place among the distinct keys, in the
+            -- order above, is its dense rank (not array_position, a walk of the keys per
+            -- candidate: 10,000 candidates of as many keys took 2.3 s)
             SELECT array_agg(x.rank ORDER BY x.ord), array_agg(v_room[x.i] ORDER BY x.ord),
                    array_agg(v_key_defer[x.i] ORDER BY x.ord),
                    array_agg(v_key_tats[x.i] ORDER BY x.ord),
                    array_agg(v_key_slots[x.i] ORDER BY x.ord), array_agg(x.n ORDER BY x.ord)
               INTO v_c_rank, v_c_room, v_c_rated, v_c_tat, v_c_slot, v_c_count
-              FROM (SELECT c.ord, array_position(v_room_keys, c.fair_key) AS i,
+              FROM (SELECT c.ord,
+                           dense_rank() OVER (ORDER BY c.fair_key COLLATE "C") AS i,
                            row_number() OVER (PARTITION BY c.fair_key ORDER BY c.ord) AS rank,
                            count(*) OVER (PARTITION BY c.fair_key) AS n
                       FROM unnest(v_candidates) WITH ORDINALITY AS k(group_id, ord)
@@ -631,28 +643,39 @@ BEGIN
                count(*) FILTER (WHERE h.deferred),
                array_agg(h.fair_key) FILTER (WHERE h.take AND v_key_rate IS NOT NULL),
                array_agg(h.fair_key) FILTER (WHERE h.deferred),
-               array_agg(h.slot_us) FILTER (WHERE h.deferred)
+               array_agg(h.slot_us) FILTER (WHERE h.deferred),
+               -- their keys' arrival times and last slots, in the same order (for key_rates)
+               array_agg(v_c_tat[h.ord]) FILTER (WHERE h.take AND v_key_rate IS NOT NULL),
+               array_agg(v_c_slot[h.ord]) FILTER (WHERE h.take AND v_key_rate IS NOT NULL),
+               array_agg(v_c_tat[h.ord]) FILTER (WHERE h.deferred),
+               array_agg(v_c_slot[h.ord]) FILTER (WHERE h.deferred)
           INTO v_groups, v_seqs, v_kinds, v_payloads, v_attempts, v_priority, v_enqueued,
                v_traces, v_empty, v_cancelled, v_not_due, v_started_top, v_parked, v_deferred,
-               v_taken_keys, v_defer_keys, v_defer_slots
+               v_taken_keys, v_defer_keys, v_defer_slots, v_taken_tats, v_taken_key_slots,
+               v_defer_tats, v_defer_key_slots
           FROM decided h;
 
         -- a key's rate state: its arrival time advanced by the starts made, its last slot
         -- by the groups deferred (in this transaction: a claim that rolls back leaves both)
         IF v_taken_keys IS NOT NULL OR v_defer_keys IS NOT NULL THEN
             INSERT INTO @schema@.key_rates AS kr (queue_id, key, tat_us, slot_us)
+            -- (a key's arrival time and last slot are the same on each of its candidates)
             SELECT v_queue, u.key,
-                   ceil(GREATEST(v_key_tats[x.i], v_now_us)
+                   ceil(GREATEST(u.tat, v_now_us)
                         + u.starts * (v_key_period_us / v_key_rate))::bigint,
-                   GREATEST(v_key_slots[x.i], COALESCE(u.slot, 0))
-              FROM (SELECT t.key, sum(t.starts) AS starts, max(t.slot) AS slot
-                      FROM (SELECT tk.key, 1 AS starts, NULL::bigint AS slot
-                              FROM unnest(v_taken_keys) AS tk(key)
+                   GREATEST(u.key_slot, COALESCE(u.slot, 0))
+              FROM (SELECT t.key, sum(t.starts) AS starts, max(t.slot) AS slot,
+                           max(t.tat) AS tat, max(t.key_slot) AS key_slot
+                      FROM (SELECT tk.key, 1 AS starts, NULL::bigint AS slot, tk.tat,
+                                   tk.key_slot
+                              FROM unnest(v_taken_keys, v_taken_tats, v_taken_key_slots)
+                                   AS tk(key, tat, key_slot)
                             UNION ALL
-                            SELECT dk.key, 0, dk.slot
-                              FROM unnest(v_defer_keys, v_defer_slots) AS dk(key, slot)) AS t
+                            SELECT dk.key, 0, dk.slot, dk.tat, dk.key_slot
+                              FROM unnest(v_defer_keys, v_defer_slots, v_defer_tats,
+                                          v_defer_key_slots)
+                                   AS dk(key, slot, tat, key_slot)) AS t
                      GROUP BY t.key) AS u
-             CROSS JOIN LATERAL (SELECT array_position(v_room_keys, u.key) AS i) AS x
             ON CONFLICT (queue_id, key) DO UPDATE
                SET tat_us = excluded.tat_us,
                    slot_us = GREATEST(kr.slot_us, excluded.slot_us);

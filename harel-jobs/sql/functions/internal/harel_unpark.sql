@@ -36,6 +36,8 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 SET jit = off
 SET enable_seqscan = off
+-- each key's parked groups by transport_groups_ready_by_key, in its order (harel_fair_tags)
+SET enable_sort = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -58,13 +60,18 @@ BEGIN
       JOIN @schema@.queues q ON q.id = e.queue_id AND q.key_concurrency_limit IS NOT NULL
      CROSS JOIN LATERAL (
             SELECT y.group_id, row_number() OVER () AS ord
-              FROM generate_series(4, 0, -1) AS l(level)
+              -- (the five levels as a list, not generate_series: a function scan run
+              -- once per key)
+              FROM (VALUES (4), (3), (2), (1), (0)) AS l(level)
              CROSS JOIN LATERAL (
+                    -- (the key as two bounds, in transport_groups_ready_by_key's order:
+                    -- harel_fair_tags says why)
                     SELECT g.group_id
                       FROM @schema@.transport_groups g
                      WHERE g.queue_id = e.queue_id AND g.priority = l.level
-                       AND g.fair_key = e.fair_key AND g.fair_tag >= c_parked
-                     ORDER BY g.fair_tag
+                       AND g.fair_key >= e.fair_key AND g.fair_key <= e.fair_key
+                       AND g.fair_tag >= c_parked
+                     ORDER BY g.fair_key, g.fair_tag
                      LIMIT e.n
                        FOR NO KEY UPDATE SKIP LOCKED) AS y
              LIMIT e.n) AS p;
