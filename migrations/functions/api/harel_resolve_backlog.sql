@@ -52,7 +52,8 @@ BEGIN
                        FOR UPDATE SKIP LOCKED) AS t
              ORDER BY t.parent_id) AS b;
     IF v_parents IS NOT NULL THEN
-        PERFORM "harel".harel_resolve_dependents(v_parents, v_outcomes, p_budget => p_rows);
+        PERFORM "harel".harel_resolve_dependents(v_parents, v_outcomes, p_budget => p_rows,
+                                                  p_backlog => true);
     END IF;
     RETURN QUERY SELECT COALESCE(cardinality(v_parents), 0),
                         EXISTS (SELECT 1 FROM "harel".dependency_backlog);

@@ -531,11 +531,16 @@ BEGIN
                                        FROM "harel".transport_groups g
                                       WHERE g.group_id = f.group_id
                                      OFFSET 0) AS r
+                  -- the group's next message: the first of its range of the key (the row
+                  -- comparison is a condition of that key alone: with `group_id =` and
+                  -- `ORDER BY seq` only, the planner walked transport_messages_by_id, in
+                  -- seq order too, under statistics a vacuum left stale)
                   LEFT JOIN LATERAL (
                         SELECT m.seq, m.not_before
                           FROM "harel".transport_messages m
                          WHERE m.group_id = f.group_id
-                         ORDER BY m.seq
+                           AND (m.group_id, m.seq) > (f.group_id, 0)
+                         ORDER BY m.group_id, m.seq
                          LIMIT 1) AS n ON true
                  WHERE f.action IN ('ack', 'retain', 'dead')) AS nh;
 

@@ -309,7 +309,8 @@ BEGIN
                     OFFSET 0) AS j
              WHERE j.outcome <> 'queued';
             IF v_gone IS NOT NULL THEN
-                PERFORM @schema@.harel_resolve_dependents(v_gone, v_outcomes);
+                PERFORM @schema@.harel_resolve_dependents(v_gone, v_outcomes,
+                                                          p_backlog => true);
             END IF;
             -- a full batch may have stopped inside its last parent's rows: the next call
             -- begins with that parent again, unless the batch was that parent alone

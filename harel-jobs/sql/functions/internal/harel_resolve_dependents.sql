@@ -18,6 +18,8 @@
 --                 waits for)
 --   p_budget      the dependency rows this call may resolve (NULL: 1,000; a dependent of a
 --                 failed parent counts 10)
+--   p_backlog     true: the jobs may have rows in dependency_backlog (housekeeping's
+--                 calls), deleted for those whose dependents are all resolved
 -- Returns: with p_plan, the groups; else nothing.
 -- Fence: an ended job that is a workflow task gets its outcome recorded (once: its end is
 --   one transaction). A dependency row is resolved once: deleted by the transaction holding
@@ -38,7 +40,7 @@
 -- the budget lasts:
 --   1. Cancelled jobs that were waiting: their job_waits and dependency rows deleted.
 --      Workflow tasks among the ended jobs: their outcomes recorded.
---   2. Candidates: each parent's dependency rows with the lowest job ids, a share of the
+--   2. Candidates: each parent's dependency rows (in its key's order), a share of the
 --      budget each (at least 16), taken round-robin across parents up to the budget (a
 --      dependent of a failed parent, which is cancelled, counts 10 rows); with p_plan,
 --      their groups returned.
@@ -50,15 +52,18 @@
 --      - a parent failed (dead, cancelled) and it does not run after failure: cancelled
 --        (harel_cancel_waiting, the reason naming the parent); its own dependents are the
 --        next round's parents.
---   4. Parents with dependency rows left go round again while the budget lasts and the
---      round resolved some (their shares grow as the others' run out), else get a row in
---      dependency_backlog (their outcome); those with none, their backlog rows deleted.
+--   4. Parents with dependency rows left (looked for only where this round did not read
+--      and resolve them all) go round again while the budget lasts and the round resolved
+--      some (their shares grow as the others' run out), else get a row in
+--      dependency_backlog (their outcome); with p_backlog, those with none left have their
+--      backlog rows deleted.
 CREATE OR REPLACE FUNCTION @schema@.harel_resolve_dependents(
     p_jobs       BIGINT[],
     p_outcomes   TEXT[],
     p_plan       BOOLEAN DEFAULT false,
     p_dependents BIGINT[] DEFAULT NULL,
-    p_budget     INT DEFAULT NULL
+    p_budget     INT DEFAULT NULL,
+    p_backlog    BOOLEAN DEFAULT false
 ) RETURNS SETOF TEXT
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -104,6 +109,7 @@ DECLARE
     v_left_outcomes   TEXT[];
     v_again           BOOLEAN;
     v_fresh           INT;
+    v_check           BIGINT[];
 BEGIN
     SELECT array_agg(x.job ORDER BY x.job), array_agg(x.outcome ORDER BY x.job)
       INTO v_parents, v_outcomes
@@ -143,37 +149,48 @@ BEGIN
              GROUP BY x.workflow_id;
         END IF;
 
-        -- The candidates: each parent's dependents with the lowest ids, a share of the
+        -- The candidates: each parent's dependents (by its key), a share of the
         -- budget each, round-robin across parents (one parent's thousands do not crowd out
         -- the others' few), within the budget. A bounded range of the key per parent. A
         -- failed parent's dependent costs the budget c_cancel_cost rows: cancelling it (a
         -- history row, its group moved on or dropped) takes about that many releases' time.
         v_per := GREATEST(16, ceil(GREATEST(v_budget, 0)::numeric / cardinality(v_parents))::int);
-        SELECT array_agg(c.parent_id ORDER BY c.rn, c.parent_id),
-               array_agg(c.job_id ORDER BY c.rn, c.parent_id),
+        SELECT array_agg(c.parent_id ORDER BY c.rn, c.parent_id)
+                   FILTER (WHERE c.spent <= GREATEST(v_budget, 0)),
+               array_agg(c.job_id ORDER BY c.rn, c.parent_id)
+                   FILTER (WHERE c.spent <= GREATEST(v_budget, 0)),
                array_agg(c.group_id ORDER BY c.rn, c.parent_id)
-          INTO v_cand_parents, v_cand_jobs, v_cand_groups
+                   FILTER (WHERE c.spent <= GREATEST(v_budget, 0)),
+               -- (the parents that may have rows past those read: a full share, or rows
+               -- past the budget; the others' rows were all read)
+               array_agg(DISTINCT c.parent_id)
+                   FILTER (WHERE c.spent > GREATEST(v_budget, 0) OR c.n_read >= c.share)
+          INTO v_cand_parents, v_cand_jobs, v_cand_groups, v_check
           FROM (SELECT y.*, sum(y.cost) OVER (ORDER BY y.rn, y.parent_id
                                               ROWS UNBOUNDED PRECEDING) AS spent
-                  FROM (SELECT p.parent_id, d.job_id, w.group_id, p.cost,
+                  FROM (SELECT p.parent_id, d.job_id, w.group_id, p.cost, p.share,
+                               count(*) OVER (PARTITION BY p.parent_id) AS n_read,
                                row_number() OVER (PARTITION BY p.parent_id
                                                   ORDER BY d.job_id) AS rn
-                          FROM (SELECT u.parent_id,
-                                       CASE u.outcome WHEN 'completed' THEN 1
-                                                      ELSE c_cancel_cost END AS cost
-                                  FROM unnest(v_parents, v_outcomes) AS u(parent_id, outcome))
-                               AS p
+                          FROM (SELECT q.*, ceil(v_per::numeric / q.cost)::int AS share
+                                  FROM (SELECT u.parent_id,
+                                               CASE u.outcome WHEN 'completed' THEN 1
+                                                              ELSE c_cancel_cost END AS cost
+                                          FROM unnest(v_parents, v_outcomes)
+                                               AS u(parent_id, outcome)) AS q) AS p
                          CROSS JOIN LATERAL (SELECT t.job_id
                                                FROM @schema@.job_dependencies t
                                               WHERE t.parent_id = p.parent_id
                                                 AND (p_dependents IS NULL
                                                      OR t.job_id = ANY (p_dependents))
-                                              ORDER BY t.job_id
-                                              LIMIT ceil(v_per::numeric / p.cost)::int) AS d
+                                              -- (no ORDER BY: the key gives them in job
+                                              -- order; asked for an order, under stale
+                                              -- statistics the planner walked the index
+                                              -- by job instead, whose order it is too)
+                                              LIMIT p.share) AS d
                           LEFT JOIN LATERAL (SELECT t.group_id FROM @schema@.job_waits t
                                               WHERE t.job_id = d.job_id OFFSET 0) AS w
-                            ON true) AS y) AS c
-         WHERE c.spent <= GREATEST(v_budget, 0);
+                            ON true) AS y) AS c;
         IF p_plan THEN
             RETURN QUERY SELECT DISTINCT g.group_id FROM unnest(v_cand_groups) AS g(group_id)
                           WHERE g.group_id IS NOT NULL;
@@ -198,11 +215,14 @@ BEGIN
                      ORDER BY t.group_id
                        FOR NO KEY UPDATE SKIP LOCKED) AS l;
             -- (a dependency row without a wait is an orphan: deleted, counted by nobody)
-            SELECT array_agg(c.parent_id), array_agg(c.job_id)
-              INTO v_pair_parents, v_pair_jobs
-              FROM unnest(v_cand_parents, v_cand_jobs, v_cand_groups)
-                   AS c(parent_id, job_id, group_id)
-             WHERE c.group_id IS NULL OR c.group_id = ANY (v_locked);
+            SELECT array_agg(c.parent_id) FILTER (WHERE c.mine),
+                   array_agg(c.job_id) FILTER (WHERE c.mine),
+                   v_check || array_agg(DISTINCT c.parent_id) FILTER (WHERE NOT c.mine)
+              INTO v_pair_parents, v_pair_jobs, v_check
+              FROM (SELECT u.*, u.group_id IS NULL OR u.group_id = ANY (COALESCE(v_locked, '{}'))
+                               AS mine
+                      FROM unnest(v_cand_parents, v_cand_jobs, v_cand_groups)
+                           AS u(parent_id, job_id, group_id)) AS c;
         ELSE
             v_pair_parents := NULL;
         END IF;
@@ -340,7 +360,9 @@ BEGIN
                array_agg(p.outcome ORDER BY p.parent_id)
           INTO v_left, v_left_outcomes
           FROM unnest(v_parents, v_outcomes) AS p(parent_id, outcome)
-         WHERE EXISTS (SELECT 1 FROM @schema@.job_dependencies t
+         -- (only those whose rows were not all read and resolved here)
+         WHERE p.parent_id = ANY (COALESCE(v_check, '{}'))
+           AND EXISTS (SELECT 1 FROM @schema@.job_dependencies t
                         WHERE t.parent_id = p.parent_id
                           AND (p_dependents IS NULL OR t.job_id = ANY (p_dependents)));
         v_again := v_left IS NOT NULL AND v_budget > 0 AND COALESCE(v_resolved, 0) > 0;
@@ -353,7 +375,7 @@ BEGIN
              WHERE NOT EXISTS (SELECT 1 FROM @schema@.dependency_backlog b
                                 WHERE b.parent_id = p.parent_id);
         END IF;
-        IF p_dependents IS NULL THEN
+        IF p_backlog THEN
             -- (only the rows no other housekeeping call holds: it deletes its own)
             DELETE FROM @schema@.dependency_backlog b
              WHERE b.ctid = ANY (ARRAY(
@@ -377,5 +399,6 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION @schema@.harel_resolve_dependents(BIGINT[], TEXT[], BOOLEAN, BIGINT[], INT)
+REVOKE ALL ON FUNCTION @schema@.harel_resolve_dependents(BIGINT[], TEXT[], BOOLEAN, BIGINT[], INT,
+                                                         BOOLEAN)
     FROM PUBLIC;
