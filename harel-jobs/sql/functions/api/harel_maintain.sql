@@ -16,7 +16,8 @@
 --   workers_seen_at; key_rates' key; job_steps' and job_attempts' keys, then per job
 --   (harel_jobs_gone) transport_messages_by_id, transport_groups' key ('own:' and the id),
 --   transport_groups_by_inline_id and the keys of job_history and dead_letters (what
---   harel_job reads); job_dependencies' key, then the same per parent.
+--   harel_job reads); job_dependencies' key, then the same per parent;
+--   harel_prune_workflows'.
 -- Errors: none of its own.
 --
 -- Steps:
@@ -55,6 +56,9 @@
 --      of job_dependencies after the parent the last call stopped at (dependency_sweep),
 --      each parent looked up by key; those not queued resolved (harel_resolve_dependents)
 --      with the outcome job_history or dead_letters keeps, or as completed.
+--   6. Once the schema held a dependency or a workflow: the workflows that ended long
+--      enough ago (harel_prune_workflows: at most 1,000 rows of workflow_tasks walked a
+--      call, ADR 0040).
 CREATE OR REPLACE FUNCTION @schema@.harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -307,6 +311,12 @@ BEGIN
         END IF;
         PERFORM setval('@schema@.dependency_sweep'::regclass, COALESCE(v_dep_last, 0),
                        v_dep_last IS NOT NULL);
+    END IF;
+
+    -- Workflows that ended long enough ago (ADR 0040), a bounded walk a call; only once
+    -- the schema held a workflow or a dependency (dependents_seen)
+    IF pg_sequence_last_value('@schema@.dependents_seen'::regclass) IS NOT NULL THEN
+        PERFORM @schema@.harel_prune_workflows();
     END IF;
 
     RETURN QUERY SELECT v_lowered, v_pruned, v_history;
