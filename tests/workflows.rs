@@ -944,6 +944,15 @@ async fn housekeeping_prunes_the_workflows_that_ended_long_ago() {
     let dead = enqueue("dead", 2, false).await;
     let big = enqueue("big", 2_500, false).await;
     while settle_due(&q, &[dead.jobs[0]]).await > 0 {}
+    // one whose job's completion is kept 30 days (retention)
+    let retained = enqueue("retained", 1, false).await;
+    let lease = claim_due(&q).await;
+    assert_eq!(lease.len(), 1);
+    let kept = harel_jobs::transport::Settlement::Retain {
+        keep: Duration::from_secs(30 * 86_400),
+    };
+    let outcome = q.transport.settle(&q.pool, &lease[0], kept).await;
+    assert!(outcome.unwrap().is_applied());
     let running = enqueue("running", 2, false).await;
     let lease = claim_due(&q).await;
     assert_eq!(lease.len(), 2);
@@ -964,7 +973,10 @@ async fn housekeeping_prunes_the_workflows_that_ended_long_ago() {
     .unwrap();
     let lately = enqueue("lately", 1, false).await;
     while settle_due(&q, &[]).await > 0 {}
-    assert_eq!(q.count("workflow_tasks").await, 3 + 1 + 2 + 2_500 + 2 + 1);
+    assert_eq!(
+        q.count("workflow_tasks").await,
+        3 + 1 + 2 + 2_500 + 1 + 2 + 1
+    );
 
     // a call walks at most 1,000 task rows
     let mut calls = 0;
@@ -984,6 +996,7 @@ async fn housekeeping_prunes_the_workflows_that_ended_long_ago() {
         (done.id, false),
         (big.id, false),
         (dead.id, true),
+        (retained.id, true),
         (running.id, true),
         (lately.id, true),
     ] {
@@ -1003,13 +1016,20 @@ async fn housekeeping_prunes_the_workflows_that_ended_long_ago() {
     }
     assert!(client.workflow_info(done.id).await.unwrap().is_none());
 
-    // the dead letter deleted: nothing keeps that workflow any more
+    // the dead letter deleted, the retained completion expired: nothing keeps those
+    // workflows any more
     assert!(client.dead_letters().delete(dead.jobs[0]).await.unwrap());
+    sqlx::query(q.sql("UPDATE @schema@.job_history SET keep_until = now() - interval '1 second'"))
+        .execute(&q.pool)
+        .await
+        .unwrap();
     for _ in 0..6 {
         maintain(&q).await;
     }
-    assert_eq!(rows_of(&q, "workflows", dead.id).await, 0);
-    assert_eq!(rows_of(&q, "workflow_tasks", dead.id).await, 0);
+    for id in [dead.id, retained.id] {
+        assert_eq!(rows_of(&q, "workflows", id).await, 0);
+        assert_eq!(rows_of(&q, "workflow_tasks", id).await, 0);
+    }
     assert_eq!(rows_of(&q, "workflows", running.id).await, 1);
     assert_eq!(rows_of(&q, "workflows", lately.id).await, 1);
 }

@@ -20,25 +20,28 @@
 --   keeps it this time.
 -- Locks: the deleted rows; never waits.
 -- Indexes: workflow_tasks' key (workflow_id, ordinal), a range of at most 1,000 rows from
---   the cursor; workflows' key per workflow of the range; harel_jobs_gone's per job;
+--   the cursor (read again, by key, for the workflows whose tasks all ended long ago);
+--   workflows' key per workflow of the range; the key of dead_letters or job_history per
+--   job of those (an ended task's job is kept only where its outcome puts it);
 --   workflow_ends_by_workflow and workflow_reruns' key for the pruned workflows. A call
---   reads at most 1,000 task rows, looks up at most 1,000 jobs and deletes at most 1,000
---   rows of each table, whatever the number of workflows.
+--   reads at most 1,000 task rows (twice), looks up at most 1,000 jobs and deletes at most
+--   1,000 rows of each table, whatever the number of workflows.
 -- Errors: none of its own.
 --
 -- Steps:
 --   1. The next 1,000 rows of workflow_tasks after the cursor, in key order (from the
---      first once past the last), each marked prunable by itself (ended 7 days ago).
---   2. Per workflow of the range: its row (looked up by key), whether the walk began at
---      its first task, whether the range holds its last; the jobs of those all marked
---      looked up where a job is kept (harel_jobs_gone).
---   3. Those read whole and prunable: their rows of workflows deleted.
---   4. Those whose row is gone (deleted by an earlier call): their rows of workflow_ends
---      (1,000 a call), then, once none is left, their rows of the range and of
---      workflow_reruns.
---   5. The cursor: back to the first workflow deleted now (its rows go next call), kept
---      while step 4 had more to delete, else past the range (inside its last workflow if
---      that one may still be pruned or is being deleted), or back to the first at the end.
+--      first once past the last), per workflow: its first and last task read, whether
+--      every one ended 7 days ago, its row (by key).
+--   2. For those all ended long ago: whether a job of theirs is still kept.
+--   3. Those read whole (from their first task, or from where the walk stopped inside
+--      them) and prunable: their rows of workflows deleted.
+--   4. Those whose row is gone (deleted by an earlier call, or now with the range holding
+--      their first task): their rows of workflow_ends (1,000 a call), then, once none is
+--      left, their rows of the range and of workflow_reruns.
+--   5. The cursor: kept while step 4 had more to delete; else back to the first task of a
+--      workflow deleted now whose first tasks an earlier call read (they go next call);
+--      else past the range (inside its last workflow if that one may still be pruned or
+--      is being deleted), or back to the first at the end.
 CREATE OR REPLACE FUNCTION @schema@.harel_prune_workflows()
 RETURNS INT
 LANGUAGE plpgsql
@@ -59,10 +62,6 @@ DECLARE
     v_wf        BIGINT;
     v_ord       INT;
     v_horizon   TIMESTAMPTZ;
-    v_wfs       BIGINT[];
-    v_ords      INT[];
-    v_jobs      BIGINT[];
-    v_old       BOOLEAN[];
     v_n         INT;
     v_g_wf      BIGINT[];
     v_g_first   INT[];
@@ -70,8 +69,6 @@ DECLARE
     v_g_old     BOOLEAN[];
     v_g_tasks   INT[];
     v_g_orphan  BOOLEAN[];
-    v_candidates BIGINT[];
-    v_gone      BIGINT[];
     v_kept      BIGINT[];
     v_prune     BIGINT[];
     v_pruned    BIGINT[];
@@ -81,56 +78,55 @@ DECLARE
     v_last      INT;
     v_next_wf   BIGINT;
     v_next_ord  INT;
+    v_restart   BIGINT;
 BEGIN
     v_wf := COALESCE(pg_sequence_last_value('@schema@.workflow_sweep'::regclass), 0);
     v_ord := LEAST(COALESCE(pg_sequence_last_value('@schema@.workflow_sweep_task'::regclass), 0),
                    c_past)::int;
     v_horizon := statement_timestamp() - c_keep;
 
-    -- 1. The range, in key order
-    SELECT array_agg(t.workflow_id ORDER BY t.workflow_id, t.ordinal),
-           array_agg(t.ordinal ORDER BY t.workflow_id, t.ordinal),
-           array_agg(t.job_id ORDER BY t.workflow_id, t.ordinal),
-           array_agg(t.outcome IS NOT NULL AND t.ended_at <= v_horizon
-                     ORDER BY t.workflow_id, t.ordinal),
-           count(*)::int
-      INTO v_wfs, v_ords, v_jobs, v_old, v_n
-      FROM (SELECT x.workflow_id, x.ordinal, x.job_id, x.outcome, x.ended_at
-              FROM @schema@.workflow_tasks x
-             WHERE (x.workflow_id, x.ordinal) > (v_wf, v_ord)
-             ORDER BY x.workflow_id, x.ordinal
-             LIMIT c_rows) AS t;
+    -- 1. The range, in key order, per workflow: its first and last task read,
+    -- whether every task read is marked, and its row (looked up by key)
+    SELECT array_agg(g.wf ORDER BY g.wf), array_agg(g.first_ord ORDER BY g.wf),
+           array_agg(g.last_ord ORDER BY g.wf), array_agg(g.old ORDER BY g.wf),
+           array_agg(w.tasks ORDER BY g.wf), array_agg(w.id IS NULL ORDER BY g.wf),
+           COALESCE(sum(g.n), 0)::int
+      INTO v_g_wf, v_g_first, v_g_last, v_g_old, v_g_tasks, v_g_orphan, v_n
+      FROM (SELECT t.workflow_id AS wf, min(t.ordinal) AS first_ord,
+                   max(t.ordinal) AS last_ord,
+                   bool_and(t.outcome IS NOT NULL AND t.ended_at <= v_horizon) AS old,
+                   count(*) AS n
+              FROM (SELECT x.workflow_id, x.ordinal, x.outcome, x.ended_at
+                      FROM @schema@.workflow_tasks x
+                     WHERE (x.workflow_id, x.ordinal) > (v_wf, v_ord)
+                     ORDER BY x.workflow_id, x.ordinal
+                     LIMIT c_rows) AS t
+             GROUP BY t.workflow_id) AS g
+      LEFT JOIN LATERAL (SELECT x.id, x.tasks FROM @schema@.workflows x
+                          WHERE x.id = g.wf OFFSET 0) AS w ON true;
     IF v_n = 0 THEN
         -- past the last: from the first again
         PERFORM setval('@schema@.workflow_sweep'::regclass, 0, false);
         PERFORM setval('@schema@.workflow_sweep_task'::regclass, 0, false);
         RETURN 0;
     END IF;
-
-    -- 2. Per workflow of the range: its row (by key), its first and last task read,
-    -- whether every task read is marked
-    SELECT array_agg(g.wf ORDER BY g.wf), array_agg(g.first_ord ORDER BY g.wf),
-           array_agg(g.last_ord ORDER BY g.wf), array_agg(g.old ORDER BY g.wf),
-           array_agg(w.tasks ORDER BY g.wf), array_agg(w.id IS NULL ORDER BY g.wf)
-      INTO v_g_wf, v_g_first, v_g_last, v_g_old, v_g_tasks, v_g_orphan
-      FROM (SELECT b.wf, min(b.ord) AS first_ord, max(b.ord) AS last_ord,
-                   bool_and(b.old) AS old
-              FROM unnest(v_wfs, v_ords, v_old) AS b(wf, ord, old)
-             GROUP BY b.wf) AS g
-      LEFT JOIN LATERAL (SELECT x.id, x.tasks FROM @schema@.workflows x
-                          WHERE x.id = g.wf OFFSET 0) AS w ON true;
-    -- the jobs of the workflows read whole so far and all marked: kept anywhere?
-    SELECT array_agg(b.job) INTO v_candidates
-      FROM unnest(v_wfs, v_jobs) AS b(wf, job)
-      JOIN unnest(v_g_wf, v_g_old, v_g_orphan) AS g(wf, old, orphan) ON g.wf = b.wf
-     WHERE g.old AND NOT g.orphan;
-    IF v_candidates IS NOT NULL THEN
-        v_gone := @schema@.harel_jobs_gone(v_candidates);
-        -- the workflows with a job still kept (a hash anti-join, not a search per job)
-        SELECT array_agg(DISTINCT b.wf) INTO v_kept
-          FROM unnest(v_wfs, v_jobs) AS b(wf, job)
-          LEFT JOIN unnest(v_gone) AS z(job) ON z.job = b.job
-         WHERE z.job IS NULL;
+    v_last := cardinality(v_g_wf);
+    -- 2. The workflows whose tasks read all ended long ago: is one of their jobs kept?
+    -- (read again by key, these tasks alone; an ended task's job is kept only where its
+    -- outcome puts it: a dead letter, or job_history)
+    IF true = ANY (SELECT g.old AND NOT g.orphan
+                     FROM unnest(v_g_old, v_g_orphan) AS g(old, orphan)) THEN
+        SELECT array_agg(DISTINCT g.wf) INTO v_kept
+          FROM unnest(v_g_wf, v_g_first, v_g_last, v_g_old, v_g_orphan)
+               AS g(wf, first_ord, last_ord, old, orphan)
+         CROSS JOIN LATERAL (SELECT x.job_id, x.outcome FROM @schema@.workflow_tasks x
+                              WHERE x.workflow_id = g.wf
+                                AND x.ordinal BETWEEN g.first_ord AND g.last_ord) AS t
+         WHERE g.old AND NOT g.orphan
+           AND CASE WHEN t.outcome = 'dead'
+                    THEN EXISTS (SELECT 1 FROM @schema@.dead_letters d WHERE d.id = t.job_id)
+                    ELSE EXISTS (SELECT 1 FROM @schema@.job_history h WHERE h.id = t.job_id)
+               END;
     END IF;
 
     -- 3. Read whole (from its first task, or from where the walk stopped inside it) and
@@ -153,11 +149,14 @@ BEGIN
         SELECT array_agg(d.id) INTO v_pruned FROM d;
     END IF;
 
-    -- 4. Workflows deleted by an earlier call: their counts first (at most c_rows rows a
-    -- call), then, once none is left, their tasks of the range and their copies
+    -- 4. Workflows deleted, by an earlier call or by this one when the range began at
+    -- their first task: their counts first (at most c_rows rows a call), then, once none is
+    -- left, their tasks of the range and their copies
     SELECT array_agg(g.wf) INTO v_orphans
-      FROM unnest(v_g_wf, v_g_orphan) AS g(wf, orphan)
-     WHERE g.orphan;
+      FROM unnest(v_g_wf, v_g_orphan, v_g_first) AS g(wf, orphan, first_ord)
+     WHERE g.orphan
+        OR (g.first_ord = 1 AND EXISTS (SELECT 1 FROM unnest(v_pruned) AS p(id)
+                                         WHERE p.id = g.wf));
     IF v_orphans IS NOT NULL THEN
         WITH d AS (
             DELETE FROM @schema@.workflow_ends e
@@ -173,21 +172,24 @@ BEGIN
             DELETE FROM @schema@.workflow_tasks t
              WHERE t.workflow_id = ANY (v_orphans)
                AND (t.workflow_id, t.ordinal) > (v_wf, v_ord)
-               AND (t.workflow_id, t.ordinal) <= (v_wfs[v_n], v_ords[v_n]);
+               AND (t.workflow_id, t.ordinal) <= (v_g_wf[v_last], v_g_last[v_last]);
             DELETE FROM @schema@.workflow_reruns r
              WHERE r.workflow_id = ANY (v_orphans)
                AND (r.workflow_id, r.ordinal) > (v_wf, v_ord)
-               AND (r.workflow_id, r.ordinal) <= (v_wfs[v_n], v_ords[v_n]);
+               AND (r.workflow_id, r.ordinal) <= (v_g_wf[v_last], v_g_last[v_last]);
         END IF;
     END IF;
 
     -- 5. Where the next call begins
-    v_last := cardinality(v_g_wf);
+    SELECT min(p.id) INTO v_restart
+      FROM unnest(v_pruned) AS p(id)
+     WHERE NOT EXISTS (SELECT 1 FROM unnest(v_orphans) AS o(wf) WHERE o.wf = p.id);
     IF v_more THEN
         v_next_wf := v_wf;
         v_next_ord := v_ord;
-    ELSIF v_pruned IS NOT NULL THEN
-        SELECT min(p.id) INTO v_next_wf FROM unnest(v_pruned) AS p(id);
+    ELSIF v_restart IS NOT NULL THEN
+        -- (a workflow the walk had begun in an earlier call: its first tasks are behind)
+        v_next_wf := v_restart;
         v_next_ord := 0;
     ELSIF v_n < c_rows THEN
         v_next_wf := 0;
@@ -196,7 +198,7 @@ BEGIN
         v_next_wf := v_g_wf[v_last];
         -- inside the last workflow: on where it stopped if it is being deleted, or if
         -- every task of it read so far is prunable (read from its first); else past it
-        IF v_g_orphan[v_last]
+        IF v_g_orphan[v_last] OR v_g_wf[v_last] = ANY (v_orphans)
            OR (v_g_old[v_last] AND v_g_last[v_last] < v_g_tasks[v_last]
                AND (v_g_first[v_last] = 1
                     OR (v_g_wf[v_last] = v_wf AND v_g_first[v_last] = v_ord + 1))
