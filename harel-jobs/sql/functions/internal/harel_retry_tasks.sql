@@ -104,18 +104,30 @@ BEGIN
                 AND (z.ord IS NOT NULL OR t.outcome = 'cancelled' OR t.run_after_failure
                      OR (p_seeds IS NULL AND t.outcome = 'dead'))
               ORDER BY t.ordinal LOOP
-        IF s.seed THEN
-            CONTINUE WHEN s.outcome = 'completed';
-        ELSE
-            -- downstream of a task retried here? (its parents by their key: a parent
-            -- retried here points at a job enqueued here)
-            CONTINUE WHEN v_first_new IS NULL;
-            SELECT count(*) FILTER (WHERE f.job_id >= v_first_new)::int,
-                   count(*) FILTER (WHERE f.outcome IN ('dead', 'cancelled'))::int
-              INTO v_retried, v_failed
-              FROM @schema@.workflow_tasks f
-             WHERE f.workflow_id = p_id AND f.name = ANY (s.parents);
-            CONTINUE WHEN v_retried = 0;
+        CONTINUE WHEN s.seed AND s.outcome = 'completed';
+        -- (a task downstream of none retried yet)
+        CONTINUE WHEN NOT s.seed AND v_first_new IS NULL;
+        -- Its parents, by their key, in one read: how many were retried here (their jobs
+        -- enqueued here: a task's job changes only under the workflow's lock) and how many
+        -- failed and stay so; the ones it would wait for (their current jobs have not
+        -- ended: queued, or retried just before it; a task that does not run after
+        -- failure waits for a failed one too, and is cancelled by it, as when it was
+        -- enqueued); and the others' outcomes, its counts to start from.
+        SELECT count(*) FILTER (WHERE f.job_id >= v_first_new)::int,
+               count(*) FILTER (WHERE f.outcome IN ('dead', 'cancelled'))::int,
+               array_agg(f.job_id ORDER BY f.ordinal)
+                   FILTER (WHERE f.outcome IS NULL
+                              OR (NOT s.run_after_failure AND f.outcome <> 'completed')),
+               count(*) FILTER (WHERE f.outcome = 'completed')::int,
+               count(*) FILTER (WHERE f.outcome = 'dead' AND s.run_after_failure)::int,
+               count(*) FILTER (WHERE f.outcome = 'cancelled' AND s.run_after_failure)::int
+          INTO v_retried, v_failed, v_parents, v_completed, v_dead, v_cancelled
+          FROM @schema@.workflow_tasks f
+         WHERE f.workflow_id = p_id AND f.name = ANY (s.parents);
+        IF NOT s.seed THEN
+            -- downstream of a task retried here: a callback that ended, or a task cancelled
+            -- for the tasks retried here (no failed parent left)
+            CONTINUE WHEN COALESCE(v_retried, 0) = 0;
             CONTINUE WHEN NOT s.run_after_failure
                           AND (s.outcome <> 'cancelled' OR v_failed > 0);
         END IF;
@@ -147,19 +159,6 @@ BEGIN
                 USING ERRCODE = 'HJ003', DETAIL = s.job_id::text;
         END IF;
 
-        -- its parents: it waits for those whose current jobs have not ended (read now: a
-        -- parent retried just before it points at its new job), and counts the others (a
-        -- task that does not run after failure waits for a failed one too, and is
-        -- cancelled by it, as when it was enqueued)
-        SELECT array_agg(f.job_id ORDER BY f.ordinal)
-                   FILTER (WHERE f.outcome IS NULL
-                              OR (NOT s.run_after_failure AND f.outcome <> 'completed')),
-               count(*) FILTER (WHERE f.outcome = 'completed')::int,
-               count(*) FILTER (WHERE f.outcome = 'dead' AND s.run_after_failure)::int,
-               count(*) FILTER (WHERE f.outcome = 'cancelled' AND s.run_after_failure)::int
-          INTO v_parents, v_completed, v_dead, v_cancelled
-          FROM @schema@.workflow_tasks f
-         WHERE f.workflow_id = p_id AND f.name = ANY (s.parents);
         SELECT p.s INTO v_new
           FROM @schema@.harel_publish(
                    ARRAY[CASE WHEN v_job.group_id ~ '^own:[0-9]{19}$' THEN NULL
