@@ -79,6 +79,8 @@ DECLARE
     v_next_wf   BIGINT;
     v_next_ord  INT;
     v_restart   BIGINT;
+    v_end_wf    BIGINT;
+    v_end_ord   INT;
 BEGIN
     v_wf := COALESCE(pg_sequence_last_value('@schema@.workflow_sweep'::regclass), 0);
     v_ord := LEAST(COALESCE(pg_sequence_last_value('@schema@.workflow_sweep_task'::regclass), 0),
@@ -111,6 +113,9 @@ BEGIN
         RETURN 0;
     END IF;
     v_last := cardinality(v_g_wf);
+    -- the range's last row (scalars: Citus takes no subscripted variable in a write)
+    v_end_wf := v_g_wf[v_last];
+    v_end_ord := v_g_last[v_last];
     -- 2. The workflows whose tasks read all ended long ago: is one of their jobs kept?
     -- (read again by key, these tasks alone; an ended task's job is kept only where its
     -- outcome puts it: a dead letter, or job_history)
@@ -172,11 +177,11 @@ BEGIN
             DELETE FROM @schema@.workflow_tasks t
              WHERE t.workflow_id = ANY (v_orphans)
                AND (t.workflow_id, t.ordinal) > (v_wf, v_ord)
-               AND (t.workflow_id, t.ordinal) <= (v_g_wf[v_last], v_g_last[v_last]);
+               AND (t.workflow_id, t.ordinal) <= (v_end_wf, v_end_ord);
             DELETE FROM @schema@.workflow_reruns r
              WHERE r.workflow_id = ANY (v_orphans)
                AND (r.workflow_id, r.ordinal) > (v_wf, v_ord)
-               AND (r.workflow_id, r.ordinal) <= (v_g_wf[v_last], v_g_last[v_last]);
+               AND (r.workflow_id, r.ordinal) <= (v_end_wf, v_end_ord);
         END IF;
     END IF;
 
