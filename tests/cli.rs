@@ -1196,14 +1196,106 @@ async fn workflows_are_listed_shown_cancelled_and_retried() {
     )
     .json();
     assert_eq!(json["cancelled"], 2);
+    // the operator's cancel reads as one, with the counts by outcome (issue 42, item 8)
     let json = ok(&mut op(), &["--json", "workflows", "list"]).json();
-    assert_eq!(json["workflows"][0]["state"], "failed");
+    assert_eq!(json["workflows"][0]["state"], "cancelled");
+    assert_eq!(json["workflows"][0]["cancelled"], 2);
+    assert_eq!(json["workflows"][0]["dead"], 0);
+    assert!(json["workflows"][0]["cancelled_at"].is_string());
+    let table = ok(&mut op(), &["workflows", "list"]).stdout;
+    assert!(
+        table.contains("cancelled") && !table.contains("failed"),
+        "{table}"
+    );
+    let shown = ok(&mut op(), &["workflows", "show", &id]).stdout;
+    assert!(
+        shown.contains(": cancelled, 2 of 2 tasks ended (0 completed, 0 dead, 2 cancelled)"),
+        "{shown}"
+    );
     fails(&mut op(), &["workflows", "retry", &id], 1, "--yes");
     let json = ok(&mut op(), &["--json", "workflows", "retry", &id, "--yes"]).json();
     assert_eq!(json["retried"], 2);
     let json = ok(&mut op(), &["--json", "workflows", "show", &id]).json();
     assert_eq!(json["tasks"][0]["state"], "waiting");
     assert_eq!(json["tasks"][1]["state"], "pending");
+}
+
+/// Issue 42, item 6: `jobs show` and `dead show` (text and JSON) say which workflow and
+/// task a job is; `dead retry` of a task's letter puts the task back into its workflow
+/// (its new job is the task's, `jobs show` says so), and `workflows retry` then has
+/// nothing to retry instead of failing.
+#[tokio::test]
+async fn a_tasks_job_and_dead_letter_name_their_workflow_and_a_retry_keeps_it() {
+    let q = SuiteSchema::new().await;
+    let role = TestRole::with_grants(&q, OPERATOR_GRANTS).await;
+    let op = || cli(&role.url, &q);
+    let mut w = queue(&q).workflow("nightly-export");
+    let shard = w
+        .task("shard", Note { n: 1 }, &harel_jobs::EnqueueOptions::new())
+        .unwrap();
+    w.task(
+        "zip",
+        Note { n: 2 },
+        &harel_jobs::EnqueueOptions::new().after([shard]),
+    )
+    .unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let id = enqueued.id.to_string();
+    let named = format!("workflow {id} (nightly-export), task shard");
+
+    let shown = ok(&mut op(), &["jobs", "show", &enqueued.jobs[0].to_string()]).stdout;
+    assert!(shown.contains(&named), "{shown}");
+    let lease = q
+        .transport
+        .claim(&q.pool, &ClaimRequest::new(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("the shard");
+    assert_eq!(lease.lease.id, enqueued.jobs[0]);
+    let outcome = q
+        .transport
+        .dead_letter(&q.pool, &lease.lease, "corrupt")
+        .await
+        .unwrap();
+    assert_eq!(outcome, LeaseOutcome::Applied);
+    let letter = enqueued.jobs[0].to_string();
+    let shown = ok(&mut op(), &["dead", "show", &letter]).stdout;
+    assert!(shown.contains(&named), "{shown}");
+    let json = ok(&mut op(), &["--json", "dead", "show", &letter]).json();
+    assert_eq!(json["workflow"]["id"], enqueued.id.get());
+    assert_eq!(json["workflow"]["name"], "nightly-export");
+    assert_eq!(json["workflow"]["task"], "shard");
+    let json = ok(
+        &mut op(),
+        &["--json", "jobs", "show", &enqueued.jobs[1].to_string()],
+    )
+    .json();
+    assert_eq!(json["workflow"]["task"], "zip");
+    assert_eq!(json["state"], "cancelled");
+
+    let json = ok(&mut op(), &["--json", "dead", "retry", &letter]).json();
+    let new_id = json["retried"][0]["new_id"].as_i64().expect("retried");
+    let json = ok(&mut op(), &["--json", "workflows", "show", &id]).json();
+    assert_eq!(json["workflow"]["state"], "running");
+    assert_eq!(json["tasks"][0]["job"], new_id);
+    assert_eq!(json["tasks"][0]["state"], "waiting");
+    assert_eq!(
+        json["tasks"][1]["state"], "pending",
+        "zip waits for it again"
+    );
+    let shown = ok(&mut op(), &["jobs", "show", &new_id.to_string()]).stdout;
+    assert!(shown.contains(&named), "{shown}");
+    let json = ok(&mut op(), &["--json", "workflows", "retry", &id, "--yes"]).json();
+    assert_eq!(json["retried"], 0);
+    // a job of no workflow says nothing of one
+    let plain = dead_letter(&q, "plain", "no").await.to_string();
+    let json = ok(&mut op(), &["--json", "dead", "show", &plain]).json();
+    assert!(json["workflow"].is_null());
+    assert!(
+        !ok(&mut op(), &["dead", "show", &plain])
+            .stdout
+            .contains("workflow")
+    );
 }
 
 #[tokio::test]

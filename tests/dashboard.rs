@@ -1063,7 +1063,99 @@ async fn an_operator_follows_a_workflow_in_the_browser() {
     );
     let info = owner.workflow_info(enqueued.id).await.unwrap().unwrap();
     assert_eq!((info.ended, info.failed), (4, 4));
+    // the operator's cancel reads as one, with the counts by outcome (issue 42, item 8)
+    assert_eq!(info.state.as_str(), "cancelled");
+    let fields = text(&client, "dl").await;
+    assert!(fields.contains("cancelled"), "{fields}");
+    assert_eq!(
+        text(&client, "#workflow-counts").await,
+        "4 ended of 4: 0 completed, 0 dead, 4 cancelled"
+    );
+    client.goto(&format!("{base}/workflows")).await.unwrap();
+    let list = text(&client, "tbody").await;
+    assert!(
+        list.contains("cancelled") && !list.contains("failed"),
+        "{list}"
+    );
     screenshot(&client, "workflow_cancelled").await;
+    client.close().await.unwrap();
+    operator.close().await;
+}
+
+/// Issue 42, item 6, in the browser: a task's dead letter and its job's page say which
+/// workflow and task it is; its Retry (confirmed, saying so) puts the task back into its
+/// workflow, with the tasks cancelled for it, and the new job's page says it is that task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_dead_letter_is_retried_into_its_workflow_in_the_browser() {
+    let (q, _role, operator, queue, owner) = operated(3).await;
+    let mut w = owner.workflow("nightly-export");
+    let email = |to: &str| SendEmail { to: to.to_owned() };
+    let fetch = w
+        .task("fetch", email("a"), &harel_jobs::EnqueueOptions::new())
+        .unwrap();
+    w.task(
+        "zip",
+        email("b"),
+        &harel_jobs::EnqueueOptions::new().after([fetch]),
+    )
+    .unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let lease = q
+        .transport
+        .claim(&q.pool, &ClaimRequest::new(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("fetch")
+        .lease;
+    assert_eq!(lease.id, enqueued.jobs[0]);
+    assert_eq!(
+        q.transport
+            .dead_letter(&q.pool, &lease, "503")
+            .await
+            .unwrap(),
+        LeaseOutcome::Applied
+    );
+    let (_, base, client, _driver) = open(queue, |router| router).await;
+    let named = format!("workflow {} (nightly-export), task fetch", enqueued.id);
+
+    client
+        .goto(&format!("{base}/jobs/{}", enqueued.jobs[0]))
+        .await
+        .unwrap();
+    assert_eq!(text(&client, "#job-workflow").await, named);
+    client
+        .goto(&format!("{base}/dead/{}", enqueued.jobs[0]))
+        .await
+        .unwrap();
+    assert_eq!(text(&client, "#job-workflow").await, named);
+    click(&client, Locator::XPath("//button[text()='Retry']")).await;
+    let question = client.get_alert_text().await.expect("asks first");
+    assert!(question.contains("its workflow's task"), "{question}");
+    client.accept_alert().await.unwrap();
+    let url = wait_for_url(&client, "done=retried").await;
+    assert!(
+        !url.contains(&format!("/jobs/{}?", enqueued.jobs[0])),
+        "{url}"
+    );
+    assert_eq!(text(&client, "#job-workflow").await, named);
+    screenshot(&client, "dead_letter_retried_into_its_workflow").await;
+
+    click(
+        &client,
+        Locator::LinkText(&format!("workflow {} (nightly-export)", enqueued.id)),
+    )
+    .await;
+    wait_for_url(&client, &format!("/workflows/{}", enqueued.id)).await;
+    let graph = text(&client, "#workflow-graph").await;
+    assert!(
+        graph.contains("fetch waiting") && graph.contains("zip pending"),
+        "{graph}"
+    );
+    let info = owner.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state.as_str(), info.ended, info.failed),
+        ("running", 0, 0)
+    );
     client.close().await.unwrap();
     operator.close().await;
 }
@@ -2538,8 +2630,8 @@ async fn cancel_all_matching_stops_at_its_cap_and_says_more_match() {
     operator.close().await;
 }
 
-/// An operator role granted before this release (no EXECUTE on harel_job_attempts nor on
-/// harel_list_jobs_newest) still gets the jobs list (oldest first) and a job's page
+/// An operator role granted before this release (no EXECUTE on harel_job_attempts, on
+/// harel_list_jobs_newest nor on harel_job_workflow) still gets the jobs list (oldest first) and a job's page
 /// (without its attempts), each saying which grant is missing, not an error.
 #[tokio::test]
 async fn a_role_granted_by_the_previous_release_still_sees_jobs_and_their_pages() {
@@ -2547,9 +2639,13 @@ async fn a_role_granted_by_the_previous_release_still_sees_jobs_and_their_pages(
     let grants: Vec<&str> = OPERATOR_GRANTS
         .iter()
         .copied()
-        .filter(|g| !g.contains("harel_job_attempts") && !g.contains("harel_list_jobs_newest"))
+        .filter(|g| {
+            !g.contains("harel_job_attempts")
+                && !g.contains("harel_list_jobs_newest")
+                && !g.contains("harel_job_workflow")
+        })
         .collect();
-    assert_eq!(grants.len() + 2, OPERATOR_GRANTS.len());
+    assert_eq!(grants.len() + 3, OPERATOR_GRANTS.len());
     let role = TestRole::with_grants(&q, &grants).await;
     let operator = pool_with(&role.url, 2).await;
     let queue = Client::with_schema(operator.clone(), q.schema.clone());
@@ -2575,6 +2671,11 @@ async fn a_role_granted_by_the_previous_release_still_sees_jobs_and_their_pages(
         page.contains("id=\"missing-grant\"") && page.contains("harel_job_attempts"),
         "{page}"
     );
+    // nor which workflow task a job is (harel_job_workflow, schema version 20)
+    assert!(page.contains("EXECUTE on harel_job_workflow"), "{page}");
+    let (status, page) = get(format!("/dead/{id}")).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("EXECUTE on harel_job_workflow"), "{page}");
 }
 
 /// An operator pauses, resumes and triggers a schedule from the Schedules page, each

@@ -185,6 +185,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_job",
         "harel_job_attempts",
         "harel_job_parents",
+        "harel_job_workflow",
         "harel_job_steps",
         "harel_jobs_gone",
         "harel_list_groups",
@@ -194,6 +195,7 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_move_on",
         "harel_notify",
         "harel_publish",
+        "harel_prune_workflows",
         "harel_publish_workflow",
         "harel_purge_dead_letters",
         "harel_queue_id",
@@ -205,8 +207,9 @@ async fn a_schema_of_the_first_release_with_jobs_in_every_state_upgrades_and_los
         "harel_release_waiting",
         "harel_resolve_backlog",
         "harel_resolve_dependents",
-        "harel_retry_workflow",
         "harel_retry_dead_letters",
+        "harel_retry_tasks",
+        "harel_retry_workflow",
         "harel_run_now",
         "harel_schedule_control",
         "harel_schedule_fire",
@@ -463,12 +466,14 @@ async fn a_group_named_like_one_of_its_own_before_0010_never_meets_a_new_job() {
     .execute(&q.pool)
     .await
     .unwrap();
-    // 0010 runs again, as on a schema of the release before it (and 0011 to 0019 after
+    // 0010 runs again, as on a schema of the release before it (and 0011 to 0022 after
     // it, their objects dropped first)
     sqlx::raw_sql(q.sql(
         "DELETE FROM @schema@._migrations WHERE version >= 10;
          DROP TABLE @schema@.dependency_backlog;
          ALTER TABLE @schema@.queues DROP COLUMN unpark_through;
+         DROP TABLE @schema@.workflow_reruns;
+         DROP SEQUENCE @schema@.workflow_sweep, @schema@.workflow_sweep_task;
          DROP TABLE @schema@.elections;
          DROP SEQUENCE @schema@.maintain_sweep;
          DROP TABLE @schema@.job_steps;
@@ -657,12 +662,17 @@ async fn the_jobs_view_shows_each_jobs_queue_and_trace_context() {
 #[tokio::test]
 async fn a_worker_of_the_previous_release_reports_after_0019() {
     let q = SuiteSchema::new().await;
-    // the schema as the previous release left it: 0019 (and later) not applied, the old signature
-    // (its body does not matter here) and a row of throughput without a queue
+    // the schema as the previous release left it: 0019 not applied (nor those after it,
+    // their objects dropped), the old signature (its body does not matter here) and a row
+    // of throughput without a queue
     sqlx::raw_sql(q.sql(
         "DELETE FROM @schema@._migrations WHERE version >= 19;
          DROP TABLE @schema@.dependency_backlog;
          ALTER TABLE @schema@.queues DROP COLUMN unpark_through;
+         DROP TABLE @schema@.workflow_reruns;
+         DROP SEQUENCE @schema@.workflow_sweep, @schema@.workflow_sweep_task;
+         ALTER TABLE @schema@.workflow_ends DROP COLUMN cancelled;
+         ALTER TABLE @schema@.workflows DROP COLUMN cancelled_at;
          ALTER TABLE @schema@.throughput DROP COLUMN queue, ADD PRIMARY KEY (minute, worker);
          ALTER TABLE @schema@.workers DROP COLUMN counted_queues,
              DROP COLUMN counted_succeeded, DROP COLUMN counted_failed,
@@ -706,6 +716,93 @@ async fn a_worker_of_the_previous_release_reports_after_0019() {
     .unwrap();
     assert_eq!(rows, [("".to_owned(), 7, 0), ("mail".to_owned(), 3, 1)]);
     worker.close().await;
+}
+
+/// Migration 0022: a workflow of the previous release (one task dead, two cancelled for
+/// it, one completed) reads its counts by outcome after the upgrade (the cancelled counted
+/// from the tasks' recorded outcomes), and an operator role of that release keeps its
+/// grants on harel_workflow and harel_workflows (dropped and created again with two more
+/// columns), its calls naming the old columns working unchanged.
+#[tokio::test]
+async fn a_workflow_of_the_previous_release_reads_its_counts_by_outcome_after_0022() {
+    let q = SuiteSchema::new().await;
+    let client = Client::with_schema(q.pool.clone(), q.schema.clone());
+    let mut w = client.workflow("old");
+    let options = harel_jobs::EnqueueOptions::new;
+    let a = w.task("a", Legacy { n: 1 }, &options()).unwrap();
+    let b = w.task("b", Legacy { n: 2 }, &options().after([a])).unwrap();
+    w.task("c", Legacy { n: 3 }, &options().after([b])).unwrap();
+    w.task("d", Legacy { n: 4 }, &options()).unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let claimed = q
+        .transport
+        .claim_many(
+            &q.pool,
+            &harel_jobs::transport::ClaimRequest::new(Duration::from_secs(60)).limit(10),
+        )
+        .await
+        .unwrap();
+    for message in claimed {
+        let outcome = if message.lease.id == enqueued.jobs[0] {
+            q.transport.dead_letter(&q.pool, &message.lease, "x").await
+        } else {
+            q.transport.ack(&q.pool, &message.lease).await
+        };
+        assert!(outcome.unwrap().is_applied());
+    }
+    // the schema as the previous release left it: 0022 not applied, the old functions
+    // (their bodies do not matter here)
+    sqlx::raw_sql(q.sql(
+        "DELETE FROM @schema@._migrations WHERE version = 22;
+         DROP TABLE @schema@.workflow_reruns;
+         DROP SEQUENCE @schema@.workflow_sweep, @schema@.workflow_sweep_task;
+         ALTER TABLE @schema@.workflow_ends DROP COLUMN cancelled;
+         ALTER TABLE @schema@.workflows DROP COLUMN cancelled_at;
+         DROP FUNCTION @schema@.harel_workflow(BIGINT);
+         DROP FUNCTION @schema@.harel_workflows(TEXT, BIGINT, INT);
+         CREATE FUNCTION @schema@.harel_workflow(BIGINT) RETURNS TABLE (id BIGINT, name TEXT,
+             created_at TIMESTAMPTZ, tasks INT, ended INT, failed INT)
+             LANGUAGE sql AS 'SELECT 0::bigint, '''', now(), 0, 0, 0';
+         CREATE FUNCTION @schema@.harel_workflows(TEXT, BIGINT, INT) RETURNS TABLE (id BIGINT,
+             name TEXT, created_at TIMESTAMPTZ, tasks INT, ended INT, failed INT)
+             LANGUAGE sql AS 'SELECT 0::bigint, '''', now(), 0, 0, 0';",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let role = TestRole::with_grants(
+        &q,
+        &[
+            "USAGE ON SCHEMA @schema@",
+            "EXECUTE ON FUNCTION @schema@.harel_workflow",
+            "EXECUTE ON FUNCTION @schema@.harel_workflows",
+        ],
+    )
+    .await;
+    migrate_schema(&q.pool, &q.schema).await.unwrap();
+
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state.as_str(), info.ended, info.failed),
+        ("failed", 4, 3)
+    );
+    assert_eq!((info.completed, info.dead, info.cancelled), (1, 1, 2));
+    assert_eq!(info.cancelled_at, None);
+    let operator = pool_with(&role.url, 1).await;
+    let old: (i64, i32, i32) =
+        sqlx::query_as(q.sql("SELECT id, ended, failed FROM @schema@.harel_workflow($1)"))
+            .bind(enqueued.id.get())
+            .fetch_one(&operator)
+            .await
+            .expect("the previous release's call, with its grant, after the upgrade");
+    assert_eq!(old, (enqueued.id.get(), 4, 3));
+    let listed: Vec<(i64, i32)> =
+        sqlx::query_as(q.sql("SELECT id, failed FROM @schema@.harel_workflows(NULL, NULL, 10)"))
+            .fetch_all(&operator)
+            .await
+            .expect("and the list's");
+    assert_eq!(listed, [(enqueued.id.get(), 3)]);
+    operator.close().await;
 }
 
 /// `migrate` gives the functions Citus-only settings where the `citus` extension is, and

@@ -269,6 +269,10 @@ fn producer_must_not(q: &SuiteSchema) -> Vec<String> {
         format!("SELECT * FROM {s}.harel_cancel_workflow(1, NULL, 0, NULL, 10)"),
         format!("SELECT * FROM {s}.harel_retry_workflow(1)"),
         format!("SELECT * FROM {s}.harel_workflow_task('g', 1, gen_random_uuid())"),
+        format!("SELECT * FROM {s}.harel_job_workflow(1)"),
+        format!("SELECT * FROM {s}.harel_retry_tasks(1, ARRAY[1])"),
+        format!("SELECT {s}.harel_prune_workflows()"),
+        format!("SELECT * FROM {s}.workflow_reruns"),
         format!("SELECT * FROM {s}.job_attempts"),
         format!("SELECT * FROM {s}.harel_job_attempts(1)"),
         format!("SELECT {s}.harel_jobs_gone(ARRAY[1::bigint])"),
@@ -769,6 +773,9 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
         ),
         format!("UPDATE {s}.workflow_tasks SET outcome = NULL"),
         format!("SELECT * FROM {s}.harel_workflow_task('g', 1, gen_random_uuid())"),
+        format!("SELECT * FROM {s}.harel_retry_tasks(1, ARRAY[1])"),
+        format!("SELECT {s}.harel_prune_workflows()"),
+        format!("DELETE FROM {s}.workflow_reruns"),
         format!("DELETE FROM {s}.job_attempts"),
         format!(
             "SELECT {s}.harel_record_attempts(ARRAY[1::bigint], ARRAY[1], ARRAY[now()], \
@@ -809,6 +816,12 @@ async fn an_operator_can_read_stats_and_handle_dead_letters_and_cannot_work_jobs
             .len(),
         2
     );
+    let task = queue
+        .job_workflow(enqueued.jobs[1])
+        .await
+        .unwrap()
+        .expect("a task");
+    assert_eq!((task.workflow, task.task.as_str()), (enqueued.id, "b"));
     let cancelled = queue.cancel_workflow(enqueued.id).await.unwrap();
     assert_eq!(cancelled.cancelled, 2);
     assert_eq!(queue.retry_workflow(enqueued.id).await.unwrap(), 2);

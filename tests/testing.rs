@@ -935,3 +935,136 @@ async fn a_drain_runs_every_dependent_of_a_job_with_thousands() {
     tx.rollback().await.unwrap();
     queue.cleanup().await.unwrap();
 }
+
+/// A shard of the export below.
+#[job]
+async fn export_shard(_ctx: JobContext<()>, n: u32) -> JobResult {
+    let _ = n;
+    Ok(())
+}
+
+/// The guide's batch callback (docs/guide/workflows.md, "A batch with a callback"), as
+/// written there.
+#[job]
+async fn export_done(ctx: JobContext<()>, export: i64) -> JobResult {
+    let task = ctx.workflow().await?.expect("a workflow's task");
+    let counts = task.parents.unwrap_or_default();
+    println!(
+        "export {export}, batch {}: {} completed, {} dead, {} cancelled",
+        task.workflow, counts.completed, counts.dead, counts.cancelled
+    );
+    Ok(())
+}
+
+/// What the callback below read, for the test to check.
+#[derive(Default)]
+struct Read(std::sync::Mutex<Option<(String, u32, u32, u32)>>);
+
+/// A shard of the export whose callback keeps what it read.
+#[job]
+async fn read_shard(_ctx: JobContext<Arc<Read>>, n: u32) -> JobResult {
+    let _ = n;
+    Ok(())
+}
+
+/// The same callback, keeping what it read.
+#[job]
+async fn export_read(ctx: JobContext<Arc<Read>>) -> JobResult {
+    let task = ctx.workflow().await?.expect("a workflow's task");
+    let counts = task.parents.unwrap_or_default();
+    *ctx.state().0.lock().unwrap() =
+        Some((task.task, counts.completed, counts.dead, counts.cancelled));
+    Ok(())
+}
+
+/// Issue 42, item 9: under a test worker inside the test's transaction, a task reads its
+/// workflow (`JobContext::workflow`) as under a pool: the guide's callback completes
+/// (before: it read `None`, the claim being the transaction's, and panicked into a dead
+/// letter), and reads its batch's counts. On the pool too.
+#[tokio::test]
+async fn a_callback_reads_its_workflow_inside_the_tests_transaction() {
+    let queue = queue().await;
+    let worker = TestWorker::new(
+        queue
+            .worker(())
+            .register::<ExportShard>()
+            .register::<ExportDone>(),
+    )
+    .unwrap();
+    for inside in [true, false] {
+        let mut tx = queue.pool().begin().await.unwrap();
+        let mut export = queue.client().workflow("export");
+        for n in 0..3 {
+            export
+                .task(
+                    format!("shard-{n}"),
+                    ExportShard { n },
+                    &harel_jobs::EnqueueOptions::new(),
+                )
+                .unwrap();
+        }
+        export
+            .callback(
+                "done",
+                ExportDone { export: 7 },
+                &harel_jobs::EnqueueOptions::new(),
+            )
+            .unwrap();
+        export.enqueue(&mut *tx).await.unwrap();
+        if !inside {
+            tx.commit().await.unwrap();
+            tx = queue.pool().begin().await.unwrap();
+        }
+        let worked = if inside {
+            worker.work_until_idle(&mut *tx).await.unwrap()
+        } else {
+            worker.work_until_idle(queue.pool()).await.unwrap()
+        };
+        assert_eq!(worked.len(), 4);
+        assert!(
+            worked
+                .iter()
+                .all(|job| job.outcome == WorkOutcome::Succeeded),
+            "{worked:?}"
+        );
+        assert_eq!(worked[3].kind, "export_done");
+        tx.rollback().await.unwrap();
+    }
+
+    // and it reads the counts there
+    let read = Arc::new(Read::default());
+    let worker = TestWorker::new(
+        queue
+            .worker(Arc::clone(&read))
+            .register::<ReadShard>()
+            .register::<ExportRead>(),
+    )
+    .unwrap();
+    let mut tx = queue.pool().begin().await.unwrap();
+    let mut export = queue.client().workflow("export");
+    for n in 0..3 {
+        export
+            .task(
+                format!("shard-{n}"),
+                ReadShard { n },
+                &harel_jobs::EnqueueOptions::new(),
+            )
+            .unwrap();
+    }
+    export
+        .callback("read", ExportRead {}, &harel_jobs::EnqueueOptions::new())
+        .unwrap();
+    export.enqueue(&mut *tx).await.unwrap();
+    let worked = worker.work_until_idle(&mut *tx).await.unwrap();
+    assert!(
+        worked
+            .iter()
+            .all(|job| job.outcome == WorkOutcome::Succeeded)
+    );
+    assert_eq!(
+        read.0.lock().unwrap().clone(),
+        Some(("read".to_owned(), 3, 0, 0))
+    );
+    tx.rollback().await.unwrap();
+    queue.cleanup().await.unwrap();
+}

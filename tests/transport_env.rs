@@ -533,7 +533,8 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
             &EnqueueOptions::new().after([first]),
         )
         .unwrap();
-        let workflow = w.enqueue(&mut conn).await.unwrap().id;
+        let enqueued = w.enqueue(&mut conn).await.unwrap();
+        let workflow = enqueued.id;
         // a publish into a group that exists
         q.transport
             .publish(
@@ -629,6 +630,11 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
         ] {
             sqlx::query(q.sql(sql)).execute(&mut conn).await.unwrap();
         }
+        sqlx::query(q.sql("SELECT * FROM @schema@.harel_job_workflow($1)"))
+            .bind(enqueued.jobs[1].get())
+            .execute(&mut conn)
+            .await
+            .unwrap();
         for sql in [
             "SELECT * FROM @schema@.harel_workflow($1)",
             "SELECT * FROM @schema@.harel_workflow_tasks($1, 0, 10)",
@@ -681,6 +687,7 @@ async fn under_a_held_snapshot_and_vacuumed_statistics_every_call_looks_rows_up_
         "harel_workflow_tasks",
         "harel_cancel_workflow",
         "harel_retry_workflow",
+        "harel_job_workflow",
     ] {
         assert!(
             functions.contains(expected),

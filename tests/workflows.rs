@@ -274,10 +274,63 @@ async fn a_workflow_is_cancelled_as_a_unit() {
         // whatever the handlers return, they end as cancelled
         assert!(q.transport.ack(&q.pool, lease).await.unwrap().is_applied());
     }
+    // the operator's cancel reads as one, with the counts by outcome (issue 42, item 8)
     let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
     assert_eq!(
         (info.state, info.ended, info.failed),
-        (WorkflowState::Failed, 3, 3)
+        (WorkflowState::Cancelled, 3, 3)
+    );
+    assert_eq!((info.completed, info.dead, info.cancelled), (0, 0, 3));
+    assert!(info.cancelled_at.is_some());
+    let listed = client.workflows(&WorkflowQuery::new()).await.unwrap();
+    assert_eq!(listed.workflows[0].state.as_str(), "cancelled");
+    assert_eq!(listed.workflows[0].cancelled, 3);
+    // a retry takes the cancel back: it runs again
+    assert_eq!(client.retry_workflow(enqueued.id).await.unwrap(), 3);
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.ended, info.cancelled_at),
+        (WorkflowState::Running, 0, None)
+    );
+}
+
+/// A workflow whose tasks ended before the operator's cancel is not marked cancelled (the
+/// cancel did nothing), and one that failed reads failed, with its counts by outcome.
+#[tokio::test]
+async fn a_workflow_reads_its_counts_by_outcome_and_only_a_real_cancel_marks_it() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let mut w = client.workflow("done");
+    let a = w.task("a", Step { n: 1 }, &EnqueueOptions::new()).unwrap();
+    w.task("b", Step { n: 2 }, &EnqueueOptions::new().after([a]))
+        .unwrap();
+    w.task("c", Step { n: 3 }, &EnqueueOptions::new()).unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    for lease in claim_due(&q).await {
+        if lease.id == enqueued.jobs[0] {
+            assert!(
+                q.transport
+                    .dead_letter(&q.pool, &lease, "broken")
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+        } else {
+            assert!(q.transport.ack(&q.pool, &lease).await.unwrap().is_applied());
+        }
+    }
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(info.state, WorkflowState::Failed);
+    assert_eq!(
+        (info.ended, info.completed, info.dead, info.cancelled),
+        (3, 1, 1, 1)
+    );
+    let done = client.cancel_workflow(enqueued.id).await.unwrap();
+    assert_eq!((done.cancelled, done.running_requested), (0, 0));
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.cancelled_at),
+        (WorkflowState::Failed, None)
     );
 }
 
@@ -565,7 +618,9 @@ async fn cancelling_a_running_workflow_beside_its_settles_never_deadlocks() {
         loop {
             let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
             if info.ended == 300 {
-                assert_eq!(info.state, WorkflowState::Failed, "{cancelled:?}");
+                assert_eq!(info.state, WorkflowState::Cancelled, "{cancelled:?}");
+                assert_eq!(info.completed + info.cancelled, 300, "{info:?}");
+                assert_eq!(info.dead, 0, "{info:?}");
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "{info:?}");
@@ -693,4 +748,407 @@ async fn cancelling_a_workflow_beside_settles_in_its_groups_never_deadlocks() {
     println!("ended in {took:?}, deadlocks {deadlocks}, database errors {errors}");
     assert_eq!(deadlocks, 0, "deadlocks detected while cancelling");
     assert_eq!(errors, 0, "no settle was aborted");
+}
+
+/// Claims every due job and settles it: a dead letter for the jobs in `die`, an ack for the
+/// others; returns how many it settled.
+async fn settle_due(q: &SuiteSchema, die: &[JobId]) -> usize {
+    let leases = claim_due(q).await;
+    let (dying, acked): (Vec<Lease>, Vec<Lease>) =
+        leases.iter().cloned().partition(|l| die.contains(&l.id));
+    for lease in &dying {
+        let outcome = q.transport.dead_letter(&q.pool, lease, "broken").await;
+        assert!(outcome.unwrap().is_applied());
+    }
+    if !acked.is_empty() {
+        let outcomes = q.transport.ack_many(&q.pool, &acked).await.unwrap();
+        assert!(outcomes.iter().all(|o| o.is_applied()));
+    }
+    leases.len()
+}
+
+/// Issue 42, item 6: a dead letter of a workflow's task, retried as a dead letter
+/// (`DeadLetters::retry`, what `dead retry` and the dashboard's Retry call), stays in its
+/// workflow: the task points at the new job, the task cancelled for it waits for it again,
+/// the callback that counted it runs again, and the workflow completes; a retry of the
+/// workflow afterwards finds nothing to retry (before: the new job was outside the
+/// workflow, which still showed the dead task, and `retry_workflow` failed with NotKept).
+#[tokio::test]
+async fn a_retried_dead_letter_of_a_task_stays_in_its_workflow() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let mut w = client.workflow("chain");
+    let a = w.task("a", Step { n: 1 }, &EnqueueOptions::new()).unwrap();
+    let b = w
+        .task("b", Step { n: 2 }, &EnqueueOptions::new().after([a]))
+        .unwrap();
+    w.task("c", Step { n: 3 }, &EnqueueOptions::new().after([b]))
+        .unwrap();
+    w.callback("report", Step { n: 4 }, &EnqueueOptions::new())
+        .unwrap();
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let b_job = enqueued.jobs[1];
+    while settle_due(&q, &[b_job]).await > 0 {}
+    assert_eq!(
+        states(&client, enqueued.id).await,
+        pairs(&[
+            ("a", "completed"),
+            ("b", "dead"),
+            ("c", "cancelled"),
+            ("report", "completed")
+        ])
+    );
+
+    let new_b = client
+        .dead_letters()
+        .retry(b_job)
+        .await
+        .unwrap()
+        .expect("retried");
+    assert_ne!(new_b, b_job);
+    let tasks = client
+        .workflow_tasks(enqueued.id, 0, 100)
+        .await
+        .unwrap()
+        .tasks;
+    assert_eq!(tasks[1].job, new_b, "the task points at the new job");
+    assert_eq!(
+        tasks.iter().map(|t| t.state.as_str()).collect::<Vec<_>>(),
+        ["completed", "waiting", "pending", "pending"],
+        "c waits for b again, and the callback for both"
+    );
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state.as_str(), info.ended, info.failed),
+        ("running", 1, 0)
+    );
+    assert_eq!(
+        client.retry_workflow(enqueued.id).await.unwrap(),
+        0,
+        "nothing left to retry, and no NotKept"
+    );
+    assert!(client.dead_letters().retry(b_job).await.unwrap().is_none());
+
+    while settle_due(&q, &[]).await > 0 {}
+    let tasks = client
+        .workflow_tasks(enqueued.id, 0, 100)
+        .await
+        .unwrap()
+        .tasks;
+    assert!(tasks.iter().all(|t| t.state == "completed"), "{tasks:?}");
+    let counts = tasks[3].parent_outcomes.expect("released");
+    assert_eq!(
+        (counts.completed, counts.dead, counts.cancelled),
+        (3, 0, 0),
+        "the callback ran again with the recovery's counts"
+    );
+    let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state.as_str(), info.ended, info.failed),
+        ("completed", 4, 0)
+    );
+}
+
+/// Issue 42, item 6, retried together or one by one (`retry_many`, what "Retry all" and
+/// `dead retry --all` call): a task cancelled because two parents died runs again once
+/// both are retried, not before.
+#[tokio::test]
+async fn a_task_cancelled_for_two_dead_parents_comes_back_with_the_second() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    for together in [true, false] {
+        let mut w = client.workflow("diamond");
+        let a = w.task("a", Step { n: 1 }, &EnqueueOptions::new()).unwrap();
+        let b = w
+            .task("b", Step { n: 2 }, &EnqueueOptions::new().after([a]))
+            .unwrap();
+        let c = w
+            .task("c", Step { n: 3 }, &EnqueueOptions::new().after([a]))
+            .unwrap();
+        w.task("d", Step { n: 4 }, &EnqueueOptions::new().after([b, c]))
+            .unwrap();
+        let enqueued = w.enqueue(&q.pool).await.unwrap();
+        let (b_job, c_job) = (enqueued.jobs[1], enqueued.jobs[2]);
+        while settle_due(&q, &[b_job, c_job]).await > 0 {}
+        assert_eq!(
+            states(&client, enqueued.id).await,
+            pairs(&[
+                ("a", "completed"),
+                ("b", "dead"),
+                ("c", "dead"),
+                ("d", "cancelled")
+            ])
+        );
+        let dead = client.dead_letters();
+        if together {
+            assert_eq!(dead.retry_many(&[b_job, c_job]).await.unwrap().len(), 2);
+        } else {
+            dead.retry(b_job).await.unwrap().expect("retried");
+            assert_eq!(
+                states(&client, enqueued.id).await[3].1,
+                "cancelled",
+                "c is still dead: d stays cancelled"
+            );
+            dead.retry(c_job).await.unwrap().expect("retried");
+        }
+        assert_eq!(
+            states(&client, enqueued.id).await,
+            pairs(&[
+                ("a", "completed"),
+                ("b", "waiting"),
+                ("c", "waiting"),
+                ("d", "pending")
+            ])
+        );
+        while settle_due(&q, &[]).await > 0 {}
+        let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+        assert_eq!((info.state.as_str(), info.ended), ("completed", 4));
+    }
+}
+
+/// What the shards and the callback below share: whether shard 0 fails, and the counts
+/// each run of the callback read.
+#[derive(Default)]
+struct Notes {
+    shard_0_fails: std::sync::atomic::AtomicBool,
+    reports: std::sync::Mutex<Vec<(u32, u32, u32)>>,
+}
+
+/// Fails for good while `shard_0_fails` says so, for shard 0.
+#[harel_jobs::job]
+async fn part(ctx: JobContext<std::sync::Arc<Notes>>, n: u32) -> JobResult {
+    if n == 0
+        && ctx
+            .state()
+            .shard_0_fails
+            .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        return Err(JobError::permanent("shard 0 is corrupt"));
+    }
+    Ok(())
+}
+
+/// "Notify when done": records the counts its batch ended with.
+#[harel_jobs::job]
+async fn notify_done(ctx: JobContext<std::sync::Arc<Notes>>) -> JobResult {
+    let task = ctx.workflow().await?.expect("a workflow's task");
+    let counts = task.parents.unwrap_or_default();
+    ctx.state()
+        .reports
+        .lock()
+        .unwrap()
+        .push((counts.completed, counts.dead, counts.cancelled));
+    Ok(())
+}
+
+/// Issue 42, item 7: a batch's callback that already ran reports the recovery: after a
+/// retry of the failed job (through `retry_workflow`, and through its dead letter's
+/// retry), it runs again once the retried job ends, with the new counts (before: it stayed
+/// completed with its old counts, and ran once).
+#[tokio::test]
+async fn a_callback_that_ran_runs_again_with_the_counts_of_the_retry() {
+    for through_the_dead_letter in [false, true] {
+        let q = SuiteSchema::new().await;
+        let client = client(&q);
+        let notes = std::sync::Arc::new(Notes::default());
+        notes
+            .shard_0_fails
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let worker = harel_jobs::testing::TestWorker::new(
+            Worker::builder(q.pool.clone(), std::sync::Arc::clone(&notes))
+                .schema(q.schema.clone())
+                .register::<Part>()
+                .register::<NotifyDone>(),
+        )
+        .unwrap();
+        let mut batch = client.workflow("export");
+        for n in 0..4 {
+            batch
+                .task(format!("part-{n}"), Part { n }, &EnqueueOptions::new())
+                .unwrap();
+        }
+        batch
+            .callback("notify", NotifyDone {}, &EnqueueOptions::new())
+            .unwrap();
+        let enqueued = batch.enqueue(&q.pool).await.unwrap();
+        worker.work_until_idle(&q.pool).await.unwrap();
+        let reports = || notes.reports.lock().unwrap().clone();
+        assert_eq!(reports(), [(3, 1, 0)]);
+
+        notes
+            .shard_0_fails
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        if through_the_dead_letter {
+            client
+                .dead_letters()
+                .retry(enqueued.jobs[0])
+                .await
+                .unwrap()
+                .expect("retried");
+        } else {
+            assert_eq!(
+                client.retry_workflow(enqueued.id).await.unwrap(),
+                2,
+                "the dead part, and the callback that counted it"
+            );
+        }
+        assert_eq!(
+            states(&client, enqueued.id).await[4],
+            ("notify".to_owned(), "pending".to_owned()),
+            "it waits for the retry"
+        );
+        worker.work_until_idle(&q.pool).await.unwrap();
+        assert_eq!(
+            reports(),
+            [(3, 1, 0), (4, 0, 0)],
+            "notify when done reported the recovery ({through_the_dead_letter})"
+        );
+        let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+        assert_eq!(
+            (info.state.as_str(), info.ended, info.failed),
+            ("completed", 5, 0)
+        );
+    }
+}
+
+/// How many rows `table` holds for the workflow `id`.
+async fn rows_of(q: &SuiteSchema, table: &str, id: WorkflowId) -> i64 {
+    let column = if table == "workflows" {
+        "id"
+    } else {
+        "workflow_id"
+    };
+    sqlx::query_scalar(q.sql(&format!(
+        "SELECT count(*) FROM @schema@.{table} WHERE {column} = $1"
+    )))
+    .bind(id.get())
+    .fetch_one(&q.pool)
+    .await
+    .unwrap()
+}
+
+/// Housekeeping's call, as a worker makes it.
+async fn maintain(q: &SuiteSchema) {
+    sqlx::query(q.sql("SELECT * FROM @schema@.harel_maintain()"))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+}
+
+/// Issue 42, item 10: housekeeping prunes the workflows that ended long enough ago (every
+/// task ended 7 days ago, none of their jobs kept), all their rows, a bounded stretch a
+/// call; a workflow still running, one that ended lately, and one whose dead letter is
+/// kept stay (before: nothing was ever pruned).
+#[tokio::test]
+async fn housekeeping_prunes_the_workflows_that_ended_long_ago() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let enqueue = |name: &'static str, tasks: u32, callback: bool| {
+        let client = client.clone();
+        let pool = q.pool.clone();
+        async move {
+            let mut w = client.workflow(name);
+            for n in 0..tasks {
+                w.task(format!("t{n}"), Step { n }, &EnqueueOptions::new())
+                    .unwrap();
+            }
+            if callback {
+                w.callback("done", Step { n: 0 }, &EnqueueOptions::new())
+                    .unwrap();
+            }
+            w.enqueue(&pool).await.unwrap()
+        }
+    };
+    let done = enqueue("done", 3, true).await;
+    let dead = enqueue("dead", 2, false).await;
+    let big = enqueue("big", 2_500, false).await;
+    while settle_due(&q, &[dead.jobs[0]]).await > 0 {}
+    // one whose job's completion is kept 30 days (retention)
+    let retained = enqueue("retained", 1, false).await;
+    let lease = claim_due(&q).await;
+    assert_eq!(lease.len(), 1);
+    let kept = harel_jobs::transport::Settlement::Retain {
+        keep: Duration::from_secs(30 * 86_400),
+    };
+    let outcome = q.transport.settle(&q.pool, &lease[0], kept).await;
+    assert!(outcome.unwrap().is_applied());
+    let running = enqueue("running", 2, false).await;
+    let lease = claim_due(&q).await;
+    assert_eq!(lease.len(), 2);
+    assert!(
+        q.transport
+            .ack(&q.pool, &lease[0])
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    // a week and a day ago
+    sqlx::query(q.sql(
+        "UPDATE @schema@.workflow_tasks SET ended_at = ended_at - interval '8 days'
+          WHERE ended_at IS NOT NULL",
+    ))
+    .execute(&q.pool)
+    .await
+    .unwrap();
+    let lately = enqueue("lately", 1, false).await;
+    while settle_due(&q, &[]).await > 0 {}
+    assert_eq!(
+        q.count("workflow_tasks").await,
+        3 + 1 + 2 + 2_500 + 1 + 2 + 1
+    );
+
+    // a call walks at most 1,000 task rows
+    let mut calls = 0;
+    let mut tasks_before = q.count("workflow_tasks").await;
+    while rows_of(&q, "workflow_tasks", big.id).await > 0 {
+        maintain(&q).await;
+        calls += 1;
+        let tasks = q.count("workflow_tasks").await;
+        assert!(tasks_before - tasks <= 1_000, "{tasks_before} -> {tasks}");
+        tasks_before = tasks;
+        assert!(calls < 20, "pruned within a few walks");
+    }
+    for _ in 0..3 {
+        maintain(&q).await;
+    }
+    for (id, kept) in [
+        (done.id, false),
+        (big.id, false),
+        (dead.id, true),
+        (retained.id, true),
+        (running.id, true),
+        (lately.id, true),
+    ] {
+        for table in [
+            "workflows",
+            "workflow_tasks",
+            "workflow_ends",
+            "workflow_reruns",
+        ] {
+            let rows = rows_of(&q, table, id).await;
+            if kept {
+                assert!(table == "workflow_reruns" || rows > 0, "{id} {table}");
+            } else {
+                assert_eq!(rows, 0, "{id} {table}: pruned");
+            }
+        }
+    }
+    assert!(client.workflow_info(done.id).await.unwrap().is_none());
+
+    // the dead letter deleted, the retained completion expired: nothing keeps those
+    // workflows any more
+    assert!(client.dead_letters().delete(dead.jobs[0]).await.unwrap());
+    sqlx::query(q.sql("UPDATE @schema@.job_history SET keep_until = now() - interval '1 second'"))
+        .execute(&q.pool)
+        .await
+        .unwrap();
+    for _ in 0..6 {
+        maintain(&q).await;
+    }
+    for id in [dead.id, retained.id] {
+        assert_eq!(rows_of(&q, "workflows", id).await, 0);
+        assert_eq!(rows_of(&q, "workflow_tasks", id).await, 0);
+    }
+    assert_eq!(rows_of(&q, "workflows", running.id).await, 1);
+    assert_eq!(rows_of(&q, "workflows", lately.id).await, 1);
 }

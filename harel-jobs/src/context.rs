@@ -9,14 +9,15 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::PgConnection;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::ParentOutcomes;
-use crate::error::{ClientError, CompleteError, StepError};
+use crate::error::{ClientError, CompleteError, DatabaseError, StepError};
 use crate::steps::{Record, StepLog};
+use crate::store::TaskOfJobRow;
 use crate::transport::{Lease, LeaseOutcome, Settlement, Transport};
 use crate::vocabulary::JobId;
-use crate::workflow::{WorkflowId, WorkflowTask};
+use crate::workflow::WorkflowTask;
 
 /// Injected into a handler: the pool's shared state, facts about this execution, and a
 /// cancellation signal. Not serialised; cheap to clone.
@@ -39,7 +40,20 @@ pub(crate) struct Execution {
     pub(crate) flags: Arc<ExecutionFlags>,
     /// The job's durable steps ([`JobContext::step`]).
     pub(crate) steps: Arc<StepLog>,
+    /// Under a test worker, its connection, which serves [`JobContext::workflow`] while the
+    /// attempt runs (inside the test's transaction, where the claim is); `None` under a
+    /// worker pool (the pool reads it) and in `for_test`.
+    pub(crate) reads: Option<ConnectionReads>,
 }
+
+/// What a handler asks of the test worker's connection: the workflow task of the job it
+/// holds, answered on the oneshot.
+pub(crate) type WorkflowRead = oneshot::Sender<Result<Option<TaskOfJobRow>, DatabaseError>>;
+
+/// The way to the test worker's connection while an attempt runs
+/// (`worker::inline::work_one` serves it).
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectionReads(pub(crate) mpsc::UnboundedSender<WorkflowRead>);
 
 /// What a handler needs to complete its job in its own transaction.
 #[derive(Debug)]
@@ -96,6 +110,7 @@ impl<S> JobContext<S> {
                 completion: None,
                 flags: Arc::default(),
                 steps: Arc::new(StepLog::in_memory()),
+                reads: None,
             }),
         )
     }
@@ -113,6 +128,7 @@ impl<S> JobContext<S> {
             completion: None,
             flags: Arc::clone(&current.flags),
             steps: Arc::clone(&current.steps),
+            reads: None,
         };
         change(&mut execution);
         Self {
@@ -371,7 +387,8 @@ impl<S> JobContext<S> {
     /// parents' outcomes when it was released: a batch callback's counts
     /// ([`Workflow::callback`](crate::Workflow::callback)). `None` for a job of no
     /// workflow, and in a [`for_test`](Self::for_test) context. One round trip, read by the
-    /// lease holder only.
+    /// lease holder only. Under a `testing::TestWorker` it is read on the test worker's
+    /// connection, so inside the test's transaction it sees that transaction's claim.
     ///
     /// ```no_run
     /// use harel_jobs::{job, JobContext, JobResult};
@@ -390,20 +407,22 @@ impl<S> JobContext<S> {
     /// ```
     ///
     /// # Errors
-    /// [`ClientError::Database`] (a timeout included).
+    /// [`ClientError::Database`] (a timeout included); under a test worker,
+    /// [`ClientError::AttemptEnded`] when called after the attempt ended (from a task the
+    /// handler spawned).
     pub async fn workflow(&self) -> Result<Option<WorkflowTask>, ClientError> {
+        if let Some(ConnectionReads(reads)) = &self.execution.reads {
+            // the test worker reads it on its connection, between polls of this attempt
+            let (reply, answer) = oneshot::channel();
+            reads.send(reply).map_err(|_| ClientError::AttemptEnded)?;
+            let row = answer.await.map_err(|_| ClientError::AttemptEnded)??;
+            return Ok(row.map(WorkflowTask::from_row));
+        }
         let Some(database) = self.execution.steps.database() else {
             return Ok(None);
         };
         let row = database.workflow_task().await?;
-        Ok(row.map(
-            |(workflow, workflow_name, task, completed, dead, cancelled)| WorkflowTask {
-                workflow: WorkflowId::new(workflow),
-                workflow_name,
-                task,
-                parents: ParentOutcomes::from_columns(completed, dead, cancelled),
-            },
-        ))
+        Ok(row.map(WorkflowTask::from_row))
     }
 
     /// Completes when [`is_cancelled`](Self::is_cancelled) becomes true; for `select!`.

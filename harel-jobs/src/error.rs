@@ -246,6 +246,11 @@ pub enum ClientError {
     /// refused (resume it first). Nothing was written.
     #[error("schedule {0:?} is paused: resume it to trigger it")]
     SchedulePaused(String),
+    /// [`JobContext::workflow`](crate::JobContext::workflow) under a
+    /// `testing::TestWorker`, called after the job's attempt ended (from a task its handler
+    /// spawned): the test worker reads it on its connection only while the attempt runs.
+    #[error("the job's attempt has ended: its context can no longer read through the test worker")]
+    AttemptEnded,
 }
 
 /// Why [`JobContext::complete_in`](crate::JobContext::complete_in) did not complete the

@@ -173,6 +173,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0021_unpark_in_pages.sql"),
         also_accepts: &[],
     },
+    Migration {
+        version: 22,
+        name: "workflow_seams",
+        sql: include_str!("../sql/migrations/0022_workflow_seams.sql"),
+        also_accepts: &[],
+    },
 ];
 
 /// Every function, in the order they are applied: the internal helpers first, then the
@@ -269,6 +275,16 @@ const FUNCTIONS: &[Function] = &[
         sql: include_str!("../sql/functions/internal/harel_queued_state.sql"),
     },
     Function {
+        name: "harel_retry_tasks",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_retry_tasks.sql"),
+    },
+    Function {
+        name: "harel_prune_workflows",
+        folder: "internal",
+        sql: include_str!("../sql/functions/internal/harel_prune_workflows.sql"),
+    },
+    Function {
         name: "harel_publish",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_publish.sql"),
@@ -322,6 +338,11 @@ const FUNCTIONS: &[Function] = &[
         name: "harel_workflow_task",
         folder: "api",
         sql: include_str!("../sql/functions/api/harel_workflow_task.sql"),
+    },
+    Function {
+        name: "harel_job_workflow",
+        folder: "api",
+        sql: include_str!("../sql/functions/api/harel_job_workflow.sql"),
     },
     Function {
         name: "harel_job_parents",
@@ -491,7 +512,7 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// The newest schema version this release knows.
-pub const SCHEMA_VERSION: i32 = 21;
+pub const SCHEMA_VERSION: i32 = 22;
 
 /// This release, recorded with the functions it applies (see [`newer_release`]).
 const RELEASE: &str = env!("CARGO_PKG_VERSION");

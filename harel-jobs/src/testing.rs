@@ -90,7 +90,9 @@
 //!   waits for the test's transaction, as does a durable step's record
 //!   ([`JobContext::step`](crate::JobContext::step), whose first read does not see the
 //!   uncommitted claim and fails with `LeaseLost`) (work on the pool for such handlers:
-//!   `worker.work_one(test.pool())`);
+//!   `worker.work_one(test.pool())`); [`JobContext::workflow`](crate::JobContext::workflow)
+//!   is read on the test worker's own connection, so it sees the claim there (a batch
+//!   callback reads its counts inside the test's transaction);
 //! - periodic schedules are not fired, and no maintenance runs.
 //!
 //! # Cleanup

@@ -21,6 +21,7 @@ use crate::enqueue::{EnqueueOptions, transport_for};
 use crate::error::{DatabaseError, PublishError};
 use crate::job::Job;
 use crate::schema::Schema;
+use crate::store::TaskOfJobRow;
 use crate::transport::{OutgoingMessage, PreparedStatements, publish_columns};
 use crate::vocabulary::{InvalidMessage, JobId, MAX_BATCH_MESSAGES, MAX_TASK_NAME_BYTES};
 
@@ -266,6 +267,19 @@ pub struct WorkflowTask {
     /// Its parents' outcomes when it was released: a batch callback's counts (`None` for a
     /// task without parents).
     pub parents: Option<ParentOutcomes>,
+}
+
+impl WorkflowTask {
+    /// A row of `harel_workflow_task` or `harel_job_workflow`.
+    pub(crate) fn from_row(row: TaskOfJobRow) -> Self {
+        let (workflow, workflow_name, task, completed, dead, cancelled) = row;
+        Self {
+            workflow: WorkflowId::new(workflow),
+            workflow_name,
+            task,
+            parents: ParentOutcomes::from_columns(completed, dead, cancelled),
+        }
+    }
 }
 
 /// The limit of tasks in one workflow: a batch's.

@@ -277,6 +277,7 @@ pub const OPERATOR_GRANTS: &[&str] = &[
     "EXECUTE ON FUNCTION @schema@.harel_job_parents",
     "EXECUTE ON FUNCTION @schema@.harel_job_steps",
     "EXECUTE ON FUNCTION @schema@.harel_job_attempts",
+    "EXECUTE ON FUNCTION @schema@.harel_job_workflow",
 ];
 
 impl TestRole {

@@ -16,12 +16,13 @@ use super::confirm::confirm;
 use super::error::CliError;
 use super::output::{
     AttemptView, DeadView, DepthView, FairKeyView, GroupView, JobView, QueueView, ScheduleView,
-    StatsView, TaskView, WorkflowView, cancel_outcome, time,
+    StatsView, TaskOf, TaskView, WorkflowView, cancel_outcome, time,
 };
 use crate::client::{CancelOutcome, Client, JobQuery, RunNowOutcome, ScheduleQuery, StateFilter};
 use crate::client::{DeadLetter, DeadLetterQuery};
 use crate::client::{GroupQuery, GroupRank, KeyLimits, WorkflowQuery};
 use crate::connect::{ConnectConfig, connect_with};
+use crate::error::ClientError;
 use crate::migrate::{SCHEMA_VERSION, check_schema};
 use crate::schema::Schema;
 use crate::vocabulary::{JobId, MAX_LIST_READS};
@@ -376,13 +377,26 @@ fn stopped_looking(at: JobId) -> String {
     )
 }
 
+/// The workflow task the job `id` is; a role granted before `harel_job_workflow` existed
+/// is told it may not read it, and the rest is shown.
+async fn task_of(client: &Client, id: JobId) -> Result<TaskOf, CliError> {
+    match client.job_workflow(id).await {
+        Ok(Some(task)) => Ok(TaskOf::Task(task)),
+        Ok(None) => Ok(TaskOf::None),
+        Err(ClientError::Database(error)) if error.is_permission_denied() => Ok(TaskOf::NotGranted),
+        Err(error) => Err(error.into()),
+    }
+}
+
 async fn jobs_show(client: &Client, out: &Printer, id: JobId) -> Result<(), CliError> {
     let job = client.job(id).await?.ok_or(CliError::NoJob(id))?;
     let parents = client.job_parents(id).await?;
     let steps = client.job_steps(id).await?;
     let attempts = client.job_attempts(id).await?;
+    let task = task_of(client, id).await?;
     let mut json = serde_json::to_value(JobView::new(&job)).map_err(io::Error::other)?;
     json["attempt_history"] = json!(AttemptView::list(&attempts));
+    json["workflow"] = task.json();
     json["waits_for"] = json!(parents.parents.iter().map(|p| p.get()).collect::<Vec<_>>());
     json["steps"] = json!(
         steps
@@ -392,7 +406,7 @@ async fn jobs_show(client: &Client, out: &Printer, id: JobId) -> Result<(), CliE
             .collect::<Vec<_>>()
     );
     out.emit(&json, || {
-        let mut text = JobView::human(&job, &parents, &steps);
+        let mut text = JobView::human(&job, &parents, &steps, task.text());
         text.push_str(&AttemptView::human(&attempts));
         text
     })
@@ -621,10 +635,12 @@ async fn dead_show(client: &Client, out: &Printer, id: JobId) -> Result<(), CliE
         .await?
         .ok_or(CliError::NoDeadLetter(id))?;
     let attempts = client.job_attempts(id).await?;
+    let task = task_of(client, id).await?;
     let mut json = serde_json::to_value(DeadView::new(&letter)).map_err(io::Error::other)?;
     json["attempt_history"] = json!(AttemptView::list(&attempts));
+    json["workflow"] = task.json();
     out.emit(&json, || {
-        let mut text = DeadView::human(&letter);
+        let mut text = DeadView::human(&letter, task.text());
         text.push_str(&AttemptView::human(&attempts));
         text
     })
@@ -986,13 +1002,17 @@ async fn workflows_show(
     out.emit(
         &json!({ "workflow": WorkflowView::new(&workflow), "tasks": tasks, "next": page.next }),
         || {
+            let cancelled = workflow
+                .cancelled_at
+                .map(|at| format!(", cancelled {}", time(at)))
+                .unwrap_or_default();
             let mut text = format!(
-                "workflow {id} ({}): {}, {} of {} tasks ended, {} failed, created {}\n",
+                "workflow {id} ({}): {}, {} of {} tasks ended ({}), created {}{cancelled}\n",
                 workflow.name,
                 workflow.state.as_str(),
                 workflow.ended,
                 workflow.tasks,
-                workflow.failed,
+                WorkflowView::outcomes(&workflow),
                 time(workflow.created_at)
             );
             text.push_str(&TaskView::table(&page.tasks).render("no tasks"));

@@ -18,6 +18,7 @@ use crate::client::{
 use crate::client::{FairKeyInfo, LevelDepth, QueueInfo};
 use crate::client::{TaskInfo, WorkflowInfo};
 use crate::vocabulary::Count;
+use crate::workflow::WorkflowTask;
 
 /// The widest a table cell gets before it is cut (with `…`).
 const MAX_CELL_CHARS: usize = 60;
@@ -411,8 +412,14 @@ impl JobView {
         table
     }
 
-    /// One job, field by field, then its payload pretty-printed.
-    pub(crate) fn human(job: &JobInfo, parents: &JobParents, steps: &JobSteps) -> String {
+    /// One job, field by field (`workflow`: the task it is, as [`TaskOf::text`] says
+    /// it), then its payload pretty-printed.
+    pub(crate) fn human(
+        job: &JobInfo,
+        parents: &JobParents,
+        steps: &JobSteps,
+        workflow: Option<String>,
+    ) -> String {
         let view = Self::new(job);
         let mut pairs = vec![
             ("id", view.id.to_string()),
@@ -448,6 +455,9 @@ impl JobView {
         }
         if let Some(error) = &view.last_error {
             pairs.push(("last error", error.clone()));
+        }
+        if let Some(workflow) = workflow {
+            pairs.push(("workflow", workflow));
         }
         if !parents.parents.is_empty() {
             let mut ids: Vec<String> = parents.parents.iter().map(|p| p.to_string()).collect();
@@ -629,10 +639,11 @@ impl DeadView {
         table
     }
 
-    /// One dead letter, field by field, then its payload pretty-printed.
-    pub(crate) fn human(letter: &DeadLetter) -> String {
+    /// One dead letter, field by field (`workflow`: the task it is, as [`TaskOf::text`]
+    /// says it), then its payload pretty-printed.
+    pub(crate) fn human(letter: &DeadLetter, workflow: Option<String>) -> String {
         let view = Self::new(letter);
-        let mut out = fields(&[
+        let mut pairs = vec![
             ("id", view.id.to_string()),
             ("kind", view.kind.clone()),
             ("group", view.group.clone()),
@@ -641,7 +652,11 @@ impl DeadView {
             ("enqueued at", time(view.enqueued_at)),
             ("failed at", time(view.failed_at)),
             ("last error", view.last_error.clone()),
-        ]);
+        ];
+        if let Some(workflow) = workflow {
+            pairs.push(("workflow", workflow));
+        }
+        let mut out = fields(&pairs);
         out.push_str("payload:\n");
         out.push_str(&pretty(&view.payload));
         out
@@ -712,7 +727,13 @@ pub(crate) struct WorkflowView {
     created_at: DateTime<Utc>,
     tasks: u32,
     ended: u32,
+    /// Dead or cancelled (`dead` + `cancelled`).
     failed: u32,
+    completed: u32,
+    dead: u32,
+    cancelled: u32,
+    /// When an operator cancelled it (`null`: nobody did, or a retry took it back).
+    cancelled_at: Option<DateTime<Utc>>,
 }
 
 impl WorkflowView {
@@ -725,13 +746,33 @@ impl WorkflowView {
             tasks: workflow.tasks,
             ended: workflow.ended,
             failed: workflow.failed,
+            completed: workflow.completed,
+            dead: workflow.dead,
+            cancelled: workflow.cancelled,
+            cancelled_at: workflow.cancelled_at,
         }
+    }
+
+    /// Its ended tasks by outcome: "2 completed, 1 dead, 3 cancelled".
+    pub(crate) fn outcomes(workflow: &WorkflowInfo) -> String {
+        format!(
+            "{} completed, {} dead, {} cancelled",
+            workflow.completed, workflow.dead, workflow.cancelled
+        )
     }
 
     /// A table of workflows.
     pub(crate) fn table(workflows: &[WorkflowInfo]) -> Table {
         let mut table = Table::new(vec![
-            "ID", "NAME", "STATE", "TASKS", "ENDED", "FAILED", "CREATED",
+            "ID",
+            "NAME",
+            "STATE",
+            "TASKS",
+            "ENDED",
+            "COMPLETED",
+            "DEAD",
+            "CANCELLED",
+            "CREATED",
         ]);
         for workflow in workflows {
             table.row(vec![
@@ -740,11 +781,54 @@ impl WorkflowView {
                 workflow.state.as_str().to_owned(),
                 workflow.tasks.to_string(),
                 workflow.ended.to_string(),
-                workflow.failed.to_string(),
+                workflow.completed.to_string(),
+                workflow.dead.to_string(),
+                workflow.cancelled.to_string(),
                 time(workflow.created_at),
             ]);
         }
         table
+    }
+}
+
+/// The workflow task a job is, as `jobs show` and `dead show` say it.
+pub(crate) enum TaskOf {
+    /// It is this task.
+    Task(WorkflowTask),
+    /// It is no workflow's task (or no longer its task's job).
+    None,
+    /// The role may not read it (no `EXECUTE` on `harel_job_workflow`: granted before it
+    /// existed).
+    NotGranted,
+}
+
+impl TaskOf {
+    /// In JSON: `{"id", "name", "task"}`, or `null`.
+    pub(crate) fn json(&self) -> Value {
+        match self {
+            Self::Task(task) => serde_json::json!({
+                "id": task.workflow.get(),
+                "name": task.workflow_name,
+                "task": task.task,
+            }),
+            Self::None | Self::NotGranted => Value::Null,
+        }
+    }
+
+    /// For people: "workflow 5 (export), task shard-0", or why it is not known.
+    pub(crate) fn text(&self) -> Option<String> {
+        match self {
+            Self::Task(task) => Some(format!(
+                "workflow {} ({}), task {}",
+                task.workflow, task.workflow_name, task.task
+            )),
+            Self::None => None,
+            Self::NotGranted => Some(
+                "not shown: this role may not read it (grant it EXECUTE on harel_job_workflow, \
+                 see the guide's Database roles)"
+                    .to_owned(),
+            ),
+        }
     }
 }
 

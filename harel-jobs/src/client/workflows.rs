@@ -15,7 +15,7 @@ use crate::store::{TaskRow, WorkflowRow};
 use crate::vocabulary::{
     DEFAULT_CANCELLED_RETENTION, GROUP_CANCEL_STEP, JobId, MAX_PAGE, MAX_REASON_BYTES, delay_millis,
 };
-use crate::workflow::{Workflow, WorkflowId};
+use crate::workflow::{Workflow, WorkflowId, WorkflowTask};
 
 /// Where a workflow stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,15 +28,22 @@ pub enum WorkflowState {
     /// Every task ended, and some became dead letters or were cancelled
     /// ([`Client::retry_workflow`] enqueues those again).
     Failed,
+    /// An operator cancelled it ([`Client::cancel_workflow`]) while a task had not ended:
+    /// its tasks that had not ended were cancelled, and its running ones asked to stop
+    /// (until they end, [`WorkflowInfo::ended`] is below [`WorkflowInfo::tasks`]). A retry
+    /// of its tasks ([`Client::retry_workflow`], or a retried dead letter of one) takes the
+    /// cancel back.
+    Cancelled,
 }
 
 impl WorkflowState {
-    /// `running`, `completed` or `failed`.
+    /// `running`, `completed`, `failed` or `cancelled`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Running => "running",
             Self::Completed => "completed",
             Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -55,17 +62,31 @@ pub struct WorkflowInfo {
     pub tasks: u32,
     /// How many of them have ended.
     pub ended: u32,
-    /// How many of those became dead letters or were cancelled.
+    /// How many of those became dead letters or were cancelled
+    /// ([`dead`](Self::dead) + [`cancelled`](Self::cancelled)).
     pub failed: u32,
+    /// How many of the ended tasks completed.
+    pub completed: u32,
+    /// How many of the ended tasks became dead letters.
+    pub dead: u32,
+    /// How many of the ended tasks were cancelled.
+    pub cancelled: u32,
+    /// When an operator cancelled it ([`WorkflowState::Cancelled`]); `None` when nobody
+    /// did, or a retry took the cancel back.
+    pub cancelled_at: Option<DateTime<Utc>>,
     /// Where it stands.
     pub state: WorkflowState,
 }
 
 impl WorkflowInfo {
-    fn from_row((id, name, created_at, tasks, ended, failed): WorkflowRow) -> Self {
+    fn from_row(row: WorkflowRow) -> Self {
+        let (id, name, created_at, tasks, ended, failed, cancelled, cancelled_at) = row;
         let count = |n: i32| u32::try_from(n).unwrap_or(0);
         let (tasks, ended, failed) = (count(tasks), count(ended), count(failed));
-        let state = if ended < tasks {
+        let cancelled = count(cancelled).min(failed);
+        let state = if cancelled_at.is_some() {
+            WorkflowState::Cancelled
+        } else if ended < tasks {
             WorkflowState::Running
         } else if failed > 0 {
             WorkflowState::Failed
@@ -79,6 +100,10 @@ impl WorkflowInfo {
             tasks,
             ended,
             failed,
+            completed: ended.saturating_sub(failed),
+            dead: failed - cancelled,
+            cancelled,
+            cancelled_at,
             state,
         }
     }
@@ -336,12 +361,29 @@ impl Client {
         Ok(TaskPage { tasks, next })
     }
 
+    /// The workflow task the job `id` is, if it is one: its workflow (id and name), its
+    /// name, and its parents' outcomes once it was released. `None` for a job of no
+    /// workflow, or one a retry of its task replaced (the task points at the new job).
+    ///
+    /// # Errors
+    /// [`ClientError::Database`] (a role granted before this release lacks `EXECUTE` on
+    /// `harel_job_workflow`: [`DatabaseError::is_permission_denied`]).
+    pub async fn job_workflow(&self, id: JobId) -> Result<Option<WorkflowTask>, ClientError> {
+        let row = self
+            .store
+            .job_workflow(&self.pool, id.get())
+            .await
+            .map_err(DatabaseError::new)?;
+        Ok(row.map(WorkflowTask::from_row))
+    }
+
     /// Cancels every task of the workflow that has not ended, as [`cancel`](Self::cancel)
     /// cancels a job (running ones are asked to stop), from the last task to the first (so
     /// each keeps the reason, not its parent's), 1,000 tasks per transaction, each page's
     /// groups taken in the order settles take theirs (a page PostgreSQL aborted anyway, in
-    /// a rare race, is run again). Set a reason and how
-    /// long the cancelled jobs are kept before `.await`.
+    /// a rare race, is run again). Set a reason and how long the cancelled jobs are kept
+    /// before `.await`. A workflow with a task that had not ended reads
+    /// [`WorkflowState::Cancelled`] from then on.
     pub fn cancel_workflow(&self, id: WorkflowId) -> CancelWorkflow<'_> {
         CancelWorkflow {
             client: self,
@@ -352,9 +394,12 @@ impl Client {
     }
 
     /// Enqueues again the workflow's tasks that became dead letters or were cancelled,
-    /// each as a new job waiting for its parents that have not completed (parents first),
-    /// in one transaction; their dead letters are deleted. Returns how many tasks were
-    /// enqueued again (0: none had failed, or there is no such workflow).
+    /// each as a new job waiting for its parents that have not ended (parents first), in
+    /// one transaction; their dead letters are deleted. A task that runs whatever its
+    /// parents' outcomes (a batch's callback) and ended after counting one of them as
+    /// failed runs again too, once they end, with the new counts. A cancel of the workflow
+    /// is taken back. Returns how many tasks were enqueued again (0: none had failed, or
+    /// there is no such workflow).
     ///
     /// # Errors
     /// [`ClientError::NotKept`] for a failed task whose job is no longer kept (its dead

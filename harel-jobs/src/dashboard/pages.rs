@@ -1178,7 +1178,11 @@ pub(crate) async fn job(
         } => pairs.push(("Reason", escape(reason))),
         _ => {}
     }
-    // what a pending job waits for, and the durable steps the job recorded
+    // the workflow task it is, what a pending job waits for, and the durable steps the
+    // job recorded
+    if let Some(task) = super::workflows::task_field(&ctx, id).await? {
+        pairs.push(("Workflow", task));
+    }
     let parents = ctx.client.job_parents(id).await?;
     if !parents.parents.is_empty() {
         let mut links: Vec<String> = parents.parents.iter().map(|p| ctx.job_link(*p)).collect();
@@ -1815,19 +1819,40 @@ pub(crate) async fn dead_letter(
         .get(id)
         .await?
         .ok_or_else(|| PageError::NotFound(format!("no dead letter {id}")))?;
-    let mut body = fields(&[
+    let mut pairs = vec![
         ("Kind", escape(&letter.kind)),
         ("Group", short(&letter.group, 80)),
         ("Priority", letter.priority.get().to_string()),
         ("Attempts", letter.attempts.to_string()),
         ("Enqueued", time(letter.enqueued_at)),
         ("Failed", time(letter.failed_at)),
-    ]);
+    ];
+    // a task's letter: its retry puts the task back into its workflow
+    let task = super::workflows::task_field(&ctx, id).await?;
+    let retry_note = if task.is_some() {
+        " Retrying it retries its workflow's task (its dependents cancelled for it and its \
+         callbacks run again)."
+    } else {
+        ""
+    };
+    if let Some(task) = task {
+        pairs.push(("Workflow", task));
+    }
+    let mut body = fields(&pairs);
     if !ctx.read_only {
         let ids = [("id", id.to_string()), ("single", "1".to_owned())];
         body.push_str(&format!(
             "<div class=\"actions\">{}{}</div>",
-            action(&ctx.href("/dead/retry"), &ctx.csrf, &ids, "Retry", "", None,),
+            action(
+                &ctx.href("/dead/retry"),
+                &ctx.csrf,
+                &ids,
+                "Retry",
+                "",
+                (!retry_note.is_empty())
+                    .then(|| format!("Put job {id} back in the queue?{retry_note}"))
+                    .as_deref(),
+            ),
             action(
                 &ctx.href("/dead/delete"),
                 &ctx.csrf,

@@ -13,6 +13,8 @@ use super::html::{action, badge, escape, fields, link, opt_time, query_value, ta
 use super::pages::{Done, PAGE_SIZE, PageResult};
 use super::{Ctx, PageError};
 use crate::client::{TaskInfo, WorkflowInfo, WorkflowQuery};
+use crate::error::ClientError;
+use crate::vocabulary::JobId;
 use crate::workflow::WorkflowId;
 
 /// Tasks a workflow page shows.
@@ -48,7 +50,8 @@ pub(crate) async fn list(State(ctx): State<Ctx>, Query(page): Query<ListPage>) -
                 escape(&w.name),
                 badge(w.state.as_str()),
                 format!("{} / {}", w.ended, w.tasks),
-                w.failed.to_string(),
+                w.dead.to_string(),
+                w.cancelled.to_string(),
                 time(w.created_at),
             ]
         })
@@ -61,7 +64,15 @@ pub(crate) async fn list(State(ctx): State<Ctx>, Query(page): Query<ListPage>) -
         escape(name.as_deref().unwrap_or_default())
     );
     body.push_str(&table(
-        &["Id", "Name", "State", "Tasks ended", "Failed", "Enqueued"],
+        &[
+            "Id",
+            "Name",
+            "State",
+            "Tasks ended",
+            "Dead",
+            "Cancelled",
+            "Enqueued",
+        ],
         &rows,
         "No workflows.",
     ));
@@ -145,18 +156,50 @@ fn graph(ctx: &Ctx, tasks: &[TaskInfo]) -> String {
 }
 
 fn summary(workflow: &WorkflowInfo) -> String {
-    fields(&[
+    let mut pairs = vec![
         ("Name", escape(&workflow.name)),
         ("State", badge(workflow.state.as_str())),
         (
             "Tasks",
             format!(
-                "{} ended of {}, {} failed",
-                workflow.ended, workflow.tasks, workflow.failed
+                "<span id=\"workflow-counts\">{} ended of {}: {} completed, {} dead, {} \
+                 cancelled</span>",
+                workflow.ended,
+                workflow.tasks,
+                workflow.completed,
+                workflow.dead,
+                workflow.cancelled
             ),
         ),
         ("Enqueued", time(workflow.created_at)),
-    ])
+    ];
+    if let Some(at) = workflow.cancelled_at {
+        pairs.push(("Cancelled", time(at)));
+    }
+    fields(&pairs)
+}
+
+/// The "Workflow" field of a job's and a dead letter's page: the workflow (linked) and the
+/// task the job is, `None` for a job of no workflow; a role granted before
+/// `harel_job_workflow` existed is told it may not read it.
+pub(crate) async fn task_field(ctx: &Ctx, id: JobId) -> Result<Option<String>, PageError> {
+    match ctx.client.job_workflow(id).await {
+        Ok(Some(task)) => Ok(Some(format!(
+            "<span id=\"job-workflow\">{}, task {}</span>",
+            link(
+                &ctx.href(&format!("/workflows/{}", task.workflow)),
+                &format!("workflow {} ({})", task.workflow, task.workflow_name)
+            ),
+            escape(&task.task)
+        ))),
+        Ok(None) => Ok(None),
+        Err(ClientError::Database(error)) if error.is_permission_denied() => Ok(Some(
+            "<span class=\"muted\" id=\"job-workflow\">not shown: this role may not read it \
+             (grant it EXECUTE on harel_job_workflow, see the guide's Database roles)</span>"
+                .to_owned(),
+        )),
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// `GET /workflows/{id}`.
@@ -291,7 +334,6 @@ pub(crate) async fn retry(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vocabulary::JobId;
 
     fn task(name: &str, parents: &[&str]) -> TaskInfo {
         TaskInfo {

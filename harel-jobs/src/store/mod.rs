@@ -59,6 +59,7 @@
 //! | [`workflows_list`](Store::workflows_list), [`workflow_get`](Store::workflow_get), [`workflow_tasks`](Store::workflow_tasks) | `harel_workflows`, `harel_workflow`, `harel_workflow_tasks` |
 //! | [`workflow_cancel_page`](Store::workflow_cancel_page), [`workflow_retry`](Store::workflow_retry) | `harel_cancel_workflow`, `harel_retry_workflow` |
 //! | [`workflow_task_if_held`](Store::workflow_task_if_held) | `harel_workflow_task` |
+//! | [`job_workflow`](Store::job_workflow) | `harel_job_workflow` |
 //! | [`stats_read`](Store::stats_read) | the tables' first and last pages, their sizes and statistics |
 //! | [`maintenance_run`](Store::maintenance_run) | `harel_maintain` |
 //! | [`dependents_backlog_resolve`](Store::dependents_backlog_resolve) | `harel_resolve_backlog` |
@@ -271,6 +272,8 @@ statements! {
     WorkflowRetry = workflows::RETRY,
     /// [`Store::workflow_task_if_held`].
     WorkflowTaskIfHeld = workflows::TASK_IF_HELD,
+    /// [`Store::job_workflow`].
+    JobWorkflow = workflows::JOB_WORKFLOW,
     /// [`Store::stats_read`].
     StatsRead = stats::statement(),
     /// [`Store::maintenance_run`].

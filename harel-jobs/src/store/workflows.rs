@@ -9,11 +9,11 @@ use super::{HeldLease, Publish, Statement, Store};
 pub(super) const PUBLISH: &str = "SELECT workflow_id, job_id FROM @schema@.harel_publish_workflow(\
      $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
-pub(super) const LIST: &str =
-    "SELECT id, name, created_at, tasks, ended, failed FROM @schema@.harel_workflows($1, $2, $3)";
+pub(super) const LIST: &str = "SELECT id, name, created_at, tasks, ended, failed, cancelled, cancelled_at \
+       FROM @schema@.harel_workflows($1, $2, $3)";
 
-pub(super) const GET: &str =
-    "SELECT id, name, created_at, tasks, ended, failed FROM @schema@.harel_workflow($1)";
+pub(super) const GET: &str = "SELECT id, name, created_at, tasks, ended, failed, cancelled, cancelled_at \
+       FROM @schema@.harel_workflow($1)";
 
 pub(super) const STEPS: &str = "SELECT ordinal, name, job_id, state, kind, attempts, last_error, parents, \
             completed, dead, cancelled, ended_at \
@@ -27,9 +27,21 @@ pub(super) const RETRY: &str = "SELECT retried FROM @schema@.harel_retry_workflo
 pub(super) const TASK_IF_HELD: &str = "SELECT workflow_id, workflow, task, completed, dead, cancelled \
        FROM @schema@.harel_workflow_task($1, $2, $3)";
 
+pub(super) const JOB_WORKFLOW: &str = "SELECT workflow_id, workflow, task, completed, dead, cancelled \
+       FROM @schema@.harel_job_workflow($1)";
+
 /// A row of `harel_workflows` and `harel_workflow`: id, name, created at, tasks, ended,
-/// failed.
-pub(crate) type WorkflowRow = (i64, String, DateTime<Utc>, i32, i32, i32);
+/// failed, cancelled (of the failed), cancelled at (an operator's cancel).
+pub(crate) type WorkflowRow = (
+    i64,
+    String,
+    DateTime<Utc>,
+    i32,
+    i32,
+    i32,
+    i32,
+    Option<DateTime<Utc>>,
+);
 
 /// A row of `harel_workflow_tasks`: ordinal, name, job id, state, kind, attempts, last
 /// error, parents, and its parents' outcomes (completed, dead, cancelled), ended at.
@@ -48,8 +60,8 @@ pub(crate) type TaskRow = (
     Option<DateTime<Utc>>,
 );
 
-/// A row of `harel_workflow_task`: workflow id, its name, the task's name, and its
-/// parents' outcomes (completed, dead, cancelled).
+/// A row of `harel_workflow_task` and `harel_job_workflow`: workflow id, its name, the
+/// task's name, and its parents' outcomes (completed, dead, cancelled).
 pub(crate) type TaskOfJobRow = (i64, String, String, Option<i32>, Option<i32>, Option<i32>);
 
 impl Store {
@@ -174,6 +186,19 @@ impl Store {
             .bind(lease.group)
             .bind(lease.seq)
             .bind(lease.token)
+            .persistent(self.persistent())
+            .fetch_optional(executor)
+            .await
+    }
+
+    /// `harel_job_workflow`: the workflow task the job `id` is, if it is one.
+    pub(crate) async fn job_workflow<'e, E: PgExecutor<'e>>(
+        &self,
+        executor: E,
+        id: i64,
+    ) -> Result<Option<TaskOfJobRow>, sqlx::Error> {
+        sqlx::query_as(self.sql(Statement::JobWorkflow))
+            .bind(id)
             .persistent(self.persistent())
             .fetch_optional(executor)
             .await

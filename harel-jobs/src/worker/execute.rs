@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::complete::Finished;
-use crate::context::{Completion, Execution, ExecutionFlags, JobContext};
+use crate::context::{Completion, ConnectionReads, Execution, ExecutionFlags, JobContext};
 use crate::job_error::{Action, JobResult};
 use crate::retry::{Attempted, Decision, Limits, decide};
 use crate::steps::{self, StepLog};
@@ -47,10 +47,11 @@ pub(crate) async fn run<S: Send + Sync + 'static>(
         Some(_slot) => {
             // a panic anywhere on the job's path is a failed attempt (`attempt` catches the
             // ones it can attribute; this net catches the rest, with the pool's limits)
-            let attempted = AssertUnwindSafe(attempt(&shared, lane, &message, cancel, &flags))
-                .catch_unwind()
-                .instrument(span.clone())
-                .await;
+            let attempted =
+                AssertUnwindSafe(attempt(&shared, lane, &message, cancel, &flags, None))
+                    .catch_unwind()
+                    .instrument(span.clone())
+                    .await;
             attempted.unwrap_or_else(|panic| {
                 let error = format!("job panicked: {}", panic_message(&*panic));
                 (Attempted::failed(error), shared.config.limits())
@@ -138,6 +139,7 @@ pub(super) async fn attempt<S: Send + Sync + 'static>(
     message: &ClaimedMessage,
     cancel: tokio_util::sync::CancellationToken,
     flags: &Arc<ExecutionFlags>,
+    reads: Option<ConnectionReads>,
 ) -> (Attempted, Limits) {
     let config = &shared.config;
     let Some(handler) = shared.registry.get(&message.kind) else {
@@ -176,6 +178,7 @@ pub(super) async fn attempt<S: Send + Sync + 'static>(
             timeout: shared.config.database_timeout,
             lease: message.lease.clone(),
         })),
+        reads,
     };
     let ctx = JobContext::new(Arc::clone(&shared.state), Arc::new(execution));
     // decoding runs the job type's own code (`deserialize_with`, `Deserialize` impls)

@@ -1,20 +1,24 @@
 //! One job, run in the caller's task on the caller's connection: the worker pool's own
 //! claim, attempt (`execute::attempt`: decode, timeout, panic capture), policy and settle,
-//! without its background tasks. What `harel_jobs::testing::TestWorker` is built on.
+//! without its background tasks. What `harel_jobs::testing::TestWorker` is built on. The
+//! handler's `JobContext::workflow` is read on that connection too (so it sees a claim of
+//! the caller's open transaction), served between polls of the attempt.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
 use sqlx::PgConnection;
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::Shared;
 use super::execute::{attempt, decided, job_span, panic_message};
 use super::maintain::BACKLOG_PAGE;
-use crate::context::ExecutionFlags;
-use crate::error::TransportError;
+use crate::context::{ConnectionReads, ExecutionFlags};
+use crate::error::{DatabaseError, TransportError};
 use crate::retry::{Attempted, Backoff, Decision, Limits};
+use crate::store::HeldLease;
 use crate::transport::{ClaimRequest, ClaimedMessage, LeaseOutcome, LeaseToken};
 
 /// What became of one job run by [`work_one`].
@@ -74,14 +78,46 @@ pub(crate) async fn work_one<S: Send + Sync + 'static>(
     let flags = Arc::new(ExecutionFlags::default());
     let cancel = shared.hard_stop.child_token();
     let span = job_span(&message, &shared.lanes[lane].queue);
-    let (attempted, limits) = AssertUnwindSafe(attempt(shared, lane, &message, cancel, &flags))
+    // the handler's reads that must see this connection's transaction (its claim):
+    // served here, on the connection, while the attempt waits for them
+    let (reads, mut served) = mpsc::unbounded_channel();
+    let ran = {
+        let running = AssertUnwindSafe(attempt(
+            shared,
+            lane,
+            &message,
+            cancel,
+            &flags,
+            Some(ConnectionReads(reads)),
+        ))
         .catch_unwind()
-        .instrument(span.clone())
-        .await
-        .unwrap_or_else(|panic| {
-            let error = format!("job panicked: {}", panic_message(&*panic));
-            (Attempted::failed(error), shared.config.limits())
-        });
+        .instrument(span.clone());
+        tokio::pin!(running);
+        let lease = HeldLease {
+            group: &message.lease.group,
+            seq: message.lease.id.get(),
+            token: message.lease.token.as_uuid(),
+        };
+        loop {
+            tokio::select! {
+                biased;
+                ran = &mut running => break ran,
+                Some(reply) = served.recv() => {
+                    let read = shared
+                        .store()
+                        .workflow_task_if_held(&mut *connection, lease)
+                        .await
+                        .map_err(DatabaseError::new);
+                    // (a handler that stopped waiting for it wants it no more)
+                    let _ = reply.send(read);
+                }
+            }
+        }
+    };
+    let (attempted, limits) = ran.unwrap_or_else(|panic| {
+        let error = format!("job panicked: {}", panic_message(&*panic));
+        (Attempted::failed(error), shared.config.limits())
+    });
     let (limits, attempted) = match backoff {
         Some(backoff) => (
             Limits { backoff, ..limits },

@@ -18,7 +18,7 @@
 --   (harel_jobs_gone) transport_messages_by_id, transport_groups' key ('own:' and the id),
 --   transport_groups_by_inline_id and the keys of job_history and dead_letters (what
 --   harel_job reads); job_dependencies' key, then the same per parent; queues_unpark_pending
---   and harel_unpark_queue's (step 6).
+--   and harel_unpark_queue's (step 6); harel_prune_workflows' (step 7).
 -- Errors: none of its own.
 --
 -- Steps:
@@ -63,6 +63,9 @@
 --      back (harel_unpark_queue), oldest first; fewer found: the marker cleared (the queue's
 --      row, FOR NO KEY UPDATE SKIP LOCKED: a claim or an operator holding it leaves it to
 --      the next call). One queue a call.
+--   7. Once the schema held a dependency or a workflow: the workflows that ended long
+--      enough ago (harel_prune_workflows: at most 1,000 rows of workflow_tasks walked a
+--      call, ADR 0040).
 CREATE OR REPLACE FUNCTION "harel".harel_maintain()
 RETURNS TABLE (floors_lowered INT, receipts_pruned BIGINT, history_pruned BIGINT)
 LANGUAGE plpgsql
@@ -346,6 +349,12 @@ BEGIN
                        FOR NO KEY UPDATE SKIP LOCKED) AS locked
              WHERE qs.id = locked.id;
         END IF;
+    END IF;
+
+    -- Workflows that ended long enough ago (ADR 0040), a bounded walk a call; only once
+    -- the schema held a workflow or a dependency (dependents_seen)
+    IF pg_sequence_last_value('"harel".dependents_seen'::regclass) IS NOT NULL THEN
+        PERFORM "harel".harel_prune_workflows();
     END IF;
 
     RETURN QUERY SELECT v_lowered, v_pruned, v_history;

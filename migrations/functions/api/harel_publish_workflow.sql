@@ -11,7 +11,7 @@
 -- Returns one row per task, in input order: the workflow's id and the task's job id.
 -- Fence: what harel_publish checks; the task names and the dependencies checked here.
 -- Locks: harel_publish's; the new workflow's rows.
--- Indexes: workflows' and workflow_tasks' keys (new rows).
+-- Indexes: workflows', workflow_tasks' and workflow_reruns' keys (new rows).
 -- Errors: 22023 for a name or task name out of range, a repeated task name, arrays of
 --   different lengths, unique keys, or a dependency on a job id; harel_publish's.
 --
@@ -19,7 +19,9 @@
 --   1. Check the name, the task names and the dependencies.
 --   2. harel_publish: the jobs, pending where they wait for parents.
 --   3. The workflow row, and one workflow_tasks row per job: its ordinal, job id and
---      parents' names.
+--      parents' names; for each task that runs whatever its parents' outcomes (a
+--      callback), a row of workflow_reruns: what its job was enqueued with, so that a retry
+--      can run it again (ADR 0040).
 CREATE OR REPLACE FUNCTION "harel".harel_publish_workflow(
     p_name           TEXT,
     p_steps          TEXT[],
@@ -83,6 +85,13 @@ BEGIN
       LEFT JOIN (SELECT d.waiter, array_agg(p_steps[-d.parent] ORDER BY -d.parent) AS parents
                    FROM unnest(p_after_of, p_after) AS d(waiter, parent)
                   GROUP BY d.waiter) AS e ON e.waiter = x.ord;
+    -- the callbacks' copies (none for a workflow without one)
+    INSERT INTO "harel".workflow_reruns
+           (workflow_id, ordinal, group_id, kind, payload, priority, queue, fair_key)
+    SELECT v_id, x.ord, p_groups[x.ord], p_kinds[x.ord], p_payloads[x.ord]::json,
+           p_priorities[x.ord], p_queues[x.ord], p_fair_keys[x.ord]
+      FROM unnest(p_run_after_failure) WITH ORDINALITY AS x(run, ord)
+     WHERE x.run;
 
     RETURN QUERY SELECT v_id, j.id FROM unnest(v_jobs) AS j(id);
 END

@@ -10,16 +10,20 @@
 -- Returns one row: cancelled (tasks cancelled now), requested (running tasks asked to
 --   stop: they end as cancelled when their handlers return), next (the ordinal to pass
 --   as p_before for the rest, or NULL when none is left).
--- Fence: harel_cancel's, per task: a task that ended meanwhile is left as it ended.
+-- Fence: harel_cancel's, per task: a task that ended meanwhile is left as it ended. The
+--   first page marks the workflow cancelled (workflows.cancelled_at) if a task has not
+--   ended: it reads cancelled from then on, until a retry of its tasks (ADR 0040).
 --   Steps are cancelled from the last to the first, so that each gets p_reason rather
 --   than the reason its cancelled parent would give it.
--- Locks: FOR NO KEY UPDATE of the page's jobs' group rows, in one statement, in group
---   order, waiting (as a settle takes its own and its dependents'), then harel_cancel's
---   (already held). A cancel that cascades to jobs waiting for a cancelled one (outside
---   the page) takes their groups without waiting, and leaves those another transaction
---   holds to housekeeping (harel_resolve_dependents, ADR 0037): it never waits for a group
---   after the page's.
--- Indexes: workflow_tasks' key (workflow_id, ordinal), backward from p_before; a job's
+-- Locks: the first page, the workflow's row (its mark; a retry takes that row first too),
+--   before anything else; then FOR NO KEY UPDATE of the page's jobs' group rows, in one
+--   statement, in group order, waiting (as a settle takes its own and its dependents'),
+--   then harel_cancel's (already held). A cancel that cascades to jobs waiting for a
+--   cancelled one (outside the page) takes their groups without waiting, and leaves those
+--   another transaction holds to housekeeping (harel_resolve_dependents, ADR 0037): it
+--   never waits for a group after the page's.
+-- Indexes: workflows' key; workflow_tasks' key (workflow_id, ordinal), forward to the
+--   first task not ended (the mark), backward from p_before; a job's
 --   group by the job's id (transport_groups' key and transport_groups_by_inline_id,
 --   transport_messages_by_id).
 -- Errors: 22023 for a limit out of range; harel_cancel's.
@@ -48,10 +52,20 @@ DECLARE
     v_ordinals  INT[];
     v_jobs      BIGINT[];
     v_groups    TEXT[];
+    v_now       TIMESTAMPTZ;
 BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
         RAISE EXCEPTION 'harel_cancel_workflow: need a limit of 1 to 10000'
             USING ERRCODE = '22023';
+    END IF;
+    -- The operator's cancel, on the workflow's row (first: a retry locks that row before
+    -- anything else too), if a task has not ended
+    IF p_before IS NULL THEN
+        v_now := clock_timestamp();
+        UPDATE @schema@.workflows w SET cancelled_at = v_now
+         WHERE w.id = p_id AND w.cancelled_at IS NULL
+           AND EXISTS (SELECT 1 FROM @schema@.workflow_tasks t
+                        WHERE t.workflow_id = p_id AND t.outcome IS NULL);
     END IF;
     -- The page (its tasks that ended are skipped below), and its jobs' groups, locked in
     -- group order first (as settles take theirs: a settle of one of these tasks and this cancel

@@ -6,7 +6,8 @@
 --   p_before  the cursor: workflows with a smaller id (NULL: from the newest)
 --   p_limit   1 to 1,000
 -- Returns at most p_limit + 1 workflows, newest first: id, name, created_at, tasks, ended
---   (tasks whose jobs have ended), failed (of those, dead or cancelled). A last row past
+--   (tasks whose jobs have ended), failed (of those, dead or cancelled), cancelled (of
+--   those, cancelled), cancelled_at (when an operator cancelled it). A last row past
 --   p_limit says more are left: the next page starts before the p_limit-th (its id as
 --   p_before).
 -- Fence: none: it reads. Bounded: at most p_limit + 1 rows read from one index.
@@ -24,7 +25,9 @@ CREATE OR REPLACE FUNCTION @schema@.harel_workflows(
     created_at TIMESTAMPTZ,
     tasks      INT,
     ended      INT,
-    failed     INT
+    failed     INT,
+    cancelled  INT,
+    cancelled_at TIMESTAMPTZ
 )
 LANGUAGE plpgsql
 STABLE
@@ -41,10 +44,12 @@ BEGIN
     -- (two statements, so that each is one index range in a generic plan)
     IF p_name IS NULL THEN
         RETURN QUERY
-        SELECT w.id, w.name, w.created_at, w.tasks, COALESCE(e.ended, 0), COALESCE(e.failed, 0)
+        SELECT w.id, w.name, w.created_at, w.tasks, COALESCE(e.ended, 0), COALESCE(e.failed, 0),
+               COALESCE(e.cancelled, 0), w.cancelled_at
           FROM @schema@.workflows w
           -- (its counts: the sum of its rows of workflow_ends, by their index)
-          LEFT JOIN LATERAL (SELECT sum(x.ended)::int AS ended, sum(x.failed)::int AS failed
+          LEFT JOIN LATERAL (SELECT sum(x.ended)::int AS ended, sum(x.failed)::int AS failed,
+                                  sum(x.cancelled)::int AS cancelled
                                FROM @schema@.workflow_ends x
                               WHERE x.workflow_id = w.id) AS e ON true
          WHERE w.id < COALESCE(p_before, 9223372036854775807)
@@ -52,9 +57,11 @@ BEGIN
          LIMIT p_limit + 1;
     ELSE
         RETURN QUERY
-        SELECT w.id, w.name, w.created_at, w.tasks, COALESCE(e.ended, 0), COALESCE(e.failed, 0)
+        SELECT w.id, w.name, w.created_at, w.tasks, COALESCE(e.ended, 0), COALESCE(e.failed, 0),
+               COALESCE(e.cancelled, 0), w.cancelled_at
           FROM @schema@.workflows w
-          LEFT JOIN LATERAL (SELECT sum(x.ended)::int AS ended, sum(x.failed)::int AS failed
+          LEFT JOIN LATERAL (SELECT sum(x.ended)::int AS ended, sum(x.failed)::int AS failed,
+                                  sum(x.cancelled)::int AS cancelled
                                FROM @schema@.workflow_ends x
                               WHERE x.workflow_id = w.id) AS e ON true
          WHERE w.name = p_name AND w.id < COALESCE(p_before, 9223372036854775807)

@@ -142,9 +142,10 @@ BEGIN
                  WHERE s.ctid = k.row_ctid AND s.outcome IS NULL
                 RETURNING s.workflow_id, s.outcome
             )
-            INSERT INTO @schema@.workflow_ends (workflow_id, ended, failed)
+            INSERT INTO @schema@.workflow_ends (workflow_id, ended, failed, cancelled)
             SELECT x.workflow_id, count(*)::int,
-                   count(*) FILTER (WHERE x.outcome <> 'completed')::int
+                   count(*) FILTER (WHERE x.outcome <> 'completed')::int,
+                   count(*) FILTER (WHERE x.outcome = 'cancelled')::int
               FROM ended x
              GROUP BY x.workflow_id;
         END IF;
