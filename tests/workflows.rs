@@ -1152,3 +1152,53 @@ async fn housekeeping_prunes_the_workflows_that_ended_long_ago() {
     assert_eq!(rows_of(&q, "workflows", running.id).await, 1);
     assert_eq!(rows_of(&q, "workflows", lately.id).await, 1);
 }
+
+/// A task that failed with more dependents than its settle resolves (ADR 0037: the rest wait
+/// in the backlog for housekeeping, to be cancelled for it) is retried before housekeeping
+/// came: the dependents still waiting for its old job wait for the new one instead (not
+/// cancelled later for a failure the retry took back), the backlog forgets the old job, and
+/// the whole workflow completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_takes_back_the_dependents_left_to_housekeeping() {
+    let q = SuiteSchema::new().await;
+    let client = client(&q);
+    let mut w = client.workflow("wide");
+    let a = w.task("a", Node { n: 0 }, &EnqueueOptions::new()).unwrap();
+    for n in 1..=1_200 {
+        w.task(format!("t{n}"), Node { n }, &EnqueueOptions::new().after([a]))
+            .unwrap();
+    }
+    let enqueued = w.enqueue(&q.pool).await.unwrap();
+    let lease = claim_due(&q).await.remove(0);
+    assert_eq!(lease.id, enqueued.jobs[0]);
+    assert!(
+        q.transport
+            .dead_letter(&q.pool, &lease, "flaky")
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(q.count("dependency_backlog").await, 1, "most left to housekeeping");
+    assert!(q.count("job_dependencies").await > 1_000);
+    assert_eq!(client.retry_workflow(enqueued.id).await.unwrap(), 101);
+    assert_eq!(q.count("dependency_backlog").await, 0);
+    let handle = Worker::builder(q.pool.clone(), ())
+        .schema(q.schema.clone())
+        .register::<Node>()
+        .concurrency(16)
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .unwrap()
+        .start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = client.workflow_info(enqueued.id).await.unwrap().unwrap();
+        if info.ended == 1_201 {
+            assert_eq!(info.state, WorkflowState::Completed, "{info:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{info:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    handle.shutdown().await.unwrap();
+}

@@ -55,7 +55,8 @@
 --      on the task, released at once); the workflow's counts corrected, its cancel
 --      cleared.
 --   4. The tasks waiting for retried tasks: their groups locked in group order; those
---      that counted a retried task's end, in job order, waiting again.
+--      that had not counted the old job's end (left to housekeeping) re-pointed at the
+--      new job, its backlog row deleted; those that had, in job order, waiting again.
 CREATE OR REPLACE FUNCTION @schema@.harel_retry_tasks(
     p_id    BIGINT,
     p_seeds INT[]
@@ -101,6 +102,8 @@ DECLARE
     v_after      BIGINT[];
     v_new_jobs   BIGINT[];
     v_held       BIGINT[];
+    v_moved_jobs BIGINT[];
+    v_moved_to   BIGINT[];
     v_n          INT := 0;
     -- up to this many parents, a task's are looked up one by one; past it, by one read of
     -- the workflow's tasks
@@ -340,8 +343,19 @@ BEGIN
                   AND t.job_id < v_first_new AND t.parents && v_names))
      ORDER BY g.group_id
        FOR NO KEY UPDATE;
-    -- Those that had counted a retried task's end wait for its new job now, the end taken
-    -- back from their counts, before their dependency rows; no row is locked after these.
+    -- Those that had not counted the old job's end yet (left to housekeeping: ADR 0037)
+    -- wait for the new job instead, and the old job's backlog row goes.
+    WITH moved AS (
+        UPDATE @schema@.job_dependencies d
+           SET parent_id = x.new_job
+          FROM unnest(v_old_jobs, v_new_jobs) AS x(old_job, new_job)
+         WHERE d.parent_id = x.old_job
+        RETURNING d.job_id, x.new_job
+    )
+    SELECT array_agg(m.job_id), array_agg(m.new_job) INTO v_moved_jobs, v_moved_to FROM moved m;
+    DELETE FROM @schema@.dependency_backlog b WHERE b.parent_id = ANY (v_old_jobs);
+    -- The others, which had counted it: they wait for its new job now, the end taken back
+    -- from their counts, before their dependency rows; no row is locked after these.
     FOR s IN SELECT t.job_id, array_agg(r.job) AS parents,
                     count(*) FILTER (WHERE r.outcome = 'completed')::int AS n_completed,
                     count(*) FILTER (WHERE r.outcome = 'dead')::int AS n_dead,
@@ -351,6 +365,8 @@ BEGIN
                JOIN unnest(v_names, v_new_jobs, v_outcomes) AS r(name, job, outcome)
                  ON r.name = p.name
               WHERE t.workflow_id = p_id AND t.outcome IS NULL AND t.job_id < v_first_new
+                AND NOT EXISTS (SELECT 1 FROM unnest(v_moved_jobs, v_moved_to) AS m(job, parent)
+                                 WHERE m.job = t.job_id AND m.parent = r.job)
               GROUP BY t.job_id
               ORDER BY t.job_id LOOP
         UPDATE @schema@.job_waits w
