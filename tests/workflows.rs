@@ -1165,8 +1165,12 @@ async fn a_retry_takes_back_the_dependents_left_to_housekeeping() {
     let mut w = client.workflow("wide");
     let a = w.task("a", Node { n: 0 }, &EnqueueOptions::new()).unwrap();
     for n in 1..=1_200 {
-        w.task(format!("t{n}"), Node { n }, &EnqueueOptions::new().after([a]))
-            .unwrap();
+        w.task(
+            format!("t{n}"),
+            Node { n },
+            &EnqueueOptions::new().after([a]),
+        )
+        .unwrap();
     }
     let enqueued = w.enqueue(&q.pool).await.unwrap();
     let lease = claim_due(&q).await.remove(0);
@@ -1178,7 +1182,11 @@ async fn a_retry_takes_back_the_dependents_left_to_housekeeping() {
             .unwrap()
             .is_applied()
     );
-    assert_eq!(q.count("dependency_backlog").await, 1, "most left to housekeeping");
+    assert_eq!(
+        q.count("dependency_backlog").await,
+        1,
+        "most left to housekeeping"
+    );
     assert!(q.count("job_dependencies").await > 1_000);
     assert_eq!(client.retry_workflow(enqueued.id).await.unwrap(), 101);
     assert_eq!(q.count("dependency_backlog").await, 0);
